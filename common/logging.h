@@ -1,0 +1,38 @@
+// Logging facade over spdlog, and CHECK for programmer invariants.
+//
+// Libraries log through the LOG_* macros; each daemon's main calls
+// InitLogging once so every line carries its role and task index.
+// Thread-safe.
+#ifndef FULCRUM_COMMON_LOGGING_H_
+#define FULCRUM_COMMON_LOGGING_H_
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/string_view.h"
+
+namespace fulcrum {
+
+// Sets the process-wide log pattern to carry `role` and `task_index`, e.g.
+// "[2026-11-29 20:30:00.123] [ps:1] [info] listening on 127.0.0.1:4000".
+void InitLogging(absl::string_view role, int task_index);
+
+// Logs `message` at critical level with its source location and aborts.
+[[noreturn]] void CheckFailed(const char* file, int line, const char* message);
+
+}  // namespace fulcrum
+
+#define LOG_DEBUG(...) ::spdlog::debug(__VA_ARGS__)
+#define LOG_INFO(...) ::spdlog::info(__VA_ARGS__)
+#define LOG_WARN(...) ::spdlog::warn(__VA_ARGS__)
+#define LOG_ERROR(...) ::spdlog::error(__VA_ARGS__)
+
+// Aborts when `condition` is false. Only for invariants of this program;
+// anything a peer, a file or a user sent gets an absl::Status instead.
+#define CHECK(condition)                                               \
+  do {                                                                 \
+    if (!(condition)) {                                                \
+      ::fulcrum::CheckFailed(__FILE__, __LINE__, "CHECK failed: " #condition); \
+    }                                                                  \
+  } while (false)
+
+#endif  // FULCRUM_COMMON_LOGGING_H_

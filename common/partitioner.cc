@@ -1,0 +1,81 @@
+#include "common/partitioner.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/tensor.h"
+
+namespace fulcrum {
+
+std::vector<int64_t> SplitRows(int64_t rows, int num_shards) {
+  CHECK(num_shards >= 1 && num_shards <= rows);
+  std::vector<int64_t> sizes(num_shards, rows / num_shards);
+  for (int64_t i = 0; i < rows % num_shards; ++i) ++sizes[i];
+  return sizes;
+}
+
+int NumShards(const VariableSpec& raw_spec) {
+  const VariableSpec spec = CanonicalSpec(raw_spec);
+  const PartitionerSpec& p = spec.partitioner();
+  const int64_t rows = spec.shape(0);
+  const int64_t row_bytes = RowElements(spec.shape()) * static_cast<int64_t>(sizeof(float));
+  int64_t shards = 1;
+  switch (p.kind()) {
+    case PartitionerSpec::FIXED_SHARDS:
+      shards = p.num_shards();
+      break;
+    case PartitionerSpec::MIN_SIZE:
+      shards = std::min<int64_t>(p.max_shards(), rows * row_bytes / p.min_shard_bytes());
+      break;
+    case PartitionerSpec::MAX_SIZE: {
+      const int64_t rows_per_shard = std::max<int64_t>(1, p.max_shard_bytes() / row_bytes);
+      shards = (rows + rows_per_shard - 1) / rows_per_shard;
+      if (p.max_shards() > 0) shards = std::min<int64_t>(shards, p.max_shards());
+      break;
+    }
+    default:
+      break;
+  }
+  return static_cast<int>(std::clamp<int64_t>(shards, 1, rows));
+}
+
+absl::StatusOr<std::vector<VariablePlacement>> PlaceVariables(
+    const std::vector<VariableSpec>& specs, int num_ps) {
+  if (num_ps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placing variables needs at least one parameter server, got ", num_ps));
+  }
+  std::vector<int64_t> bytes_on(num_ps, 0);
+  int next = 0;  // round-robin cursor for ties
+  std::set<std::string> names;
+  std::vector<VariablePlacement> out;
+  for (const VariableSpec& spec : specs) {
+    if (absl::Status s = ValidateVariableSpec(spec); !s.ok()) return s;
+    if (!names.insert(spec.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable '", spec.name(), "' is specified twice"));
+    }
+    VariablePlacement placement;
+    placement.spec = CanonicalSpec(spec);
+    const int64_t row_bytes = RowElements(spec.shape()) * static_cast<int64_t>(sizeof(float));
+    int64_t offset = 0;
+    const std::vector<int64_t> sizes = SplitRows(spec.shape(0), NumShards(spec));
+    for (int shard = 0; shard < static_cast<int>(sizes.size()); ++shard) {
+      int best = next;
+      for (int k = 1; k < num_ps; ++k) {
+        const int ps = (next + k) % num_ps;
+        if (bytes_on[ps] < bytes_on[best]) best = ps;
+      }
+      bytes_on[best] += sizes[shard] * row_bytes;
+      next = (best + 1) % num_ps;
+      placement.shards.push_back({shard, offset, sizes[shard], best});
+      offset += sizes[shard];
+    }
+    out.push_back(std::move(placement));
+  }
+  return out;
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,34 @@
+"""Compiles .proto files with the system protoc and grpc_cpp_plugin."""
+
+def cc_proto_grpc_library(name, srcs, deps = [], grpc = False, visibility = None):
+    """A cc_library for `srcs` (.proto files in this package).
+
+    Args:
+      name: the library's name.
+      srcs: .proto files; imports are resolved from the workspace root.
+      deps: cc_proto_grpc_library targets whose .proto files these import.
+      grpc: also generate gRPC service stubs.
+      visibility: passed to the cc_library.
+    """
+    outs = []
+    for src in srcs:
+        base = src[:-len(".proto")]
+        outs += [base + ".pb.h", base + ".pb.cc"]
+        if grpc:
+            outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
+    plugin = " --grpc_out=$(GENDIR) --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin" if grpc else ""
+    native.genrule(
+        name = name + "_gen",
+        srcs = srcs + [d + "_srcs" for d in deps],
+        outs = outs,
+        cmd = "protoc -I. --cpp_out=$(GENDIR)" + plugin + " " +
+              " ".join(["$(location %s)" % s for s in srcs]),
+    )
+    native.filegroup(name = name + "_srcs", srcs = srcs)
+    native.cc_library(
+        name = name,
+        srcs = [o for o in outs if o.endswith(".cc")],
+        hdrs = [o for o in outs if o.endswith(".h")],
+        deps = deps + ["//third_party:protobuf"] + (["//third_party:grpc"] if grpc else []),
+        visibility = visibility,
+    )
