@@ -6,9 +6,30 @@
 #ifndef FULCRUM_COMMON_LOGGING_H_
 #define FULCRUM_COMMON_LOGGING_H_
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+
+// Lets LOG_* format absl::string_view (Debian's Abseil does not alias
+// std::string_view) and absl::Status.
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  template <typename Context>
+  auto format(absl::string_view s, Context& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
+
+template <>
+struct fmt::formatter<absl::Status> : fmt::formatter<fmt::string_view> {
+  template <typename Context>
+  auto format(const absl::Status& status, Context& ctx) const {
+    const std::string text = status.ToString();
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(text), ctx);
+  }
+};
 
 namespace fulcrum {
 

@@ -43,6 +43,18 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": dtype must be DT_FLOAT, got ", DataType_Name(spec.dtype())));
   }
+  if (!InitializerSpec::Kind_IsValid(spec.initializer().kind()) ||
+      !OptimizerSpec::Kind_IsValid(spec.optimizer().kind()) ||
+      !PartitionerSpec::Kind_IsValid(spec.partitioner().kind())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": unknown initializer, optimizer or partitioner kind"));
+  }
+  const InitializerSpec& init = spec.initializer();
+  if (!(init.stddev() >= 0) || !(init.minval() <= init.maxval()) || !std::isfinite(init.value()) ||
+      !std::isfinite(init.mean())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": initializer needs finite values, stddev >= 0 and minval <= maxval"));
+  }
   const OptimizerSpec& opt = spec.optimizer();
   if (!(opt.learning_rate() > 0) || !std::isfinite(opt.learning_rate())) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -1,0 +1,37 @@
+// Shards on the wire as slices of rows: splitting a shard into slices that
+// fit a message, and joining received slices back into whole shards.
+// Shared by the server and the client. Pure functions; thread-safe.
+#ifndef FULCRUM_COMMON_SLICES_H_
+#define FULCRUM_COMMON_SLICES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/tensor.h"
+#include "proto/ps_service.pb.h"
+
+namespace fulcrum {
+
+using SliceList = google::protobuf::RepeatedPtrField<ShardSlice>;
+
+// Appends `values` (a shard of `shard_shape`) to `out` as slices of at most
+// max_slice_bytes each, one row at the least.
+void AppendShardSlices(const std::string& variable, int shard, int64_t version,
+                       absl::Span<const int64_t> shard_shape, absl::Span<const float> values,
+                       int64_t max_slice_bytes, SliceList* out);
+
+// Joins slices of the same (variable, shard) into one slice from row 0, in
+// first-seen order. The parts must be float32, agree on version and trailing
+// dims, and tile the rows from 0 without gap or overlap; else INVALID_ARGUMENT.
+absl::Status JoinSlices(SliceList* slices);
+
+// Groups slices into batches of about max_batch_bytes of tensor data (a
+// larger slice travels alone), keeping their order.
+std::vector<SliceList> BatchSlices(SliceList slices, int64_t max_batch_bytes);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COMMON_SLICES_H_

@@ -1,0 +1,149 @@
+#include "ps_server/grpc/ps_grpc_server.h"
+
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/slices.h"
+
+namespace fulcrum {
+namespace {
+
+absl::Time Deadline(const grpc::ServerContext* context) {
+  return absl::FromChrono(context->deadline());
+}
+
+// Joins the messages of a streamed push into one push of whole shards.
+absl::Status MergePush(const PushRequest& part, bool first, PushRequest* merged) {
+  if (first) {
+    merged->set_worker_id(part.worker_id());
+    merged->set_clock(part.clock());
+  } else if (part.worker_id() != merged->worker_id() || part.clock() != merged->clock()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push stream mixes worker/clock (", merged->worker_id(), ", ", merged->clock(),
+        ") and (", part.worker_id(), ", ", part.clock(), ")"));
+  }
+  for (const ShardSlice& slice : part.gradients()) *merged->add_gradients() = slice;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+class PsGrpcServer::Service final : public PsService::Service {
+ public:
+  explicit Service(ParameterServer* ps) : ps_(ps) {}
+
+  grpc::Status CreateShards(grpc::ServerContext*, const CreateShardsRequest* request,
+                            CreateShardsResponse* response) override {
+    auto result = ps_->CreateShards(*request);
+    if (result.ok()) *response = *std::move(result);
+    return ToGrpcStatus(result.status());
+  }
+
+  grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
+                    grpc::ServerWriter<PullResponse>* writer) override {
+    return ToGrpcStatus(PullAndWrite(*request, Deadline(context), writer));
+  }
+
+  grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<PushRequest>* reader,
+                    PushResponse* response) override {
+    PushRequest merged;
+    PushRequest part;
+    for (bool first = true; reader->Read(&part); first = false) {
+      if (absl::Status s = MergePush(part, first, &merged); !s.ok()) return ToGrpcStatus(s);
+    }
+    if (absl::Status s = JoinSlices(merged.mutable_gradients()); !s.ok()) return ToGrpcStatus(s);
+    auto result = ps_->Push(merged);
+    if (result.ok()) *response = *std::move(result);
+    return ToGrpcStatus(result.status());
+  }
+
+  grpc::Status PushPull(grpc::ServerContext* context,
+                        grpc::ServerReaderWriter<PullResponse, PushPullRequest>* stream) override {
+    PushRequest merged;
+    PullRequest pull;
+    PushPullRequest part;
+    for (bool first = true; stream->Read(&part); first = false) {
+      if (absl::Status s = MergePush(part.push(), first, &merged); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
+      if (part.has_pull()) pull = part.pull();
+    }
+    if (absl::Status s = JoinSlices(merged.mutable_gradients()); !s.ok()) return ToGrpcStatus(s);
+    if (auto pushed = ps_->Push(merged); !pushed.ok()) return ToGrpcStatus(pushed.status());
+    return ToGrpcStatus(PullAndWrite(pull, Deadline(context), stream));
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
+                         HeartbeatResponse* response) override {
+    auto result = ps_->Heartbeat(*request);
+    if (result.ok()) *response = *result;
+    return ToGrpcStatus(result.status());
+  }
+
+  grpc::Status Describe(grpc::ServerContext*, const DescribeRequest*,
+                        DescribeResponse* response) override {
+    *response = ps_->Describe();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status JobDone(grpc::ServerContext*, const JobDoneRequest* request,
+                       JobDoneResponse*) override {
+    ps_->JobDone(request->reason());
+    return grpc::Status::OK;
+  }
+
+ private:
+  absl::Status PullAndWrite(const PullRequest& request, absl::Time deadline,
+                            grpc::internal::WriterInterface<PullResponse>* writer) {
+    auto result = ps_->Pull(request, deadline, kDefaultChunkBytes);
+    if (!result.ok()) return result.status();
+    PullResponse message;
+    for (SliceList& batch : BatchSlices(std::move(*result->mutable_slices()), kDefaultChunkBytes)) {
+      *message.mutable_slices() = std::move(batch);
+      if (!writer->Write(message)) return absl::CancelledError("pull: the client went away");
+    }
+    return absl::OkStatus();
+  }
+
+  ParameterServer* const ps_;
+};
+
+absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServer* ps,
+                                                                  const std::string& address) {
+  grpc::EnableDefaultHealthCheckService(true);
+  std::unique_ptr<PsGrpcServer> server(new PsGrpcServer());
+  server->ps_ = ps;
+  server->service_ = std::make_unique<Service>(ps);
+  const int max_bytes = static_cast<int>(
+      std::min<int64_t>(ps->config().max_message_bytes(), std::numeric_limits<int>::max()));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
+                                               " (address in use or not local?)"));
+  }
+  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+void PsGrpcServer::Shutdown(absl::Time deadline) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  ps_->CancelWaits();
+  server_->Shutdown(absl::ToChronoTime(deadline));
+}
+
+PsGrpcServer::~PsGrpcServer() { Shutdown(absl::Now() + absl::Seconds(1)); }
+
+}  // namespace fulcrum

@@ -1,0 +1,51 @@
+// The gRPC face of a ParameterServer: the PsService adapter, the standard
+// grpc.health.v1 service, and message limits. Thread-safe.
+#ifndef FULCRUM_PS_SERVER_GRPC_PS_GRPC_SERVER_H_
+#define FULCRUM_PS_SERVER_GRPC_PS_GRPC_SERVER_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/ps_service.grpc.pb.h"
+#include "ps_server/parameter_server.h"
+
+namespace fulcrum {
+
+// Tensor bytes per streamed message: shards larger than this travel as
+// several slices.
+constexpr int64_t kDefaultChunkBytes = 4 << 20;
+
+class PsGrpcServer {
+ public:
+  // Serves `ps` (which must outlive the server) on `address` ("host:port";
+  // port 0 picks a free port). Messages up to ps->config().max_message_bytes
+  // are accepted. Health reports SERVING once started.
+  static absl::StatusOr<std::unique_ptr<PsGrpcServer>> Start(ParameterServer* ps,
+                                                             const std::string& address);
+  ~PsGrpcServer();
+
+  // The port actually bound.
+  int port() const { return port_; }
+
+  // Health turns NOT_SERVING, waiting pulls are woken, and in-flight calls
+  // get until `deadline` to finish.
+  void Shutdown(absl::Time deadline);
+
+ private:
+  class Service;
+  PsGrpcServer() = default;
+
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  ParameterServer* ps_ = nullptr;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PS_SERVER_GRPC_PS_GRPC_SERVER_H_

@@ -1,0 +1,31 @@
+// Server-side optimizers: the update rule and the slots kept beside a shard.
+// Elementwise, so a shard is updated independently of the others.
+// Thread-compatible: callers hold the shard's lock.
+#ifndef FULCRUM_PS_SERVER_OPTIMIZER_H_
+#define FULCRUM_PS_SERVER_OPTIMIZER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "proto/tensor.pb.h"
+
+namespace fulcrum {
+
+// The slot tensors of one shard (momentum accumulators, Adam's m and v, ...),
+// each as large as the shard.
+using OptimizerSlots = std::vector<std::vector<float>>;
+
+// Slots for a shard of `num_elements`, initialised as the optimizer wants
+// (Adagrad's accumulators start at initial_accumulator_value). `spec` must be
+// canonical (CanonicalSpec).
+OptimizerSlots MakeSlots(const OptimizerSpec& spec, int64_t num_elements);
+
+// Applies `grad` to `var`. `iteration` is 1 for the first update of the shard
+// (Adam's bias correction uses it).
+void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, absl::Span<const float> grad,
+                   absl::Span<float> var, OptimizerSlots& slots);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PS_SERVER_OPTIMIZER_H_

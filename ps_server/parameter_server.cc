@@ -1,0 +1,257 @@
+#include "ps_server/parameter_server.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/tensor.h"
+
+namespace fulcrum {
+namespace {
+
+// The first non-finite element, or -1.
+int64_t FirstNonFinite(absl::Span<const float> values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
+  if (config.mode() != ASYNC && config.mode() != SYNC && config.mode() != SSP) {
+    return absl::InvalidArgumentError("mode: must be async, sync or ssp");
+  }
+  if (config.num_replicas() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_replicas: must be >= 1, got ", config.num_replicas()));
+  }
+  if (config.mode() == SYNC && (config.replicas_to_aggregate() < 1 ||
+                                config.replicas_to_aggregate() > config.num_replicas())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas_to_aggregate: must be in [1, ", config.num_replicas(),
+                     "] (the training workers), got ", config.replicas_to_aggregate()));
+  }
+  if (config.staleness_bound() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staleness: must be >= 0, got ", config.staleness_bound()));
+  }
+  if (config.lease_timeout_ms() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease_timeout_ms: must be > 0, got ", config.lease_timeout_ms()));
+  }
+  if (config.max_message_bytes() < (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes: must be >= 1 MiB, got ", config.max_message_bytes()));
+  }
+  return absl::OkStatus();
+}
+
+ParameterServer::ParameterServer(const PsServerConfig& config, std::function<absl::Time()> now)
+    : config_(config),
+      workers_(config.num_replicas(), absl::Milliseconds(config.lease_timeout_ms()),
+               std::move(now)) {
+  CHECK(ValidatePsServerConfig(config_).ok());
+  const absl::Duration period = std::max(absl::Milliseconds(5), workers_.lease_timeout() / 4);
+  lease_thread_ = std::thread([this, period] {
+    while (!stop_lease_thread_.WaitForNotificationWithTimeout(period)) CheckLeases();
+  });
+}
+
+ParameterServer::~ParameterServer() {
+  stop_lease_thread_.Notify();
+  lease_thread_.join();
+  CancelWaits();
+}
+
+absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
+    const CreateShardsRequest& request) {
+  CreateShardsResponse response;
+  for (const ShardSpec& spec : request.shards()) {
+    absl::StatusOr<bool> created = store_.Create(spec);
+    if (!created.ok()) return created.status();
+    if (*created) {
+      response.set_created(response.created() + 1);
+      LOG_INFO("created variable '{}' shard {}/{} rows [{}, {})", spec.variable().name(),
+               spec.shard(), spec.num_shards(), spec.row_offset(),
+               spec.row_offset() + spec.rows());
+    } else {
+      response.set_existing(response.existing() + 1);
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request,
+                                                   absl::Time deadline,
+                                                   int64_t max_slice_bytes) {
+  const int worker = request.worker_id();
+  if (worker != -1) {
+    if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
+    workers_.Renew(worker);
+  }
+  std::vector<Shard*> shards;
+  for (const ShardRef& ref : request.shards()) {
+    absl::StatusOr<Shard*> shard = store_.Find(ref.variable(), ref.shard());
+    if (!shard.ok()) return shard.status();
+    shards.push_back(*shard);
+  }
+  if (config_.mode() == SSP && worker != -1 && request.clock() >= 0) {
+    const int64_t min_clock = request.clock() - config_.staleness_bound();
+    if (!workers_.AwaitMinClock(min_clock, deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "ssp: worker ", worker, " at clock ", request.clock(), " waits for worker(s) ",
+          absl::StrJoin(workers_.WorkersBehind(min_clock), ", "), " to reach clock ", min_clock));
+    }
+  }
+  PullResponse response;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (absl::Status s = shards[i]->Read(request.shards(i).min_version(), deadline,
+                                         max_slice_bytes, response.mutable_slices());
+        !s.ok()) {
+      return s;
+    }
+  }
+  return response;
+}
+
+int ParameterServer::RequiredReplicas() const {
+  return std::max(1, std::min(config_.replicas_to_aggregate(), workers_.LiveCount()));
+}
+
+void ParameterServer::RecordOutcome(const ShardPushResult& result) {
+  switch (result.outcome()) {
+    case ShardPushResult::APPLIED:
+    case ShardPushResult::ACCUMULATED: {
+      if (result.outcome() == ShardPushResult::APPLIED) ++updates_applied_;
+      const int64_t bucket = std::min<int64_t>(result.staleness(), kStalenessBuckets - 1);
+      ++staleness_histogram_[bucket];
+      break;
+    }
+    case ShardPushResult::STALE:
+      ++stale_dropped_;
+      break;
+    default:
+      break;
+  }
+}
+
+absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
+  const int worker = request.worker_id();
+  if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
+  if (config_.mode() == SSP && request.clock() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ssp: the push of worker ", worker, " carries no clock"));
+  }
+  workers_.Renew(worker);
+
+  // Check the whole request before touching any shard.
+  std::vector<Shard*> shards;
+  std::set<Shard*> seen;
+  for (const ShardSlice& grad : request.gradients()) {
+    absl::StatusOr<Shard*> found = store_.Find(grad.variable(), grad.shard());
+    if (!found.ok()) return found.status();
+    Shard* shard = *found;
+    if (!seen.insert(shard).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(shard->label(), ": appears twice in one push"));
+    }
+    if (grad.row_offset() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          shard->label(), ": gradient starts at row ", grad.row_offset(),
+          "; a push must cover whole shards"));
+    }
+    if (absl::Status s = CheckFloatTensor(grad.tensor(), shard->shape(),
+                                          absl::StrCat(shard->label(), " gradient"));
+        !s.ok()) {
+      return s;
+    }
+    if (int64_t bad = FirstNonFinite(FloatValues(grad.tensor())); bad >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(shard->label(), ": gradient element ", bad, " is ",
+                       FloatValues(grad.tensor())[bad], "; the push is rejected, nothing applied"));
+    }
+    // Versions only grow, so a gradient that is not from the future now
+    // cannot become so before it is applied.
+    if (grad.version() > shard->version() || grad.version() < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          shard->label(), ": gradient computed at version ", grad.version(),
+          " but the shard is at version ", shard->version()));
+    }
+    shards.push_back(shard);
+  }
+
+  PushResponse response;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardSlice& grad = request.gradients(i);
+    const absl::Span<const float> values = FloatValues(grad.tensor());
+    absl::StatusOr<ShardPushResult> result =
+        config_.mode() == SYNC
+            ? shards[i]->Accumulate(worker, values, grad.version(), RequiredReplicas())
+            : shards[i]->ApplyNow(values, grad.version(),
+                                  config_.mode() == ASYNC ? config_.max_staleness() : -1);
+    if (!result.ok()) return result.status();
+    RecordOutcome(*result);
+    *response.add_results() = *std::move(result);
+  }
+  if (config_.mode() == SSP) workers_.AdvanceClock(worker, request.clock());
+  return response;
+}
+
+absl::StatusOr<HeartbeatResponse> ParameterServer::Heartbeat(const HeartbeatRequest& request) {
+  if (absl::Status s = workers_.CheckWorkerId(request.worker_id()); !s.ok()) return s;
+  workers_.Renew(request.worker_id());
+  HeartbeatResponse response;
+  response.set_lease_timeout_ms(config_.lease_timeout_ms());
+  return response;
+}
+
+DescribeResponse ParameterServer::Describe() const {
+  DescribeResponse response;
+  response.set_mode(config_.mode());
+  response.set_ps_index(config_.cluster().task().index());
+  response.set_num_ps(config_.cluster().cluster().ps_size());
+  response.set_replicas_to_aggregate(config_.replicas_to_aggregate());
+  response.set_staleness_bound(config_.staleness_bound());
+  for (const Shard* shard : store_.All()) *response.add_shards() = shard->Describe();
+  for (const WorkerInfo& info : workers_.Describe()) *response.add_workers() = info;
+  response.set_updates_applied(updates_applied_.load());
+  response.set_stale_gradients_dropped(stale_dropped_.load());
+  for (const auto& bucket : staleness_histogram_) response.add_staleness_histogram(bucket.load());
+  response.set_job_done(job_done_.HasBeenNotified());
+  return response;
+}
+
+void ParameterServer::JobDone(const std::string& reason) {
+  if (job_done_requested_.exchange(true)) return;
+  LOG_INFO("job done: {}", reason.empty() ? "(no reason given)" : reason);
+  job_done_.Notify();
+}
+
+bool ParameterServer::WaitForJobDone(absl::Duration timeout) const {
+  return job_done_.WaitForNotificationWithTimeout(timeout);
+}
+
+void ParameterServer::CancelWaits() {
+  workers_.Cancel();
+  for (Shard* shard : store_.All()) shard->Cancel();
+}
+
+void ParameterServer::CheckLeases() {
+  if (!workers_.ExpireLeases()) return;
+  const int live = workers_.LiveCount();
+  LOG_WARN("a worker lease expired; {} of {} workers live", live, workers_.num_workers());
+  if (config_.mode() != SYNC) return;
+  const int required = RequiredReplicas();
+  for (Shard* shard : store_.All()) {
+    if (shard->CompleteIfReady(required)) {
+      LOG_INFO("{}: step completed with {} live worker(s)", shard->label(), live);
+    }
+  }
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,90 @@
+// The parameter server: variables, optimizers and consistency modes, as a
+// plain C++ class that knows nothing of gRPC (grpc/ adapts it). Thread-safe.
+#ifndef FULCRUM_PS_SERVER_PARAMETER_SERVER_H_
+#define FULCRUM_PS_SERVER_PARAMETER_SERVER_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "proto/config.pb.h"
+#include "proto/ps_service.pb.h"
+#include "ps_server/variable_store.h"
+#include "ps_server/worker_table.h"
+
+namespace fulcrum {
+
+// Checks a server config; errors name the field.
+absl::Status ValidatePsServerConfig(const PsServerConfig& config);
+
+class ParameterServer {
+ public:
+  // `config` must pass ValidatePsServerConfig. Starts a thread that expires
+  // worker leases every lease_timeout / 4. `now` is the clock.
+  explicit ParameterServer(const PsServerConfig& config,
+                           std::function<absl::Time()> now = absl::Now);
+  ~ParameterServer();
+
+  ParameterServer(const ParameterServer&) = delete;
+  ParameterServer& operator=(const ParameterServer&) = delete;
+
+  absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request);
+
+  // Reads the requested shards, each as slices of at most max_slice_bytes.
+  // Waits (until `deadline`) for each shard's min_version and, in SSP mode,
+  // for the slowest live worker to come within staleness_bound of the clock.
+  // worker_id -1 reads without a lease or clock (tools, evaluators).
+  absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline,
+                                    int64_t max_slice_bytes);
+
+  // Applies or accumulates gradients, each covering a whole shard, as the
+  // mode says. The request is checked whole first (worker, variables,
+  // shapes, dtypes, NaN/Inf, versions): on any error nothing is applied.
+  absl::StatusOr<PushResponse> Push(const PushRequest& request);
+
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
+
+  DescribeResponse Describe() const;
+
+  // The chief says training is over; WaitForJobDone returns.
+  void JobDone(const std::string& reason);
+  // True once JobDone was called; false when `timeout` passed first.
+  bool WaitForJobDone(absl::Duration timeout) const;
+
+  // Wakes every waiting pull (they fail CANCELLED); for shutdown.
+  void CancelWaits();
+
+  // Expires worker leases that have run out; in sync mode, completes the
+  // steps that the remaining live workers have finished. Called periodically.
+  void CheckLeases();
+
+  const PsServerConfig& config() const { return config_; }
+
+ private:
+  static constexpr int kStalenessBuckets = 16;
+
+  int RequiredReplicas() const;
+  void RecordOutcome(const ShardPushResult& result);
+
+  const PsServerConfig config_;
+  VariableStore store_;
+  WorkerTable workers_;
+
+  std::atomic<int64_t> updates_applied_{0};
+  std::atomic<int64_t> stale_dropped_{0};
+  std::array<std::atomic<int64_t>, kStalenessBuckets> staleness_histogram_{};
+
+  std::atomic<bool> job_done_requested_{false};
+  absl::Notification job_done_;
+  absl::Notification stop_lease_thread_;
+  std::thread lease_thread_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PS_SERVER_PARAMETER_SERVER_H_

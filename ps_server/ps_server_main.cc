@@ -1,0 +1,151 @@
+// ps_server: holds a share of the model's variables and applies the
+// optimizer to pushed gradients. See README.md, "ps_server flags".
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/cluster_spec.h"
+#include "common/logging.h"
+#include "ps_server/grpc/ps_grpc_server.h"
+#include "ps_server/parameter_server.h"
+
+ABSL_FLAG(std::string, cluster_spec, "",
+          "Path of a file holding the cluster spec as TF_CONFIG JSON. Takes precedence over "
+          "the host flags and the TF_CONFIG environment variable.");
+ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of every parameter server.");
+ABSL_FLAG(std::string, worker_hosts, "", "Comma-separated host:port of every worker.");
+ABSL_FLAG(std::string, chief_host, "", "host:port of the chief, if the cluster has one.");
+ABSL_FLAG(std::string, task_type, "ps", "This task's type with the host flags: ps.");
+ABSL_FLAG(int, task_index, 0, "This task's index among the parameter servers.");
+ABSL_FLAG(int, port, -1,
+          "Port to listen on; -1 takes it from this task's address in the cluster spec; 0 picks "
+          "a free port (printed in the 'listening on' line).");
+ABSL_FLAG(std::string, bind_host, "0.0.0.0",
+          "Address to bind: 0.0.0.0 for every interface, 127.0.0.1 for this machine only.");
+ABSL_FLAG(std::string, mode, "async",
+          "Consistency mode: async (apply every push at once), sync (average the gradients "
+          "of a step, then apply once) or ssp (apply at once; a worker may lead the slowest by "
+          "--staleness clocks).");
+ABSL_FLAG(int, replicas_to_aggregate, 0,
+          "sync: gradients averaged per step; 0 means every training worker (chief included). "
+          "Fewer than the workers makes the rest backup workers.");
+ABSL_FLAG(int64_t, max_staleness, -1,
+          "async: drop pushes computed more than this many versions ago; -1 keeps all.");
+ABSL_FLAG(int64_t, staleness, 2, "ssp: the bound k, in clocks (steps). 0 is lock-step.");
+ABSL_FLAG(int64_t, lease_timeout_ms, 10000,
+          "A worker silent this long (milliseconds) is presumed dead: sync steps complete "
+          "without it and ssp stops waiting for it. It rejoins when it calls again.");
+ABSL_FLAG(int64_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
+ABSL_FLAG(int, grace_period_secs, 10,
+          "On SIGTERM, SIGINT or job done: seconds in-flight calls get to finish.");
+
+namespace fulcrum {
+namespace {
+
+absl::StatusOr<ConsistencyMode> ParseMode(const std::string& mode) {
+  if (mode == "async") return ASYNC;
+  if (mode == "sync") return SYNC;
+  if (mode == "ssp") return SSP;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--mode: '", mode, "' is not one of async, sync, ssp"));
+}
+
+absl::StatusOr<PsServerConfig> ConfigFromFlags() {
+  ClusterSources sources;
+  sources.cluster_spec_path = absl::GetFlag(FLAGS_cluster_spec);
+  sources.flags = {absl::GetFlag(FLAGS_ps_hosts), absl::GetFlag(FLAGS_worker_hosts),
+                   absl::GetFlag(FLAGS_chief_host), absl::GetFlag(FLAGS_task_type),
+                   absl::GetFlag(FLAGS_task_index)};
+  if (const char* env = std::getenv("TF_CONFIG")) sources.tf_config_env = env;
+  auto cluster = ResolveTfConfig(sources);
+  if (!cluster.ok()) return cluster.status();
+  if (cluster->task().type() != "ps") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task.type: ps_server runs ps tasks, the cluster spec says '", cluster->task().type(),
+        "'"));
+  }
+  auto address = TaskAddress(*cluster);
+  if (!address.ok()) return address.status();
+  std::string port = address->substr(address->rfind(':') + 1);
+  if (absl::GetFlag(FLAGS_port) >= 0) port = absl::StrCat(absl::GetFlag(FLAGS_port));
+  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) return mode.status();
+
+  PsServerConfig config;
+  *config.mutable_cluster() = *cluster;
+  config.set_listen_address(absl::StrCat(absl::GetFlag(FLAGS_bind_host), ":", port));
+  config.set_mode(*mode);
+  config.set_num_replicas(NumReplicas(cluster->cluster()));
+  const int rta = absl::GetFlag(FLAGS_replicas_to_aggregate);
+  config.set_replicas_to_aggregate(rta == 0 ? config.num_replicas() : rta);
+  config.set_max_staleness(absl::GetFlag(FLAGS_max_staleness));
+  config.set_staleness_bound(absl::GetFlag(FLAGS_staleness));
+  config.set_lease_timeout_ms(absl::GetFlag(FLAGS_lease_timeout_ms));
+  config.set_max_message_bytes(absl::GetFlag(FLAGS_max_message_mb) << 20);
+  if (absl::Status s = ValidatePsServerConfig(config); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("flags: ", s.message()));
+  }
+  return config;
+}
+
+int Run() {
+  // Signals are taken by sigwait below, never by a handler, so every thread
+  // started from here on must have them blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&signals, sig);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto config = ConfigFromFlags();
+  if (!config.ok()) {
+    std::cerr << "ps_server: " << config.status().message() << "\n(see --help)\n";
+    return 2;
+  }
+  InitLogging("ps", config->cluster().task().index());
+  ParameterServer ps(*config);
+  auto server = PsGrpcServer::Start(&ps, config->listen_address());
+  if (!server.ok()) {
+    LOG_ERROR("{}", server.status().message());
+    return 1;
+  }
+  LOG_INFO("listening on {}:{} mode={} workers={} replicas_to_aggregate={} staleness={}",
+           absl::GetFlag(FLAGS_bind_host), (*server)->port(), absl::GetFlag(FLAGS_mode),
+           config->num_replicas(), config->replicas_to_aggregate(), config->staleness_bound());
+
+  // The job-done signal from the chief arrives as SIGUSR1 to this process.
+  std::thread([&ps] {
+    ps.WaitForJobDone(absl::InfiniteDuration());
+    kill(getpid(), SIGUSR1);
+  }).detach();
+  int sig = 0;
+  sigwait(&signals, &sig);
+  LOG_INFO("{}: shutting down", sig == SIGUSR1 ? "job done" : strsignal(sig));
+  (*server)->Shutdown(absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_grace_period_secs)));
+  LOG_INFO("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace fulcrum
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Fulcrum parameter server.\n\n"
+      "Holds shards of the model's variables, applies the optimizer to pushed gradients in "
+      "async, sync or ssp mode, and exits 0 when the chief says the job is done or on "
+      "SIGTERM/SIGINT.\n\n"
+      "The cluster spec comes from --cluster_spec, else the host flags, else TF_CONFIG, e.g.\n"
+      "  TF_CONFIG='{\"cluster\": {\"worker\": [\"h1:2222\"], \"ps\": [\"h2:2222\"]},\n"
+      "              \"task\": {\"type\": \"ps\", \"index\": 0}}' ps_server --mode=sync\n"
+      "  ps_server --ps_hosts=h2:2222 --worker_hosts=h1:2222 --task_index=0");
+  absl::ParseCommandLine(argc, argv);
+  return fulcrum::Run();
+}

@@ -1,0 +1,146 @@
+#include "ps_server/shard.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/slices.h"
+#include "ps_server/initializer.h"
+
+namespace fulcrum {
+namespace {
+
+Shape ShardShape(const ShardSpec& spec) {
+  Shape shape(spec.variable().shape().begin(), spec.variable().shape().end());
+  shape[0] = spec.rows();
+  return shape;
+}
+
+}  // namespace
+
+Shard::Shard(ShardSpec spec)
+    : spec_(std::move(spec)),
+      shape_(ShardShape(spec_)),
+      label_(absl::StrCat("variable '", spec_.variable().name(), "' shard ", spec_.shard())) {
+  const int64_t n = NumElements(shape_);
+  values_.resize(n);
+  InitializeRows(spec_.variable(), spec_.row_offset(), spec_.rows(), absl::MakeSpan(values_));
+  slots_ = MakeSlots(spec_.variable().optimizer(), n);
+}
+
+int64_t Shard::version() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return version_;
+}
+
+absl::Status Shard::Read(int64_t min_version, absl::Time deadline, int64_t max_slice_bytes,
+                         google::protobuf::RepeatedPtrField<ShardSlice>* out) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto ready = [this, min_version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || version_ >= min_version;
+  };
+  if (!ready()) mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  if (cancelled_) return absl::CancelledError(absl::StrCat(label_, ": server is shutting down"));
+  if (version_ < min_version) {
+    return absl::DeadlineExceededError(absl::StrCat(label_, ": still at version ", version_,
+                                                    " at the deadline, waiting for ", min_version));
+  }
+  AppendShardSlices(spec_.variable().name(), spec_.shard(), version_, shape_, values_,
+                    max_slice_bytes, out);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::CheckNotFromFutureLocked(int64_t computed_at) const {
+  if (computed_at > version_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": gradient computed at version ", computed_at,
+                     " but the shard is at version ", version_, " (was the server restarted?)"));
+  }
+  return absl::OkStatus();
+}
+
+ShardPushResult Shard::ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const {
+  ShardPushResult result;
+  result.set_variable(spec_.variable().name());
+  result.set_shard(spec_.shard());
+  result.set_outcome(outcome);
+  result.set_version(version_);
+  result.set_staleness(staleness);
+  return result;
+}
+
+void Shard::ApplyLocked(absl::Span<const float> grad) {
+  ++version_;
+  ApplyGradient(spec_.variable().optimizer(), version_, grad, absl::MakeSpan(values_), slots_);
+}
+
+absl::StatusOr<ShardPushResult> Shard::ApplyNow(absl::Span<const float> grad,
+                                                int64_t computed_at, int64_t max_staleness) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckNotFromFutureLocked(computed_at); !s.ok()) return s;
+  const int64_t staleness = version_ - computed_at;
+  if (max_staleness >= 0 && staleness > max_staleness) {
+    return ResultLocked(ShardPushResult::STALE, staleness);
+  }
+  ApplyLocked(grad);
+  return ResultLocked(ShardPushResult::APPLIED, staleness);
+}
+
+void Shard::ApplyAccumulatedLocked() {
+  const float scale = 1.0f / static_cast<float>(accumulated_from_.size());
+  for (float& g : accumulated_) g *= scale;
+  ApplyLocked(accumulated_);
+  accumulated_.clear();
+  accumulated_from_.clear();
+}
+
+absl::StatusOr<ShardPushResult> Shard::Accumulate(int worker, absl::Span<const float> grad,
+                                                  int64_t computed_at, int required) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckNotFromFutureLocked(computed_at); !s.ok()) return s;
+  const int64_t staleness = version_ - computed_at;
+  if (staleness > 0) return ResultLocked(ShardPushResult::STALE, staleness);
+  if (std::find(accumulated_from_.begin(), accumulated_from_.end(), worker) !=
+      accumulated_from_.end()) {
+    return ResultLocked(ShardPushResult::DUPLICATE, 0);
+  }
+  if (accumulated_.empty()) {
+    accumulated_.assign(grad.begin(), grad.end());
+  } else {
+    for (size_t i = 0; i < grad.size(); ++i) accumulated_[i] += grad[i];
+  }
+  accumulated_from_.push_back(worker);
+  if (static_cast<int>(accumulated_from_.size()) < required) {
+    return ResultLocked(ShardPushResult::ACCUMULATED, 0);
+  }
+  ApplyAccumulatedLocked();
+  return ResultLocked(ShardPushResult::APPLIED, 0);
+}
+
+bool Shard::CompleteIfReady(int required) {
+  absl::MutexLock lock(&mu_);
+  if (accumulated_from_.empty() || static_cast<int>(accumulated_from_.size()) < required) {
+    return false;
+  }
+  ApplyAccumulatedLocked();
+  return true;
+}
+
+void Shard::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+}
+
+ShardInfo Shard::Describe() const {
+  absl::ReaderMutexLock lock(&mu_);
+  ShardInfo info;
+  info.set_variable(spec_.variable().name());
+  info.set_shard(spec_.shard());
+  info.set_num_shards(spec_.num_shards());
+  info.mutable_shape()->Assign(shape_.begin(), shape_.end());
+  info.set_version(version_);
+  info.set_pending_gradients(static_cast<int>(accumulated_from_.size()));
+  info.set_optimizer(OptimizerSpec::Kind_Name(spec_.variable().optimizer().kind()));
+  return info;
+}
+
+}  // namespace fulcrum

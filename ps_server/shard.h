@@ -1,0 +1,87 @@
+// One shard of a variable: its values, optimizer slots, version and, in sync
+// mode, the gradients accumulated for the current step. Thread-safe: each
+// shard has its own lock, so pushes to different shards run in parallel.
+#ifndef FULCRUM_PS_SERVER_SHARD_H_
+#define FULCRUM_PS_SERVER_SHARD_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/tensor.h"
+#include "proto/ps_service.pb.h"
+#include "ps_server/optimizer.h"
+
+namespace fulcrum {
+
+class Shard {
+ public:
+  // `spec` must be valid with a canonical variable spec; the values are
+  // initialised from its initializer.
+  explicit Shard(ShardSpec spec);
+
+  const ShardSpec& spec() const { return spec_; }
+  // [rows of this shard, trailing dims of the variable].
+  const Shape& shape() const { return shape_; }
+  // "variable 'w' shard 1", for messages.
+  const std::string& label() const { return label_; }
+
+  int64_t version() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Waits until the version is >= min_version (until `deadline`), then
+  // appends the values as slices of at most max_slice_bytes (one row at the
+  // least). DEADLINE_EXCEEDED or CANCELLED when it cannot wait longer.
+  absl::Status Read(int64_t min_version, absl::Time deadline, int64_t max_slice_bytes,
+                    google::protobuf::RepeatedPtrField<ShardSlice>* out) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Async and SSP: applies `grad` (computed from version `computed_at`) now,
+  // unless max_staleness >= 0 and it is staler than that (then STALE).
+  absl::StatusOr<ShardPushResult> ApplyNow(absl::Span<const float> grad, int64_t computed_at,
+                                           int64_t max_staleness) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Sync: a gradient from `worker` for step `computed_at`. Older steps are
+  // STALE; a second gradient of one worker for one step is DUPLICATE; the
+  // `required`-th gradient of the step applies their mean and bumps the
+  // version (APPLIED); earlier ones are ACCUMULATED.
+  absl::StatusOr<ShardPushResult> Accumulate(int worker, absl::Span<const float> grad,
+                                             int64_t computed_at, int required)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Sync: applies the pending mean when at least `required` gradients are in
+  // (the live workers shrank). True when it applied.
+  bool CompleteIfReady(int required) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Wakes readers waiting for a version; they return CANCELLED.
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+
+  ShardInfo Describe() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Status CheckNotFromFutureLocked(int64_t computed_at) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ApplyLocked(absl::Span<const float> grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ShardSpec spec_;
+  const Shape shape_;
+  const std::string label_;
+
+  mutable absl::Mutex mu_;
+  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
+  OptimizerSlots slots_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sync: sum of the gradients for step version_, and who sent them.
+  std::vector<float> accumulated_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> accumulated_from_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PS_SERVER_SHARD_H_

@@ -1,0 +1,79 @@
+#include "ps_server/variable_store.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor.h"
+
+namespace fulcrum {
+namespace {
+
+bool SameMessage(const google::protobuf::Message& a, const google::protobuf::Message& b) {
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
+absl::Status ValidateShardSpec(const ShardSpec& spec) {
+  if (absl::Status s = ValidateVariableSpec(spec.variable()); !s.ok()) return s;
+  const int64_t rows = spec.variable().shape(0);
+  if (spec.num_shards() < 1 || spec.num_shards() > rows || spec.shard() < 0 ||
+      spec.shard() >= spec.num_shards() || spec.rows() < 1 || spec.row_offset() < 0 ||
+      spec.row_offset() + spec.rows() > rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "variable '", spec.variable().name(), "': shard ", spec.shard(), " of ",
+        spec.num_shards(), " with rows [", spec.row_offset(), ", ",
+        spec.row_offset() + spec.rows(), ") does not fit shape ",
+        ShapeString(spec.variable().shape())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw) {
+  if (absl::Status s = ValidateShardSpec(raw); !s.ok()) return s;
+  ShardSpec spec = raw;
+  *spec.mutable_variable() = CanonicalSpec(raw.variable());
+  const std::string& name = spec.variable().name();
+  const Key key(name, spec.shard());
+  absl::MutexLock lock(&mu_);
+  auto existing = variables_.find(name);
+  if (existing != variables_.end() && !SameMessage(existing->second, spec.variable())) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "variable '", name, "' exists with spec {", existing->second.ShortDebugString(),
+        "}; the request has spec {", spec.variable().ShortDebugString(), "}"));
+  }
+  auto it = shards_.find(key);
+  if (it != shards_.end()) {
+    if (!SameMessage(it->second->spec(), spec)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(it->second->label(), " exists as {", it->second->spec().ShortDebugString(),
+                       "}; the request has {", spec.ShortDebugString(), "}"));
+    }
+    return false;
+  }
+  variables_.emplace(name, spec.variable());
+  shards_.emplace(key, std::make_unique<Shard>(std::move(spec)));
+  return true;
+}
+
+absl::StatusOr<Shard*> VariableStore::Find(const std::string& variable, int shard) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = shards_.find(Key(variable, shard));
+  if (it == shards_.end()) {
+    if (variables_.count(variable) == 0) {
+      return absl::NotFoundError(absl::StrCat("variable '", variable, "' does not exist"));
+    }
+    return absl::NotFoundError(
+        absl::StrCat("variable '", variable, "' shard ", shard, " is not on this server"));
+  }
+  return it->second.get();
+}
+
+std::vector<Shard*> VariableStore::All() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<Shard*> out;
+  for (const auto& [key, shard] : shards_) out.push_back(shard.get());
+  return out;
+}
+
+}  // namespace fulcrum

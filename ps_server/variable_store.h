@@ -1,0 +1,45 @@
+// The shards one parameter server holds, by (variable, shard index).
+// Thread-safe: the map takes a reader lock on lookups; each shard has its
+// own lock for its data, so the hot path holds no global lock.
+#ifndef FULCRUM_PS_SERVER_VARIABLE_STORE_H_
+#define FULCRUM_PS_SERVER_VARIABLE_STORE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/ps_service.pb.h"
+#include "ps_server/shard.h"
+
+namespace fulcrum {
+
+class VariableStore {
+ public:
+  // Creates the shard, or accepts it when the same shard already exists with
+  // an equal spec (true: created, false: existed). A different spec under the
+  // same variable name is ALREADY_EXISTS naming both specs. Validates `spec`.
+  absl::StatusOr<bool> Create(const ShardSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The shard, or NOT_FOUND naming the variable and shard. Shards live as
+  // long as the store.
+  absl::StatusOr<Shard*> Find(const std::string& variable, int shard) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Every shard, ordered by variable name and shard index.
+  std::vector<Shard*> All() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  using Key = std::pair<std::string, int>;
+  mutable absl::Mutex mu_;
+  std::map<Key, std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(mu_);
+  // The spec every shard of a variable was created with.
+  std::map<std::string, VariableSpec> variables_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PS_SERVER_VARIABLE_STORE_H_

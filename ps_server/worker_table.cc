@@ -1,0 +1,105 @@
+#include "ps_server/worker_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace fulcrum {
+
+WorkerTable::WorkerTable(int num_workers, absl::Duration lease_timeout,
+                         std::function<absl::Time()> now)
+    : lease_timeout_(lease_timeout), now_(std::move(now)) {
+  const absl::Time expiry = now_() + lease_timeout_;
+  workers_.assign(num_workers, Worker{expiry});
+}
+
+absl::Status WorkerTable::CheckWorkerId(int id) const {
+  if (id < 0 || id >= num_workers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_id ", id, " is out of range [0, ", num_workers(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+void WorkerTable::Renew(int id) {
+  const absl::Time expiry = now_() + lease_timeout_;
+  absl::MutexLock lock(&mu_);
+  Worker& w = workers_[id];
+  w.lease_expiry = expiry;
+  w.live = true;
+  w.seen = true;
+}
+
+bool WorkerTable::ExpireLeases() {
+  const absl::Time now = now_();
+  absl::MutexLock lock(&mu_);
+  bool changed = false;
+  for (Worker& w : workers_) {
+    if (w.live && w.lease_expiry <= now) {
+      w.live = false;
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+int WorkerTable::LiveCount() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return static_cast<int>(
+      std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.live; }));
+}
+
+void WorkerTable::AdvanceClock(int id, int64_t clock) {
+  absl::MutexLock lock(&mu_);
+  workers_[id].clock = std::max(workers_[id].clock, clock + 1);
+}
+
+bool WorkerTable::MinClockReachedLocked(int64_t min_clock) const {
+  for (const Worker& w : workers_) {
+    if (w.live && w.clock < min_clock) return false;
+  }
+  return true;
+}
+
+bool WorkerTable::AwaitMinClock(int64_t min_clock, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, min_clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || MinClockReachedLocked(min_clock);
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  return !cancelled_ && MinClockReachedLocked(min_clock);
+}
+
+void WorkerTable::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+}
+
+std::vector<int> WorkerTable::WorkersBehind(int64_t min_clock) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<int> behind;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    if (workers_[i].live && workers_[i].clock < min_clock) behind.push_back(i);
+  }
+  return behind;
+}
+
+std::vector<WorkerInfo> WorkerTable::Describe() const {
+  const absl::Time now = now_();
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<WorkerInfo> out;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    const Worker& w = workers_[i];
+    WorkerInfo info;
+    info.set_worker_id(i);
+    info.set_live(w.live);
+    info.set_seen(w.seen);
+    info.set_clock(w.clock);
+    info.set_lease_remaining_ms(
+        std::max<int64_t>(0, absl::ToInt64Milliseconds(w.lease_expiry - now)));
+    out.push_back(info);
+  }
+  return out;
+}
+
+}  // namespace fulcrum
