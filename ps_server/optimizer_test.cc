@@ -1,0 +1,70 @@
+#include "ps_server/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "common/tensor.h"
+
+namespace fulcrum {
+namespace {
+
+// Expected weights after each of three steps with gradients 1, -2, 0.5 from
+// w = 1, computed by hand (in double precision) from each optimizer's rule.
+struct Case {
+  const char* name;
+  OptimizerSpec::Kind kind;
+  bool nesterov;
+  std::vector<double> expected;
+};
+
+class OptimizerTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(OptimizerTest, MatchesHandComputedSteps) {
+  const Case& c = GetParam();
+  VariableSpec spec;
+  spec.set_name("w");
+  spec.add_shape(2);
+  spec.set_dtype(DT_FLOAT);
+  spec.mutable_optimizer()->set_kind(c.kind);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  spec.mutable_optimizer()->set_momentum(0.9f);
+  spec.mutable_optimizer()->set_nesterov(c.nesterov);
+  const OptimizerSpec opt = CanonicalSpec(spec).optimizer();
+
+  std::vector<float> var = {1.0f, 1.0f};
+  OptimizerSlots slots = MakeSlots(opt, 2);
+  const float grads[] = {1.0f, -2.0f, 0.5f};
+  for (int step = 0; step < 3; ++step) {
+    // The second element gets the negated gradient: every rule here is odd
+    // in the gradient, so it must move by the same amount the other way.
+    const std::vector<float> grad = {grads[step], -grads[step]};
+    ApplyGradient(opt, step + 1, grad, absl::MakeSpan(var), slots);
+    EXPECT_NEAR(var[0], c.expected[step], 2e-6) << c.name << " step " << step + 1;
+    EXPECT_NEAR(var[1], 2.0 - c.expected[step], 2e-6) << c.name << " step " << step + 1;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllOptimizers, OptimizerTest,
+    ::testing::Values(
+        Case{"sgd", OptimizerSpec::SGD, false, {0.9, 1.1, 1.05}},
+        Case{"momentum", OptimizerSpec::MOMENTUM, false, {0.9, 1.01, 1.059}},
+        Case{"nesterov", OptimizerSpec::MOMENTUM, true, {0.81, 1.109, 1.1031}},
+        Case{"adagrad", OptimizerSpec::ADAGRAD, false, {0.9046538, 0.9932152, 0.9715984}},
+        Case{"adam", OptimizerSpec::ADAM, false, {0.9000003, 0.9366106, 0.9502797}}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+TEST(OptimizerSlotsTest, SlotsMatchTheOptimizer) {
+  OptimizerSpec spec;
+  spec.set_kind(OptimizerSpec::SGD);
+  EXPECT_TRUE(MakeSlots(spec, 3).empty());
+  spec.set_kind(OptimizerSpec::ADAM);
+  EXPECT_EQ(MakeSlots(spec, 3).size(), 2u);
+  spec.set_kind(OptimizerSpec::ADAGRAD);
+  spec.set_initial_accumulator_value(0.5f);
+  EXPECT_EQ(MakeSlots(spec, 3)[0], std::vector<float>(3, 0.5f));
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,413 @@
+#include "ps_server/parameter_server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/tensor.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kRows = 4;
+
+PsServerConfig Config(ConsistencyMode mode, int replicas, int to_aggregate = 0,
+                      int64_t staleness = 0) {
+  PsServerConfig config;
+  config.set_mode(mode);
+  config.set_num_replicas(replicas);
+  config.set_replicas_to_aggregate(to_aggregate == 0 ? replicas : to_aggregate);
+  config.set_staleness_bound(staleness);
+  config.set_max_staleness(-1);
+  config.set_lease_timeout_ms(200);
+  config.set_max_message_bytes(64 << 20);
+  return config;
+}
+
+// Variable `name` of shape [4], zeros, SGD with learning rate 1: each applied
+// update subtracts the (mean) gradient.
+ShardSpec WholeShard(const std::string& name = "w", int64_t rows = kRows) {
+  ShardSpec spec;
+  VariableSpec* v = spec.mutable_variable();
+  v->set_name(name);
+  v->add_shape(rows);
+  v->set_dtype(DT_FLOAT);
+  v->mutable_optimizer()->set_learning_rate(1.0f);
+  spec.set_shard(0);
+  spec.set_num_shards(1);
+  spec.set_rows(rows);
+  return spec;
+}
+
+void Create(ParameterServer& ps, const ShardSpec& spec) {
+  CreateShardsRequest request;
+  *request.add_shards() = spec;
+  ASSERT_TRUE(ps.CreateShards(request).ok());
+}
+
+ShardSlice Gradient(const std::string& name, int64_t version, std::vector<float> values) {
+  ShardSlice slice;
+  slice.set_variable(name);
+  slice.set_version(version);
+  EncodeFloatTensor({static_cast<int64_t>(values.size())}, values, slice.mutable_tensor());
+  return slice;
+}
+
+PushRequest Push(int worker, int64_t version, float value, int64_t clock = -1) {
+  PushRequest request;
+  request.set_worker_id(worker);
+  request.set_clock(clock);
+  *request.add_gradients() = Gradient("w", version, std::vector<float>(kRows, value));
+  return request;
+}
+
+ShardPushResult::Outcome PushOutcome(ParameterServer& ps, const PushRequest& request) {
+  auto response = ps.Push(request);
+  EXPECT_TRUE(response.ok()) << response.status();
+  return response.ok() ? response->results(0).outcome() : ShardPushResult::STALE;
+}
+
+absl::StatusOr<PullResponse> PullW(ParameterServer& ps, int worker, int64_t min_version = 0,
+                                   int64_t clock = -1,
+                                   absl::Duration wait = absl::Seconds(10)) {
+  PullRequest request;
+  request.set_worker_id(worker);
+  request.set_clock(clock);
+  ShardRef* ref = request.add_shards();
+  ref->set_variable("w");
+  ref->set_min_version(min_version);
+  return ps.Pull(request, absl::Now() + wait, 1 << 20);
+}
+
+// The value of w's first element and w's version, as a pull sees them.
+std::pair<float, int64_t> ValueAndVersion(ParameterServer& ps) {
+  auto pulled = PullW(ps, -1);
+  EXPECT_TRUE(pulled.ok()) << pulled.status();
+  const ShardSlice& slice = pulled->slices(0);
+  return {FloatValues(slice.tensor())[0], slice.version()};
+}
+
+TEST(SyncModeTest, ThreeWorkersGiveOneUpdatePerStepEqualToTheMean) {
+  ParameterServer ps(Config(SYNC, 3));
+  Create(ps, WholeShard());
+  float expected = 0;
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_EQ(PushOutcome(ps, Push(0, step, 1.0f)), ShardPushResult::ACCUMULATED);
+    EXPECT_EQ(PushOutcome(ps, Push(1, step, 2.0f)), ShardPushResult::ACCUMULATED);
+    EXPECT_EQ(ValueAndVersion(ps), std::make_pair(expected, int64_t{step}));  // nothing applied yet
+    EXPECT_EQ(PushOutcome(ps, Push(2, step, 6.0f)), ShardPushResult::APPLIED);
+    expected -= 3.0f;  // mean of 1, 2, 6
+    EXPECT_EQ(ValueAndVersion(ps), std::make_pair(expected, int64_t{step + 1}));
+  }
+  EXPECT_EQ(ps.Describe().updates_applied(), 3);
+  EXPECT_EQ(ps.Describe().stale_gradients_dropped(), 0);
+}
+
+TEST(SyncModeTest, BackupWorkerPushIsDroppedAsStaleAndCounted) {
+  ParameterServer ps(Config(SYNC, 4, /*to_aggregate=*/3));
+  Create(ps, WholeShard());
+  for (int step = 0; step < 5; ++step) {
+    // The slowest worker rotates; its push arrives after the step is applied.
+    const int slow = step % 4;
+    std::vector<ShardPushResult::Outcome> outcomes;
+    for (int w = 0; w < 4; ++w) {
+      if (w != slow) outcomes.push_back(PushOutcome(ps, Push(w, step, 3.0f)));
+    }
+    EXPECT_EQ(outcomes.back(), ShardPushResult::APPLIED);
+    EXPECT_EQ(PushOutcome(ps, Push(slow, step, 100.0f)), ShardPushResult::STALE);
+  }
+  const DescribeResponse info = ps.Describe();
+  EXPECT_EQ(info.updates_applied(), 5);
+  EXPECT_EQ(info.stale_gradients_dropped(), 5);
+  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-15.0f, int64_t{5}));  // the 100s never landed
+}
+
+TEST(SyncModeTest, DuplicatePushOfOneWorkerCountsOnce) {
+  ParameterServer ps(Config(SYNC, 2));
+  Create(ps, WholeShard());
+  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::ACCUMULATED);
+  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::DUPLICATE);
+  EXPECT_EQ(ValueAndVersion(ps).second, 0);
+  EXPECT_EQ(PushOutcome(ps, Push(1, 0, 3.0f)), ShardPushResult::APPLIED);
+  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-2.0f, int64_t{1}));
+}
+
+TEST(SyncModeTest, ExpiredLeaseLetsTheStepCompleteWithTheLiveWorkers) {
+  absl::Time fake_now = absl::Now();
+  std::atomic<int64_t> offset_ms{0};
+  ParameterServer ps(Config(SYNC, 3), [&] { return fake_now + absl::Milliseconds(offset_ms.load()); });
+  Create(ps, WholeShard());
+  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::ACCUMULATED);
+  EXPECT_EQ(PushOutcome(ps, Push(1, 0, 2.0f)), ShardPushResult::ACCUMULATED);
+
+  // Worker 0 waits for step 1, as a sync worker's next pull does.
+  absl::StatusOr<PullResponse> waited;
+  std::thread waiter([&] { waited = PullW(ps, 0, /*min_version=*/1); });
+
+  offset_ms = 150;  // workers 0 and 1 heartbeat; worker 2 stays silent
+  ASSERT_TRUE(ps.Heartbeat([] { HeartbeatRequest r; r.set_worker_id(0); return r; }()).ok());
+  ASSERT_TRUE(ps.Heartbeat([] { HeartbeatRequest r; r.set_worker_id(1); return r; }()).ok());
+  ps.CheckLeases();
+  EXPECT_EQ(ValueAndVersion(ps).second, 0);  // worker 2's lease has not run out yet
+
+  offset_ms = 250;  // worker 2's lease (200 ms from start) has run out
+  ps.CheckLeases();
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->slices(0).version(), 1);
+  EXPECT_FLOAT_EQ(FloatValues(waited->slices(0).tensor())[0], -1.5f);  // mean of 1 and 2
+  const DescribeResponse info = ps.Describe();
+  EXPECT_FALSE(info.workers(2).live());
+  EXPECT_TRUE(info.workers(0).live());
+
+  // Worker 2 comes back: its old gradient is stale, and it rejoins at step 1.
+  EXPECT_EQ(PushOutcome(ps, Push(2, 0, 50.0f)), ShardPushResult::STALE);
+  EXPECT_EQ(PushOutcome(ps, Push(0, 1, 1.0f)), ShardPushResult::ACCUMULATED);
+  EXPECT_EQ(PushOutcome(ps, Push(1, 1, 1.0f)), ShardPushResult::ACCUMULATED);
+  EXPECT_EQ(PushOutcome(ps, Push(2, 1, 4.0f)), ShardPushResult::APPLIED);
+  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-3.5f, int64_t{2}));
+}
+
+TEST(SyncModeTest, PullForAFutureVersionTimesOutWithAClearError) {
+  ParameterServer ps(Config(SYNC, 2));
+  Create(ps, WholeShard());
+  auto pulled = PullW(ps, 0, /*min_version=*/1, -1, absl::Milliseconds(50));
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(pulled.status().message(), HasSubstr("waiting for 1"));
+}
+
+TEST(SspModeTest, FastWorkerBlocksWhenKPlusOneClocksAheadUntilSlowOneAdvances) {
+  constexpr int kBound = 2;
+  ParameterServer ps(Config(SSP, 2, 0, kBound));
+  Create(ps, WholeShard());
+  // The fast worker runs clocks 0..k without waiting for the slow one.
+  for (int clock = 0; clock <= kBound; ++clock) {
+    ASSERT_TRUE(PullW(ps, 0, 0, clock).ok()) << "clock " << clock;
+    EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f, clock)), ShardPushResult::APPLIED);
+  }
+  // At clock k+1 it is k+1 ahead of the slow worker (clock 0) and must wait.
+  auto blocked = PullW(ps, 0, 0, kBound + 1, absl::Milliseconds(50));
+  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(blocked.status().message(), HasSubstr("worker(s) 1"));
+
+  absl::Notification pulled;
+  absl::Status status;
+  std::thread fast([&] {
+    status = PullW(ps, 0, 0, kBound + 1).status();
+    pulled.Notify();
+  });
+  EXPECT_FALSE(pulled.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
+  // The slow worker finishes clock 0: the fast one may go on.
+  EXPECT_EQ(PushOutcome(ps, Push(1, 0, 1.0f, 0)), ShardPushResult::APPLIED);
+  fast.join();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(ps.Describe().workers(1).clock(), 1);
+}
+
+TEST(SspModeTest, PushWithoutClockIsRejected) {
+  ParameterServer ps(Config(SSP, 1));
+  Create(ps, WholeShard());
+  auto pushed = ps.Push(Push(0, 0, 1.0f, /*clock=*/-1));
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(AsyncModeTest, ConcurrentPushesLoseNoUpdate) {
+  constexpr int kThreads = 8;
+  constexpr int kPushes = 250;
+  ParameterServer ps(Config(ASYNC, kThreads));
+  Create(ps, WholeShard());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&ps, t] {
+      for (int i = 0; i < kPushes; ++i) {
+        // Integer gradients: every partial sum is exact in float32.
+        ASSERT_TRUE(ps.Push(Push(t, 0, static_cast<float>(t + 1))).ok());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  const float expected = -kPushes * (kThreads * (kThreads + 1) / 2);  // -9000
+  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(expected, int64_t{kThreads * kPushes}));
+  const DescribeResponse info = ps.Describe();
+  EXPECT_EQ(info.updates_applied(), kThreads * kPushes);
+  int64_t histogram_total = 0;
+  for (int64_t count : info.staleness_histogram()) histogram_total += count;
+  EXPECT_EQ(histogram_total, kThreads * kPushes);
+}
+
+TEST(AsyncModeTest, MaxStalenessDropsOldPushes) {
+  PsServerConfig config = Config(ASYNC, 1);
+  config.set_max_staleness(1);
+  ParameterServer ps(config);
+  Create(ps, WholeShard());
+  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::APPLIED);  // staleness 0
+  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::APPLIED);  // staleness 1
+  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::STALE);    // staleness 2
+  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-2.0f, int64_t{2}));
+  EXPECT_EQ(ps.Describe().stale_gradients_dropped(), 1);
+}
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  BadInputTest() : ps_(Config(ASYNC, 2)) {
+    Create(ps_, WholeShard("w"));
+    Create(ps_, WholeShard("b", 2));
+    EXPECT_EQ(PushOutcome(ps_, Push(0, 0, 1.0f)), ShardPushResult::APPLIED);
+  }
+
+  // Nothing changed: w is still -1 everywhere at version 1.
+  void ExpectUntouched() {
+    EXPECT_EQ(ValueAndVersion(ps_), std::make_pair(-1.0f, int64_t{1}));
+    EXPECT_EQ(ps_.Describe().updates_applied(), 1);
+  }
+
+  ParameterServer ps_;
+};
+
+TEST_F(BadInputTest, UnknownVariableIsNotFound) {
+  PushRequest push = Push(0, 0, 1.0f);
+  push.mutable_gradients(0)->set_variable("nope");
+  EXPECT_EQ(ps_.Push(push).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(ps_.Push(push).status().message(), HasSubstr("'nope'"));
+  PullRequest pull;
+  pull.add_shards()->set_variable("w");
+  pull.mutable_shards(0)->set_shard(3);
+  pull.set_worker_id(-1);
+  auto pulled = ps_.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(pulled.status().message(), HasSubstr("shard 3"));
+  ExpectUntouched();
+}
+
+TEST_F(BadInputTest, WrongShapeSaysExpectedAndGot) {
+  PushRequest push = Push(0, 0, 1.0f);
+  *push.mutable_gradients(0) = Gradient("w", 0, {1, 2, 3});
+  auto pushed = ps_.Push(push);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pushed.status().message(), HasSubstr("expected shape [4], got [3]"));
+  // The right shape with too few bytes.
+  push = Push(0, 0, 1.0f);
+  push.mutable_gradients(0)->mutable_tensor()->mutable_data()->resize(7);
+  EXPECT_THAT(ps_.Push(push).status().message(), HasSubstr("needs 16 bytes, got 7"));
+  ExpectUntouched();
+}
+
+TEST_F(BadInputTest, WrongDtypeSaysExpectedAndGot) {
+  PushRequest push = Push(0, 0, 1.0f);
+  push.mutable_gradients(0)->mutable_tensor()->set_dtype(DT_INT64);
+  auto pushed = ps_.Push(push);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pushed.status().message(), HasSubstr("expected dtype DT_FLOAT, got DT_INT64"));
+  ExpectUntouched();
+}
+
+TEST_F(BadInputTest, NanOrInfGradientIsRejectedAndNothingApplied) {
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    // A good gradient for b first: the whole push must be rejected.
+    PushRequest push;
+    push.set_worker_id(0);
+    *push.add_gradients() = Gradient("b", 0, {1, 1});
+    *push.add_gradients() = Gradient("w", 0, {1, 1, bad, 1});
+    auto pushed = ps_.Push(push);
+    EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(pushed.status().message(), HasSubstr("element 2"));
+    ExpectUntouched();
+    PullRequest pull;
+    pull.set_worker_id(-1);
+    pull.add_shards()->set_variable("b");
+    auto b = ps_.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(b->slices(0).version(), 0);
+  }
+}
+
+TEST_F(BadInputTest, WorkerOutOfRangeAndFutureVersionsAreRejected) {
+  EXPECT_THAT(ps_.Push(Push(7, 0, 1.0f)).status().message(), HasSubstr("worker_id 7"));
+  auto future = ps_.Push(Push(0, 5, 1.0f));
+  EXPECT_EQ(future.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(future.status().message(), HasSubstr("version 5"));
+  PushRequest twice = Push(0, 0, 1.0f);
+  *twice.add_gradients() = twice.gradients(0);
+  EXPECT_THAT(ps_.Push(twice).status().message(), HasSubstr("twice"));
+  ExpectUntouched();
+}
+
+TEST_F(BadInputTest, CreateIsIdempotentAndConflictsNameBothSpecs) {
+  CreateShardsRequest same;
+  *same.add_shards() = WholeShard("w");
+  auto again = ps_.CreateShards(same);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->existing(), 1);
+  EXPECT_EQ(again->created(), 0);
+
+  CreateShardsRequest conflict;
+  *conflict.add_shards() = WholeShard("w");
+  conflict.mutable_shards(0)->mutable_variable()->mutable_optimizer()->set_learning_rate(0.5f);
+  auto created = ps_.CreateShards(conflict);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(created.status().message(), HasSubstr("learning_rate: 1"));
+  EXPECT_THAT(created.status().message(), HasSubstr("learning_rate: 0.5"));
+
+  CreateShardsRequest bad;
+  *bad.add_shards() = WholeShard("x");
+  bad.mutable_shards(0)->set_rows(9);  // more rows than the variable has
+  EXPECT_THAT(ps_.CreateShards(bad).status().message(), HasSubstr("does not fit"));
+  ExpectUntouched();
+}
+
+TEST(InitializerTest, ValuesDoNotDependOnSharding) {
+  ParameterServer ps(Config(ASYNC, 1));
+  VariableSpec spec;
+  spec.set_name("e");
+  spec.add_shape(6);
+  spec.add_shape(3);
+  spec.set_dtype(DT_FLOAT);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  spec.mutable_initializer()->set_kind(InitializerSpec::GLOROT_UNIFORM);
+  spec.mutable_initializer()->set_seed(42);
+  ShardSpec whole;
+  *whole.mutable_variable() = spec;
+  whole.set_num_shards(1);
+  whole.set_rows(6);
+  Create(ps, whole);
+  spec.set_name("e2");  // the same values, split 4 + 2
+  for (int s = 0; s < 2; ++s) {
+    ShardSpec part;
+    *part.mutable_variable() = spec;
+    part.set_shard(s);
+    part.set_num_shards(2);
+    part.set_row_offset(s == 0 ? 0 : 4);
+    part.set_rows(s == 0 ? 4 : 2);
+    Create(ps, part);
+  }
+  PullRequest pull;
+  pull.set_worker_id(-1);
+  pull.add_shards()->set_variable("e");
+  pull.add_shards()->set_variable("e2");
+  pull.add_shards()->set_variable("e2");
+  pull.mutable_shards(2)->set_shard(1);
+  auto pulled = ps.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  auto whole_values = FloatValues(pulled->slices(0).tensor());
+  std::vector<float> joined(FloatValues(pulled->slices(1).tensor()).begin(),
+                            FloatValues(pulled->slices(1).tensor()).end());
+  for (float v : FloatValues(pulled->slices(2).tensor())) joined.push_back(v);
+  ASSERT_EQ(joined.size(), 18u);
+  const float limit = std::sqrt(6.0f / 9.0f);
+  for (int i = 0; i < 18; ++i) {
+    EXPECT_EQ(whole_values[i], joined[i]);
+    EXPECT_LE(std::fabs(whole_values[i]), limit);
+  }
+  EXPECT_NE(whole_values[0], whole_values[3]);  // rows differ
+}
+
+}  // namespace
+}  // namespace fulcrum
