@@ -15,6 +15,10 @@
 
 namespace fulcrum {
 
+// Tensor bytes per streamed message: a shard larger than this travels as
+// several slices, so no message nears gRPC's limits.
+constexpr int64_t kChunkBytes = 4 << 20;
+
 using SliceList = google::protobuf::RepeatedPtrField<ShardSlice>;
 
 // Appends `values` (a shard of `shard_shape`) to `out` as slices of at most

@@ -47,7 +47,7 @@ class PsGrpcServer::Service final : public PsService::Service {
 
   grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
                     grpc::ServerWriter<PullResponse>* writer) override {
-    return ToGrpcStatus(PullAndWrite(*request, Deadline(context), writer));
+    return ToGrpcStatus(PullAndWrite(*request, Deadline(context), {}, writer));
   }
 
   grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<PushRequest>* reader,
@@ -75,8 +75,9 @@ class PsGrpcServer::Service final : public PsService::Service {
       if (part.has_pull()) pull = part.pull();
     }
     if (absl::Status s = JoinSlices(merged.mutable_gradients()); !s.ok()) return ToGrpcStatus(s);
-    if (auto pushed = ps_->Push(merged); !pushed.ok()) return ToGrpcStatus(pushed.status());
-    return ToGrpcStatus(PullAndWrite(pull, Deadline(context), stream));
+    auto pushed = ps_->Push(merged);
+    if (!pushed.ok()) return ToGrpcStatus(pushed.status());
+    return ToGrpcStatus(PullAndWrite(pull, Deadline(context), pushed->results(), stream));
   }
 
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
@@ -99,13 +100,21 @@ class PsGrpcServer::Service final : public PsService::Service {
   }
 
  private:
-  absl::Status PullAndWrite(const PullRequest& request, absl::Time deadline,
-                            grpc::internal::WriterInterface<PullResponse>* writer) {
-    auto result = ps_->Pull(request, deadline, kDefaultChunkBytes);
+  // Writes the pulled shards as messages of about kChunkBytes; the
+  // first (always at least one) carries `push_results`.
+  absl::Status PullAndWrite(
+      const PullRequest& request, absl::Time deadline,
+      const google::protobuf::RepeatedPtrField<ShardPushResult>& push_results,
+      grpc::internal::WriterInterface<PullResponse>* writer) {
+    auto result = ps_->Pull(request, deadline, kChunkBytes);
     if (!result.ok()) return result.status();
-    PullResponse message;
-    for (SliceList& batch : BatchSlices(std::move(*result->mutable_slices()), kDefaultChunkBytes)) {
-      *message.mutable_slices() = std::move(batch);
+    std::vector<SliceList> batches =
+        BatchSlices(std::move(*result->mutable_slices()), kChunkBytes);
+    if (batches.empty()) batches.emplace_back();
+    for (size_t i = 0; i < batches.size(); ++i) {
+      PullResponse message;
+      *message.mutable_slices() = std::move(batches[i]);
+      if (i == 0) *message.mutable_push_results() = push_results;
       if (!writer->Write(message)) return absl::CancelledError("pull: the client went away");
     }
     return absl::OkStatus();

@@ -15,10 +15,6 @@
 
 namespace fulcrum {
 
-// Tensor bytes per streamed message: shards larger than this travel as
-// several slices.
-constexpr int64_t kDefaultChunkBytes = 4 << 20;
-
 class PsGrpcServer {
  public:
   // Serves `ps` (which must outlive the server) on `address` ("host:port";

@@ -1,0 +1,146 @@
+#include "worker/grpc/grpc_ps_transport.h"
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include "common/grpc_status.h"
+#include "common/slices.h"
+
+namespace fulcrum {
+namespace {
+
+void SetDeadline(absl::Time deadline, grpc::ClientContext* context) {
+  if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
+}
+
+// The push's gradients as stream messages of about kChunkBytes each; at least
+// one message, which carries the worker and clock even with no gradients.
+std::vector<PushRequest> PushMessages(const PushRequest& push) {
+  std::vector<PushRequest> messages;
+  for (SliceList& batch : BatchSlices(push.gradients(), kChunkBytes)) {
+    PushRequest& message = messages.emplace_back();
+    *message.mutable_gradients() = std::move(batch);
+  }
+  if (messages.empty()) messages.emplace_back();
+  for (PushRequest& message : messages) {
+    message.set_worker_id(push.worker_id());
+    message.set_clock(push.clock());
+  }
+  return messages;
+}
+
+// Reads a pull stream to its end and joins the slices into whole shards.
+absl::StatusOr<PullResponse> ReadPull(grpc::internal::ReaderInterface<PullResponse>* reader,
+                                      const std::function<grpc::Status()>& finish) {
+  PullResponse joined;
+  PullResponse part;
+  while (reader->Read(&part)) {
+    for (ShardSlice& slice : *part.mutable_slices()) *joined.add_slices() = std::move(slice);
+    for (ShardPushResult& result : *part.mutable_push_results()) {
+      *joined.add_push_results() = std::move(result);
+    }
+  }
+  if (absl::Status s = FromGrpcStatus(finish()); !s.ok()) return s;
+  if (absl::Status s = JoinSlices(joined.mutable_slices()); !s.ok()) return s;
+  return joined;
+}
+
+// A unary call with a deadline; `call(context, response)` makes it.
+template <typename Response, typename Call>
+absl::StatusOr<Response> Unary(absl::Time deadline, Call call) {
+  grpc::ClientContext context;
+  SetDeadline(deadline, &context);
+  Response response;
+  if (absl::Status s = FromGrpcStatus(call(&context, &response)); !s.ok()) return s;
+  return response;
+}
+
+}  // namespace
+
+GrpcPsTransport::GrpcPsTransport(const std::string& address) : address_(address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kClientMaxMessageBytes);
+  args.SetMaxSendMessageSize(kClientMaxMessageBytes);
+  stub_ = PsService::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+absl::StatusOr<CreateShardsResponse> GrpcPsTransport::CreateShards(
+    const CreateShardsRequest& request, absl::Time deadline) {
+  return Unary<CreateShardsResponse>(deadline, [&](auto* context, auto* response) {
+    return stub_->CreateShards(context, request, response);
+  });
+}
+
+absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
+                                                   absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(deadline, &context);
+  auto reader = stub_->Pull(&context, request);
+  return ReadPull(reader.get(), [&] { return reader->Finish(); });
+}
+
+absl::StatusOr<PushResponse> GrpcPsTransport::Push(const PushRequest& request,
+                                                   absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(deadline, &context);
+  PushResponse response;
+  auto writer = stub_->Push(&context, &response);
+  for (const PushRequest& message : PushMessages(request)) {
+    if (!writer->Write(message)) break;  // the server ended the call; Finish says why
+  }
+  writer->WritesDone();
+  if (absl::Status s = FromGrpcStatus(writer->Finish()); !s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(const PushRequest& push,
+                                                       const PullRequest& pull,
+                                                       absl::Time deadline) {
+  grpc::ClientContext context;
+  SetDeadline(deadline, &context);
+  auto stream = stub_->PushPull(&context);
+  std::vector<PushRequest> messages = PushMessages(push);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    PushPullRequest message;
+    *message.mutable_push() = std::move(messages[i]);
+    if (i + 1 == messages.size()) *message.mutable_pull() = pull;
+    if (!stream->Write(message)) break;  // the server ended the call; Finish says why
+  }
+  stream->WritesDone();
+  return ReadPull(stream.get(), [&] { return stream->Finish(); });
+}
+
+absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequest& request,
+                                                             absl::Time deadline) {
+  return Unary<HeartbeatResponse>(deadline, [&](auto* context, auto* response) {
+    return stub_->Heartbeat(context, request, response);
+  });
+}
+
+absl::StatusOr<DescribeResponse> GrpcPsTransport::Describe(absl::Time deadline) {
+  return Unary<DescribeResponse>(deadline, [&](auto* context, auto* response) {
+    return stub_->Describe(context, DescribeRequest(), response);
+  });
+}
+
+absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time deadline) {
+  JobDoneRequest request;
+  request.set_reason(reason);
+  return Unary<JobDoneResponse>(deadline, [&](auto* context, auto* response) {
+           return stub_->JobDone(context, request, response);
+         }).status();
+}
+
+std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
+    const std::vector<std::string>& addresses) {
+  std::vector<std::unique_ptr<PsTransport>> transports;
+  for (const std::string& address : addresses) {
+    transports.push_back(std::make_unique<GrpcPsTransport>(address));
+  }
+  return transports;
+}
+
+}  // namespace fulcrum

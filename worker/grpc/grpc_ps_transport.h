@@ -1,0 +1,46 @@
+// PsTransport over gRPC: streams shards in chunks of kChunkBytes and raises
+// gRPC's message limits. Thread-safe.
+#ifndef FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
+#define FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proto/ps_service.grpc.pb.h"
+#include "worker/ps_transport.h"
+
+namespace fulcrum {
+
+// Largest message the client sends or accepts (the server sets its own).
+constexpr int kClientMaxMessageBytes = 256 << 20;
+
+class GrpcPsTransport final : public PsTransport {
+ public:
+  // Connects lazily: an unreachable server makes calls fail UNAVAILABLE.
+  explicit GrpcPsTransport(const std::string& address);
+
+  std::string address() const override { return address_; }
+  absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
+                                                    absl::Time deadline) override;
+  absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline) override;
+  absl::StatusOr<PushResponse> Push(const PushRequest& request, absl::Time deadline) override;
+  absl::StatusOr<PullResponse> PushPull(const PushRequest& push, const PullRequest& pull,
+                                        absl::Time deadline) override;
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
+                                              absl::Time deadline) override;
+  absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;
+  absl::Status JobDone(const std::string& reason, absl::Time deadline) override;
+
+ private:
+  const std::string address_;
+  std::unique_ptr<PsService::Stub> stub_;
+};
+
+// One transport per address, in order.
+std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
+    const std::vector<std::string>& addresses);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_

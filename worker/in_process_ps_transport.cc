@@ -1,0 +1,50 @@
+#include "worker/in_process_ps_transport.h"
+
+#include <limits>
+
+#include "common/slices.h"
+
+namespace fulcrum {
+
+absl::StatusOr<CreateShardsResponse> InProcessPsTransport::CreateShards(
+    const CreateShardsRequest& request, absl::Time) {
+  return ps_->CreateShards(request);
+}
+
+absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& request,
+                                                        absl::Time deadline) {
+  return ps_->Pull(request, deadline, std::numeric_limits<int64_t>::max());
+}
+
+absl::StatusOr<PushResponse> InProcessPsTransport::Push(const PushRequest& request, absl::Time) {
+  PushRequest whole = request;
+  if (absl::Status s = JoinSlices(whole.mutable_gradients()); !s.ok()) return s;
+  return ps_->Push(whole);
+}
+
+absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(const PushRequest& push,
+                                                            const PullRequest& pull,
+                                                            absl::Time deadline) {
+  auto pushed = Push(push, deadline);
+  if (!pushed.ok()) return pushed.status();
+  auto pulled = Pull(pull, deadline);
+  if (!pulled.ok()) return pulled.status();
+  *pulled->mutable_push_results() = std::move(*pushed->mutable_results());
+  return pulled;
+}
+
+absl::StatusOr<HeartbeatResponse> InProcessPsTransport::Heartbeat(
+    const HeartbeatRequest& request, absl::Time) {
+  return ps_->Heartbeat(request);
+}
+
+absl::StatusOr<DescribeResponse> InProcessPsTransport::Describe(absl::Time) {
+  return ps_->Describe();
+}
+
+absl::Status InProcessPsTransport::JobDone(const std::string& reason, absl::Time) {
+  ps_->JobDone(reason);
+  return absl::OkStatus();
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,34 @@
+// A PsTransport that calls a ParameterServer in this process directly.
+// Thread-safe.
+#ifndef FULCRUM_WORKER_IN_PROCESS_PS_TRANSPORT_H_
+#define FULCRUM_WORKER_IN_PROCESS_PS_TRANSPORT_H_
+
+#include "ps_server/parameter_server.h"
+#include "worker/ps_transport.h"
+
+namespace fulcrum {
+
+class InProcessPsTransport final : public PsTransport {
+ public:
+  // `ps` must outlive the transport.
+  explicit InProcessPsTransport(ParameterServer* ps) : ps_(ps) {}
+
+  std::string address() const override { return "in-process"; }
+  absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
+                                                    absl::Time deadline) override;
+  absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline) override;
+  absl::StatusOr<PushResponse> Push(const PushRequest& request, absl::Time deadline) override;
+  absl::StatusOr<PullResponse> PushPull(const PushRequest& push, const PullRequest& pull,
+                                        absl::Time deadline) override;
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
+                                              absl::Time deadline) override;
+  absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;
+  absl::Status JobDone(const std::string& reason, absl::Time deadline) override;
+
+ private:
+  ParameterServer* const ps_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_IN_PROCESS_PS_TRANSPORT_H_

@@ -1,0 +1,354 @@
+#include "worker/ps_client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "common/slices.h"
+#include "worker/grpc/grpc_ps_transport.h"
+
+namespace fulcrum {
+
+PsClient::PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options)
+    : servers_(std::move(servers)), options_(options) {
+  CHECK(!servers_.empty());
+}
+
+PsClient::~PsClient() {
+  stop_heartbeats_.Notify();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+std::unique_ptr<PsClient> PsClient::Connect(const std::vector<std::string>& addresses,
+                                            PsClientOptions options) {
+  return std::make_unique<PsClient>(MakeGrpcTransports(addresses), options);
+}
+
+absl::Status PsClient::ForEachServer(
+    const std::vector<bool>& involved, const std::string& what,
+    const std::function<absl::Status(int ps, absl::Time deadline)>& call) {
+  std::vector<absl::Status> results(servers_.size());
+  auto run = [&](int ps) {
+    const absl::Time give_up = absl::Now() + options_.retry_timeout;
+    absl::Duration backoff = options_.initial_backoff;
+    for (int attempt = 1;; ++attempt) {
+      absl::Status status = call(ps, absl::Now() + options_.call_timeout);
+      if (status.code() != absl::StatusCode::kUnavailable || absl::Now() + backoff > give_up) {
+        results[ps] = status;
+        return;
+      }
+      if (attempt == 1 || attempt % 10 == 0) {
+        LOG_WARN("ps {} ({}) unavailable for {}: {}; retrying for up to {}", ps,
+                 servers_[ps]->address(), what, status.message(),
+                 absl::FormatDuration(give_up - absl::Now()));
+      }
+      absl::SleepFor(backoff);  // backoff between attempts, not synchronisation
+      backoff = std::min(backoff * 2, options_.max_backoff);
+    }
+  };
+  std::vector<std::thread> threads;
+  int first = -1;
+  for (int ps = 0; ps < num_servers(); ++ps) {
+    if (!involved[ps]) continue;
+    if (first < 0) {
+      first = ps;  // runs on this thread, after the others have started
+    } else {
+      threads.emplace_back(run, ps);
+    }
+  }
+  if (first >= 0) run(first);
+  for (auto& thread : threads) thread.join();
+  for (int ps = 0; ps < num_servers(); ++ps) {
+    if (!results[ps].ok()) {
+      return absl::Status(results[ps].code(),
+                          absl::StrCat("ps ", ps, " (", servers_[ps]->address(), "): ", what,
+                                       ": ", results[ps].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::CreateVariables(const std::vector<VariableSpec>& specs) {
+  auto placed = PlaceVariables(specs, num_servers());
+  if (!placed.ok()) return placed.status();
+  std::vector<CreateShardsRequest> requests(servers_.size());
+  for (const VariablePlacement& variable : *placed) {
+    for (const ShardPlacement& shard : variable.shards) {
+      ShardSpec* spec = requests[shard.ps].add_shards();
+      *spec->mutable_variable() = variable.spec;
+      spec->set_shard(shard.shard);
+      spec->set_num_shards(static_cast<int>(variable.shards.size()));
+      spec->set_row_offset(shard.row_offset);
+      spec->set_rows(shard.rows);
+    }
+  }
+  std::vector<bool> involved(servers_.size());
+  for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = requests[ps].shards_size() > 0;
+  absl::Status status =
+      ForEachServer(involved, "create variables", [&](int ps, absl::Time deadline) {
+        return servers_[ps]->CreateShards(requests[ps], deadline).status();
+      });
+  if (!status.ok()) return status;
+  placement_ = *std::move(placed);
+  index_.clear();
+  shard_state_.clear();
+  for (size_t i = 0; i < placement_.size(); ++i) index_[placement_[i].spec.name()] = i;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const VariablePlacement*> PsClient::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("variable '", name, "' was not created through this client"));
+  }
+  return &placement_[it->second];
+}
+
+absl::StatusOr<std::vector<const VariablePlacement*>> PsClient::Resolve(
+    const std::vector<std::string>& names) const {
+  std::vector<const VariablePlacement*> variables;
+  if (names.empty()) {
+    for (const VariablePlacement& v : placement_) variables.push_back(&v);
+    return variables;
+  }
+  for (const std::string& name : names) {
+    auto found = Find(name);
+    if (!found.ok()) return found.status();
+    variables.push_back(*found);
+  }
+  return variables;
+}
+
+std::vector<PullRequest> PsClient::BuildPulls(
+    const std::vector<const VariablePlacement*>& variables) const {
+  std::vector<PullRequest> pulls(servers_.size());
+  for (PullRequest& pull : pulls) {
+    pull.set_worker_id(options_.worker_id);
+    pull.set_clock(options_.mode == SSP ? clock_ : -1);
+  }
+  for (const VariablePlacement* variable : variables) {
+    for (const ShardPlacement& shard : variable->shards) {
+      ShardRef* ref = pulls[shard.ps].add_shards();
+      ref->set_variable(variable->spec.name());
+      ref->set_shard(shard.shard);
+      if (options_.mode == SYNC) {
+        auto it = shard_state_.find({variable->spec.name(), shard.shard});
+        if (it != shard_state_.end()) ref->set_min_version(it->second.min_version);
+      }
+    }
+  }
+  return pulls;
+}
+
+absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& variables,
+                                std::vector<PullResponse>& responses, TensorMap* out) {
+  std::map<std::pair<std::string, int>, const ShardSlice*> received;
+  for (const PullResponse& response : responses) {
+    for (const ShardSlice& slice : response.slices()) {
+      received[{slice.variable(), slice.shard()}] = &slice;
+    }
+  }
+  int64_t step = std::numeric_limits<int64_t>::max();
+  for (const VariablePlacement* variable : variables) {
+    const VariableSpec& spec = variable->spec;
+    DenseTensor& tensor = (*out)[spec.name()];
+    tensor.shape.assign(spec.shape().begin(), spec.shape().end());
+    tensor.values.resize(NumElements(tensor.shape));
+    const int64_t row_elems = RowElements(tensor.shape);
+    for (const ShardPlacement& shard : variable->shards) {
+      auto it = received.find({spec.name(), shard.shard});
+      const std::string what =
+          absl::StrCat("ps ", shard.ps, " (", servers_[shard.ps]->address(), "): variable '",
+                       spec.name(), "' shard ", shard.shard);
+      if (it == received.end()) {
+        return absl::DataLossError(absl::StrCat(what, ": missing from the pull response"));
+      }
+      Shape shard_shape = tensor.shape;
+      shard_shape[0] = shard.rows;
+      if (absl::Status s = CheckFloatTensor(it->second->tensor(), shard_shape, what); !s.ok()) {
+        return s;
+      }
+      const absl::Span<const float> values = FloatValues(it->second->tensor());
+      std::memcpy(tensor.values.data() + shard.row_offset * row_elems, values.data(),
+                  values.size() * sizeof(float));
+      ShardState& state = shard_state_[{spec.name(), shard.shard}];
+      state.pulled_version = it->second->version();
+      step = std::min(step, state.pulled_version);
+    }
+  }
+  if (!variables.empty()) step_ = step;
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* out) {
+  auto variables = Resolve(names);
+  if (!variables.ok()) return variables.status();
+  std::vector<PullRequest> pulls = BuildPulls(*variables);
+  std::vector<PullResponse> responses(servers_.size());
+  std::vector<bool> involved(servers_.size());
+  for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = pulls[ps].shards_size() > 0;
+  absl::Status status = ForEachServer(involved, "pull", [&](int ps, absl::Time deadline) {
+    auto pulled = servers_[ps]->Pull(pulls[ps], deadline);
+    if (pulled.ok()) responses[ps] = *std::move(pulled);
+    return pulled.status();
+  });
+  if (!status.ok()) return status;
+  return Assemble(*variables, responses, out);
+}
+
+absl::Status PsClient::BuildPushes(const TensorMap& gradients,
+                                   std::vector<PushRequest>* per_ps) const {
+  per_ps->assign(servers_.size(), PushRequest());
+  for (PushRequest& push : *per_ps) {
+    push.set_worker_id(options_.worker_id);
+    push.set_clock(options_.mode == SSP ? clock_ : -1);
+  }
+  for (const auto& [name, grad] : gradients) {
+    auto found = Find(name);
+    if (!found.ok()) return found.status();
+    const VariableSpec& spec = (*found)->spec;
+    if (!std::equal(grad.shape.begin(), grad.shape.end(), spec.shape().begin(),
+                    spec.shape().end()) ||
+        static_cast<int64_t>(grad.values.size()) != NumElements(grad.shape)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient of variable '", name, "': expected shape ",
+                       ShapeString(spec.shape()), ", got ", ShapeString(grad.shape), " with ",
+                       grad.values.size(), " values"));
+    }
+    const int64_t row_elems = RowElements(grad.shape);
+    for (const ShardPlacement& shard : (*found)->shards) {
+      auto it = shard_state_.find({name, shard.shard});
+      Shape shard_shape = grad.shape;
+      shard_shape[0] = shard.rows;
+      AppendShardSlices(name, shard.shard, it == shard_state_.end() ? 0 : it->second.pulled_version,
+                        shard_shape,
+                        absl::MakeConstSpan(grad.values)
+                            .subspan(shard.row_offset * row_elems, shard.rows * row_elems),
+                        kChunkBytes, (*per_ps)[shard.ps].mutable_gradients());
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PsClient::AfterPush(const std::vector<PushRequest>& pushes) {
+  for (const PushRequest& push : pushes) {
+    for (const ShardSlice& slice : push.gradients()) {
+      ShardState& state = shard_state_[{slice.variable(), slice.shard()}];
+      state.min_version = state.pulled_version + 1;
+    }
+  }
+  if (options_.mode == SSP) ++clock_;
+}
+
+PushStats PsClient::Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
+                              PushStats stats) const {
+  for (const ShardPushResult& result : results) {
+    switch (result.outcome()) {
+      case ShardPushResult::APPLIED: ++stats.applied; break;
+      case ShardPushResult::ACCUMULATED: ++stats.accumulated; break;
+      case ShardPushResult::STALE: ++stats.stale; break;
+      case ShardPushResult::DUPLICATE: ++stats.duplicate; break;
+      default: break;
+    }
+    stats.max_staleness = std::max(stats.max_staleness, result.staleness());
+  }
+  return stats;
+}
+
+absl::StatusOr<PushStats> PsClient::Push(const TensorMap& gradients) {
+  std::vector<PushRequest> pushes;
+  if (absl::Status s = BuildPushes(gradients, &pushes); !s.ok()) return s;
+  std::vector<PushResponse> responses(servers_.size());
+  std::vector<bool> involved(servers_.size());
+  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+    // SSP: every server keeps this worker's clock, so every server hears of it.
+    involved[ps] = pushes[ps].gradients_size() > 0 || options_.mode == SSP;
+  }
+  absl::Status status = ForEachServer(involved, "push", [&](int ps, absl::Time deadline) {
+    auto pushed = servers_[ps]->Push(pushes[ps], deadline);
+    if (pushed.ok()) responses[ps] = *std::move(pushed);
+    return pushed.status();
+  });
+  if (!status.ok()) return status;
+  PushStats stats;
+  for (const PushResponse& response : responses) stats = Summarize(response.results(), stats);
+  AfterPush(pushes);
+  return stats;
+}
+
+absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
+                                             const std::vector<std::string>& names,
+                                             TensorMap* out) {
+  auto variables = Resolve(names);
+  if (!variables.ok()) return variables.status();
+  std::vector<PushRequest> pushes;
+  if (absl::Status s = BuildPushes(gradients, &pushes); !s.ok()) return s;
+  // The pull half runs after the push: it waits for the step the push joined
+  // (sync) and runs at the next clock (SSP). Undone if the call fails.
+  const auto state_before = shard_state_;
+  const int64_t clock_before = clock_;
+  AfterPush(pushes);
+  std::vector<PullRequest> pulls = BuildPulls(*variables);
+  std::vector<PullResponse> responses(servers_.size());
+  std::vector<bool> involved(servers_.size());
+  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+    involved[ps] = pushes[ps].gradients_size() > 0 || pulls[ps].shards_size() > 0 ||
+                   options_.mode == SSP;
+  }
+  absl::Status status = ForEachServer(involved, "push-pull", [&](int ps, absl::Time deadline) {
+    auto pulled = servers_[ps]->PushPull(pushes[ps], pulls[ps], deadline);
+    if (pulled.ok()) responses[ps] = *std::move(pulled);
+    return pulled.status();
+  });
+  if (!status.ok()) {
+    shard_state_ = state_before;
+    clock_ = clock_before;
+    return status;
+  }
+  PushStats stats;
+  for (const PullResponse& response : responses) stats = Summarize(response.push_results(), stats);
+  if (absl::Status s = Assemble(*variables, responses, out); !s.ok()) return s;
+  return stats;
+}
+
+absl::Status PsClient::Heartbeat() {
+  HeartbeatRequest request;
+  request.set_worker_id(options_.worker_id);
+  return ForEachServer(std::vector<bool>(servers_.size(), true), "heartbeat",
+                       [&](int ps, absl::Time deadline) {
+                         return servers_[ps]->Heartbeat(request, deadline).status();
+                       });
+}
+
+void PsClient::StartHeartbeats(absl::Duration interval) {
+  CHECK(!heartbeat_thread_.joinable());
+  heartbeat_thread_ = std::thread([this, interval] {
+    while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
+      if (absl::Status s = Heartbeat(); !s.ok()) LOG_WARN("heartbeat failed: {}", s.message());
+    }
+  });
+}
+
+absl::StatusOr<std::vector<DescribeResponse>> PsClient::Describe() {
+  std::vector<DescribeResponse> responses(servers_.size());
+  absl::Status status = ForEachServer(std::vector<bool>(servers_.size(), true), "describe",
+                                      [&](int ps, absl::Time deadline) {
+                                        auto described = servers_[ps]->Describe(deadline);
+                                        if (described.ok()) responses[ps] = *described;
+                                        return described.status();
+                                      });
+  if (!status.ok()) return status;
+  return responses;
+}
+
+absl::Status PsClient::JobDone(const std::string& reason) {
+  return ForEachServer(std::vector<bool>(servers_.size(), true), "job done",
+                       [&](int ps, absl::Time deadline) {
+                         return servers_[ps]->JobDone(reason, deadline);
+                       });
+}
+
+}  // namespace fulcrum

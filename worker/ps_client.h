@@ -1,0 +1,172 @@
+// PsClient: the public C++ API for training against Fulcrum's parameter
+// servers -- the counterpart of TensorFlow's custom training loop with a
+// ParameterServerStrategy.
+//
+// A training loop:
+//
+//   PsClientOptions options;
+//   options.worker_id = replica_id;           // from the cluster spec
+//   options.mode = SYNC;                      // as the servers run
+//   auto client = PsClient::Connect({"ps0:2222", "ps1:2222"}, options);
+//   client->CreateVariables(specs);           // idempotent: every worker may call it
+//   TensorMap weights;
+//   for (...) {
+//     client->Pull({}, &weights);             // sync: waits for this step's update
+//     TensorMap grads = ComputeGradients(weights, batch);   // your model
+//     client->Push(grads);                    // the optimizer runs on the servers
+//   }
+//   client->JobDone("finished");              // chief: every server exits 0
+//
+// Variables are partitioned and placed on the servers by their specs
+// (common/partitioner.h); pulls and pushes go to every server involved in
+// parallel; UNAVAILABLE servers are retried with backoff up to
+// retry_timeout; errors name the server, the variable and what happened.
+//
+// The consistency mode sets what the client tracks for you:
+//   SYNC:  a push carries the version each shard was pulled at; the next pull
+//          waits (long poll) until the step's aggregated update is applied.
+//   ASYNC: pushes apply at once; the servers record their staleness.
+//   SSP:   the client keeps a clock (one per push); a pull waits while this
+//          worker is more than the servers' bound ahead of the slowest.
+//
+// Thread-safety: Pull, Push and PushPull are called from one thread at a time
+// (the training loop). Heartbeats run on their own thread once started.
+#ifndef FULCRUM_WORKER_PS_CLIENT_H_
+#define FULCRUM_WORKER_PS_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/partitioner.h"
+#include "common/tensor.h"
+#include "proto/config.pb.h"
+#include "proto/ps_service.pb.h"
+#include "worker/ps_transport.h"
+
+namespace fulcrum {
+
+// Whole variables by name.
+using TensorMap = std::map<std::string, DenseTensor>;
+
+struct PsClientOptions {
+  // This worker's replica id (ReplicaId of the cluster spec); -1 for a
+  // read-only client (evaluator, tools) that may only pull.
+  int worker_id = 0;
+  // Must match the servers' --mode.
+  ConsistencyMode mode = ASYNC;
+  // Deadline of each call, long polls included.
+  absl::Duration call_timeout = absl::Seconds(60);
+  // How long UNAVAILABLE servers are retried before the call fails.
+  absl::Duration retry_timeout = absl::Seconds(60);
+  // First retry delay; doubles up to max_backoff.
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+};
+
+// What the servers did with one push, summed over shards.
+struct PushStats {
+  int applied = 0;      // applied now
+  int accumulated = 0;  // sync: waiting for the step's other gradients
+  int stale = 0;        // dropped: computed from an old version
+  int duplicate = 0;    // sync: already pushed for this step
+  int64_t max_staleness = 0;
+};
+
+class PsClient {
+ public:
+  // A client over `servers` (one per PS task, in task order).
+  PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options);
+  ~PsClient();
+
+  // A client over gRPC to the servers at `addresses` ("host:port", in task
+  // order). Connects lazily.
+  static std::unique_ptr<PsClient> Connect(const std::vector<std::string>& addresses,
+                                           PsClientOptions options);
+
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
+
+  // Partitions and places the variables and creates their shards on the
+  // servers, initialised there from each spec's initializer. Idempotent: the
+  // same specs again are OK (so every worker may call it); a different spec
+  // under an existing name is ALREADY_EXISTS. Must precede pulls and pushes.
+  absl::Status CreateVariables(const std::vector<VariableSpec>& specs);
+
+  // Pulls the named variables (all when `names` is empty) into `out`.
+  absl::Status Pull(const std::vector<std::string>& names, TensorMap* out);
+
+  // Pushes gradients, each the shape of its variable. Nothing is sent when a
+  // name or shape is wrong.
+  absl::StatusOr<PushStats> Push(const TensorMap& gradients);
+
+  // Push, then pull (after the push is applied), in one round trip per server.
+  absl::StatusOr<PushStats> PushPull(const TensorMap& gradients,
+                                     const std::vector<std::string>& names, TensorMap* out);
+
+  // Renews this worker's lease on every server.
+  absl::Status Heartbeat();
+
+  // Sends heartbeats every `interval` from a thread, until destruction, so
+  // the lease holds through long computations.
+  void StartHeartbeats(absl::Duration interval);
+
+  // Every server's state, in task order.
+  absl::StatusOr<std::vector<DescribeResponse>> Describe();
+
+  // Tells every server that training is over; they exit 0.
+  absl::Status JobDone(const std::string& reason);
+
+  // The lowest version among the shards of the last pull: the global step in
+  // sync mode.
+  int64_t step() const { return step_; }
+  // SSP: pushes made so far.
+  int64_t clock() const { return clock_; }
+
+  const std::vector<VariablePlacement>& placement() const { return placement_; }
+  int num_servers() const { return static_cast<int>(servers_.size()); }
+
+ private:
+  struct ShardState {
+    int64_t pulled_version = 0;
+    int64_t min_version = 0;  // sync: the next pull waits for this
+  };
+
+  absl::StatusOr<const VariablePlacement*> Find(const std::string& name) const;
+  absl::StatusOr<std::vector<const VariablePlacement*>> Resolve(
+      const std::vector<std::string>& names) const;
+  absl::Status BuildPushes(const TensorMap& gradients, std::vector<PushRequest>* per_ps) const;
+  std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables) const;
+  absl::Status Assemble(const std::vector<const VariablePlacement*>& variables,
+                        std::vector<PullResponse>& responses, TensorMap* out);
+  void AfterPush(const std::vector<PushRequest>& pushes);
+  PushStats Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
+                      PushStats stats) const;
+
+  // Runs call(ps) for every server with work (`involved`), in parallel;
+  // retries UNAVAILABLE with backoff; the first error, named by server.
+  absl::Status ForEachServer(const std::vector<bool>& involved, const std::string& what,
+                             const std::function<absl::Status(int ps, absl::Time deadline)>& call);
+
+  const std::vector<std::unique_ptr<PsTransport>> servers_;
+  const PsClientOptions options_;
+  std::vector<VariablePlacement> placement_;
+  std::map<std::string, size_t> index_;                  // name -> placement_ index
+  std::map<std::pair<std::string, int>, ShardState> shard_state_;
+  int64_t step_ = 0;
+  int64_t clock_ = 0;
+
+  absl::Notification stop_heartbeats_;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_PS_CLIENT_H_

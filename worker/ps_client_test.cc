@@ -1,0 +1,209 @@
+#include "worker/ps_client.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "worker/in_process_ps_transport.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+PsServerConfig Config(ConsistencyMode mode, int replicas) {
+  PsServerConfig config;
+  config.set_mode(mode);
+  config.set_num_replicas(replicas);
+  config.set_replicas_to_aggregate(replicas);
+  config.set_max_staleness(-1);
+  config.set_staleness_bound(1);
+  config.set_lease_timeout_ms(10000);
+  config.set_max_message_bytes(64 << 20);
+  return config;
+}
+
+VariableSpec Spec(const std::string& name, Shape shape, int shards, float init) {
+  VariableSpec spec;
+  spec.set_name(name);
+  spec.mutable_shape()->Assign(shape.begin(), shape.end());
+  spec.set_dtype(DT_FLOAT);
+  spec.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
+  spec.mutable_initializer()->set_value(init);
+  spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
+  spec.mutable_partitioner()->set_num_shards(shards);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+DenseTensor Filled(Shape shape, float value) {
+  return DenseTensor{shape, std::vector<float>(NumElements(shape), value)};
+}
+
+// Two in-process servers and clients for `workers` replicas.
+class Cluster {
+ public:
+  Cluster(ConsistencyMode mode, int workers) {
+    for (int i = 0; i < 2; ++i) servers_.push_back(std::make_unique<ParameterServer>(Config(mode, workers)));
+    for (int w = 0; w < workers; ++w) {
+      std::vector<std::unique_ptr<PsTransport>> transports;
+      for (auto& server : servers_) {
+        transports.push_back(std::make_unique<InProcessPsTransport>(server.get()));
+      }
+      PsClientOptions options;
+      options.worker_id = w;
+      options.mode = mode;
+      clients_.push_back(std::make_unique<PsClient>(std::move(transports), options));
+    }
+  }
+  PsClient& client(int w) { return *clients_[w]; }
+  ParameterServer& server(int i) { return *servers_[i]; }
+
+ private:
+  std::vector<std::unique_ptr<ParameterServer>> servers_;
+  std::vector<std::unique_ptr<PsClient>> clients_;
+};
+
+TEST(PsClientTest, ShardsAcrossServersAndAppliesPushes) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateVariables({Spec("w", {5, 2}, 3, 1.0f), Spec("b", {2}, 1, 0.0f)}).ok());
+  // Both servers hold something: 3 shards of w and b spread over 2 servers.
+  EXPECT_GT(cluster.server(0).Describe().shards_size(), 0);
+  EXPECT_GT(cluster.server(1).Describe().shards_size(), 0);
+
+  TensorMap grads;
+  grads["w"] = DenseTensor{{5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
+  grads["b"] = Filled({2}, 0.5f);
+  auto stats = client.Push(grads);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->applied, 4);
+
+  TensorMap values;
+  ASSERT_TRUE(client.Pull({}, &values).ok());
+  ASSERT_EQ(values["w"].shape, Shape({5, 2}));
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(values["w"].values[i], 1.0f - i);
+  EXPECT_EQ(values["b"].values, std::vector<float>({-0.5f, -0.5f}));
+  EXPECT_EQ(client.step(), 1);
+}
+
+TEST(PsClientTest, SyncPullWaitsForTheAggregatedStep) {
+  Cluster cluster(SYNC, 2);
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(cluster.client(w).CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());
+  }
+  for (int step = 0; step < 3; ++step) {
+    TensorMap values[2];
+    std::thread other([&] {
+      ASSERT_TRUE(cluster.client(1).PushPull({{"w", Filled({4}, 3.0f)}}, {}, &values[1]).ok());
+    });
+    auto stats = cluster.client(0).PushPull({{"w", Filled({4}, 1.0f)}}, {}, &values[0]);
+    other.join();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    // Both see the step applied once, with the mean of 1 and 3.
+    for (int w = 0; w < 2; ++w) {
+      EXPECT_EQ(values[w]["w"].values, std::vector<float>(4, -2.0f * (step + 1))) << w;
+      EXPECT_EQ(cluster.client(w).step(), step + 1);
+    }
+  }
+}
+
+TEST(PsClientTest, SspClockAdvancesWithEachPush) {
+  Cluster cluster(SSP, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateVariables({Spec("w", {2}, 1, 0.0f)}).ok());
+  TensorMap values;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client.PushPull({{"w", Filled({2}, 1.0f)}}, {}, &values).ok());
+  }
+  EXPECT_EQ(client.clock(), 3);
+  EXPECT_EQ(cluster.server(0).Describe().workers(0).clock(), 3);
+  EXPECT_EQ(cluster.server(1).Describe().workers(0).clock(), 3);  // told though it holds nothing
+}
+
+TEST(PsClientTest, BadGradientsAreRejectedBeforeSending) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());
+  auto unknown = client.Push({{"nope", Filled({4}, 1.0f)}});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  auto shape = client.Push({{"w", Filled({5}, 1.0f)}});
+  EXPECT_EQ(shape.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(shape.status().message(), HasSubstr("expected shape [4], got [5]"));
+  EXPECT_EQ(cluster.server(0).Describe().updates_applied(), 0);
+  TensorMap values;
+  EXPECT_EQ(client.Pull({"nope"}, &values).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(PsClientTest, ConflictingCreateIsAlreadyExists) {
+  Cluster cluster(ASYNC, 2);
+  ASSERT_TRUE(cluster.client(0).CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());
+  ASSERT_TRUE(cluster.client(1).CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());  // idempotent
+  absl::Status conflict = cluster.client(1).CreateVariables({Spec("w", {4}, 2, 7.0f)});
+  EXPECT_EQ(conflict.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(conflict.message(), HasSubstr("ps "));
+}
+
+// Fails UNAVAILABLE a number of times, then passes calls through.
+class FlakyTransport final : public PsTransport {
+ public:
+  FlakyTransport(ParameterServer* ps, int failures) : inner_(ps), failures_(failures) {}
+  std::string address() const override { return "flaky"; }
+  absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& r,
+                                                    absl::Time d) override {
+    if (Fail()) return absl::UnavailableError("connection refused");
+    return inner_.CreateShards(r, d);
+  }
+  absl::StatusOr<PullResponse> Pull(const PullRequest& r, absl::Time d) override {
+    if (Fail()) return absl::UnavailableError("connection refused");
+    return inner_.Pull(r, d);
+  }
+  absl::StatusOr<PushResponse> Push(const PushRequest& r, absl::Time d) override {
+    return inner_.Push(r, d);
+  }
+  absl::StatusOr<PullResponse> PushPull(const PushRequest& p, const PullRequest& r,
+                                        absl::Time d) override {
+    return inner_.PushPull(p, r, d);
+  }
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& r, absl::Time d) override {
+    return inner_.Heartbeat(r, d);
+  }
+  absl::StatusOr<DescribeResponse> Describe(absl::Time d) override { return inner_.Describe(d); }
+  absl::Status JobDone(const std::string& r, absl::Time d) override { return inner_.JobDone(r, d); }
+  int calls() const { return calls_; }
+
+ private:
+  bool Fail() { return ++calls_ <= failures_; }
+  InProcessPsTransport inner_;
+  const int failures_;
+  std::atomic<int> calls_{0};
+};
+
+TEST(PsClientTest, RetriesUnavailableWithBackoffThenGivesUpNamingTheServer) {
+  ParameterServer ps(Config(ASYNC, 1));
+  PsClientOptions options;
+  options.initial_backoff = absl::Milliseconds(1);
+  options.max_backoff = absl::Milliseconds(4);
+  options.retry_timeout = absl::Seconds(5);
+  std::vector<std::unique_ptr<PsTransport>> transports;
+  auto flaky = std::make_unique<FlakyTransport>(&ps, 3);
+  FlakyTransport* flaky_ptr = flaky.get();
+  transports.push_back(std::move(flaky));
+  PsClient client(std::move(transports), options);
+  ASSERT_TRUE(client.CreateVariables({Spec("w", {2}, 1, 0.0f)}).ok());
+  EXPECT_EQ(flaky_ptr->calls(), 4);
+
+  ParameterServer down(Config(ASYNC, 1));
+  options.retry_timeout = absl::Milliseconds(30);
+  std::vector<std::unique_ptr<PsTransport>> never;
+  never.push_back(std::make_unique<FlakyTransport>(&down, 1 << 30));
+  PsClient gives_up(std::move(never), options);
+  absl::Status status = gives_up.CreateVariables({Spec("w", {2}, 1, 0.0f)});
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), HasSubstr("ps 0 (flaky): create variables"));
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,48 @@
+// The calls a worker makes to one parameter server, independent of how they
+// travel: over gRPC (grpc/grpc_ps_transport.h) or to a server in this
+// process (in_process_ps_transport.h), so trainer tests need no sockets.
+// Implementations are thread-safe.
+#ifndef FULCRUM_WORKER_PS_TRANSPORT_H_
+#define FULCRUM_WORKER_PS_TRANSPORT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/ps_service.pb.h"
+
+namespace fulcrum {
+
+class PsTransport {
+ public:
+  virtual ~PsTransport() = default;
+
+  // Where the server is, for messages: "127.0.0.1:4000" or "in-process".
+  virtual std::string address() const = 0;
+
+  virtual absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
+                                                            absl::Time deadline) = 0;
+
+  // The response holds each requested shard whole (slices joined).
+  virtual absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline) = 0;
+
+  // The gradients may hold a shard as several slices of rows that together
+  // cover it.
+  virtual absl::StatusOr<PushResponse> Push(const PushRequest& request, absl::Time deadline) = 0;
+
+  // Push, then pull, in one round trip. The response's push_results hold the
+  // push's outcome.
+  virtual absl::StatusOr<PullResponse> PushPull(const PushRequest& push, const PullRequest& pull,
+                                                absl::Time deadline) = 0;
+
+  virtual absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
+                                                      absl::Time deadline) = 0;
+
+  virtual absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) = 0;
+
+  virtual absl::Status JobDone(const std::string& reason, absl::Time deadline) = 0;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_PS_TRANSPORT_H_
