@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -128,9 +129,17 @@ int Run() {
   int sig = 0;
   sigwait(&signals, &sig);
   LOG_INFO("{}: shutting down", sig == SIGUSR1 ? "job done" : strsignal(sig));
-  (*server)->Shutdown(absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_grace_period_secs)));
+  // After job done no training call is left, and idle clients would hold a
+  // graceful shutdown until their channels next poll: one second is enough.
+  absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_grace_period_secs));
+  if (sig == SIGUSR1) grace = std::min(grace, absl::Seconds(1));
+  (*server)->Shutdown(absl::Now() + grace);
   LOG_INFO("stopped");
-  return 0;
+  // Every call has finished or been cancelled. gRPC 1.51's server destructor
+  // can then stall for seconds after streamed calls (grpc/grpc#41050), so the
+  // process ends here without tearing the server down.
+  spdlog::shutdown();
+  std::_Exit(0);
 }
 
 }  // namespace

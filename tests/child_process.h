@@ -1,0 +1,60 @@
+// A child process for multi-process tests: started with arguments and extra
+// environment, its stdout and stderr read line by line, killed and reaped
+// when the object goes away. Thread-compatible.
+#ifndef FULCRUM_TESTS_CHILD_PROCESS_H_
+#define FULCRUM_TESTS_CHILD_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace fulcrum {
+
+class ChildProcess {
+ public:
+  // Starts `argv[0]` with `argv` and `env` ("NAME=value") added to this
+  // process's environment. Its output is echoed to this process's stderr,
+  // each line prefixed with `label`.
+  ChildProcess(std::string label, std::vector<std::string> argv,
+               std::vector<std::string> env = {});
+  ~ChildProcess();
+
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // Reads output until a line contains `text`; returns that line, or nothing
+  // when the output ends or `timeout` passes first.
+  std::optional<std::string> WaitForLine(const std::string& text, absl::Duration timeout);
+
+  // Waits for the process to exit (reading its output meanwhile); its exit
+  // code, 128 + signal if killed, or nothing on timeout.
+  std::optional<int> Wait(absl::Duration timeout);
+
+  void Signal(int sig);
+
+  // Every line read so far.
+  const std::vector<std::string>& lines() const { return lines_; }
+
+ private:
+  // Reads what is available within `timeout`; false at end of output.
+  bool ReadSome(absl::Duration timeout);
+
+  const std::string label_;
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  std::string partial_;
+  std::vector<std::string> lines_;
+  std::optional<int> exit_code_;
+};
+
+// The path of a binary built by Bazel, from the test's runfiles, e.g.
+// RunfilePath("ps_server/ps_server").
+std::string RunfilePath(const std::string& path);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_TESTS_CHILD_PROCESS_H_

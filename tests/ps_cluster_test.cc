@@ -1,0 +1,225 @@
+// Real ps_server processes on 127.0.0.1, on ports they pick, driven by the
+// client library over gRPC.
+#include <signal.h>
+
+#include <gmock/gmock.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <regex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "proto/health.grpc.pb.h"
+#include "tests/child_process.h"
+#include "worker/ps_client.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A ps_server on 127.0.0.1 with a port it picked.
+struct PsProcess {
+  std::unique_ptr<ChildProcess> process;
+  std::string address;
+};
+
+PsProcess StartPs(int index, int num_ps, int workers, const std::vector<std::string>& flags) {
+  // The cluster spec's own ports are placeholders: --port=0 picks a free one.
+  std::string ps_hosts, worker_hosts;
+  for (int i = 0; i < num_ps; ++i) absl::StrAppend(&ps_hosts, i ? "," : "", "127.0.0.1:0");
+  for (int i = 0; i < workers; ++i) {
+    absl::StrAppend(&worker_hosts, i ? "," : "", "127.0.0.1:", 1 + i);
+  }
+  std::vector<std::string> argv = {RunfilePath("ps_server/ps_server"),
+                                   "--ps_hosts=" + ps_hosts,
+                                   "--worker_hosts=" + worker_hosts,
+                                   absl::StrCat("--task_index=", index),
+                                   "--bind_host=127.0.0.1",
+                                   "--port=0"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  PsProcess ps;
+  ps.process = std::make_unique<ChildProcess>(absl::StrCat("ps", index), argv);
+  auto line = ps.process->WaitForLine("listening on", absl::Seconds(30));
+  std::smatch match;
+  if (line && std::regex_search(*line, match, std::regex("listening on (\\S+:\\d+)"))) {
+    ps.address = match[1];
+  }
+  return ps;
+}
+
+std::vector<std::string> Addresses(const std::vector<PsProcess>& servers) {
+  std::vector<std::string> out;
+  for (const PsProcess& ps : servers) out.push_back(ps.address);
+  return out;
+}
+
+VariableSpec BigVariable() {
+  // 2100 x 1024 floats (8.2 MiB) in 2 shards of 4.1 MiB: each travels in chunks.
+  VariableSpec spec;
+  spec.set_name("embedding");
+  spec.add_shape(2100);
+  spec.add_shape(1024);
+  spec.set_dtype(DT_FLOAT);
+  spec.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
+  spec.mutable_initializer()->set_value(1.0f);
+  spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
+  spec.mutable_partitioner()->set_num_shards(2);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+TEST(PsClusterTest, SyncTrainingAcrossTwoServerProcesses) {
+  std::vector<PsProcess> servers;
+  for (int i = 0; i < 2; ++i) servers.push_back(StartPs(i, 2, 2, {"--mode=sync"}));
+  for (const PsProcess& ps : servers) ASSERT_FALSE(ps.address.empty());
+
+  constexpr int kSteps = 3;
+  std::vector<std::unique_ptr<PsClient>> clients;
+  for (int w = 0; w < 2; ++w) {
+    PsClientOptions options;
+    options.worker_id = w;
+    options.mode = SYNC;
+    clients.push_back(PsClient::Connect(Addresses(servers), options));
+    ASSERT_TRUE(clients[w]->CreateVariables({BigVariable()}).ok());
+  }
+  const Shape shape = {2100, 1024};
+  std::vector<TensorMap> pulled(2);
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      for (int step = 0; step < kSteps && status[w].ok(); ++step) {
+        // Element i of worker w's gradient: (w + 1) * (i % 7).
+        DenseTensor grad{shape, std::vector<float>(2100 * 1024)};
+        for (size_t i = 0; i < grad.values.size(); ++i) grad.values[i] = (w + 1) * (i % 7);
+        status[w] = clients[w]->PushPull({{"embedding", grad}}, {}, &pulled[w]).status();
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(status[w].ok()) << status[w];
+    EXPECT_EQ(clients[w]->step(), kSteps);
+    const auto& values = pulled[w]["embedding"].values;
+    ASSERT_EQ(values.size(), 2100u * 1024u);
+    // Each step subtracts the mean 1.5 * (i % 7).
+    for (size_t i = 0; i < values.size(); i += 997) {
+      ASSERT_FLOAT_EQ(values[i], 1.0f - kSteps * 1.5f * (i % 7)) << "worker " << w << " at " << i;
+    }
+  }
+  auto described = clients[0]->Describe();
+  ASSERT_TRUE(described.ok()) << described.status();
+  for (const DescribeResponse& d : *described) {
+    EXPECT_EQ(d.mode(), SYNC);
+    ASSERT_EQ(d.shards_size(), 1);  // one shard on each server
+    EXPECT_EQ(d.shards(0).version(), kSteps);
+    EXPECT_EQ(d.updates_applied(), kSteps);
+  }
+
+  // The chief says the job is done: every server exits 0.
+  ASSERT_TRUE(clients[0]->JobDone("test finished").ok());
+  for (PsProcess& ps : servers) EXPECT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
+}
+
+TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
+  PsProcess ps = StartPs(0, 1, 1, {"--mode=async", "--max_message_mb=2"});
+  ASSERT_FALSE(ps.address.empty());
+  auto channel = grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials());
+
+  grpc::health::v1::HealthCheckRequest health_request;
+  grpc::health::v1::HealthCheckResponse health;
+  grpc::ClientContext health_context;
+  ASSERT_TRUE(grpc::health::v1::Health::NewStub(channel)
+                  ->Check(&health_context, health_request, &health)
+                  .ok());
+  EXPECT_EQ(health.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  PsClientOptions options;
+  auto client = PsClient::Connect({ps.address}, options);
+  VariableSpec spec = BigVariable();
+  spec.set_name("w");
+  spec.clear_shape();
+  spec.add_shape(8);
+  ASSERT_TRUE(client->CreateVariables({spec}).ok());
+  ASSERT_TRUE(client->Push({{"w", DenseTensor{{8}, std::vector<float>(8, 1.0f)}}}).ok());
+
+  // Raw bytes straight to the methods, bypassing the client library.
+  grpc::GenericStub generic(channel);
+  auto raw_call = [&](const std::string& method, const std::string& bytes) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    absl::Notification done;
+    grpc::Status result;
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) {
+                        result = s;
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    return result;
+  };
+  const grpc::Status garbled = raw_call("/fulcrum.PsService/CreateShards", "\xff\xff\xff\x07garbage");
+  EXPECT_FALSE(garbled.ok());
+  const grpc::Status oversize =
+      raw_call("/fulcrum.PsService/CreateShards", std::string(3 << 20, '\x0a'));
+  EXPECT_EQ(oversize.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // The server still serves, its state intact: w is 1 - 1 = 0.
+  TensorMap values;
+  ASSERT_TRUE(client->Pull({}, &values).ok());
+  EXPECT_EQ(values["w"].values, std::vector<float>(8, 0.0f));
+  EXPECT_EQ(client->step(), 1);
+
+  // SIGTERM: a clean exit 0.
+  ps.process->Signal(SIGTERM);
+  EXPECT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
+  EXPECT_TRUE(ps.process->WaitForLine("stopped", absl::Seconds(1)));
+}
+
+TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
+  PsClientOptions options;
+  options.retry_timeout = absl::Milliseconds(300);
+  options.initial_backoff = absl::Milliseconds(20);
+  // A port nothing listens on: bind one, then close it.
+  PsProcess ps = StartPs(0, 1, 1, {});
+  const std::string address = ps.address;
+  ps.process->Signal(SIGTERM);
+  ASSERT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
+  auto client = PsClient::Connect({address}, options);
+  absl::Status status = client->CreateVariables({BigVariable()});
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), HasSubstr(address));
+}
+
+TEST(PsClusterTest, BadFlagsExitWithAClearError) {
+  ChildProcess bad_mode("bad", {RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0",
+                                "--worker_hosts=127.0.0.1:1", "--mode=eventual"});
+  EXPECT_EQ(bad_mode.Wait(absl::Seconds(30)), 2);
+  EXPECT_TRUE(bad_mode.WaitForLine("--mode: 'eventual'", absl::Seconds(1)));
+  ChildProcess no_spec("nospec", {RunfilePath("ps_server/ps_server")});
+  EXPECT_EQ(no_spec.Wait(absl::Seconds(30)), 2);
+  EXPECT_TRUE(no_spec.WaitForLine("no cluster spec", absl::Seconds(1)));
+}
+
+TEST(PsClusterTest, CustomLoopExampleTrainsAgainstARealServer) {
+  PsProcess ps = StartPs(0, 1, 1, {"--mode=async"});
+  ASSERT_FALSE(ps.address.empty());
+  ChildProcess example("custom_loop", {RunfilePath("examples/custom_loop"),
+                                        "--ps_hosts=" + ps.address});
+  EXPECT_EQ(example.Wait(absl::Seconds(120)), 0);
+  EXPECT_TRUE(example.WaitForLine("final max weight error", absl::Seconds(1)));
+  // The example is the chief: it ended the job, so the server exits 0.
+  EXPECT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
+}
+
+}  // namespace
+}  // namespace fulcrum
