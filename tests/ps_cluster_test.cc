@@ -1,6 +1,10 @@
 // Real ps_server processes on 127.0.0.1, on ports they pick, driven by the
 // client library over gRPC.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <grpcpp/create_channel.h>
@@ -29,7 +33,8 @@ struct PsProcess {
   std::string address;
 };
 
-PsProcess StartPs(int index, int num_ps, int workers, const std::vector<std::string>& flags) {
+PsProcess StartPs(int index, int num_ps, int workers, const std::vector<std::string>& flags,
+                  int port = 0) {
   // The cluster spec's own ports are placeholders: --port=0 picks a free one.
   std::string ps_hosts, worker_hosts;
   for (int i = 0; i < num_ps; ++i) absl::StrAppend(&ps_hosts, i ? "," : "", "127.0.0.1:0");
@@ -41,7 +46,7 @@ PsProcess StartPs(int index, int num_ps, int workers, const std::vector<std::str
                                    "--worker_hosts=" + worker_hosts,
                                    absl::StrCat("--task_index=", index),
                                    "--bind_host=127.0.0.1",
-                                   "--port=0"};
+                                   absl::StrCat("--port=", port)};
   argv.insert(argv.end(), flags.begin(), flags.end());
   PsProcess ps;
   ps.process = std::make_unique<ChildProcess>(absl::StrCat("ps", index), argv);
@@ -187,6 +192,7 @@ TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
 
 TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
   PsClientOptions options;
+  options.call_timeout = absl::Milliseconds(300);
   options.retry_timeout = absl::Milliseconds(300);
   options.initial_backoff = absl::Milliseconds(20);
   // A port nothing listens on: bind one, then close it.
@@ -198,6 +204,37 @@ TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
   absl::Status status = client->CreateVariables({BigVariable()});
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr(address));
+}
+
+// A port that was free a moment ago.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(PsClusterTest, ClientWaitsForAServerThatStartsLate) {
+  const int port = FreePort();
+  PsClientOptions options;
+  options.call_timeout = absl::Seconds(30);
+  auto client = PsClient::Connect({absl::StrCat("127.0.0.1:", port)}, options);
+  absl::Status created = absl::UnknownError("not run");
+  absl::Notification done;
+  std::thread worker([&] {
+    created = client->CreateVariables({BigVariable()});
+    done.Notify();
+  });
+  // The worker is already waiting when the server comes up.
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  PsProcess ps = StartPs(0, 1, 1, {}, port);
+  worker.join();
+  EXPECT_TRUE(created.ok()) << created;
 }
 
 TEST(PsClusterTest, BadFlagsExitWithAClearError) {

@@ -62,9 +62,11 @@ struct PsClientOptions {
   int worker_id = 0;
   // Must match the servers' --mode.
   ConsistencyMode mode = ASYNC;
-  // Deadline of each call, long polls included.
+  // Deadline of each call, long polls included. A server that is not up yet
+  // (or restarting) is waited for within it.
   absl::Duration call_timeout = absl::Seconds(60);
-  // How long UNAVAILABLE servers are retried before the call fails.
+  // How long calls that fail UNAVAILABLE (no server, or a call broken off)
+  // are retried, with backoff, before the error is returned.
   absl::Duration retry_timeout = absl::Seconds(60);
   // First retry delay; doubles up to max_backoff.
   absl::Duration initial_backoff = absl::Milliseconds(50);

@@ -5,13 +5,18 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/slices.h"
 
 namespace fulcrum {
 namespace {
 
-void SetDeadline(absl::Time deadline, grpc::ClientContext* context) {
+// Every call waits for the channel to connect (a server that starts late, or
+// restarts, is waited for) until its deadline. The calling thread drives the
+// connection meanwhile, which a sleep between fail-fast retries would not.
+void Prepare(absl::Time deadline, grpc::ClientContext* context) {
+  context->set_wait_for_ready(true);
   if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
 }
 
@@ -33,7 +38,7 @@ std::vector<PushRequest> PushMessages(const PushRequest& push) {
 
 // Reads a pull stream to its end and joins the slices into whole shards.
 absl::StatusOr<PullResponse> ReadPull(grpc::internal::ReaderInterface<PullResponse>* reader,
-                                      const std::function<grpc::Status()>& finish) {
+                                      const std::function<absl::Status()>& finish) {
   PullResponse joined;
   PullResponse part;
   while (reader->Read(&part)) {
@@ -42,18 +47,19 @@ absl::StatusOr<PullResponse> ReadPull(grpc::internal::ReaderInterface<PullRespon
       *joined.add_push_results() = std::move(result);
     }
   }
-  if (absl::Status s = FromGrpcStatus(finish()); !s.ok()) return s;
+  if (absl::Status s = finish(); !s.ok()) return s;
   if (absl::Status s = JoinSlices(joined.mutable_slices()); !s.ok()) return s;
   return joined;
 }
 
-// A unary call with a deadline; `call(context, response)` makes it.
-template <typename Response, typename Call>
-absl::StatusOr<Response> Unary(absl::Time deadline, Call call) {
+// A unary call with a deadline; `call(context, response)` makes it and
+// `convert` turns its status into an absl::Status.
+template <typename Response, typename Call, typename Convert>
+absl::StatusOr<Response> Unary(absl::Time deadline, Call call, Convert convert) {
   grpc::ClientContext context;
-  SetDeadline(deadline, &context);
+  Prepare(deadline, &context);
   Response response;
-  if (absl::Status s = FromGrpcStatus(call(&context, &response)); !s.ok()) return s;
+  if (absl::Status s = convert(call(&context, &response)); !s.ok()) return s;
   return response;
 }
 
@@ -63,36 +69,52 @@ GrpcPsTransport::GrpcPsTransport(const std::string& address) : address_(address)
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kClientMaxMessageBytes);
   args.SetMaxSendMessageSize(kClientMaxMessageBytes);
-  stub_ = PsService::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  // gRPC's own reconnect backoff (1 s growing to 120 s) would make a server
+  // that starts late look down long after it is up; PsClient retries with
+  // its own bounded backoff, so reconnect attempts stay frequent.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  stub_ = PsService::NewStub(channel_);
+}
+
+absl::Status GrpcPsTransport::Convert(const grpc::Status& status) const {
+  // A call that timed out without ever connecting found no server.
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to ", address_, " before the call's deadline"));
+  }
+  return FromGrpcStatus(status);
 }
 
 absl::StatusOr<CreateShardsResponse> GrpcPsTransport::CreateShards(
     const CreateShardsRequest& request, absl::Time deadline) {
   return Unary<CreateShardsResponse>(deadline, [&](auto* context, auto* response) {
     return stub_->CreateShards(context, request, response);
-  });
+  }, [this](const grpc::Status& s) { return Convert(s); });
 }
 
 absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
                                                    absl::Time deadline) {
   grpc::ClientContext context;
-  SetDeadline(deadline, &context);
+  Prepare(deadline, &context);
   auto reader = stub_->Pull(&context, request);
-  return ReadPull(reader.get(), [&] { return reader->Finish(); });
+  return ReadPull(reader.get(), [&] { return Convert(reader->Finish()); });
 }
 
 absl::StatusOr<PushResponse> GrpcPsTransport::Push(const PushRequest& request,
                                                    absl::Time deadline) {
   grpc::ClientContext context;
-  SetDeadline(deadline, &context);
+  Prepare(deadline, &context);
   PushResponse response;
   auto writer = stub_->Push(&context, &response);
   for (const PushRequest& message : PushMessages(request)) {
     if (!writer->Write(message)) break;  // the server ended the call; Finish says why
   }
   writer->WritesDone();
-  if (absl::Status s = FromGrpcStatus(writer->Finish()); !s.ok()) return s;
+  if (absl::Status s = Convert(writer->Finish()); !s.ok()) return s;
   return response;
 }
 
@@ -100,7 +122,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(const PushRequest& push,
                                                        const PullRequest& pull,
                                                        absl::Time deadline) {
   grpc::ClientContext context;
-  SetDeadline(deadline, &context);
+  Prepare(deadline, &context);
   auto stream = stub_->PushPull(&context);
   std::vector<PushRequest> messages = PushMessages(push);
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -110,20 +132,20 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(const PushRequest& push,
     if (!stream->Write(message)) break;  // the server ended the call; Finish says why
   }
   stream->WritesDone();
-  return ReadPull(stream.get(), [&] { return stream->Finish(); });
+  return ReadPull(stream.get(), [&] { return Convert(stream->Finish()); });
 }
 
 absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequest& request,
                                                              absl::Time deadline) {
   return Unary<HeartbeatResponse>(deadline, [&](auto* context, auto* response) {
     return stub_->Heartbeat(context, request, response);
-  });
+  }, [this](const grpc::Status& s) { return Convert(s); });
 }
 
 absl::StatusOr<DescribeResponse> GrpcPsTransport::Describe(absl::Time deadline) {
   return Unary<DescribeResponse>(deadline, [&](auto* context, auto* response) {
     return stub_->Describe(context, DescribeRequest(), response);
-  });
+  }, [this](const grpc::Status& s) { return Convert(s); });
 }
 
 absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time deadline) {
@@ -131,7 +153,7 @@ absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time dead
   request.set_reason(reason);
   return Unary<JobDoneResponse>(deadline, [&](auto* context, auto* response) {
            return stub_->JobDone(context, request, response);
-         }).status();
+         }, [this](const grpc::Status& s) { return Convert(s); }).status();
 }
 
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(

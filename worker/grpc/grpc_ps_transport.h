@@ -1,7 +1,10 @@
-// PsTransport over gRPC: streams shards in chunks of kChunkBytes and raises
-// gRPC's message limits. Thread-safe.
+// PsTransport over gRPC: streams shards in chunks of kChunkBytes, raises
+// gRPC's message limits, and waits for a server that is not up yet until
+// each call's deadline (then UNAVAILABLE). Thread-safe.
 #ifndef FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
 #define FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
+
+#include <grpcpp/channel.h>
 
 #include <memory>
 #include <string>
@@ -33,7 +36,12 @@ class GrpcPsTransport final : public PsTransport {
   absl::Status JobDone(const std::string& reason, absl::Time deadline) override;
 
  private:
+  // DEADLINE_EXCEEDED without a connection becomes UNAVAILABLE; the rest
+  // converts as is.
+  absl::Status Convert(const grpc::Status& status) const;
+
   const std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<PsService::Stub> stub_;
 };
 

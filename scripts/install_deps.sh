@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Fulcrum builds and tests with, where missing.
+# Run as root on Debian 12. Safe to run again: it installs nothing twice.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-rules-java bazel-platforms
+  g++ python3
+  libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+  libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
