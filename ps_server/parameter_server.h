@@ -65,6 +65,9 @@ class ParameterServer {
 
   const PsServerConfig& config() const { return config_; }
 
+  // The most tensor bytes one push can rightly carry: every shard here once.
+  int64_t max_push_bytes() const { return store_.value_bytes(); }
+
  private:
   static constexpr int kStalenessBuckets = 16;
 

@@ -52,7 +52,9 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw) {
     return false;
   }
   variables_.emplace(name, spec.variable());
-  shards_.emplace(key, std::make_unique<Shard>(std::move(spec)));
+  auto shard = std::make_unique<Shard>(std::move(spec));
+  value_bytes_ += NumElements(shard->shape()) * static_cast<int64_t>(sizeof(float));
+  shards_.emplace(key, std::move(shard));
   return true;
 }
 

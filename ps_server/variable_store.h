@@ -4,6 +4,8 @@
 #ifndef FULCRUM_PS_SERVER_VARIABLE_STORE_H_
 #define FULCRUM_PS_SERVER_VARIABLE_STORE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,10 +34,14 @@ class VariableStore {
   // Every shard, ordered by variable name and shard index.
   std::vector<Shard*> All() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Bytes of all shards' values (float32), excluding optimizer slots.
+  int64_t value_bytes() const { return value_bytes_.load(); }
+
  private:
   using Key = std::pair<std::string, int>;
   mutable absl::Mutex mu_;
   std::map<Key, std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> value_bytes_{0};
   // The spec every shard of a variable was created with.
   std::map<std::string, VariableSpec> variables_ ABSL_GUARDED_BY(mu_);
 };

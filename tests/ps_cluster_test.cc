@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "proto/health.grpc.pb.h"
+#include "proto/ps_service.grpc.pb.h"
 #include "tests/child_process.h"
 #include "worker/ps_client.h"
 
@@ -177,6 +178,23 @@ TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
   const grpc::Status oversize =
       raw_call("/fulcrum.PsService/CreateShards", std::string(3 << 20, '\x0a'));
   EXPECT_EQ(oversize.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // A push stream whose messages each fit but together exceed every variable
+  // the server holds (32 bytes here) is refused before it is buffered.
+  {
+    grpc::ClientContext context;
+    PushResponse response;
+    auto writer = PsService::NewStub(channel)->Push(&context, &response);
+    PushRequest part;
+    ShardSlice* slice = part.add_gradients();
+    slice->set_variable("w");
+    EncodeFloatTensor({4}, std::vector<float>(4, 1.0f), slice->mutable_tensor());
+    for (int i = 0; i < 16 && writer->Write(part); ++i) {
+    }
+    writer->WritesDone();
+    const grpc::Status flood = writer->Finish();
+    EXPECT_EQ(flood.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(flood.error_message(), HasSubstr("holds only 32 bytes"));
+  }
 
   // The server still serves, its state intact: w is 1 - 1 = 0.
   TensorMap values;

@@ -18,8 +18,18 @@ absl::Time Deadline(const grpc::ServerContext* context) {
   return absl::FromChrono(context->deadline());
 }
 
-// Joins the messages of a streamed push into one push of whole shards.
-absl::Status MergePush(const PushRequest& part, bool first, PushRequest* merged) {
+// Joins the messages of a streamed push into one push of whole shards,
+// refusing a stream that carries more than `max_bytes` of tensor data.
+absl::Status MergePush(const PushRequest& part, bool first, int64_t max_bytes,
+                       PushRequest* merged, int64_t* bytes) {
+  for (const ShardSlice& slice : part.gradients()) {
+    *bytes += static_cast<int64_t>(slice.tensor().data().size());
+  }
+  if (*bytes > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "push stream carries over ", *bytes, " bytes of gradients; this server holds only ",
+        max_bytes, " bytes of variables"));
+  }
   if (first) {
     merged->set_worker_id(part.worker_id());
     merged->set_clock(part.clock());
@@ -54,8 +64,12 @@ class PsGrpcServer::Service final : public PsService::Service {
                     PushResponse* response) override {
     PushRequest merged;
     PushRequest part;
+    int64_t bytes = 0;
     for (bool first = true; reader->Read(&part); first = false) {
-      if (absl::Status s = MergePush(part, first, &merged); !s.ok()) return ToGrpcStatus(s);
+      if (absl::Status s = MergePush(part, first, ps_->max_push_bytes(), &merged, &bytes);
+          !s.ok()) {
+        return ToGrpcStatus(s);
+      }
     }
     if (absl::Status s = JoinSlices(merged.mutable_gradients()); !s.ok()) return ToGrpcStatus(s);
     auto result = ps_->Push(merged);
@@ -68,8 +82,10 @@ class PsGrpcServer::Service final : public PsService::Service {
     PushRequest merged;
     PullRequest pull;
     PushPullRequest part;
+    int64_t bytes = 0;
     for (bool first = true; stream->Read(&part); first = false) {
-      if (absl::Status s = MergePush(part.push(), first, &merged); !s.ok()) {
+      if (absl::Status s = MergePush(part.push(), first, ps_->max_push_bytes(), &merged, &bytes);
+          !s.ok()) {
         return ToGrpcStatus(s);
       }
       if (part.has_pull()) pull = part.pull();
