@@ -8,6 +8,7 @@ PACKAGES=(
   g++ python3
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
+  libopenblas-dev zlib1g-dev dataset-fashion-mnist
 )
 
 missing=()

@@ -1,0 +1,87 @@
+#include "worker/data/batcher.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+namespace fulcrum {
+
+Batch GatherBatch(const Dataset& data, const std::vector<int64_t>& indices) {
+  Batch batch;
+  batch.size = static_cast<int64_t>(indices.size());
+  batch.feature_dim = data.feature_dim;
+  batch.features.resize(batch.size * data.feature_dim);
+  batch.labels.resize(batch.size);
+  for (int64_t i = 0; i < batch.size; ++i) {
+    std::memcpy(&batch.features[i * data.feature_dim],
+                &data.features[indices[i] * data.feature_dim], data.feature_dim * sizeof(float));
+    batch.labels[i] = data.labels[indices[i]];
+  }
+  return batch;
+}
+
+std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size) {
+  std::vector<Batch> batches;
+  for (int64_t start = 0; start < data.num_examples; start += batch_size) {
+    std::vector<int64_t> indices(std::min(batch_size, data.num_examples - start));
+    std::iota(indices.begin(), indices.end(), start);
+    batches.push_back(GatherBatch(data, indices));
+  }
+  return batches;
+}
+
+Batcher::Batcher(const Dataset& data, BatcherOptions options)
+    : data_(data),
+      options_(options),
+      steps_per_epoch_(data.num_examples / options.num_shards / options.batch_size) {
+  producer_ = std::thread([this] { Produce(); });
+}
+
+Batcher::~Batcher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  producer_.join();
+}
+
+void Batcher::Produce() {
+  std::vector<int64_t> shard;
+  for (int64_t i = options_.shard_index; i < data_.num_examples; i += options_.num_shards) {
+    shard.push_back(i);
+  }
+  for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
+    // The same permutation on every run with this seed, a different one each epoch.
+    std::mt19937_64 gen(options_.seed * 1000003 + epoch * 7919 + options_.shard_index);
+    std::shuffle(shard.begin(), shard.end(), gen);
+    for (int64_t step = 0; step < steps_per_epoch_; ++step) {
+      std::vector<int64_t> indices(shard.begin() + step * options_.batch_size,
+                                   shard.begin() + (step + 1) * options_.batch_size);
+      Batch batch = GatherBatch(data_, indices);
+      batch.epoch = epoch;
+      batch.step_in_epoch = step;
+      absl::MutexLock lock(&mu_);
+      auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_ || static_cast<int>(ready_.size()) < options_.prefetch;
+      };
+      mu_.Await(absl::Condition(&room));
+      if (stop_) return;
+      ready_.push_back(std::move(batch));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  done_ = true;
+}
+
+std::optional<Batch> Batcher::Next() {
+  absl::MutexLock lock(&mu_);
+  auto available = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_ || !ready_.empty(); };
+  mu_.Await(absl::Condition(&available));
+  if (ready_.empty()) return std::nullopt;
+  Batch batch = std::move(ready_.front());
+  ready_.pop_front();
+  return batch;
+}
+
+}  // namespace fulcrum

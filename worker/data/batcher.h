@@ -1,0 +1,74 @@
+// A worker's share of the training set, reshuffled every epoch from the
+// seed, cut into batches and prefetched on a background thread.
+#ifndef FULCRUM_WORKER_DATA_BATCHER_H_
+#define FULCRUM_WORKER_DATA_BATCHER_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "worker/data/dataset.h"
+
+namespace fulcrum {
+
+// One batch: `size` examples of `feature_dim` floats, and their labels.
+struct Batch {
+  int64_t size = 0;
+  int64_t feature_dim = 0;
+  std::vector<float> features;
+  std::vector<int32_t> labels;
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+};
+
+// Copies rows `indices` of `data` into a batch.
+Batch GatherBatch(const Dataset& data, const std::vector<int64_t>& indices);
+
+// Consecutive batches of a whole data set, in order (for evaluation); the
+// last may be smaller.
+std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size);
+
+struct BatcherOptions {
+  int shard_index = 0;  // this worker's shard: examples i with i % num_shards == shard_index
+  int num_shards = 1;
+  int64_t batch_size = 64;
+  int64_t epochs = 1;
+  uint64_t seed = 0;
+  int prefetch = 4;  // batches made ahead
+};
+
+// Yields `epochs` x steps_per_epoch() batches. Every shard yields the same
+// number of batches per epoch (the remainder is dropped), so synchronous
+// workers stay in step. Thread-safe; `data` must outlive it.
+class Batcher {
+ public:
+  Batcher(const Dataset& data, BatcherOptions options);
+  ~Batcher();
+
+  // floor(num_examples / num_shards / batch_size), the same on every shard.
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+  // The next batch, waiting for the prefetch thread; nothing once all epochs
+  // are done.
+  std::optional<Batch> Next() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Produce();
+
+  const Dataset& data_;
+  const BatcherOptions options_;
+  const int64_t steps_per_epoch_;
+
+  absl::Mutex mu_;
+  std::deque<Batch> ready_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread producer_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_DATA_BATCHER_H_
