@@ -1,0 +1,101 @@
+// The models a worker trains: a multilayer perceptron (ReLU hidden layers)
+// and softmax regression (an MLP without hidden layers), written once
+// against Device. Thread-compatible: one Mlp per replica.
+#ifndef FULCRUM_WORKER_MODEL_H_
+#define FULCRUM_WORKER_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/tensor.pb.h"
+#include "worker/data/batcher.h"
+#include "worker/device.h"
+#include "worker/ps_client.h"
+
+namespace fulcrum {
+
+struct ModelConfig {
+  std::string kind = "mlp";            // mlp or softmax
+  std::vector<int64_t> hidden = {256, 128};  // mlp: widths of the hidden layers
+  int64_t input_dim = 784;
+  int num_classes = 10;
+  OptimizerSpec optimizer;             // applied on the parameter servers
+  uint64_t seed = 0;                   // of the initializers
+  int num_ps = 1;                      // kernels are sharded over at most this many servers
+};
+
+// Checks kind, widths and sizes; errors name the flag.
+absl::Status ValidateModelConfig(const ModelConfig& config);
+
+// The variables: dense_<i>/kernel [in, out] (Glorot uniform) and
+// dense_<i>/bias [out] (zeros), partitioned like TensorFlow's
+// MinSizePartitioner(256 KiB, max_shards = num_ps).
+std::vector<VariableSpec> ModelVariables(const ModelConfig& config);
+
+// y = x W + b on a device, with its gradients.
+class DenseLayer {
+ public:
+  DenseLayer(Device* device, int64_t in, int64_t out, int64_t max_rows);
+
+  int64_t in() const { return in_; }
+  int64_t out() const { return out_; }
+  DeviceArray<float>& kernel() { return kernel_; }
+  DeviceArray<float>& bias() { return bias_; }
+  DeviceArray<float>& kernel_grad() { return kernel_grad_; }
+  DeviceArray<float>& bias_grad() { return bias_grad_; }
+  // [rows x out] after Forward.
+  DeviceArray<float>& output() { return output_; }
+
+  void Forward(const float* x, int64_t rows);
+  // From dy = dLoss/dy: the kernel and bias gradients, and dx (unless null).
+  void Backward(const float* x, const float* dy, int64_t rows, float* dx);
+
+ private:
+  Device* const device_;
+  const int64_t in_, out_;
+  DeviceArray<float> kernel_, bias_, kernel_grad_, bias_grad_, output_;
+};
+
+// What one batch gave.
+struct BatchStats {
+  double loss = 0;      // mean cross-entropy over the batch
+  int64_t correct = 0;  // examples whose argmax is the label
+  int64_t examples = 0;
+};
+
+class Mlp {
+ public:
+  // Buffers for batches of up to max_batch examples. `device` outlives it.
+  Mlp(Device* device, const ModelConfig& config, int64_t max_batch);
+
+  // Loads the variables' values (as pulled). Errors name a missing variable
+  // or a wrong shape.
+  absl::Status SetParameters(const TensorMap& values);
+
+  // Forward and backward on `batch`: the gradients of the mean loss go into
+  // `grads` (host), one entry per variable.
+  BatchStats TrainStep(const Batch& batch, TensorMap* grads);
+
+  // Forward only.
+  BatchStats Evaluate(const Batch& batch);
+
+  std::vector<DenseLayer>& layers() { return layers_; }
+
+ private:
+  // Runs the layers and the loss; leaves dlogits in loss_grad_.
+  BatchStats Forward(const Batch& batch);
+
+  Device* const device_;
+  const int64_t max_batch_;
+  std::vector<DenseLayer> layers_;
+  DeviceArray<float> input_, loss_grad_, scratch_grad_a_, scratch_grad_b_;
+  DeviceArray<int32_t> labels_;
+  DeviceArray<float> loss_;
+  DeviceArray<int32_t> correct_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_MODEL_H_
