@@ -8,8 +8,9 @@
 //   ps_server --ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223 --task_index=0 &
 //   custom_loop --ps_hosts=127.0.0.1:2222
 //
-// It prints the loss as it goes, tells the servers the job is done, and exits
-// 0 when the weights it learned are within --tolerance of the true ones.
+// It prints the loss as it goes, says it has finished (worker 0 also tells
+// the servers the job is done), and exits 0 when the weights it learned are
+// within --tolerance of the true ones.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -110,6 +111,10 @@ int main(int argc, char** argv) {
   }
   std::printf("final max weight error %.5f after %lld updates\n", max_error,
               static_cast<long long>(client->step()));
+  if (auto s = client->Finish(); !s.ok()) {
+    std::fprintf(stderr, "finish: %s\n", s.ToString().c_str());
+    return 1;
+  }
   if (options.worker_id == 0) {
     if (auto s = client->JobDone("custom_loop finished"); !s.ok()) {
       std::fprintf(stderr, "job done: %s\n", s.ToString().c_str());

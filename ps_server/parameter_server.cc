@@ -120,7 +120,7 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request,
 }
 
 int ParameterServer::RequiredReplicas() const {
-  return std::max(1, std::min(config_.replicas_to_aggregate(), workers_.LiveCount()));
+  return std::max(1, std::min(config_.replicas_to_aggregate(), workers_.ActiveCount()));
 }
 
 void ParameterServer::RecordOutcome(const ShardPushResult& result) {
@@ -205,6 +205,11 @@ absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
 absl::StatusOr<HeartbeatResponse> ParameterServer::Heartbeat(const HeartbeatRequest& request) {
   if (absl::Status s = workers_.CheckWorkerId(request.worker_id()); !s.ok()) return s;
   workers_.Renew(request.worker_id());
+  if (request.finished()) {
+    LOG_INFO("worker {} finished training", request.worker_id());
+    workers_.MarkFinished(request.worker_id());
+    OnWorkersChanged();
+  }
   HeartbeatResponse response;
   response.set_lease_timeout_ms(config_.lease_timeout_ms());
   return response;
@@ -222,14 +227,15 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_updates_applied(updates_applied_.load());
   response.set_stale_gradients_dropped(stale_dropped_.load());
   for (const auto& bucket : staleness_histogram_) response.add_staleness_histogram(bucket.load());
-  response.set_job_done(job_done_.HasBeenNotified());
+  response.set_job_done(job_done_requested_.load());
+  response.set_shutting_down(job_done_.HasBeenNotified());
   return response;
 }
 
 void ParameterServer::JobDone(const std::string& reason) {
   if (job_done_requested_.exchange(true)) return;
   LOG_INFO("job done: {}", reason.empty() ? "(no reason given)" : reason);
-  job_done_.Notify();
+  OnWorkersChanged();
 }
 
 bool ParameterServer::WaitForJobDone(absl::Duration timeout) const {
@@ -243,14 +249,23 @@ void ParameterServer::CancelWaits() {
 
 void ParameterServer::CheckLeases() {
   if (!workers_.ExpireLeases()) return;
-  const int live = workers_.LiveCount();
-  LOG_WARN("a worker lease expired; {} of {} workers live", live, workers_.num_workers());
-  if (config_.mode() != SYNC) return;
-  const int required = RequiredReplicas();
-  for (Shard* shard : store_.All()) {
-    if (shard->CompleteIfReady(required)) {
-      LOG_INFO("{}: step completed with {} live worker(s)", shard->label(), live);
+  LOG_WARN("a worker lease expired; {} of {} workers active", workers_.ActiveCount(),
+           workers_.num_workers());
+  OnWorkersChanged();
+}
+
+void ParameterServer::OnWorkersChanged() {
+  if (config_.mode() == SYNC) {
+    const int required = RequiredReplicas();
+    for (Shard* shard : store_.All()) {
+      if (shard->CompleteIfReady(required)) {
+        LOG_INFO("{}: step completed with {} active worker(s)", shard->label(), required);
+      }
     }
+  }
+  if (job_done_requested_.load() && workers_.AllFinishedOrDead() &&
+      !job_done_notified_.exchange(true)) {
+    job_done_.Notify();
   }
 }
 

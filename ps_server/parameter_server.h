@@ -51,16 +51,18 @@ class ParameterServer {
 
   DescribeResponse Describe() const;
 
-  // The chief says training is over; WaitForJobDone returns.
+  // The chief says training is over. WaitForJobDone returns once every
+  // worker has also finished (Heartbeat with finished) or its lease has run
+  // out, so no worker loses its servers mid-step.
   void JobDone(const std::string& reason);
-  // True once JobDone was called; false when `timeout` passed first.
+  // True once the job is done as above; false when `timeout` passed first.
   bool WaitForJobDone(absl::Duration timeout) const;
 
   // Wakes every waiting pull (they fail CANCELLED); for shutdown.
   void CancelWaits();
 
-  // Expires worker leases that have run out; in sync mode, completes the
-  // steps that the remaining live workers have finished. Called periodically.
+  // Expires worker leases that have run out, then OnWorkersChanged. Called
+  // periodically.
   void CheckLeases();
 
   const PsServerConfig& config() const { return config_; }
@@ -72,6 +74,9 @@ class ParameterServer {
   static constexpr int kStalenessBuckets = 16;
 
   int RequiredReplicas() const;
+  // After workers died or finished: completes the sync steps the remaining
+  // active workers have finished, and the job if it is done.
+  void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
   const PsServerConfig config_;
@@ -83,6 +88,7 @@ class ParameterServer {
   std::array<std::atomic<int64_t>, kStalenessBuckets> staleness_histogram_{};
 
   std::atomic<bool> job_done_requested_{false};
+  std::atomic<bool> job_done_notified_{false};
   absl::Notification job_done_;
   absl::Notification stop_lease_thread_;
   std::thread lease_thread_;

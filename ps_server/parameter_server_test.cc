@@ -411,3 +411,43 @@ TEST(InitializerTest, ValuesDoNotDependOnSharding) {
 
 }  // namespace
 }  // namespace fulcrum
+
+namespace fulcrum {
+namespace {
+
+TEST(JobDoneTest, WaitsForEveryWorkerToFinishOrDie) {
+  absl::Time fake_now = absl::Now();
+  std::atomic<int64_t> offset_ms{0};
+  ParameterServer ps(Config(SYNC, 3),
+                     [&] { return fake_now + absl::Milliseconds(offset_ms.load()); });
+  Create(ps, WholeShard());
+  auto finish = [&](int worker) {
+    HeartbeatRequest request;
+    request.set_worker_id(worker);
+    request.set_finished(true);
+    ASSERT_TRUE(ps.Heartbeat(request).ok());
+  };
+  // Workers 0 and 1 push step 0; worker 2 has finished already, so the step
+  // completes with two gradients.
+  finish(2);
+  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::ACCUMULATED);
+  EXPECT_EQ(PushOutcome(ps, Push(1, 0, 3.0f)), ShardPushResult::APPLIED);
+  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-2.0f, int64_t{1}));
+
+  finish(0);
+  ps.JobDone("chief done");
+  EXPECT_TRUE(ps.Describe().job_done());
+  EXPECT_FALSE(ps.WaitForJobDone(absl::ZeroDuration()));  // worker 1 still trains
+  offset_ms = 100;
+  ASSERT_TRUE(ps.Heartbeat([] { HeartbeatRequest r; r.set_worker_id(1); return r; }()).ok());
+  offset_ms = 250;  // only worker 1's renewed lease would still hold
+  ps.CheckLeases();
+  EXPECT_FALSE(ps.WaitForJobDone(absl::ZeroDuration()));
+  offset_ms = 400;  // worker 1 went silent: its lease runs out
+  ps.CheckLeases();
+  EXPECT_TRUE(ps.WaitForJobDone(absl::ZeroDuration()));
+  EXPECT_TRUE(ps.Describe().shutting_down());
+}
+
+}  // namespace
+}  // namespace fulcrum

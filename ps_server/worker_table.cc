@@ -30,6 +30,17 @@ void WorkerTable::Renew(int id) {
   w.seen = true;
 }
 
+void WorkerTable::MarkFinished(int id) {
+  absl::MutexLock lock(&mu_);
+  workers_[id].finished = true;
+}
+
+bool WorkerTable::AllFinishedOrDead() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return std::none_of(workers_.begin(), workers_.end(),
+                      [](const Worker& w) { return w.active(); });
+}
+
 bool WorkerTable::ExpireLeases() {
   const absl::Time now = now_();
   absl::MutexLock lock(&mu_);
@@ -43,10 +54,10 @@ bool WorkerTable::ExpireLeases() {
   return changed;
 }
 
-int WorkerTable::LiveCount() const {
+int WorkerTable::ActiveCount() const {
   absl::ReaderMutexLock lock(&mu_);
   return static_cast<int>(
-      std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.live; }));
+      std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.active(); }));
 }
 
 void WorkerTable::AdvanceClock(int id, int64_t clock) {
@@ -56,7 +67,7 @@ void WorkerTable::AdvanceClock(int id, int64_t clock) {
 
 bool WorkerTable::MinClockReachedLocked(int64_t min_clock) const {
   for (const Worker& w : workers_) {
-    if (w.live && w.clock < min_clock) return false;
+    if (w.active() && w.clock < min_clock) return false;
   }
   return true;
 }
@@ -79,7 +90,7 @@ std::vector<int> WorkerTable::WorkersBehind(int64_t min_clock) const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<int> behind;
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
-    if (workers_[i].live && workers_[i].clock < min_clock) behind.push_back(i);
+    if (workers_[i].active() && workers_[i].clock < min_clock) behind.push_back(i);
   }
   return behind;
 }
@@ -94,6 +105,7 @@ std::vector<WorkerInfo> WorkerTable::Describe() const {
     info.set_worker_id(i);
     info.set_live(w.live);
     info.set_seen(w.seen);
+    info.set_finished(w.finished);
     info.set_clock(w.clock);
     info.set_lease_remaining_ms(
         std::max<int64_t>(0, absl::ToInt64Milliseconds(w.lease_expiry - now)));

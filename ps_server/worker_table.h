@@ -31,23 +31,31 @@ class WorkerTable {
   // Renews `id`'s lease; a dead worker becomes live again (it rejoins).
   void Renew(int id) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // `id` has finished training: it no longer counts as an active worker.
+  void MarkFinished(int id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // True when every worker has finished or is dead.
+  bool AllFinishedOrDead() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Marks workers whose lease has run out as dead. True when any was marked.
   bool ExpireLeases() ABSL_LOCKS_EXCLUDED(mu_);
 
-  int LiveCount() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Workers that are live and have not finished: those a sync step and an
+  // SSP wait count.
+  int ActiveCount() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // SSP: `id` finished the step computed at `clock`; its clock becomes at
   // least clock + 1.
   void AdvanceClock(int id, int64_t clock) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // SSP: waits until every live worker's clock is >= min_clock, the deadline
-  // passes, or Cancel. True when the condition holds.
+  // SSP: waits until every active worker's clock is >= min_clock, the
+  // deadline passes, or Cancel. True when the condition holds.
   bool AwaitMinClock(int64_t min_clock, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes every waiter; AwaitMinClock returns false from now on.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Live workers whose clock is below min_clock (for error messages).
+  // Active workers whose clock is below min_clock (for error messages).
   std::vector<int> WorkersBehind(int64_t min_clock) const ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<WorkerInfo> Describe() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -57,7 +65,9 @@ class WorkerTable {
     absl::Time lease_expiry;
     bool live = true;
     bool seen = false;
+    bool finished = false;
     int64_t clock = 0;
+    bool active() const { return live && !finished; }
   };
 
   bool MinClockReachedLocked(int64_t min_clock) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

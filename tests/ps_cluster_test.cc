@@ -128,8 +128,15 @@ TEST(PsClusterTest, SyncTrainingAcrossTwoServerProcesses) {
     EXPECT_EQ(d.updates_applied(), kSteps);
   }
 
-  // The chief says the job is done: every server exits 0.
+  // Worker 0 finishes and the chief says the job is done: the servers still
+  // wait for worker 1, then exit 0 once it finishes.
+  ASSERT_TRUE(clients[0]->Finish().ok());
   ASSERT_TRUE(clients[0]->JobDone("test finished").ok());
+  auto waiting = clients[1]->Describe();
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_TRUE((*waiting)[0].job_done());
+  EXPECT_FALSE((*waiting)[0].shutting_down());
+  ASSERT_TRUE(clients[1]->Finish().ok());
   for (PsProcess& ps : servers) EXPECT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
 }
 

@@ -314,9 +314,14 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   return stats;
 }
 
-absl::Status PsClient::Heartbeat() {
+absl::Status PsClient::Heartbeat() { return SendHeartbeat(false); }
+
+absl::Status PsClient::Finish() { return SendHeartbeat(true); }
+
+absl::Status PsClient::SendHeartbeat(bool finished) {
   HeartbeatRequest request;
   request.set_worker_id(options_.worker_id);
+  request.set_finished(finished);
   return ForEachServer(std::vector<bool>(servers_.size(), true), "heartbeat",
                        [&](int ps, absl::Time deadline) {
                          return servers_[ps]->Heartbeat(request, deadline).status();

@@ -15,7 +15,8 @@
 //     TensorMap grads = ComputeGradients(weights, batch);   // your model
 //     client->Push(grads);                    // the optimizer runs on the servers
 //   }
-//   client->JobDone("finished");              // chief: every server exits 0
+//   client->Finish();                         // every worker, after its last push
+//   client->JobDone("finished");              // chief: the servers exit 0
 //
 // Variables are partitioned and placed on the servers by their specs
 // (common/partitioner.h); pulls and pushes go to every server involved in
@@ -116,6 +117,11 @@ class PsClient {
   // Renews this worker's lease on every server.
   absl::Status Heartbeat();
 
+  // Tells every server this worker has finished training: sync steps and
+  // SSP waits stop counting it, and the job can end without it. Call once,
+  // after the last push.
+  absl::Status Finish();
+
   // Sends heartbeats every `interval` from a thread, until destruction, so
   // the lease holds through long computations.
   void StartHeartbeats(absl::Duration interval);
@@ -123,7 +129,8 @@ class PsClient {
   // Every server's state, in task order.
   absl::StatusOr<std::vector<DescribeResponse>> Describe();
 
-  // Tells every server that training is over; they exit 0.
+  // Tells every server that training is over (the chief calls it); each
+  // exits 0 once every worker has finished or is dead.
   absl::Status JobDone(const std::string& reason);
 
   // The lowest version among the shards of the last pull: the global step in
@@ -154,6 +161,7 @@ class PsClient {
 
   // Runs call(ps) for every server with work (`involved`), in parallel;
   // retries UNAVAILABLE with backoff; the first error, named by server.
+  absl::Status SendHeartbeat(bool finished);
   absl::Status ForEachServer(const std::vector<bool>& involved, const std::string& what,
                              const std::function<absl::Status(int ps, absl::Time deadline)>& call);
 
