@@ -147,7 +147,7 @@ BatchStats Mlp::Forward(const Batch& batch) {
   return stats;
 }
 
-BatchStats Mlp::TrainStep(const Batch& batch, TensorMap* grads) {
+BatchStats Mlp::ComputeGradients(const Batch& batch) {
   const BatchStats stats = Forward(batch);
   // dy of the last layer is dlogits; each earlier layer's dy is the next
   // layer's dx, masked by its ReLU.
@@ -162,6 +162,10 @@ BatchStats Mlp::TrainStep(const Batch& batch, TensorMap* grads) {
       dy = dx;
     }
   }
+  return stats;
+}
+
+void Mlp::CopyGradients(TensorMap* grads) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     DenseLayer& layer = layers_[i];
     DenseTensor& kernel = (*grads)[KernelName(i)];
@@ -173,7 +177,6 @@ BatchStats Mlp::TrainStep(const Batch& batch, TensorMap* grads) {
     bias.values.resize(layer.out());
     layer.bias_grad().CopyTo(bias.values.data(), bias.values.size());
   }
-  return stats;
 }
 
 BatchStats Mlp::Evaluate(const Batch& batch) { return Forward(batch); }

@@ -74,14 +74,19 @@ class Mlp {
   // or a wrong shape.
   absl::Status SetParameters(const TensorMap& values);
 
-  // Forward and backward on `batch`: the gradients of the mean loss go into
-  // `grads` (host), one entry per variable.
-  BatchStats TrainStep(const Batch& batch, TensorMap* grads);
+  // Forward and backward on `batch`: the gradients of the mean loss stay on
+  // the device, in the layers' kernel_grad and bias_grad.
+  BatchStats ComputeGradients(const Batch& batch);
+
+  // Copies the gradients of the last ComputeGradients to `grads` (host), one
+  // entry per variable.
+  void CopyGradients(TensorMap* grads);
 
   // Forward only.
   BatchStats Evaluate(const Batch& batch);
 
   std::vector<DenseLayer>& layers() { return layers_; }
+  Device* device() const { return device_; }
 
  private:
   // Runs the layers and the loss; leaves dlogits in loss_grad_.

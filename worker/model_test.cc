@@ -1,5 +1,5 @@
-// Finite-difference gradient checks of every layer and of whole models, on
-// the CPU backend.
+// The models on the CPU backend: gradient checks of every layer and model,
+// the variables a model declares, and its errors.
 #include "worker/model.h"
 
 #include <gtest/gtest.h>
@@ -9,157 +9,17 @@
 #include <random>
 
 #include "worker/cpu/cpu_device.h"
+#include "worker/gradient_check.h"
 
 namespace fulcrum {
 namespace {
 
-std::vector<float> Random(int64_t n, std::mt19937& gen, float scale = 1.0f) {
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(gen);
-  return v;
+TEST(CpuGradientCheckTest, DenseLayer) { CheckDenseLayerGradients(MakeCpuDevice(1).get()); }
+TEST(CpuGradientCheckTest, Relu) { CheckReluGradients(MakeCpuDevice(1).get()); }
+TEST(CpuGradientCheckTest, SoftmaxCrossEntropy) {
+  CheckSoftmaxCrossEntropyGradients(MakeCpuDevice(1).get());
 }
-
-// Central differences of `loss` with respect to each element of `values`
-// (which `loss` reads), compared with `analytic`.
-void ExpectGradientMatches(std::vector<float>& values, const std::vector<float>& analytic,
-                           const std::function<double()>& loss, const std::string& what,
-                           float eps = 1e-2f) {
-  ASSERT_EQ(values.size(), analytic.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    const float saved = values[i];
-    values[i] = saved + eps;
-    const double up = loss();
-    values[i] = saved - eps;
-    const double down = loss();
-    values[i] = saved;
-    const double numeric = (up - down) / (2 * eps);
-    EXPECT_NEAR(analytic[i], numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << what << " [" << i << "]";
-  }
-}
-
-class GradientCheckTest : public ::testing::Test {
- protected:
-  std::unique_ptr<Device> device_ = MakeCpuDevice(1);
-  std::mt19937 gen_{3};
-};
-
-TEST_F(GradientCheckTest, DenseLayer) {
-  constexpr int64_t kRows = 3, kIn = 4, kOut = 5;
-  DenseLayer layer(device_.get(), kIn, kOut, kRows);
-  std::vector<float> x = Random(kRows * kIn, gen_), w = Random(kIn * kOut, gen_),
-                     b = Random(kOut, gen_), r = Random(kRows * kOut, gen_);
-  DeviceArray<float> x_dev(device_.get(), x.size()), dy(device_.get(), r.size()),
-      dx(device_.get(), x.size());
-  // loss = sum(y * r), so dLoss/dy = r.
-  auto loss = [&] {
-    layer.kernel().CopyFrom(w.data(), w.size());
-    layer.bias().CopyFrom(b.data(), b.size());
-    x_dev.CopyFrom(x.data(), x.size());
-    layer.Forward(x_dev.data(), kRows);
-    std::vector<float> y(kRows * kOut);
-    layer.output().CopyTo(y.data(), y.size());
-    double total = 0;
-    for (size_t i = 0; i < y.size(); ++i) total += y[i] * r[i];
-    return total;
-  };
-  loss();
-  dy.CopyFrom(r.data(), r.size());
-  layer.Backward(x_dev.data(), dy.data(), kRows, dx.data());
-  std::vector<float> dw(w.size()), db(b.size()), dxv(x.size());
-  layer.kernel_grad().CopyTo(dw.data(), dw.size());
-  layer.bias_grad().CopyTo(db.data(), db.size());
-  dx.CopyTo(dxv.data(), dxv.size());
-  ExpectGradientMatches(w, dw, loss, "dW");
-  ExpectGradientMatches(b, db, loss, "db");
-  ExpectGradientMatches(x, dxv, loss, "dx");
-}
-
-TEST_F(GradientCheckTest, Relu) {
-  std::vector<float> x = {-1.5f, -0.2f, 0.3f, 2.0f}, r = Random(4, gen_);
-  DeviceArray<float> x_dev(device_.get(), 4), y(device_.get(), 4), dy(device_.get(), 4),
-      dx(device_.get(), 4);
-  auto loss = [&] {
-    x_dev.CopyFrom(x.data(), 4);
-    device_->Relu(4, x_dev.data(), y.data());
-    std::vector<float> out(4);
-    y.CopyTo(out.data(), 4);
-    double total = 0;
-    for (int i = 0; i < 4; ++i) total += out[i] * r[i];
-    return total;
-  };
-  loss();
-  dy.CopyFrom(r.data(), 4);
-  device_->ReluGrad(4, y.data(), dy.data(), dx.data());
-  std::vector<float> analytic(4);
-  dx.CopyTo(analytic.data(), 4);
-  EXPECT_EQ(analytic[0], 0.0f);
-  ExpectGradientMatches(x, analytic, loss, "relu dx");
-}
-
-TEST_F(GradientCheckTest, SoftmaxCrossEntropy) {
-  constexpr int64_t kRows = 4, kClasses = 3;
-  std::vector<float> logits = Random(kRows * kClasses, gen_, 2.0f);
-  std::vector<int32_t> labels = {0, 2, 1, 2};
-  DeviceArray<float> z(device_.get(), logits.size()), dz(device_.get(), logits.size()),
-      loss_dev(device_.get(), 1);
-  DeviceArray<int32_t> labels_dev(device_.get(), kRows), correct(device_.get(), 1);
-  labels_dev.CopyFrom(labels.data(), kRows);
-  auto loss = [&] {
-    z.CopyFrom(logits.data(), logits.size());
-    device_->SoftmaxCrossEntropy(kRows, kClasses, z.data(), labels_dev.data(), dz.data(),
-                                 loss_dev.data(), correct.data());
-    float value = 0;
-    loss_dev.CopyTo(&value, 1);
-    return static_cast<double>(value);
-  };
-  loss();
-  std::vector<float> analytic(logits.size());
-  dz.CopyTo(analytic.data(), analytic.size());
-  ExpectGradientMatches(logits, analytic, loss, "dlogits");
-
-  // Accuracy: make rows 0 and 1 confidently right, the others wrong.
-  logits = {5, 0, 0, 0, 0, 5, 5, 0, 0, 5, 0, 0};
-  loss();
-  int32_t right = 0;
-  correct.CopyTo(&right, 1);
-  EXPECT_EQ(right, 2);
-}
-
-TEST_F(GradientCheckTest, WholeMlpAndSoftmaxModels) {
-  for (const char* kind : {"mlp", "softmax"}) {
-    ModelConfig config;
-    config.kind = kind;
-    config.hidden = {5, 4};
-    config.input_dim = 6;
-    config.num_classes = 3;
-    Mlp model(device_.get(), config, 8);
-    TensorMap params;
-    for (const VariableSpec& spec : ModelVariables(config)) {
-      DenseTensor& t = params[spec.name()];
-      t.shape.assign(spec.shape().begin(), spec.shape().end());
-      t.values = Random(NumElements(t.shape), gen_, 0.5f);
-    }
-    Batch batch;
-    batch.size = 8;
-    batch.feature_dim = 6;
-    batch.features = Random(48, gen_);
-    batch.labels = {0, 1, 2, 0, 1, 2, 0, 1};
-    ASSERT_TRUE(model.SetParameters(params).ok());
-    TensorMap grads;
-    model.TrainStep(batch, &grads);
-    ASSERT_EQ(grads.size(), params.size());
-    for (auto& [name, tensor] : params) {
-      auto loss = [&] {
-        EXPECT_TRUE(model.SetParameters(params).ok());
-        return model.Evaluate(batch).loss;
-      };
-      // A small step, so that no ReLU input crosses zero between the two sides.
-      ExpectGradientMatches(tensor.values, grads[name].values, loss,
-                            std::string(kind) + " " + name, 1e-3f);
-    }
-  }
-}
+TEST(CpuGradientCheckTest, WholeModels) { CheckModelGradients(MakeCpuDevice(1).get()); }
 
 TEST(ModelTest, VariablesAndErrors) {
   ModelConfig config;

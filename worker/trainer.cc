@@ -1,0 +1,237 @@
+#include "worker/trainer.h"
+
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/partitioner.h"
+#include "worker/data/batcher.h"
+
+namespace fulcrum {
+namespace {
+
+const char* ModeName(ConsistencyMode mode) {
+  switch (mode) {
+    case SYNC: return "sync";
+    case SSP: return "ssp";
+    default: return "async";
+  }
+}
+
+// Rows [offset, offset + rows) of a batch.
+Batch SubBatch(const Batch& batch, int64_t offset, int64_t rows) {
+  Batch part;
+  part.size = rows;
+  part.feature_dim = batch.feature_dim;
+  part.features.assign(batch.features.begin() + offset * batch.feature_dim,
+                       batch.features.begin() + (offset + rows) * batch.feature_dim);
+  part.labels.assign(batch.labels.begin() + offset, batch.labels.begin() + offset + rows);
+  return part;
+}
+
+std::string FormatEta(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds);
+  return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60) : absl::StrFormat("%ds", s);
+}
+
+}  // namespace
+
+Trainer::Trainer(PsClient* client, std::vector<Mlp*> replicas, LocalReducer* reducer,
+                 const Dataset& train, const Dataset* test, TrainerOptions options)
+    : client_(client),
+      replicas_(std::move(replicas)),
+      reducer_(reducer),
+      train_(train),
+      test_(test),
+      options_(std::move(options)) {
+  CHECK(!replicas_.empty());
+  CHECK(!options_.is_chief || test_ != nullptr);
+}
+
+absl::StatusOr<BatchStats> Trainer::ComputeStep(const Batch& batch, const TensorMap& weights,
+                                                TensorMap* grads) {
+  const int n = static_cast<int>(replicas_.size());
+  const std::vector<int64_t> rows = SplitRows(batch.size, n);
+  std::vector<BatchStats> stats(n);
+  std::vector<absl::Status> status(n);
+  std::vector<float> shares(n);
+  auto run = [&](int r, int64_t offset) {
+    status[r] = replicas_[r]->SetParameters(weights);
+    if (status[r].ok()) {
+      stats[r] = n == 1 ? replicas_[r]->ComputeGradients(batch)
+                        : replicas_[r]->ComputeGradients(SubBatch(batch, offset, rows[r]));
+    }
+  };
+  std::vector<std::thread> threads;
+  int64_t offset = rows[0];
+  for (int r = 1; r < n; ++r) {
+    threads.emplace_back(run, r, offset);
+    offset += rows[r];
+  }
+  run(0, 0);
+  for (auto& t : threads) t.join();
+  BatchStats total;
+  for (int r = 0; r < n; ++r) {
+    if (!status[r].ok()) return status[r];
+    shares[r] = static_cast<float>(rows[r]) / batch.size;
+    total.loss += stats[r].loss * shares[r];
+    total.correct += stats[r].correct;
+    total.examples += stats[r].examples;
+  }
+  reducer_->Reduce(replicas_, shares, grads);
+  return total;
+}
+
+absl::StatusOr<EpochResult> Trainer::Evaluate(int64_t epoch, const TensorMap& weights) {
+  Mlp* model = replicas_[0];
+  if (absl::Status s = model->SetParameters(weights); !s.ok()) return s;
+  const int64_t eval_batch = std::max<int64_t>(1, options_.batch_size / replicas_.size());
+  double loss = 0;
+  int64_t correct = 0;
+  for (const Batch& batch : SequentialBatches(*test_, eval_batch)) {
+    const BatchStats stats = model->Evaluate(batch);
+    loss += stats.loss * stats.examples;
+    correct += stats.correct;
+  }
+  EpochResult result;
+  result.epoch = epoch;
+  result.test_loss = loss / test_->num_examples;
+  result.test_accuracy = static_cast<double>(correct) / test_->num_examples;
+  return result;
+}
+
+void Trainer::AppendMetrics(const std::string& json_line) {
+  if (options_.metrics_jsonl.empty()) return;
+  std::ofstream out(options_.metrics_jsonl, std::ios::app);
+  out << json_line << "\n";
+}
+
+absl::StatusOr<TrainingSummary> Trainer::Run() {
+  const int64_t split = static_cast<int64_t>(replicas_.size());
+  if (options_.batch_size < split) {
+    return absl::InvalidArgumentError(absl::StrCat("--batch_size ", options_.batch_size,
+                                                   " is smaller than --local_replicas ", split));
+  }
+  Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
+                           options_.epochs, options_.seed});
+  const int64_t steps_per_epoch = batcher.steps_per_epoch();
+  if (steps_per_epoch == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training set (", train_.num_examples, " examples) is too small for ",
+        options_.num_workers, " workers with batches of ", options_.batch_size));
+  }
+  const int64_t total_steps = steps_per_epoch * options_.epochs;
+  LOG_INFO("training {} epochs x {} steps, batch {} on {} local replica(s), mode {}",
+           options_.epochs, steps_per_epoch, options_.batch_size, replicas_.size(),
+           ModeName(options_.mode));
+  if (!options_.metrics_jsonl.empty()) std::ofstream(options_.metrics_jsonl, std::ios::trunc);
+
+  const absl::Time start = absl::Now();
+  TrainingSummary summary;
+  TensorMap weights, grads;
+  if (absl::Status s = client_->Pull({}, &weights); !s.ok()) return s;
+
+  double window_loss = 0;
+  int64_t window_correct = 0, window_examples = 0, steps_done = 0;
+  absl::Time window_start = absl::Now();
+  while (std::optional<Batch> batch = batcher.Next()) {
+    auto stats = ComputeStep(*batch, weights, &grads);
+    if (!stats.ok()) return stats.status();
+    auto pushed = client_->PushPull(grads, {}, &weights);
+    if (!pushed.ok()) return pushed.status();
+    summary.stale_gradients_dropped += pushed->stale;
+    ++steps_done;
+    summary.examples += batch->size;
+    window_loss += stats->loss * batch->size;
+    window_correct += stats->correct;
+    window_examples += batch->size;
+
+    const bool epoch_end = batch->step_in_epoch + 1 == steps_per_epoch;
+    if (steps_done % options_.log_every_steps == 0 || epoch_end) {
+      const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+      const double window_secs = absl::ToDoubleSeconds(absl::Now() - window_start);
+      const double rate = window_examples / std::max(window_secs, 1e-9);
+      const double loss = window_loss / window_examples;
+      const double accuracy = static_cast<double>(window_correct) / window_examples;
+      LOG_INFO("epoch {}/{} step {}/{} loss {:.4f} accuracy {:.4f} examples/s {:.0f} ETA {}",
+               batch->epoch + 1, options_.epochs, steps_done, total_steps, loss, accuracy, rate,
+               FormatEta(elapsed / steps_done * (total_steps - steps_done)));
+      AppendMetrics(absl::StrFormat(
+          R"({"type": "progress", "epoch": %d, "step": %d, "wall_seconds": %.3f, "train_loss": %.6f, "train_accuracy": %.6f, "examples_per_sec": %.1f})",
+          batch->epoch + 1, steps_done, elapsed, loss, accuracy, rate));
+      window_loss = 0;
+      window_correct = window_examples = 0;
+      window_start = absl::Now();
+    }
+    if (epoch_end && options_.is_chief) {
+      auto result = Evaluate(batch->epoch + 1, weights);
+      if (!result.ok()) return result.status();
+      LOG_INFO("epoch {} test loss {:.4f} test accuracy {:.4f} (global step {})", result->epoch,
+               result->test_loss, result->test_accuracy, client_->step());
+      AppendMetrics(absl::StrFormat(
+          R"({"type": "epoch", "epoch": %d, "global_step": %d, "wall_seconds": %.3f, "test_loss": %.6f, "test_accuracy": %.6f})",
+          result->epoch, client_->step(),
+          absl::ToDoubleSeconds(absl::Now() - start), result->test_loss,
+          result->test_accuracy));
+      summary.epochs.push_back(*result);
+    }
+  }
+  summary.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  summary.global_steps = client_->step();
+  summary.examples_per_sec =
+      summary.examples * options_.num_workers / std::max(summary.wall_seconds, 1e-9);
+  if (absl::Status s = client_->Finish(); !s.ok()) return s;
+  if (options_.is_chief) {
+    auto described = client_->Describe();
+    if (described.ok()) {
+      summary.stale_gradients_dropped = 0;
+      for (const DescribeResponse& d : *described) {
+        summary.stale_gradients_dropped += d.stale_gradients_dropped();
+      }
+    }
+    if (absl::Status s = WriteSummary(summary); !s.ok()) return s;
+    if (absl::Status s = client_->JobDone("the chief finished training"); !s.ok()) return s;
+  }
+  LOG_INFO("done: {} steps, {} examples in {:.1f}s", steps_done, summary.examples,
+           summary.wall_seconds);
+  return summary;
+}
+
+absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
+  if (options_.summary_json.empty()) return absl::OkStatus();
+  const EpochResult last = summary.epochs.empty() ? EpochResult{} : summary.epochs.back();
+  std::ofstream out(options_.summary_json, std::ios::trunc);
+  out << absl::StrFormat(
+      "{\n"
+      "  \"test_accuracy\": %.6f,\n"
+      "  \"test_loss\": %.6f,\n"
+      "  \"epochs\": %d,\n"
+      "  \"global_steps\": %d,\n"
+      "  \"examples_per_sec\": %.1f,\n"
+      "  \"mode\": \"%s\",\n"
+      "  \"num_workers\": %d,\n"
+      "  \"num_ps\": %d,\n"
+      "  \"stale_gradients_dropped\": %d,\n"
+      "  \"wall_seconds\": %.3f,\n"
+      "  \"batch_size\": %d,\n"
+      "  \"local_replicas\": %d,\n"
+      "  \"model\": \"%s\",\n"
+      "  \"device\": \"%s\"\n"
+      "}\n",
+      last.test_accuracy, last.test_loss, options_.epochs, summary.global_steps,
+      summary.examples_per_sec, ModeName(options_.mode), options_.num_workers, options_.num_ps,
+      summary.stale_gradients_dropped, summary.wall_seconds, options_.batch_size,
+      replicas_.size(), options_.model_name, options_.device_name);
+  out.close();
+  if (!out) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write --summary_json '", options_.summary_json, "'"));
+  }
+  LOG_INFO("summary written to {}", options_.summary_json);
+  return absl::OkStatus();
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,82 @@
+// The training loop of one worker: per step, pull, forward/backward on the
+// local replicas, local reduce, push, with the consistency mode's semantics
+// (kept by PsClient). The chief also evaluates on the test set after every
+// epoch, writes the metrics and the summary, and ends the job.
+#ifndef FULCRUM_WORKER_TRAINER_H_
+#define FULCRUM_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+#include "worker/data/dataset.h"
+#include "worker/local_reducer.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+
+namespace fulcrum {
+
+struct TrainerOptions {
+  ConsistencyMode mode = SYNC;
+  int64_t epochs = 10;
+  int64_t batch_size = 64;  // per worker; split over the local replicas
+  uint64_t seed = 0;        // of the per-epoch shuffles
+  int64_t log_every_steps = 100;
+  bool is_chief = false;
+  int shard_index = 0;  // this worker's share of the training set
+  int num_workers = 1;
+  int num_ps = 1;
+  std::string summary_json;   // chief: the run's summary, written at the end ("" = none)
+  std::string metrics_jsonl;  // chief: progress and per-epoch metrics ("" = none)
+  std::string model_name;     // for the summary
+  std::string device_name;    // for the summary
+};
+
+struct EpochResult {
+  int64_t epoch = 0;
+  double test_loss = 0;
+  double test_accuracy = 0;
+};
+
+struct TrainingSummary {
+  std::vector<EpochResult> epochs;  // chief only
+  int64_t global_steps = 0;
+  int64_t examples = 0;             // this worker's
+  double examples_per_sec = 0;      // the cluster's: this worker's rate x workers
+  int64_t stale_gradients_dropped = 0;
+  double wall_seconds = 0;
+};
+
+class Trainer {
+ public:
+  // `replicas` (one per local device, all the same model), `reducer`,
+  // `client` (variables created) and the data sets outlive the trainer.
+  // `test` is needed by the chief only.
+  Trainer(PsClient* client, std::vector<Mlp*> replicas, LocalReducer* reducer,
+          const Dataset& train, const Dataset* test, TrainerOptions options);
+
+  absl::StatusOr<TrainingSummary> Run();
+
+ private:
+  // Each replica computes gradients on its part of `batch` (in parallel);
+  // their weighted mean goes to `grads`. Returns the batch's mean loss and
+  // correct count.
+  absl::StatusOr<BatchStats> ComputeStep(const Batch& batch, const TensorMap& weights,
+                                         TensorMap* grads);
+  absl::StatusOr<EpochResult> Evaluate(int64_t epoch, const TensorMap& weights);
+  void AppendMetrics(const std::string& json_line);
+  absl::Status WriteSummary(const TrainingSummary& summary);
+
+  PsClient* const client_;
+  const std::vector<Mlp*> replicas_;
+  LocalReducer* const reducer_;
+  const Dataset& train_;
+  const Dataset* const test_;
+  const TrainerOptions options_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_TRAINER_H_
