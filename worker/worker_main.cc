@@ -1,0 +1,326 @@
+// worker: trains a model on its share of the data, pulling variables from
+// and pushing gradients to the parameter servers. See README.md, "worker
+// flags".
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/cluster_spec.h"
+#include "common/logging.h"
+#include "worker/cpu/cpu_device.h"
+#include "worker/cuda/cuda.h"
+#include "worker/data/dataset.h"
+#include "worker/local_reducer.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, cluster_spec, "",
+          "Path of a file holding the cluster spec as TF_CONFIG JSON. Takes precedence over "
+          "the host flags and the TF_CONFIG environment variable.");
+ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of every parameter server.");
+ABSL_FLAG(std::string, worker_hosts, "", "Comma-separated host:port of every worker.");
+ABSL_FLAG(std::string, chief_host, "", "host:port of the chief, if the cluster has one.");
+ABSL_FLAG(std::string, task_type, "worker", "This task's type with the host flags: chief or worker.");
+ABSL_FLAG(int, task_index, 0, "This task's index among its type's tasks.");
+ABSL_FLAG(std::string, mode, "sync",
+          "Consistency mode, as the parameter servers run it: sync, async or ssp.");
+ABSL_FLAG(int64_t, staleness, -1,
+          "ssp: the bound k the servers must run with; -1 accepts theirs.");
+ABSL_FLAG(int, replicas_to_aggregate, 0,
+          "sync: the count the servers must run with; 0 accepts theirs.");
+ABSL_FLAG(std::string, model, "mlp", "mlp (ReLU hidden layers) or softmax (regression).");
+ABSL_FLAG(std::string, hidden, "256,128", "mlp: comma-separated hidden layer widths.");
+ABSL_FLAG(std::string, dataset, "fashion_mnist",
+          "fashion_mnist or idx ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] in "
+          "--data_dir) or libsvm (train.libsvm and test.libsvm in --data_dir).");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
+          "Where the data set is (Debian's dataset-fashion-mnist installs it here).");
+ABSL_FLAG(int, num_classes, 10, "Classes of the labels (0 .. num_classes-1).");
+ABSL_FLAG(int64_t, epochs, 10, "Passes over this worker's share of the training set.");
+ABSL_FLAG(int64_t, batch_size, 64, "Examples per step on this worker (split over local replicas).");
+ABSL_FLAG(std::string, optimizer, "adam", "sgd, momentum, adagrad or adam (run on the servers).");
+ABSL_FLAG(double, learning_rate, 1e-3, "The optimizer's learning rate.");
+ABSL_FLAG(double, momentum, 0.9, "momentum: its coefficient.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and of the data shuffles.");
+ABSL_FLAG(std::string, device, "auto",
+          "auto (CUDA when a device is present, else CPU), cpu or cuda.");
+ABSL_FLAG(int, local_replicas, 1,
+          "Replicas inside this worker (GPUs with cuda; threads on the CPU). Each step's batch "
+          "is split over them and their gradients averaged before one push.");
+ABSL_FLAG(std::string, summary_json, "", "Chief: write the run's summary here as JSON.");
+ABSL_FLAG(std::string, metrics_jsonl, "",
+          "Chief: write progress and per-epoch metrics here, one JSON object a line.");
+ABSL_FLAG(int64_t, log_every_steps, 100, "Log progress every this many steps.");
+ABSL_FLAG(int, call_timeout_secs, 120,
+          "Deadline of each call to a server, long polls included; servers not up yet are "
+          "waited for this long.");
+
+namespace fulcrum {
+namespace {
+
+absl::StatusOr<ConsistencyMode> ParseMode(const std::string& mode) {
+  if (mode == "async") return ASYNC;
+  if (mode == "sync") return SYNC;
+  if (mode == "ssp") return SSP;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--mode: '", mode, "' is not one of async, sync, ssp"));
+}
+
+absl::StatusOr<OptimizerSpec> OptimizerFromFlags() {
+  OptimizerSpec spec;
+  const std::string name = absl::GetFlag(FLAGS_optimizer);
+  if (name == "sgd") {
+    spec.set_kind(OptimizerSpec::SGD);
+  } else if (name == "momentum") {
+    spec.set_kind(OptimizerSpec::MOMENTUM);
+    spec.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
+  } else if (name == "adagrad") {
+    spec.set_kind(OptimizerSpec::ADAGRAD);
+  } else if (name == "adam") {
+    spec.set_kind(OptimizerSpec::ADAM);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer: '", name, "' is not one of sgd, momentum, adagrad, adam"));
+  }
+  const double lr = absl::GetFlag(FLAGS_learning_rate);
+  if (!(lr > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--learning_rate: must be > 0, got ", lr));
+  }
+  spec.set_learning_rate(static_cast<float>(lr));
+  return spec;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text) {
+  std::vector<int64_t> widths;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t width = 0;
+    if (!absl::SimpleAtoi(part, &width)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--hidden: '", part, "' is not a layer width"));
+    }
+    widths.push_back(width);
+  }
+  return widths;
+}
+
+// The local replicas' devices, chosen by --device, and the reducer that
+// averages their gradients.
+struct Devices {
+  std::vector<std::unique_ptr<Device>> devices;
+  std::unique_ptr<LocalReducer> reducer;
+};
+
+absl::StatusOr<Devices> MakeDevices(const std::string& kind, int replicas) {
+  if (kind != "auto" && kind != "cpu" && kind != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: '", kind, "' is not one of auto, cpu, cuda"));
+  }
+  if (replicas < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--local_replicas: must be >= 1, got ", replicas));
+  }
+  Devices out;
+  std::string why_not;
+  const int gpus = kind == "cpu" ? 0 : CudaDeviceCount(&why_not);
+  const bool use_cuda = kind == "cuda" || (kind == "auto" && gpus > 0);
+  if (use_cuda) {
+    if (gpus < replicas) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--device=", kind, " with --local_replicas=", replicas, " needs ", replicas,
+          " CUDA device(s); found ", gpus, why_not.empty() ? "" : " (" + why_not + ")"));
+    }
+    std::vector<int> ordinals;
+    for (int r = 0; r < replicas; ++r) {
+      auto device = MakeCudaDevice(r);
+      if (!device.ok()) return device.status();
+      out.devices.push_back(*std::move(device));
+      ordinals.push_back(r);
+    }
+    if (replicas > 1) {
+      auto reducer = MakeNcclReducer(ordinals);
+      if (!reducer.ok()) return reducer.status();
+      out.reducer = *std::move(reducer);
+    } else {
+      out.reducer = MakeHostReducer();
+    }
+    LOG_INFO("device: CUDA, {} GPU(s) of {} ({})", replicas, gpus, out.devices[0]->name());
+    return out;
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int r = 0; r < replicas; ++r) out.devices.push_back(MakeCpuDevice(std::max(1, cores / replicas)));
+  out.reducer = MakeHostReducer();
+  if (kind == "auto") {
+    LOG_INFO("device: CPU backend, {} replica(s) of {}, because no CUDA device is usable: {}",
+             replicas, out.devices[0]->name(), why_not);
+  } else {
+    LOG_INFO("device: CPU backend (--device=cpu), {} replica(s) of {}", replicas,
+             out.devices[0]->name());
+  }
+  return out;
+}
+
+// The servers must run the mode (and bounds) this worker was told.
+absl::Status CheckServers(PsClient& client, ConsistencyMode mode, const std::vector<std::string>& ps) {
+  auto described = client.Describe();
+  if (!described.ok()) return described.status();
+  for (size_t i = 0; i < described->size(); ++i) {
+    const DescribeResponse& d = (*described)[i];
+    const std::string where = absl::StrCat("ps ", i, " (", ps[i], ")");
+    if (d.mode() != mode) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker --mode=", absl::GetFlag(FLAGS_mode), " but ", where, " runs ",
+                       ConsistencyMode_Name(d.mode()), "; start both with the same --mode"));
+    }
+    const int rta = absl::GetFlag(FLAGS_replicas_to_aggregate);
+    if (mode == SYNC && rta > 0 && d.replicas_to_aggregate() != rta) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker --replicas_to_aggregate=", rta, " but ", where, " aggregates ",
+                       d.replicas_to_aggregate()));
+    }
+    const int64_t k = absl::GetFlag(FLAGS_staleness);
+    if (mode == SSP && k >= 0 && d.staleness_bound() != k) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker --staleness=", k, " but ", where, " runs with staleness ", d.staleness_bound()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  ClusterSources sources;
+  sources.cluster_spec_path = absl::GetFlag(FLAGS_cluster_spec);
+  sources.flags = {absl::GetFlag(FLAGS_ps_hosts), absl::GetFlag(FLAGS_worker_hosts),
+                   absl::GetFlag(FLAGS_chief_host), absl::GetFlag(FLAGS_task_type),
+                   absl::GetFlag(FLAGS_task_index)};
+  if (const char* env = std::getenv("TF_CONFIG")) sources.tf_config_env = env;
+  auto cluster = ResolveTfConfig(sources);
+  if (!cluster.ok()) return cluster.status();
+  auto replica = ReplicaId(*cluster);
+  if (!replica.ok()) return replica.status();
+  if (cluster->cluster().ps_size() == 0) {
+    return absl::InvalidArgumentError("cluster.ps: the worker needs at least one parameter server");
+  }
+  const bool is_chief = cluster->task().type() == "chief" ||
+                        (cluster->cluster().chief_size() == 0 && cluster->task().index() == 0);
+  InitLogging(cluster->task().type(), cluster->task().index());
+
+  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) return mode.status();
+  auto optimizer = OptimizerFromFlags();
+  if (!optimizer.ok()) return optimizer.status();
+  auto hidden = ParseHidden(absl::GetFlag(FLAGS_hidden));
+  if (!hidden.ok()) return hidden.status();
+  if (absl::GetFlag(FLAGS_epochs) < 1 || absl::GetFlag(FLAGS_batch_size) < 1 ||
+      absl::GetFlag(FLAGS_log_every_steps) < 1) {
+    return absl::InvalidArgumentError("--epochs, --batch_size and --log_every_steps must be >= 1");
+  }
+
+  DataSource source;
+  source.kind = absl::GetFlag(FLAGS_dataset);
+  source.data_dir = absl::GetFlag(FLAGS_data_dir);
+  source.num_classes = absl::GetFlag(FLAGS_num_classes);
+  auto train = LoadTrainingSet(source);
+  if (!train.ok()) return train.status();
+  std::optional<Dataset> test;
+  if (is_chief) {
+    auto loaded = LoadTestSet(source, train->feature_dim);
+    if (!loaded.ok()) return loaded.status();
+    test = *std::move(loaded);
+  }
+  LOG_INFO("data: {} training examples of {} features{}", train->num_examples,
+           train->feature_dim,
+           test ? absl::StrCat(", ", test->num_examples, " test examples") : "");
+
+  ModelConfig model;
+  model.kind = absl::GetFlag(FLAGS_model);
+  model.hidden = *hidden;
+  model.input_dim = train->feature_dim;
+  model.num_classes = source.num_classes;
+  model.optimizer = *optimizer;
+  model.seed = absl::GetFlag(FLAGS_seed);
+  model.num_ps = cluster->cluster().ps_size();
+  if (absl::Status s = ValidateModelConfig(model); !s.ok()) return s;
+
+  const int local_replicas = absl::GetFlag(FLAGS_local_replicas);
+  auto devices = MakeDevices(absl::GetFlag(FLAGS_device), local_replicas);
+  if (!devices.ok()) return devices.status();
+  const int64_t per_replica =
+      (absl::GetFlag(FLAGS_batch_size) + local_replicas - 1) / local_replicas;
+  std::vector<std::unique_ptr<Mlp>> models;
+  std::vector<Mlp*> replicas;
+  for (auto& device : devices->devices) {
+    models.push_back(std::make_unique<Mlp>(device.get(), model, per_replica));
+    replicas.push_back(models.back().get());
+  }
+
+  PsClientOptions options;
+  options.worker_id = *replica;
+  options.mode = *mode;
+  options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_secs));
+  options.retry_timeout = options.call_timeout;
+  const std::vector<std::string> ps(cluster->cluster().ps().begin(), cluster->cluster().ps().end());
+  auto client = PsClient::Connect(ps, options);
+  LOG_INFO("waiting for {} parameter server(s): {}", ps.size(), absl::StrJoin(ps, ", "));
+  if (absl::Status s = CheckServers(*client, *mode, ps); !s.ok()) return s;
+  if (absl::Status s = client->CreateVariables(ModelVariables(model)); !s.ok()) return s;
+  client->StartHeartbeats(absl::Seconds(1));
+
+  TrainerOptions trainer_options;
+  trainer_options.mode = *mode;
+  trainer_options.epochs = absl::GetFlag(FLAGS_epochs);
+  trainer_options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  trainer_options.seed = absl::GetFlag(FLAGS_seed);
+  trainer_options.log_every_steps = absl::GetFlag(FLAGS_log_every_steps);
+  trainer_options.is_chief = is_chief;
+  trainer_options.shard_index = *replica;
+  trainer_options.num_workers = NumReplicas(cluster->cluster());
+  trainer_options.num_ps = static_cast<int>(ps.size());
+  trainer_options.summary_json = absl::GetFlag(FLAGS_summary_json);
+  trainer_options.metrics_jsonl = absl::GetFlag(FLAGS_metrics_jsonl);
+  trainer_options.model_name =
+      model.kind == "mlp" ? absl::StrCat("mlp ", absl::GetFlag(FLAGS_hidden)) : model.kind;
+  trainer_options.device_name = devices->devices[0]->name();
+  Trainer trainer(client.get(), replicas, devices->reducer.get(), *train,
+                  test ? &*test : nullptr, trainer_options);
+  auto summary = trainer.Run();
+  if (!summary.ok()) return summary.status();
+  if (is_chief && !summary->epochs.empty()) {
+    LOG_INFO("final test accuracy {:.4f} (test loss {:.4f}) after {} global steps in {:.1f}s",
+             summary->epochs.back().test_accuracy, summary->epochs.back().test_loss,
+             summary->global_steps, summary->wall_seconds);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace fulcrum
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Fulcrum worker.\n\n"
+      "Trains a model on its share of the training set: pulls the variables from the "
+      "parameter servers, computes gradients on a GPU (cuBLAS) or the CPU (OpenBLAS), "
+      "averages them over --local_replicas, and pushes them, in the servers' consistency "
+      "mode. The chief (the chief task, else worker 0) also evaluates on the test set after "
+      "every epoch, writes --summary_json and --metrics_jsonl, and ends the job.\n\n"
+      "The cluster spec comes from --cluster_spec, else the host flags, else TF_CONFIG.");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = fulcrum::Run();
+  if (!status.ok()) {
+    spdlog::error("{}", status.ToString());
+    std::cerr << "worker: " << status.message() << "\n";
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
