@@ -1,0 +1,313 @@
+// local_cluster: runs a whole Fulcrum cluster on this machine -- parameter
+// servers and workers on 127.0.0.1, each with a TF_CONFIG -- prefixes every
+// output line with its process's role and index, stops every process on
+// Ctrl-C or when one fails, and exits with the chief's status.
+//
+//   local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10
+//
+// Everything after `--` is passed to every worker.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+ABSL_FLAG(int, num_ps, 2, "Parameter servers to start.");
+ABSL_FLAG(int, num_workers, 3, "Workers to start; worker 0 is the chief.");
+ABSL_FLAG(std::string, mode, "sync", "Consistency mode of servers and workers: sync, async, ssp.");
+ABSL_FLAG(int64_t, staleness, 2, "ssp: the bound k.");
+ABSL_FLAG(int, replicas_to_aggregate, 0, "sync: gradients per step; 0 means every worker.");
+ABSL_FLAG(std::string, summary_json, "", "Passed to the chief: where it writes the run's summary.");
+ABSL_FLAG(std::string, metrics_jsonl, "",
+          "Passed to the chief: where it writes progress and per-epoch metrics.");
+ABSL_FLAG(std::string, bin_dir, "",
+          "Directory holding ps_server/ps_server and worker/worker; default: the bazel-bin "
+          "tree this launcher was built into.");
+ABSL_FLAG(int, start_timeout_secs, 60, "How long a parameter server may take to start listening.");
+ABSL_FLAG(int, stop_timeout_secs, 30,
+          "After the workers are done (or on failure), how long processes get to exit before "
+          "they are killed.");
+
+namespace {
+
+volatile sig_atomic_t g_interrupted = 0;
+void OnSignal(int) { g_interrupted = 1; }
+
+struct Child {
+  std::string label;  // "ps 0", "worker 2"
+  pid_t pid = -1;
+  int out = -1;  // stdout and stderr
+  std::string partial;
+  std::optional<int> status;  // exit code, or 128 + signal
+};
+
+Child Spawn(const std::string& label, const std::vector<std::string>& argv,
+            const std::string& tf_config) {
+  int fds[2];
+  if (pipe(fds) != 0) {
+    std::perror("pipe");
+    std::exit(1);
+  }
+  Child child;
+  child.label = label;
+  child.pid = fork();
+  if (child.pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    setenv("TF_CONFIG", tf_config.c_str(), 1);
+    signal(SIGINT, SIG_IGN);  // the launcher stops its children itself
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  child.out = fds[0];
+  fcntl(child.out, F_SETFL, O_NONBLOCK);
+  return child;
+}
+
+// Prints the child's complete lines with its label; returns them.
+std::vector<std::string> Drain(Child& child) {
+  std::vector<std::string> lines;
+  char buffer[65536];
+  ssize_t n;
+  while (child.out >= 0 && (n = read(child.out, buffer, sizeof(buffer))) != 0) {
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) break;
+      n = 0;
+    }
+    if (n == 0) break;
+    child.partial.append(buffer, n);
+  }
+  if (n == 0 && child.out >= 0) {  // end of output
+    close(child.out);
+    child.out = -1;
+    if (!child.partial.empty()) child.partial += '\n';
+  }
+  size_t end;
+  while ((end = child.partial.find('\n')) != std::string::npos) {
+    lines.push_back(child.partial.substr(0, end));
+    std::printf("[%s] %s\n", child.label.c_str(), lines.back().c_str());
+    child.partial.erase(0, end + 1);
+  }
+  std::fflush(stdout);
+  return lines;
+}
+
+void Reap(std::vector<Child>& children) {
+  for (Child& child : children) {
+    int status = 0;
+    if (!child.status && waitpid(child.pid, &status, WNOHANG) == child.pid) {
+      child.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      std::printf("[launcher] %s exited with status %d\n", child.label.c_str(), *child.status);
+      std::fflush(stdout);
+    }
+  }
+}
+
+// Relays output for up to `timeout` or until `done` holds; reaps exits.
+template <typename Done>
+void Pump(std::vector<Child>& children, absl::Duration timeout, Done done) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done() && absl::Now() < deadline) {
+    std::vector<pollfd> fds;
+    for (const Child& child : children) {
+      if (child.out >= 0) fds.push_back({child.out, POLLIN, 0});
+    }
+    // Exits are noticed within 100 ms even when a child is silent.
+    poll(fds.data(), fds.size(), 100);
+    for (Child& child : children) Drain(child);
+    Reap(children);
+  }
+}
+
+void StopAll(std::vector<Child>& children, absl::Duration grace) {
+  for (Child& child : children) {
+    if (!child.status) kill(child.pid, SIGTERM);
+  }
+  auto all_exited = [&] {
+    for (const Child& child : children) {
+      if (!child.status) return false;
+    }
+    return true;
+  };
+  Pump(children, grace, all_exited);
+  for (Child& child : children) {
+    if (!child.status) {
+      std::printf("[launcher] %s did not stop within %s; killing it\n", child.label.c_str(),
+                  absl::FormatDuration(grace).c_str());
+      kill(child.pid, SIGKILL);
+    }
+  }
+  Pump(children, absl::Seconds(5), all_exited);
+}
+
+std::string Quoted(const std::vector<std::string>& hosts) {
+  std::vector<std::string> quoted;
+  for (const std::string& h : hosts) quoted.push_back(absl::StrCat("\"", h, "\""));
+  return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
+}
+
+std::string TfConfig(const std::vector<std::string>& ps, const std::vector<std::string>& workers,
+                     const std::string& type, int index) {
+  return absl::StrCat(R"({"cluster": {"ps": )", Quoted(ps), R"(, "worker": )", Quoted(workers),
+                      R"(}, "task": {"type": ")", type, R"(", "index": )", index, "}}");
+}
+
+std::string DefaultBinDir() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return ".";
+  std::string path(self, n);
+  path = path.substr(0, path.rfind('/'));  // .../bazel-bin/deploy
+  return path.substr(0, path.rfind('/'));  // .../bazel-bin
+}
+
+int Run(const std::vector<std::string>& worker_args) {
+  const int num_ps = absl::GetFlag(FLAGS_num_ps);
+  const int num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (num_ps < 1 || num_workers < 1) {
+    std::fprintf(stderr, "local_cluster: --num_ps and --num_workers must be >= 1\n");
+    return 2;
+  }
+  std::string bin = absl::GetFlag(FLAGS_bin_dir);
+  if (bin.empty()) bin = DefaultBinDir();
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  const std::vector<std::string> mode_flags = {
+      "--mode=" + mode, absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
+      absl::StrCat("--replicas_to_aggregate=", absl::GetFlag(FLAGS_replicas_to_aggregate))};
+
+  // Servers listen on ports they pick (--port=0); workers do not listen, so
+  // their entries only count them.
+  const std::vector<std::string> placeholders_ps(num_ps, "127.0.0.1:0");
+  const std::vector<std::string> placeholders_workers(num_workers, "127.0.0.1:0");
+  std::vector<Child> children;
+  std::vector<std::string> ps_addresses;
+  const std::regex listening("listening on (\\S+:\\d+)");
+  for (int i = 0; i < num_ps; ++i) {
+    std::vector<std::string> argv = {bin + "/ps_server/ps_server", "--port=0",
+                                     "--bind_host=127.0.0.1"};
+    argv.insert(argv.end(), mode_flags.begin(), mode_flags.end());
+    children.push_back(Spawn(absl::StrCat("ps ", i), argv,
+                             TfConfig(placeholders_ps, placeholders_workers, "ps", i)));
+    std::string address;
+    const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_start_timeout_secs));
+    while (address.empty() && !children.back().status && absl::Now() < deadline &&
+           !g_interrupted) {
+      pollfd fd{children.back().out, POLLIN, 0};
+      poll(&fd, 1, 100);
+      for (const std::string& line : Drain(children.back())) {
+        std::smatch match;
+        if (std::regex_search(line, match, listening)) address = match[1];
+      }
+      Reap(children);
+    }
+    if (address.empty()) {
+      std::printf("[launcher] ps %d did not start listening; stopping\n", i);
+      StopAll(children, absl::Seconds(5));
+      return 1;
+    }
+    ps_addresses.push_back(address);
+  }
+  std::printf("[launcher] parameter servers: %s; starting %d worker(s), mode %s\n",
+              absl::StrJoin(ps_addresses, ", ").c_str(), num_workers, mode.c_str());
+  std::fflush(stdout);
+
+  const size_t first_worker = children.size();
+  for (int w = 0; w < num_workers; ++w) {
+    std::vector<std::string> argv = {bin + "/worker/worker"};
+    argv.insert(argv.end(), mode_flags.begin(), mode_flags.end());
+    if (w == 0) {
+      if (!absl::GetFlag(FLAGS_summary_json).empty()) {
+        argv.push_back("--summary_json=" + absl::GetFlag(FLAGS_summary_json));
+      }
+      if (!absl::GetFlag(FLAGS_metrics_jsonl).empty()) {
+        argv.push_back("--metrics_jsonl=" + absl::GetFlag(FLAGS_metrics_jsonl));
+      }
+    }
+    argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+    children.push_back(Spawn(absl::StrCat("worker ", w), argv,
+                             TfConfig(ps_addresses, placeholders_workers, "worker", w)));
+  }
+
+  // Run until every process has exited, one fails, or Ctrl-C.
+  auto failed = [&]() -> const Child* {
+    for (const Child& child : children) {
+      if (child.status && *child.status != 0) return &child;
+    }
+    return nullptr;
+  };
+  auto workers_done = [&] {
+    for (size_t i = first_worker; i < children.size(); ++i) {
+      if (!children[i].status) return false;
+    }
+    return true;
+  };
+  Pump(children, absl::InfiniteDuration(),
+       [&] { return g_interrupted || failed() != nullptr || workers_done(); });
+  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_stop_timeout_secs));
+  if (g_interrupted) {
+    std::printf("[launcher] interrupted; stopping every process\n");
+    StopAll(children, grace);
+    return 130;
+  }
+  if (const Child* bad = failed()) {
+    std::printf("[launcher] %s failed; stopping every process\n", bad->label.c_str());
+    StopAll(children, grace);
+    const Child& chief = children[first_worker];
+    return chief.status && *chief.status != 0 ? *chief.status : 1;
+  }
+  // The workers are done: the servers exit on the chief's job-done word.
+  auto all_exited = [&] {
+    for (const Child& child : children) {
+      if (!child.status) return false;
+    }
+    return true;
+  };
+  Pump(children, grace, all_exited);
+  if (!all_exited()) {
+    std::printf("[launcher] a parameter server is still running after the workers finished\n");
+    StopAll(children, absl::Seconds(5));
+  }
+  return *children[first_worker].status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Runs a Fulcrum cluster on this machine: --num_ps parameter servers and --num_workers "
+      "workers on 127.0.0.1, each with its TF_CONFIG. Every output line is prefixed with its "
+      "process's role and index. Ctrl-C, or any process failing, stops them all. Exits with "
+      "the chief's (worker 0's) status.\n\n"
+      "  local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10\n\n"
+      "Arguments after -- go to every worker (see worker --help).");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> worker_args(rest.begin() + 1, rest.end());
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  return Run(worker_args);
+}
