@@ -1,7 +1,8 @@
 // local_cluster: runs a whole Fulcrum cluster on this machine -- parameter
 // servers and workers on 127.0.0.1, each with a TF_CONFIG -- prefixes every
 // output line with its process's role and index, stops every process on
-// Ctrl-C or when one fails, and exits with the chief's status.
+// Ctrl-C or when one fails, and exits with the chief's status (when another
+// process failed first, with that one's).
 //
 //   local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10
 //
@@ -273,10 +274,13 @@ int Run(const std::vector<std::string>& worker_args) {
     return 130;
   }
   if (const Child* bad = failed()) {
+    // The chief's own failure, else the first failure: the chief stopped by
+    // the launcher says nothing.
+    const Child& chief = children[first_worker];
+    const int status = chief.status ? *chief.status : *bad->status;
     std::printf("[launcher] %s failed; stopping every process\n", bad->label.c_str());
     StopAll(children, grace);
-    const Child& chief = children[first_worker];
-    return chief.status && *chief.status != 0 ? *chief.status : 1;
+    return status;
   }
   // The workers are done: the servers exit on the chief's job-done word.
   auto all_exited = [&] {

@@ -226,6 +226,15 @@ absl::Status Run() {
     return absl::InvalidArgumentError("--epochs, --batch_size and --log_every_steps must be >= 1");
   }
 
+  ModelConfig model;
+  model.kind = absl::GetFlag(FLAGS_model);
+  model.hidden = *hidden;
+  model.num_classes = absl::GetFlag(FLAGS_num_classes);
+  model.optimizer = *optimizer;
+  model.seed = absl::GetFlag(FLAGS_seed);
+  model.num_ps = cluster->cluster().ps_size();
+  if (absl::Status s = ValidateModelConfig(model); !s.ok()) return s;  // before the slow load
+
   DataSource source;
   source.kind = absl::GetFlag(FLAGS_dataset);
   source.data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -242,14 +251,7 @@ absl::Status Run() {
            train->feature_dim,
            test ? absl::StrCat(", ", test->num_examples, " test examples") : "");
 
-  ModelConfig model;
-  model.kind = absl::GetFlag(FLAGS_model);
-  model.hidden = *hidden;
   model.input_dim = train->feature_dim;
-  model.num_classes = source.num_classes;
-  model.optimizer = *optimizer;
-  model.seed = absl::GetFlag(FLAGS_seed);
-  model.num_ps = cluster->cluster().ps_size();
   if (absl::Status s = ValidateModelConfig(model); !s.ok()) return s;
 
   const int local_replicas = absl::GetFlag(FLAGS_local_replicas);

@@ -1,0 +1,98 @@
+// The local launcher end to end: real ps_server and worker processes on
+// 127.0.0.1 training on Fashion-MNIST, and the failures it must stop on.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "tests/child_process.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> Launcher(std::vector<std::string> args) {
+  std::vector<std::string> argv = {RunfilePath("deploy/local_cluster"),
+                                   "--bin_dir=" + RunfilePath("")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+bool AnyLine(const ChildProcess& process, const std::string& text) {
+  for (const std::string& line : process.lines()) {
+    if (line.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
+  const std::string summary = TempPath("summary.json");
+  const std::string metrics = TempPath("metrics.jsonl");
+  ChildProcess cluster("cluster", Launcher({"--num_ps=2", "--num_workers=2", "--mode=async",
+                                            "--summary_json=" + summary,
+                                            "--metrics_jsonl=" + metrics, "--", "--epochs=1",
+                                            "--hidden=64", "--log_every_steps=100"}));
+  ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(AnyLine(cluster, "[ps 1] "));
+  EXPECT_TRUE(AnyLine(cluster, "[worker 1] "));
+  EXPECT_TRUE(AnyLine(cluster, "[launcher] ps 0 exited with status 0"));
+
+  const std::string json = ReadFile(summary);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
+  EXPECT_GT(std::stod(match[1]), 0.80);
+  EXPECT_THAT(json, HasSubstr("\"mode\": \"async\""));
+  EXPECT_THAT(json, HasSubstr("\"num_workers\": 2"));
+  EXPECT_THAT(json, HasSubstr("\"num_ps\": 2"));
+
+  const std::string svg = TempPath("curves.svg");
+  ChildProcess plot("plot", {"/usr/bin/python3", RunfilePath("deploy/plot_training_curves.py"),
+                             metrics, svg});
+  ASSERT_EQ(plot.Wait(absl::Seconds(60)), 0);
+  EXPECT_THAT(ReadFile(svg), HasSubstr("test accuracy"));
+  EXPECT_THAT(ReadFile(svg), HasSubstr("<polyline"));
+}
+
+TEST(LocalClusterTest, AFailingWorkerStopsTheClusterWithItsStatus) {
+  // The workers reject the flag; the servers must not be left running.
+  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=2", "--",
+                                            "--model=cnn"}));
+  EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 2);
+  EXPECT_TRUE(AnyLine(cluster, "--model: 'cnn' is not one of mlp, softmax"));
+  EXPECT_TRUE(AnyLine(cluster, "failed; stopping every process"));
+  EXPECT_TRUE(AnyLine(cluster, "[launcher] ps 0 exited with status 0"));
+}
+
+TEST(LocalClusterTest, WorkerRefusesServersInAnotherMode) {
+  // The workers are told async (the last --mode wins); the servers run sync.
+  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--mode=sync", "--",
+                                            "--mode=async"}));
+  EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 1);
+  EXPECT_TRUE(AnyLine(cluster, "worker --mode=async but ps 0"));
+  EXPECT_TRUE(AnyLine(cluster, "runs SYNC"));
+}
+
+TEST(LocalClusterTest, MissingDataIsNamed) {
+  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--",
+                                            "--data_dir=" + TempPath("no-such-dir")}));
+  EXPECT_NE(cluster.Wait(absl::Seconds(120)), 0);
+  EXPECT_TRUE(AnyLine(cluster, "apt-get install dataset-fashion-mnist"));
+}
+
+}  // namespace
+}  // namespace fulcrum
