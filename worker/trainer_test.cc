@@ -52,68 +52,100 @@ class FashionMnistTest : public ::testing::Test {
 Dataset* FashionMnistTest::train_ = nullptr;
 Dataset* FashionMnistTest::test_ = nullptr;
 
-TEST_F(FashionMnistTest, InProcessSyncClusterTrainsPastTheBar) {
-  constexpr int kWorkers = 2, kServers = 2;
+struct ClusterShape {
+  ConsistencyMode mode;
+  int workers;
+  int servers;
+  int local_replicas;
+};
+
+// Trains SmallMlp for `epochs` on an in-process cluster of `shape`; the
+// chief's summary. Worker 0 (the chief) writes `metrics` and `summary`.
+absl::StatusOr<TrainingSummary> TrainInProcess(const ClusterShape& shape, int64_t epochs,
+                                               const Dataset& train, const Dataset& test,
+                                               const std::string& metrics = "",
+                                               const std::string& summary = "") {
   PsServerConfig server_config;
-  server_config.set_mode(SYNC);
-  server_config.set_num_replicas(kWorkers);
-  server_config.set_replicas_to_aggregate(kWorkers);
+  server_config.set_mode(shape.mode);
+  server_config.set_num_replicas(shape.workers);
+  server_config.set_replicas_to_aggregate(shape.workers);
+  server_config.set_staleness_bound(1);
+  server_config.set_max_staleness(-1);
   server_config.set_lease_timeout_ms(30000);
   server_config.set_max_message_bytes(64 << 20);
   std::vector<std::unique_ptr<ParameterServer>> servers;
-  for (int i = 0; i < kServers; ++i) servers.push_back(std::make_unique<ParameterServer>(server_config));
-
-  const std::string metrics = std::string(std::getenv("TEST_TMPDIR")) + "/metrics.jsonl";
-  const std::string summary_path = std::string(std::getenv("TEST_TMPDIR")) + "/summary.json";
-  std::vector<absl::StatusOr<TrainingSummary>> results(kWorkers, absl::UnknownError("not run"));
+  for (int i = 0; i < shape.servers; ++i) {
+    servers.push_back(std::make_unique<ParameterServer>(server_config));
+  }
+  std::vector<absl::StatusOr<TrainingSummary>> results(shape.workers,
+                                                       absl::UnknownError("not run"));
   std::vector<std::thread> workers;
-  for (int w = 0; w < kWorkers; ++w) {
+  for (int w = 0; w < shape.workers; ++w) {
     workers.emplace_back([&, w] {
       std::vector<std::unique_ptr<PsTransport>> transports;
       for (auto& server : servers) {
         transports.push_back(std::make_unique<InProcessPsTransport>(server.get()));
       }
-      PsClientOptions options;
-      options.worker_id = w;
-      options.mode = SYNC;
-      PsClient client(std::move(transports), options);
-      const ModelConfig model = SmallMlp(kServers);
+      PsClientOptions client_options;
+      client_options.worker_id = w;
+      client_options.mode = shape.mode;
+      PsClient client(std::move(transports), client_options);
+      const ModelConfig model = SmallMlp(shape.servers);
       if (absl::Status s = client.CreateVariables(ModelVariables(model)); !s.ok()) {
         results[w] = s;
         return;
       }
-      auto device = MakeCpuDevice(1);
-      Mlp mlp(device.get(), model, 32);
-      auto reducer = MakeHostReducer();
-      TrainerOptions options_t;
-      options_t.mode = SYNC;
-      options_t.epochs = 2;
-      options_t.batch_size = 32;
-      options_t.log_every_steps = 50;
-      options_t.is_chief = w == 0;
-      options_t.shard_index = w;
-      options_t.num_workers = kWorkers;
-      options_t.num_ps = kServers;
-      if (w == 0) {
-        options_t.metrics_jsonl = metrics;
-        options_t.summary_json = summary_path;
+      std::vector<std::unique_ptr<Device>> devices;
+      std::vector<std::unique_ptr<Mlp>> models;
+      std::vector<Mlp*> replicas;
+      for (int r = 0; r < shape.local_replicas; ++r) {
+        devices.push_back(MakeCpuDevice(1));
+        models.push_back(std::make_unique<Mlp>(devices.back().get(), model, 32));
+        replicas.push_back(models.back().get());
       }
-      Trainer trainer(&client, {&mlp}, reducer.get(), *train_, w == 0 ? test_ : nullptr, options_t);
+      auto reducer = MakeHostReducer();
+      TrainerOptions options;
+      options.mode = shape.mode;
+      options.epochs = epochs;
+      options.batch_size = 32;
+      options.log_every_steps = 50;
+      options.is_chief = w == 0;
+      options.shard_index = w;
+      options.num_workers = shape.workers;
+      options.num_ps = shape.servers;
+      if (w == 0) {
+        options.metrics_jsonl = metrics;
+        options.summary_json = summary;
+      }
+      Trainer trainer(&client, replicas, reducer.get(), train, w == 0 ? &test : nullptr, options);
       results[w] = trainer.Run();
     });
   }
   for (auto& t : workers) t.join();
-  for (int w = 0; w < kWorkers; ++w) ASSERT_TRUE(results[w].ok()) << results[w].status();
+  for (int w = 0; w < shape.workers; ++w) {
+    if (!results[w].ok()) return results[w].status();
+  }
+  // The servers end the job once every worker has finished.
+  for (auto& server : servers) {
+    if (!server->WaitForJobDone(absl::Seconds(10))) {
+      return absl::DeadlineExceededError("a server did not end the job");
+    }
+  }
+  return results[0];
+}
 
-  const TrainingSummary& chief = *results[0];
+TEST_F(FashionMnistTest, InProcessSyncClusterTrainsPastTheBar) {
+  const std::string metrics = std::string(std::getenv("TEST_TMPDIR")) + "/metrics.jsonl";
+  const std::string summary_path = std::string(std::getenv("TEST_TMPDIR")) + "/summary.json";
+  auto result = TrainInProcess({SYNC, 2, 2, 1}, 2, *train_, *test_, metrics, summary_path);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const TrainingSummary& chief = *result;
   ASSERT_EQ(chief.epochs.size(), 2u);
   EXPECT_GT(chief.epochs.back().test_accuracy, 0.80);
   EXPECT_LT(chief.epochs.back().test_loss, chief.epochs.front().test_loss + 0.05);
   // Sync: one update per step, 12000 / 2 workers / 32 = 187 steps per epoch.
   EXPECT_EQ(chief.global_steps, 2 * 187);
   EXPECT_EQ(chief.stale_gradients_dropped, 0);
-  // The servers end the job once both workers have finished.
-  for (auto& server : servers) EXPECT_TRUE(server->WaitForJobDone(absl::Seconds(10)));
 
   std::ifstream metrics_file(metrics);
   int progress = 0, epochs = 0;
@@ -131,6 +163,19 @@ TEST_F(FashionMnistTest, InProcessSyncClusterTrainsPastTheBar) {
                           "stale_gradients_dropped", "wall_seconds"}) {
     EXPECT_NE(summary.find(absl::StrCat("\"", key, "\"")), std::string::npos) << key;
   }
+}
+
+TEST_F(FashionMnistTest, AsyncWorkerWithTwoLocalReplicasTrains) {
+  auto result = TrainInProcess({ASYNC, 1, 1, 2}, 2, *train_, *test_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->epochs.back().test_accuracy, 0.80);
+  EXPECT_EQ(result->global_steps, 2 * (12000 / 32));  // one push per step, not per replica
+}
+
+TEST_F(FashionMnistTest, SspClusterTrains) {
+  auto result = TrainInProcess({SSP, 3, 2, 1}, 2, *train_, *test_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->epochs.back().test_accuracy, 0.80);
 }
 
 TEST_F(FashionMnistTest, LocalReplicasMatchOneReplicaWithTheWholeBatch) {
