@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/cluster_spec.h"
+#include "common/consistency_mode.h"
 #include "common/logging.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
@@ -51,14 +52,6 @@ ABSL_FLAG(int, grace_period_secs, 10,
 namespace fulcrum {
 namespace {
 
-absl::StatusOr<ConsistencyMode> ParseMode(const std::string& mode) {
-  if (mode == "async") return ASYNC;
-  if (mode == "sync") return SYNC;
-  if (mode == "ssp") return SSP;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--mode: '", mode, "' is not one of async, sync, ssp"));
-}
-
 absl::StatusOr<PsServerConfig> ConfigFromFlags() {
   ClusterSources sources;
   sources.cluster_spec_path = absl::GetFlag(FLAGS_cluster_spec);
@@ -77,7 +70,7 @@ absl::StatusOr<PsServerConfig> ConfigFromFlags() {
   if (!address.ok()) return address.status();
   std::string port = address->substr(address->rfind(':') + 1);
   if (absl::GetFlag(FLAGS_port) >= 0) port = absl::StrCat(absl::GetFlag(FLAGS_port));
-  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  auto mode = ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) return mode.status();
 
   PsServerConfig config;

@@ -6,20 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/consistency_mode.h"
 #include "common/logging.h"
 #include "common/partitioner.h"
 #include "worker/data/batcher.h"
 
 namespace fulcrum {
 namespace {
-
-const char* ModeName(ConsistencyMode mode) {
-  switch (mode) {
-    case SYNC: return "sync";
-    case SSP: return "ssp";
-    default: return "async";
-  }
-}
 
 // Rows [offset, offset + rows) of a batch.
 Batch SubBatch(const Batch& batch, int64_t offset, int64_t rows) {
@@ -126,7 +119,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   const int64_t total_steps = steps_per_epoch * options_.epochs;
   LOG_INFO("training {} epochs x {} steps, batch {} on {} local replica(s), mode {}",
            options_.epochs, steps_per_epoch, options_.batch_size, replicas_.size(),
-           ModeName(options_.mode));
+           ConsistencyModeName(options_.mode));
   if (!options_.metrics_jsonl.empty()) std::ofstream(options_.metrics_jsonl, std::ios::trunc);
 
   const absl::Time start = absl::Now();
@@ -222,7 +215,7 @@ absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
       "  \"device\": \"%s\"\n"
       "}\n",
       last.test_accuracy, last.test_loss, options_.epochs, summary.global_steps,
-      summary.examples_per_sec, ModeName(options_.mode), options_.num_workers, options_.num_ps,
+      summary.examples_per_sec, ConsistencyModeName(options_.mode), options_.num_workers, options_.num_ps,
       summary.stale_gradients_dropped, summary.wall_seconds, options_.batch_size,
       replicas_.size(), options_.model_name, options_.device_name);
   out.close();

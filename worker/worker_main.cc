@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
+#include "common/consistency_mode.h"
 #include "common/logging.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/cuda/cuda.h"
@@ -68,14 +69,6 @@ ABSL_FLAG(int, call_timeout_secs, 120,
 
 namespace fulcrum {
 namespace {
-
-absl::StatusOr<ConsistencyMode> ParseMode(const std::string& mode) {
-  if (mode == "async") return ASYNC;
-  if (mode == "sync") return SYNC;
-  if (mode == "ssp") return SSP;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--mode: '", mode, "' is not one of async, sync, ssp"));
-}
 
 absl::StatusOr<OptimizerSpec> OptimizerFromFlags() {
   OptimizerSpec spec;
@@ -180,7 +173,7 @@ absl::Status CheckServers(PsClient& client, ConsistencyMode mode, const std::vec
     if (d.mode() != mode) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker --mode=", absl::GetFlag(FLAGS_mode), " but ", where, " runs ",
-                       ConsistencyMode_Name(d.mode()), "; start both with the same --mode"));
+                       ConsistencyModeName(d.mode()), "; start both with the same --mode"));
     }
     const int rta = absl::GetFlag(FLAGS_replicas_to_aggregate);
     if (mode == SYNC && rta > 0 && d.replicas_to_aggregate() != rta) {
@@ -215,7 +208,7 @@ absl::Status Run() {
                         (cluster->cluster().chief_size() == 0 && cluster->task().index() == 0);
   InitLogging(cluster->task().type(), cluster->task().index());
 
-  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  auto mode = ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) return mode.status();
   auto optimizer = OptimizerFromFlags();
   if (!optimizer.ok()) return optimizer.status();
