@@ -80,7 +80,9 @@ class PsGrpcServer::Service final : public PsService::Service {
   grpc::Status PushPull(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<PullResponse, PushPullRequest>* stream) override {
     PushRequest merged;
+    // Without a pull part, only the push's outcome is sent back.
     PullRequest pull;
+    pull.set_worker_id(-1);
     PushPullRequest part;
     int64_t bytes = 0;
     for (bool first = true; stream->Read(&part); first = false) {
