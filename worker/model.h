@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
 #include "proto/tensor.pb.h"
 #include "worker/data/batcher.h"
 #include "worker/device.h"
@@ -25,6 +27,13 @@ struct ModelConfig {
   uint64_t seed = 0;                   // of the initializers
   int num_ps = 1;                      // kernels are sharded over at most this many servers
 };
+
+// The learning rate for a step: in sync mode, whose update is the mean of
+// `aggregated` gradients (one batch that many times larger), `base` times
+// sqrt(aggregated) for scaling "sqrt", times aggregated for "linear",
+// unchanged for "none"; async and ssp never scale. Errors name the flag.
+absl::StatusOr<float> ScaleLearningRate(float base, const std::string& scaling,
+                                        ConsistencyMode mode, int aggregated);
 
 // Checks kind, widths and sizes; errors name the flag.
 absl::Status ValidateModelConfig(const ModelConfig& config);

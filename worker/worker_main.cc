@@ -53,6 +53,11 @@ ABSL_FLAG(int64_t, batch_size, 64, "Examples per step on this worker (split over
 ABSL_FLAG(std::string, optimizer, "adam", "sgd, momentum, adagrad or adam (run on the servers).");
 ABSL_FLAG(double, learning_rate, 1e-3, "The optimizer's learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "momentum: its coefficient.");
+ABSL_FLAG(std::string, learning_rate_scaling, "sqrt",
+          "sync: how the learning rate grows with the gradients averaged per step "
+          "(replicas_to_aggregate, R), whose mean is one larger batch: sqrt (x sqrt(R), suits "
+          "Adam), linear (x R, suits SGD), or none. async and ssp apply every push alone and "
+          "never scale.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and of the data shuffles.");
 ABSL_FLAG(std::string, device, "auto",
           "auto (CUDA when a device is present, else CPU), cpu or cuda.");
@@ -163,8 +168,10 @@ absl::StatusOr<Devices> MakeDevices(const std::string& kind, int replicas) {
   return out;
 }
 
-// The servers must run the mode (and bounds) this worker was told.
-absl::Status CheckServers(PsClient& client, ConsistencyMode mode, const std::vector<std::string>& ps) {
+// The servers must run the mode (and bounds) this worker was told. Returns
+// the servers' replicas_to_aggregate.
+absl::StatusOr<int> CheckServers(PsClient& client, ConsistencyMode mode,
+                                 const std::vector<std::string>& ps) {
   auto described = client.Describe();
   if (!described.ok()) return described.status();
   for (size_t i = 0; i < described->size(); ++i) {
@@ -187,7 +194,7 @@ absl::Status CheckServers(PsClient& client, ConsistencyMode mode, const std::vec
           "worker --staleness=", k, " but ", where, " runs with staleness ", d.staleness_bound()));
     }
   }
-  return absl::OkStatus();
+  return described->front().replicas_to_aggregate();
 }
 
 absl::Status Run() {
@@ -267,7 +274,17 @@ absl::Status Run() {
   const std::vector<std::string> ps(cluster->cluster().ps().begin(), cluster->cluster().ps().end());
   auto client = PsClient::Connect(ps, options);
   LOG_INFO("waiting for {} parameter server(s): {}", ps.size(), absl::StrJoin(ps, ", "));
-  if (absl::Status s = CheckServers(*client, *mode, ps); !s.ok()) return s;
+  auto aggregated = CheckServers(*client, *mode, ps);
+  if (!aggregated.ok()) return aggregated.status();
+  auto learning_rate = ScaleLearningRate(model.optimizer.learning_rate(),
+                                         absl::GetFlag(FLAGS_learning_rate_scaling), *mode,
+                                         *aggregated);
+  if (!learning_rate.ok()) return learning_rate.status();
+  if (*learning_rate != model.optimizer.learning_rate()) {
+    LOG_INFO("learning rate {} ({} scaling for {} gradients averaged per step)", *learning_rate,
+             absl::GetFlag(FLAGS_learning_rate_scaling), *aggregated);
+    model.optimizer.set_learning_rate(*learning_rate);
+  }
   if (absl::Status s = client->CreateVariables(ModelVariables(model)); !s.ok()) return s;
   client->StartHeartbeats(absl::Seconds(1));
 
