@@ -24,7 +24,8 @@ def cc_proto_grpc_library(name, srcs, deps = [], grpc = False, visibility = None
         cmd = "protoc -I. --cpp_out=$(GENDIR)" + plugin + " " +
               " ".join(["$(location %s)" % s for s in srcs]),
     )
-    native.filegroup(name = name + "_srcs", srcs = srcs)
+    # This library's .proto files and, transitively, those they import.
+    native.filegroup(name = name + "_srcs", srcs = srcs + [d + "_srcs" for d in deps])
     native.cc_library(
         name = name,
         srcs = [o for o in outs if o.endswith(".cc")],
