@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checkpoint.h"
 #include "common/logging.h"
 #include "common/tensor.h"
 
@@ -51,8 +53,16 @@ absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
   return absl::OkStatus();
 }
 
+uint64_t NewIncarnation() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) | device();
+  return id;
+}
+
 ParameterServer::ParameterServer(const PsServerConfig& config, std::function<absl::Time()> now)
     : config_(config),
+      incarnation_(NewIncarnation()),
       workers_(config.num_replicas(), absl::Milliseconds(config.lease_timeout_ms()),
                std::move(now)) {
   CHECK(ValidatePsServerConfig(config_).ok());
@@ -68,17 +78,54 @@ ParameterServer::~ParameterServer() {
   CancelWaits();
 }
 
+absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) {
+  const std::string& dir = config_.checkpoint_dir();
+  CHECK(fs_ == nullptr && !dir.empty());
+  if (absl::Status s = CheckWritableDir(*fs, dir); !s.ok()) return s;
+  fs_ = fs;
+  std::vector<std::string> problems;
+  auto files = LoadNewestCheckpoint(*fs, dir, &problems);
+  for (const std::string& problem : problems) LOG_ERROR("checkpoint: {}", problem);
+  if (!files.ok()) {
+    LOG_INFO("no complete checkpoint in {}: starting from the initializers", dir);
+    return absl::OkStatus();
+  }
+  auto restored = RegroupCheckpoint(*files);
+  if (!restored.ok()) return restored.status();
+  restored_ = *std::move(restored);
+  restored_step_ = files->front().step();
+  LOG_INFO("restoring from checkpoint {} ({} variables written by {} server(s)); updates "
+           "applied after it are lost",
+           CheckpointDirName(restored_step_), restored_.size(), files->front().num_ps());
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServer::CheckIncarnation(uint64_t incarnation) const {
+  if (incarnation != 0 && incarnation != incarnation_) {
+    return absl::AbortedError(
+        "this parameter server restarted since the caller last created its variables here");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     const CreateShardsRequest& request) {
   CreateShardsResponse response;
+  response.set_incarnation(incarnation_);
   for (const ShardSpec& spec : request.shards()) {
-    absl::StatusOr<bool> created = store_.Create(spec);
+    const RestoredVariable* restored = nullptr;
+    if (auto it = restored_.find(spec.variable().name()); it != restored_.end()) {
+      if (absl::Status s = CheckRestorable(it->second.spec, spec.variable()); !s.ok()) return s;
+      restored = &it->second;
+    }
+    absl::StatusOr<bool> created = store_.Create(spec, restored);
     if (!created.ok()) return created.status();
     if (*created) {
       response.set_created(response.created() + 1);
-      LOG_INFO("created variable '{}' shard {}/{} rows [{}, {})", spec.variable().name(),
+      if (restored != nullptr) response.set_restored(response.restored() + 1);
+      LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}", spec.variable().name(),
                spec.shard(), spec.num_shards(), spec.row_offset(),
-               spec.row_offset() + spec.rows());
+               spec.row_offset() + spec.rows(), restored ? " from the checkpoint" : "");
     } else {
       response.set_existing(response.existing() + 1);
     }
@@ -90,6 +137,7 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request,
                                                    absl::Time deadline,
                                                    int64_t max_slice_bytes) {
   const int worker = request.worker_id();
+  if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
   if (worker != -1) {
     if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
     workers_.Renew(worker);
@@ -142,6 +190,7 @@ void ParameterServer::RecordOutcome(const ShardPushResult& result) {
 
 absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
   const int worker = request.worker_id();
+  if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
   if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
   if (config_.mode() == SSP && request.clock() < 0) {
     return absl::InvalidArgumentError(
@@ -229,6 +278,41 @@ DescribeResponse ParameterServer::Describe() const {
   for (const auto& bucket : staleness_histogram_) response.add_staleness_histogram(bucket.load());
   response.set_job_done(job_done_requested_.load());
   response.set_shutting_down(job_done_.HasBeenNotified());
+  response.set_incarnation(incarnation_);
+  response.set_restored_step(restored_step_);
+  return response;
+}
+
+absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpoint(
+    const SaveCheckpointRequest& request) {
+  if (fs_ == nullptr) {
+    return absl::FailedPreconditionError("this parameter server has no --checkpoint_dir");
+  }
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", request.step(), " < 0"));
+  }
+  const absl::Time start = absl::Now();
+  PsCheckpoint checkpoint;
+  checkpoint.set_ps_index(config_.cluster().task().index());
+  checkpoint.set_num_ps(config_.cluster().cluster().ps_size());
+  checkpoint.set_step(request.step());
+  for (const Shard* shard : store_.All()) *checkpoint.add_shards() = shard->Snapshot();
+  const std::string data = FrameMessage(checkpoint);
+  const std::string dir =
+      absl::StrCat(config_.checkpoint_dir(), "/", CheckpointDirName(request.step()));
+  SaveCheckpointResponse response;
+  response.set_file(PsFileName(checkpoint.ps_index(), checkpoint.num_ps()));
+  response.set_bytes(static_cast<int64_t>(data.size()));
+  response.set_crc32(Crc32(data));
+  response.set_shards(checkpoint.shards_size());
+  absl::Status status = fs_->MakeDirs(dir);
+  if (status.ok()) status = WriteFileAtomically(*fs_, absl::StrCat(dir, "/", response.file()), data);
+  if (!status.ok()) {
+    LOG_ERROR("checkpoint {} failed: {}", CheckpointDirName(request.step()), status.message());
+    return status;
+  }
+  LOG_INFO("checkpoint {}: wrote {} shards, {} bytes in {}", CheckpointDirName(request.step()),
+           response.shards(), response.bytes(), absl::FormatDuration(absl::Now() - start));
   return response;
 }
 

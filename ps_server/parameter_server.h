@@ -13,7 +13,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "proto/config.pb.h"
+#include "common/file_system.h"
 #include "proto/ps_service.pb.h"
+#include "ps_server/restored_variables.h"
 #include "ps_server/variable_store.h"
 #include "ps_server/worker_table.h"
 
@@ -33,7 +35,19 @@ class ParameterServer {
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;
 
+  // Checks that config().checkpoint_dir is writable (creating it) and loads
+  // its newest complete checkpoint, falling back past corrupt ones; shards
+  // created from then on are filled from it. Call once, before serving.
+  // Errors name the directory.
+  absl::Status EnableCheckpoints(FileSystem* fs);
+
+  // Creates shards; a shard of a checkpointed variable is filled from the
+  // checkpoint (FAILED_PRECONDITION if its shape, dtype or optimizer differ).
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request);
+
+  // Writes every shard, with slots and versions, to
+  // <checkpoint_dir>/ckpt-<step>/ps-<i>-of-<n>.ckpt atomically.
+  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request);
 
   // Reads the requested shards, each as slices of at most max_slice_bytes.
   // Waits (until `deadline`) for each shard's min_version and, in SSP mode,
@@ -79,7 +93,14 @@ class ParameterServer {
   void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
+  // ABORTED when the caller learned its versions from another incarnation.
+  absl::Status CheckIncarnation(uint64_t incarnation) const;
+
   const PsServerConfig config_;
+  const uint64_t incarnation_;
+  FileSystem* fs_ = nullptr;  // set by EnableCheckpoints
+  RestoredVariables restored_;
+  int64_t restored_step_ = -1;
   VariableStore store_;
   WorkerTable workers_;
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
+#include "common/file_system.h"
 #include "common/logging.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
@@ -46,6 +47,12 @@ ABSL_FLAG(int64_t, lease_timeout_ms, 10000,
           "A worker silent this long (milliseconds) is presumed dead: sync steps complete "
           "without it and ssp stops waiting for it. It rejoins when it calls again.");
 ABSL_FLAG(int64_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Where checkpoints are written and restored from, shared with the other servers and "
+          "the chief (a shared volume). On start the newest complete checkpoint is restored. "
+          "\"\" = no checkpoints.");
+ABSL_FLAG(bool, keep_serving_after_job_done, false,
+          "Keep serving (for inspection) after the chief says the job is done; SIGTERM stops it.");
 ABSL_FLAG(int, grace_period_secs, 10,
           "On SIGTERM, SIGINT or job done: seconds in-flight calls get to finish.");
 
@@ -84,6 +91,8 @@ absl::StatusOr<PsServerConfig> ConfigFromFlags() {
   config.set_staleness_bound(absl::GetFlag(FLAGS_staleness));
   config.set_lease_timeout_ms(absl::GetFlag(FLAGS_lease_timeout_ms));
   config.set_max_message_bytes(absl::GetFlag(FLAGS_max_message_mb) << 20);
+  config.set_checkpoint_dir(absl::GetFlag(FLAGS_checkpoint_dir));
+  config.set_keep_serving_after_job_done(absl::GetFlag(FLAGS_keep_serving_after_job_done));
   if (absl::Status s = ValidatePsServerConfig(config); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("flags: ", s.message()));
   }
@@ -105,6 +114,13 @@ int Run() {
   }
   InitLogging("ps", config->cluster().task().index());
   ParameterServer ps(*config);
+  std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
+  if (!config->checkpoint_dir().empty()) {
+    if (absl::Status s = ps.EnableCheckpoints(fs.get()); !s.ok()) {
+      LOG_ERROR("{}", s.message());
+      return 1;
+    }
+  }
   auto server = PsGrpcServer::Start(&ps, config->listen_address());
   if (!server.ok()) {
     LOG_ERROR("{}", server.status().message());
@@ -115,10 +131,12 @@ int Run() {
            config->num_replicas(), config->replicas_to_aggregate(), config->staleness_bound());
 
   // The job-done signal from the chief arrives as SIGUSR1 to this process.
-  std::thread([&ps] {
-    ps.WaitForJobDone(absl::InfiniteDuration());
-    kill(getpid(), SIGUSR1);
-  }).detach();
+  if (!config->keep_serving_after_job_done()) {
+    std::thread([&ps] {
+      ps.WaitForJobDone(absl::InfiniteDuration());
+      kill(getpid(), SIGUSR1);
+    }).detach();
+  }
   int sig = 0;
   sigwait(&signals, &sig);
   LOG_INFO("{}: shutting down", sig == SIGUSR1 ? "job done" : strsignal(sig));

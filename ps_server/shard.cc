@@ -17,14 +17,26 @@ Shape ShardShape(const ShardSpec& spec) {
 
 }  // namespace
 
-Shard::Shard(ShardSpec spec)
+Shard::Shard(ShardSpec spec, const RestoredVariable* restored)
     : spec_(std::move(spec)),
       shape_(ShardShape(spec_)),
       label_(absl::StrCat("variable '", spec_.variable().name(), "' shard ", spec_.shard())) {
   const int64_t n = NumElements(shape_);
-  values_.resize(n);
-  InitializeRows(spec_.variable(), spec_.row_offset(), spec_.rows(), absl::MakeSpan(values_));
   slots_ = MakeSlots(spec_.variable().optimizer(), n);
+  if (restored == nullptr) {
+    values_.resize(n);
+    InitializeRows(spec_.variable(), spec_.row_offset(), spec_.rows(), absl::MakeSpan(values_));
+    return;
+  }
+  const int64_t first = spec_.row_offset() * restored->row_elems;
+  values_.assign(restored->values.begin() + first, restored->values.begin() + first + n);
+  for (size_t s = 0; s < slots_.size() && s < restored->slots.size(); ++s) {
+    slots_[s].assign(restored->slots[s].begin() + first, restored->slots[s].begin() + first + n);
+  }
+  // Rows regrouped from shards of different versions take the newest.
+  for (int64_t r = spec_.row_offset(); r < spec_.row_offset() + spec_.rows(); ++r) {
+    version_ = std::max(version_, restored->row_versions[r]);
+  }
 }
 
 int64_t Shard::version() const {
@@ -128,6 +140,19 @@ bool Shard::CompleteIfReady(int required) {
 void Shard::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
+}
+
+ShardCheckpoint Shard::Snapshot() const {
+  absl::ReaderMutexLock lock(&mu_);
+  ShardCheckpoint out;
+  *out.mutable_spec() = spec_;
+  out.set_version(version_);
+  auto bytes = [](const std::vector<float>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  };
+  out.set_values(bytes(values_));
+  for (const std::vector<float>& slot : slots_) out.add_slots(bytes(slot));
+  return out;
 }
 
 ShardInfo Shard::Describe() const {

@@ -13,16 +13,19 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/tensor.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/optimizer.h"
+#include "ps_server/restored_variables.h"
 
 namespace fulcrum {
 
 class Shard {
  public:
-  // `spec` must be valid with a canonical variable spec; the values are
-  // initialised from its initializer.
-  explicit Shard(ShardSpec spec);
+  // `spec` must be valid with a canonical variable spec. The values come
+  // from `restored` (its rows of a checkpointed variable, with slots and
+  // version) when given, else from the spec's initializer.
+  Shard(ShardSpec spec, const RestoredVariable* restored);
 
   const ShardSpec& spec() const { return spec_; }
   // [rows of this shard, trailing dims of the variable].
@@ -60,6 +63,9 @@ class Shard {
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardInfo Describe() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Spec, version, values and slots, as of one moment.
+  ShardCheckpoint Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Status CheckNotFromFutureLocked(int64_t computed_at) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

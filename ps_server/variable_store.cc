@@ -29,7 +29,8 @@ absl::Status ValidateShardSpec(const ShardSpec& spec) {
 
 }  // namespace
 
-absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw) {
+absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw,
+                                           const RestoredVariable* restored) {
   if (absl::Status s = ValidateShardSpec(raw); !s.ok()) return s;
   ShardSpec spec = raw;
   *spec.mutable_variable() = CanonicalSpec(raw.variable());
@@ -52,7 +53,7 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw) {
     return false;
   }
   variables_.emplace(name, spec.variable());
-  auto shard = std::make_unique<Shard>(std::move(spec));
+  auto shard = std::make_unique<Shard>(std::move(spec), restored);
   value_bytes_ += NumElements(shard->shape()) * static_cast<int64_t>(sizeof(float));
   shards_.emplace(key, std::move(shard));
   return true;

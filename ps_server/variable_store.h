@@ -24,7 +24,9 @@ class VariableStore {
   // Creates the shard, or accepts it when the same shard already exists with
   // an equal spec (true: created, false: existed). A different spec under the
   // same variable name is ALREADY_EXISTS naming both specs. Validates `spec`.
-  absl::StatusOr<bool> Create(const ShardSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
+  // A new shard takes its values from `restored` when given.
+  absl::StatusOr<bool> Create(const ShardSpec& spec, const RestoredVariable* restored)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The shard, or NOT_FOUND naming the variable and shard. Shards live as
   // long as the store.

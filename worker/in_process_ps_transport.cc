@@ -42,6 +42,11 @@ absl::StatusOr<DescribeResponse> InProcessPsTransport::Describe(absl::Time) {
   return ps_->Describe();
 }
 
+absl::StatusOr<SaveCheckpointResponse> InProcessPsTransport::SaveCheckpoint(
+    const SaveCheckpointRequest& request, absl::Time) {
+  return ps_->SaveCheckpoint(request);
+}
+
 absl::Status InProcessPsTransport::JobDone(const std::string& reason, absl::Time) {
   ps_->JobDone(reason);
   return absl::OkStatus();

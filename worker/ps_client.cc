@@ -11,8 +11,26 @@
 
 namespace fulcrum {
 
+namespace {
+
+// A server that lost what this client created there: it restarted.
+bool LostState(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kNotFound ||
+         status.code() == absl::StatusCode::kAborted;
+}
+
+// `pull` for a server that just restarted as `incarnation`: no versions to
+// wait for.
+PullRequest AfterRecovery(PullRequest pull, uint64_t incarnation) {
+  pull.set_incarnation(incarnation);
+  for (ShardRef& ref : *pull.mutable_shards()) ref.set_min_version(0);
+  return pull;
+}
+
+}  // namespace
+
 PsClient::PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options)
-    : servers_(std::move(servers)), options_(options) {
+    : servers_(std::move(servers)), options_(options), incarnations_(servers_.size(), 0) {
   CHECK(!servers_.empty());
 }
 
@@ -86,12 +104,23 @@ absl::Status PsClient::CreateVariables(const std::vector<VariableSpec>& specs) {
   }
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = requests[ps].shards_size() > 0;
+  std::vector<uint64_t> incarnations(servers_.size(), 0);
   absl::Status status =
       ForEachServer(involved, "create variables", [&](int ps, absl::Time deadline) {
-        return servers_[ps]->CreateShards(requests[ps], deadline).status();
+        auto created = servers_[ps]->CreateShards(requests[ps], deadline);
+        if (created.ok()) {
+          incarnations[ps] = created->incarnation();
+          if (created->restored() > 0) {
+            LOG_INFO("ps {} ({}): {} shard(s) restored from its checkpoint", ps,
+                     servers_[ps]->address(), created->restored());
+          }
+        }
+        return created.status();
       });
   if (!status.ok()) return status;
   placement_ = *std::move(placed);
+  create_requests_ = std::move(requests);
+  incarnations_ = std::move(incarnations);
   index_.clear();
   shard_state_.clear();
   for (size_t i = 0; i < placement_.size(); ++i) index_[placement_[i].spec.name()] = i;
@@ -125,9 +154,10 @@ absl::StatusOr<std::vector<const VariablePlacement*>> PsClient::Resolve(
 std::vector<PullRequest> PsClient::BuildPulls(
     const std::vector<const VariablePlacement*>& variables) const {
   std::vector<PullRequest> pulls(servers_.size());
-  for (PullRequest& pull : pulls) {
-    pull.set_worker_id(options_.worker_id);
-    pull.set_clock(options_.mode == SSP ? clock_ : -1);
+  for (size_t ps = 0; ps < pulls.size(); ++ps) {
+    pulls[ps].set_worker_id(options_.worker_id);
+    pulls[ps].set_clock(options_.mode == SSP ? clock_ : -1);
+    pulls[ps].set_incarnation(incarnations_[ps]);
   }
   for (const VariablePlacement* variable : variables) {
     for (const ShardPlacement& shard : variable->shards) {
@@ -175,6 +205,11 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
       std::memcpy(tensor.values.data() + shard.row_offset * row_elems, values.data(),
                   values.size() * sizeof(float));
       ShardState& state = shard_state_[{spec.name(), shard.shard}];
+      if (it->second->version() < state.pulled_version) {
+        LOG_WARN("{}: went back from version {} to {}: {} update(s) lost with its server's "
+                 "restart", what, state.pulled_version, it->second->version(),
+                 state.pulled_version - it->second->version());
+      }
       state.pulled_version = it->second->version();
       step = std::min(step, state.pulled_version);
     }
@@ -190,11 +225,18 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = pulls[ps].shards_size() > 0;
+  std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "pull", [&](int ps, absl::Time deadline) {
     auto pulled = servers_[ps]->Pull(pulls[ps], deadline);
+    if (LostState(pulled.status())) {
+      if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
+      recovered[ps] = true;
+      pulled = servers_[ps]->Pull(AfterRecovery(pulls[ps], incarnations_[ps]), deadline);
+    }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
   });
+  ForgetVersions(recovered);
   if (!status.ok()) return status;
   return Assemble(*variables, responses, out);
 }
@@ -202,9 +244,10 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
 absl::Status PsClient::BuildPushes(const TensorMap& gradients,
                                    std::vector<PushRequest>* per_ps) const {
   per_ps->assign(servers_.size(), PushRequest());
-  for (PushRequest& push : *per_ps) {
-    push.set_worker_id(options_.worker_id);
-    push.set_clock(options_.mode == SSP ? clock_ : -1);
+  for (size_t ps = 0; ps < per_ps->size(); ++ps) {
+    (*per_ps)[ps].set_worker_id(options_.worker_id);
+    (*per_ps)[ps].set_clock(options_.mode == SSP ? clock_ : -1);
+    (*per_ps)[ps].set_incarnation(incarnations_[ps]);
   }
   for (const auto& [name, grad] : gradients) {
     auto found = Find(name);
@@ -233,9 +276,11 @@ absl::Status PsClient::BuildPushes(const TensorMap& gradients,
   return absl::OkStatus();
 }
 
-void PsClient::AfterPush(const std::vector<PushRequest>& pushes) {
-  for (const PushRequest& push : pushes) {
-    for (const ShardSlice& slice : push.gradients()) {
+void PsClient::AfterPush(const std::vector<PushRequest>& pushes,
+                         const std::vector<bool>& dropped) {
+  for (size_t ps = 0; ps < pushes.size(); ++ps) {
+    if (dropped[ps]) continue;
+    for (const ShardSlice& slice : pushes[ps].gradients()) {
       ShardState& state = shard_state_[{slice.variable(), slice.shard()}];
       state.min_version = state.pulled_version + 1;
     }
@@ -267,15 +312,24 @@ absl::StatusOr<PushStats> PsClient::Push(const TensorMap& gradients) {
     // SSP: every server keeps this worker's clock, so every server hears of it.
     involved[ps] = pushes[ps].gradients_size() > 0 || options_.mode == SSP;
   }
+  std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "push", [&](int ps, absl::Time deadline) {
     auto pushed = servers_[ps]->Push(pushes[ps], deadline);
+    if (LostState(pushed.status())) {
+      recovered[ps] = true;  // the gradients were computed from values it no longer has
+      return Recover(ps, deadline);
+    }
     if (pushed.ok()) responses[ps] = *std::move(pushed);
     return pushed.status();
   });
+  ForgetVersions(recovered);
   if (!status.ok()) return status;
   PushStats stats;
   for (const PushResponse& response : responses) stats = Summarize(response.results(), stats);
-  AfterPush(pushes);
+  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+    if (recovered[ps]) stats.lost += pushes[ps].gradients_size();
+  }
+  AfterPush(pushes, recovered);
   return stats;
 }
 
@@ -290,7 +344,7 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   // (sync) and runs at the next clock (SSP). Undone if the call fails.
   const auto state_before = shard_state_;
   const int64_t clock_before = clock_;
-  AfterPush(pushes);
+  AfterPush(pushes, std::vector<bool>(servers_.size(), false));
   std::vector<PullRequest> pulls = BuildPulls(*variables);
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
@@ -298,20 +352,50 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
     involved[ps] = pushes[ps].gradients_size() > 0 || pulls[ps].shards_size() > 0 ||
                    options_.mode == SSP;
   }
+  std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "push-pull", [&](int ps, absl::Time deadline) {
     auto pulled = servers_[ps]->PushPull(pushes[ps], pulls[ps], deadline);
+    if (LostState(pulled.status())) {
+      // The push is dropped; the pull starts over from what the server has.
+      if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
+      recovered[ps] = true;
+      pulled = servers_[ps]->Pull(AfterRecovery(pulls[ps], incarnations_[ps]), deadline);
+    }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
   });
   if (!status.ok()) {
     shard_state_ = state_before;
     clock_ = clock_before;
+    ForgetVersions(recovered);
     return status;
   }
+  ForgetVersions(recovered);
   PushStats stats;
   for (const PullResponse& response : responses) stats = Summarize(response.push_results(), stats);
+  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+    if (recovered[ps]) stats.lost += pushes[ps].gradients_size();
+  }
   if (absl::Status s = Assemble(*variables, responses, out); !s.ok()) return s;
   return stats;
+}
+
+absl::Status PsClient::Recover(int ps, absl::Time deadline) {
+  auto created = servers_[ps]->CreateShards(create_requests_[ps], deadline);
+  if (!created.ok()) return created.status();
+  incarnations_[ps] = created->incarnation();
+  LOG_WARN("ps {} ({}) restarted: its {} shard(s) are created again{}", ps,
+           servers_[ps]->address(), create_requests_[ps].shards_size(),
+           created->restored() > 0 ? ", from its checkpoint" : "");
+  return absl::OkStatus();
+}
+
+void PsClient::ForgetVersions(const std::vector<bool>& recovered) {
+  for (const VariablePlacement& variable : placement_) {
+    for (const ShardPlacement& shard : variable.shards) {
+      if (recovered[shard.ps]) shard_state_[{variable.spec.name(), shard.shard}].min_version = 0;
+    }
+  }
 }
 
 absl::Status PsClient::Heartbeat() { return SendHeartbeat(false); }
@@ -344,6 +428,20 @@ absl::StatusOr<std::vector<DescribeResponse>> PsClient::Describe() {
                                         auto described = servers_[ps]->Describe(deadline);
                                         if (described.ok()) responses[ps] = *described;
                                         return described.status();
+                                      });
+  if (!status.ok()) return status;
+  return responses;
+}
+
+absl::StatusOr<std::vector<SaveCheckpointResponse>> PsClient::SaveCheckpoint(int64_t step) {
+  SaveCheckpointRequest request;
+  request.set_step(step);
+  std::vector<SaveCheckpointResponse> responses(servers_.size());
+  absl::Status status = ForEachServer(std::vector<bool>(servers_.size(), true), "checkpoint",
+                                      [&](int ps, absl::Time deadline) {
+                                        auto saved = servers_[ps]->SaveCheckpoint(request, deadline);
+                                        if (saved.ok()) responses[ps] = *saved;
+                                        return saved.status();
                                       });
   if (!status.ok()) return status;
   return responses;

@@ -23,6 +23,13 @@
 // parallel; UNAVAILABLE servers are retried with backoff up to
 // retry_timeout; errors name the server, the variable and what happened.
 //
+// A server that restarted (it lost its variables, or answers ABORTED for
+// another incarnation) is recovered on the spot: the client creates its
+// variables there again -- filled from the newest checkpoint, when the
+// servers keep them -- and forgets the versions it had learned from it.
+// Gradients meant for it in that step are dropped (PushStats::lost); the
+// updates lost since the checkpoint are logged.
+//
 // The consistency mode sets what the client tracks for you:
 //   SYNC:  a push carries the version each shard was pulled at; the next pull
 //          waits (long poll) until the step's aggregated update is applied.
@@ -80,6 +87,7 @@ struct PushStats {
   int accumulated = 0;  // sync: waiting for the step's other gradients
   int stale = 0;        // dropped: computed from an old version
   int duplicate = 0;    // sync: already pushed for this step
+  int lost = 0;         // dropped: their server restarted since they were pulled
   int64_t max_staleness = 0;
 };
 
@@ -129,6 +137,10 @@ class PsClient {
   // Every server's state, in task order.
   absl::StatusOr<std::vector<DescribeResponse>> Describe();
 
+  // Phase one of checkpoint `step`: every server writes its file; their
+  // answers in task order (worker/checkpointer.h does phase two).
+  absl::StatusOr<std::vector<SaveCheckpointResponse>> SaveCheckpoint(int64_t step);
+
   // Tells every server that training is over (the chief calls it); each
   // exits 0 once every worker has finished or is dead.
   absl::Status JobDone(const std::string& reason);
@@ -155,13 +167,17 @@ class PsClient {
   std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables) const;
   absl::Status Assemble(const std::vector<const VariablePlacement*>& variables,
                         std::vector<PullResponse>& responses, TensorMap* out);
-  void AfterPush(const std::vector<PushRequest>& pushes);
+  void AfterPush(const std::vector<PushRequest>& pushes, const std::vector<bool>& dropped);
   PushStats Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
                       PushStats stats) const;
 
   // Runs call(ps) for every server with work (`involved`), in parallel;
   // retries UNAVAILABLE with backoff; the first error, named by server.
   absl::Status SendHeartbeat(bool finished);
+  // Creates this client's variables on server `ps` again after it lost them.
+  absl::Status Recover(int ps, absl::Time deadline);
+  // Forgets the versions learned from the servers in `recovered`.
+  void ForgetVersions(const std::vector<bool>& recovered);
   absl::Status ForEachServer(const std::vector<bool>& involved, const std::string& what,
                              const std::function<absl::Status(int ps, absl::Time deadline)>& call);
 
@@ -169,6 +185,8 @@ class PsClient {
   const PsClientOptions options_;
   std::vector<VariablePlacement> placement_;
   std::map<std::string, size_t> index_;                  // name -> placement_ index
+  std::vector<CreateShardsRequest> create_requests_;     // per server
+  std::vector<uint64_t> incarnations_;                   // per server, from CreateShards
   std::map<std::pair<std::string, int>, ShardState> shard_state_;
   int64_t step_ = 0;
   int64_t clock_ = 0;

@@ -171,6 +171,10 @@ class FlakyTransport final : public PsTransport {
     return inner_.Heartbeat(r, d);
   }
   absl::StatusOr<DescribeResponse> Describe(absl::Time d) override { return inner_.Describe(d); }
+  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& r,
+                                                        absl::Time d) override {
+    return inner_.SaveCheckpoint(r, d);
+  }
   absl::Status JobDone(const std::string& r, absl::Time d) override { return inner_.JobDone(r, d); }
   int calls() const { return calls_; }
 

@@ -40,6 +40,9 @@ class PsTransport {
 
   virtual absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) = 0;
 
+  virtual absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(
+      const SaveCheckpointRequest& request, absl::Time deadline) = 0;
+
   virtual absl::Status JobDone(const std::string& reason, absl::Time deadline) = 0;
 };
 

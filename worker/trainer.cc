@@ -108,8 +108,14 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     return absl::InvalidArgumentError(absl::StrCat("--batch_size ", options_.batch_size,
                                                    " is smaller than --local_replicas ", split));
   }
+  const absl::Time start = absl::Now();
+  TrainingSummary summary;
+  TensorMap weights, grads;
+  if (absl::Status s = client_->Pull({}, &weights); !s.ok()) return s;
+  const int64_t resume =
+      options_.mode == SYNC ? client_->step() : client_->step() / options_.num_workers;
   Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
-                           options_.epochs, options_.seed});
+                           options_.epochs, options_.seed, /*prefetch=*/4, resume});
   const int64_t steps_per_epoch = batcher.steps_per_epoch();
   if (steps_per_epoch == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -120,15 +126,17 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   LOG_INFO("training {} epochs x {} steps, batch {} on {} local replica(s), mode {}",
            options_.epochs, steps_per_epoch, options_.batch_size, replicas_.size(),
            ConsistencyModeName(options_.mode));
-  if (!options_.metrics_jsonl.empty()) std::ofstream(options_.metrics_jsonl, std::ios::trunc);
-
-  const absl::Time start = absl::Now();
-  TrainingSummary summary;
-  TensorMap weights, grads;
-  if (absl::Status s = client_->Pull({}, &weights); !s.ok()) return s;
+  if (resume > 0) {
+    LOG_INFO("the servers are at step {}: resuming at step {} of {} (epoch {})", client_->step(),
+             std::min(resume, total_steps), total_steps,
+             std::min(resume, total_steps) / steps_per_epoch + 1);
+  } else if (!options_.metrics_jsonl.empty()) {
+    std::ofstream(options_.metrics_jsonl, std::ios::trunc);
+  }
 
   double window_loss = 0;
-  int64_t window_correct = 0, window_examples = 0, steps_done = 0;
+  int64_t window_correct = 0, window_examples = 0, steps_done = std::min(resume, total_steps);
+  const int64_t first_step = steps_done;
   absl::Time window_start = absl::Now();
   while (std::optional<Batch> batch = batcher.Next()) {
     auto stats = ComputeStep(*batch, weights, &grads);
@@ -137,6 +145,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     if (!pushed.ok()) return pushed.status();
     summary.stale_gradients_dropped += pushed->stale;
     ++steps_done;
+    if (options_.checkpointer != nullptr) options_.checkpointer->MaybeSave(client_->step());
     summary.examples += batch->size;
     window_loss += stats->loss * batch->size;
     window_correct += stats->correct;
@@ -151,7 +160,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       const double accuracy = static_cast<double>(window_correct) / window_examples;
       LOG_INFO("epoch {}/{} step {}/{} loss {:.4f} accuracy {:.4f} examples/s {:.0f} ETA {}",
                batch->epoch + 1, options_.epochs, steps_done, total_steps, loss, accuracy, rate,
-               FormatEta(elapsed / steps_done * (total_steps - steps_done)));
+               FormatEta(elapsed / (steps_done - first_step) * (total_steps - steps_done)));
       AppendMetrics(absl::StrFormat(
           R"({"type": "progress", "epoch": %d, "step": %d, "wall_seconds": %.3f, "train_loss": %.6f, "train_accuracy": %.6f, "examples_per_sec": %.1f})",
           batch->epoch + 1, steps_done, elapsed, loss, accuracy, rate));
@@ -171,11 +180,18 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
           result->test_accuracy));
       summary.epochs.push_back(*result);
     }
+    if (options_.stop != nullptr && options_.stop->load()) {
+      LOG_INFO("stopping after step {} as asked", steps_done);
+      summary.stopped = true;
+      break;
+    }
   }
   summary.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   summary.global_steps = client_->step();
   summary.examples_per_sec =
       summary.examples * options_.num_workers / std::max(summary.wall_seconds, 1e-9);
+  if (options_.checkpointer != nullptr) options_.checkpointer->Save(client_->step()).IgnoreError();
+  if (summary.stopped) return summary;  // the job goes on: a restarted worker resumes it
   if (absl::Status s = client_->Finish(); !s.ok()) return s;
   if (options_.is_chief) {
     auto described = client_->Describe();

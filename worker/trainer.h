@@ -1,16 +1,21 @@
 // The training loop of one worker: per step, pull, forward/backward on the
 // local replicas, local reduce, push, with the consistency mode's semantics
 // (kept by PsClient). The chief also evaluates on the test set after every
-// epoch, writes the metrics and the summary, and ends the job.
+// epoch, saves checkpoints, writes the metrics and the summary, and ends the
+// job. A worker that starts (or restarts) when the servers are already at
+// step S resumes there: sync steps are global, so it skips its first S
+// batches; async and ssp steps are shared, so S / workers.
 #ifndef FULCRUM_WORKER_TRAINER_H_
 #define FULCRUM_WORKER_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
+#include "worker/checkpointer.h"
 #include "worker/data/dataset.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
@@ -32,6 +37,8 @@ struct TrainerOptions {
   std::string metrics_jsonl;  // chief: progress and per-epoch metrics ("" = none)
   std::string model_name;     // for the summary
   std::string device_name;    // for the summary
+  Checkpointer* checkpointer = nullptr;     // chief: saves checkpoints as it trains
+  const std::atomic<bool>* stop = nullptr;  // set (SIGTERM): stop after the current step
 };
 
 struct EpochResult {
@@ -47,6 +54,7 @@ struct TrainingSummary {
   double examples_per_sec = 0;      // the cluster's: this worker's rate x workers
   int64_t stale_gradients_dropped = 0;
   double wall_seconds = 0;
+  bool stopped = false;             // by `stop`, before the last step
 };
 
 class Trainer {

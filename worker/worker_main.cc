@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -17,7 +19,9 @@
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
+#include "common/file_system.h"
 #include "common/logging.h"
+#include "worker/checkpointer.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/cuda/cuda.h"
 #include "worker/data/dataset.h"
@@ -68,12 +72,22 @@ ABSL_FLAG(std::string, summary_json, "", "Chief: write the run's summary here as
 ABSL_FLAG(std::string, metrics_jsonl, "",
           "Chief: write progress and per-epoch metrics here, one JSON object a line.");
 ABSL_FLAG(int64_t, log_every_steps, 100, "Log progress every this many steps.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Chief: where the parameter servers write checkpoints (the same directory as their "
+          "--checkpoint_dir); the chief writes each checkpoint's manifest there. \"\" = none.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "Chief: checkpoint every this many global steps; 0: not by steps.");
+ABSL_FLAG(int64_t, checkpoint_every_secs, 600, "Chief: checkpoint every this many seconds; 0: not by time.");
+ABSL_FLAG(int, keep_checkpoints, 5, "Chief: complete checkpoints kept; older ones are deleted.");
 ABSL_FLAG(int, call_timeout_secs, 120,
           "Deadline of each call to a server, long polls included; servers not up yet are "
           "waited for this long.");
 
 namespace fulcrum {
 namespace {
+
+// Set by SIGTERM/SIGINT: the trainer stops after its current step.
+std::atomic<bool> g_stop{false};
+void OnStopSignal(int) { g_stop = true; }
 
 absl::StatusOr<OptimizerSpec> OptimizerFromFlags() {
   OptimizerSpec spec;
@@ -303,10 +317,26 @@ absl::Status Run() {
   trainer_options.model_name =
       model.kind == "mlp" ? absl::StrCat("mlp ", absl::GetFlag(FLAGS_hidden)) : model.kind;
   trainer_options.device_name = devices->devices[0]->name();
+  std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
+  std::optional<Checkpointer> checkpointer;
+  if (is_chief && !absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    CheckpointOptions checkpoint_options{absl::GetFlag(FLAGS_checkpoint_dir),
+                                         absl::GetFlag(FLAGS_checkpoint_every_steps),
+                                         absl::GetFlag(FLAGS_checkpoint_every_secs),
+                                         absl::GetFlag(FLAGS_keep_checkpoints)};
+    if (checkpoint_options.keep < 1) {
+      return absl::InvalidArgumentError("--keep_checkpoints: must be >= 1");
+    }
+    if (absl::Status s = CheckWritableDir(*fs, checkpoint_options.dir); !s.ok()) return s;
+    checkpointer.emplace(client.get(), fs.get(), checkpoint_options);
+    trainer_options.checkpointer = &*checkpointer;
+  }
+  trainer_options.stop = &g_stop;
   Trainer trainer(client.get(), replicas, devices->reducer.get(), *train,
                   test ? &*test : nullptr, trainer_options);
   auto summary = trainer.Run();
   if (!summary.ok()) return summary.status();
+  if (summary->stopped) return absl::OkStatus();
   if (is_chief && !summary->epochs.empty()) {
     LOG_INFO("final test accuracy {:.4f} (test loss {:.4f}) after {} global steps in {:.1f}s",
              summary->epochs.back().test_accuracy, summary->epochs.back().test_loss,
@@ -328,6 +358,10 @@ int main(int argc, char** argv) {
       "every epoch, writes --summary_json and --metrics_jsonl, and ends the job.\n\n"
       "The cluster spec comes from --cluster_spec, else the host flags, else TF_CONFIG.");
   absl::ParseCommandLine(argc, argv);
+  struct sigaction action {};
+  action.sa_handler = fulcrum::OnStopSignal;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   const absl::Status status = fulcrum::Run();
   if (!status.ok()) {
     spdlog::error("{}", status.ToString());

@@ -25,6 +25,10 @@ absl::Status MergePush(const PushRequest& part, bool first, int64_t max_bytes,
   for (const ShardSlice& slice : part.gradients()) {
     *bytes += static_cast<int64_t>(slice.tensor().data().size());
   }
+  if (max_bytes == 0 && *bytes > 0) {
+    // Said before the bound, so that a client can tell a restart and recover.
+    return absl::NotFoundError("this server holds no variables (did it restart?)");
+  }
   if (*bytes > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "push stream carries over ", *bytes, " bytes of gradients; this server holds only ",
@@ -33,10 +37,13 @@ absl::Status MergePush(const PushRequest& part, bool first, int64_t max_bytes,
   if (first) {
     merged->set_worker_id(part.worker_id());
     merged->set_clock(part.clock());
-  } else if (part.worker_id() != merged->worker_id() || part.clock() != merged->clock()) {
+    merged->set_incarnation(part.incarnation());
+  } else if (part.worker_id() != merged->worker_id() || part.clock() != merged->clock() ||
+             part.incarnation() != merged->incarnation()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "push stream mixes worker/clock (", merged->worker_id(), ", ", merged->clock(),
-        ") and (", part.worker_id(), ", ", part.clock(), ")"));
+        "push stream mixes worker/clock/incarnation (", merged->worker_id(), ", ",
+        merged->clock(), ", ", merged->incarnation(), ") and (", part.worker_id(), ", ",
+        part.clock(), ", ", part.incarnation(), ")"));
   }
   for (const ShardSlice& slice : part.gradients()) *merged->add_gradients() = slice;
   return absl::OkStatus();
@@ -109,6 +116,13 @@ class PsGrpcServer::Service final : public PsService::Service {
                         DescribeResponse* response) override {
     *response = ps_->Describe();
     return grpc::Status::OK;
+  }
+
+  grpc::Status SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest* request,
+                              SaveCheckpointResponse* response) override {
+    auto result = ps_->SaveCheckpoint(*request);
+    if (result.ok()) *response = *result;
+    return ToGrpcStatus(result.status());
   }
 
   grpc::Status JobDone(grpc::ServerContext*, const JobDoneRequest* request,

@@ -56,6 +56,7 @@ void Batcher::Produce() {
     std::mt19937_64 gen(options_.seed * 1000003 + epoch * 7919 + options_.shard_index);
     std::shuffle(shard.begin(), shard.end(), gen);
     for (int64_t step = 0; step < steps_per_epoch_; ++step) {
+      if (epoch * steps_per_epoch_ + step < options_.skip) continue;
       std::vector<int64_t> indices(shard.begin() + step * options_.batch_size,
                                    shard.begin() + (step + 1) * options_.batch_size);
       Batch batch = GatherBatch(data_, indices);

@@ -38,6 +38,7 @@ struct BatcherOptions {
   int64_t epochs = 1;
   uint64_t seed = 0;
   int prefetch = 4;  // batches made ahead
+  int64_t skip = 0;  // batches to skip first (resuming a job part-way)
 };
 
 // Yields `epochs` x steps_per_epoch() batches. Every shard yields the same

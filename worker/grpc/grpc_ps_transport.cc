@@ -32,6 +32,7 @@ std::vector<PushRequest> PushMessages(const PushRequest& push) {
   for (PushRequest& message : messages) {
     message.set_worker_id(push.worker_id());
     message.set_clock(push.clock());
+    message.set_incarnation(push.incarnation());
   }
   return messages;
 }
@@ -145,6 +146,13 @@ absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequ
 absl::StatusOr<DescribeResponse> GrpcPsTransport::Describe(absl::Time deadline) {
   return Unary<DescribeResponse>(deadline, [&](auto* context, auto* response) {
     return stub_->Describe(context, DescribeRequest(), response);
+  }, [this](const grpc::Status& s) { return Convert(s); });
+}
+
+absl::StatusOr<SaveCheckpointResponse> GrpcPsTransport::SaveCheckpoint(
+    const SaveCheckpointRequest& request, absl::Time deadline) {
+  return Unary<SaveCheckpointResponse>(deadline, [&](auto* context, auto* response) {
+    return stub_->SaveCheckpoint(context, request, response);
   }, [this](const grpc::Status& s) { return Convert(s); });
 }
 

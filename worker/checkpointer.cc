@@ -1,0 +1,55 @@
+#include "worker/checkpointer.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/checkpoint.h"
+#include "common/logging.h"
+
+namespace fulcrum {
+
+Checkpointer::Checkpointer(PsClient* client, FileSystem* fs, CheckpointOptions options)
+    : client_(client), fs_(fs), options_(std::move(options)), last_time_(absl::Now()) {}
+
+void Checkpointer::MaybeSave(int64_t step) {
+  const bool by_steps = options_.every_steps > 0 && step - last_step_ >= options_.every_steps;
+  const bool by_time =
+      options_.every_secs > 0 && absl::Now() - last_time_ >= absl::Seconds(options_.every_secs);
+  if (by_steps || by_time) Save(step).IgnoreError();  // logged; training goes on
+}
+
+absl::Status Checkpointer::Save(int64_t step) {
+  last_step_ = step;
+  last_time_ = absl::Now();
+  const absl::Time start = absl::Now();
+  const std::string name = CheckpointDirName(step);
+  absl::Status status;
+  auto files = client_->SaveCheckpoint(step);
+  if (files.ok()) {
+    std::vector<ManifestFile> entries;
+    int64_t bytes = 0;
+    for (const SaveCheckpointResponse& file : *files) {
+      ManifestFile& entry = entries.emplace_back();
+      entry.set_name(file.file());
+      entry.set_bytes(file.bytes());
+      entry.set_crc32(file.crc32());
+      bytes += file.bytes();
+    }
+    status = WriteManifest(*fs_, options_.dir, step, client_->num_servers(), entries);
+    if (status.ok()) {
+      LOG_INFO("checkpoint {} complete: {} server file(s), {} bytes in {}", name, entries.size(),
+               bytes, absl::FormatDuration(absl::Now() - start));
+      if (absl::Status s = PruneCheckpoints(*fs_, options_.dir, options_.keep); !s.ok()) {
+        LOG_WARN("pruning old checkpoints: {}", s.message());
+      }
+      return absl::OkStatus();
+    }
+  } else {
+    status = files.status();
+  }
+  LOG_ERROR("checkpoint {} failed: {}; the previous complete checkpoint stays valid", name,
+            status.message());
+  fs_->RemoveAll(absl::StrCat(options_.dir, "/", name)).IgnoreError();
+  return status;
+}
+
+}  // namespace fulcrum

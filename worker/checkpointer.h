@@ -1,0 +1,48 @@
+// The chief's side of checkpoints: asks every parameter server to write
+// its file (phase one), then writes the manifest that makes the checkpoint
+// complete (phase two), and keeps the newest few. A failed checkpoint
+// (a full disk, an unreachable server) is logged and leaves the previous
+// complete one valid; training goes on. Thread-compatible.
+#ifndef FULCRUM_WORKER_CHECKPOINTER_H_
+#define FULCRUM_WORKER_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/file_system.h"
+#include "worker/ps_client.h"
+
+namespace fulcrum {
+
+struct CheckpointOptions {
+  std::string dir;          // shared with the servers' --checkpoint_dir
+  int64_t every_steps = 0;  // 0: not by steps
+  int64_t every_secs = 0;   // 0: not by time
+  int keep = 5;             // complete checkpoints kept
+};
+
+class Checkpointer {
+ public:
+  // `client` and `fs` outlive it.
+  Checkpointer(PsClient* client, FileSystem* fs, CheckpointOptions options);
+
+  // After a step: saves checkpoint `step` when `every_steps` steps or
+  // `every_secs` seconds have passed since the last.
+  void MaybeSave(int64_t step);
+
+  // Saves checkpoint `step` now; the error (also logged) when it failed.
+  absl::Status Save(int64_t step);
+
+ private:
+  PsClient* const client_;
+  FileSystem* const fs_;
+  const CheckpointOptions options_;
+  int64_t last_step_ = 0;
+  absl::Time last_time_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_CHECKPOINTER_H_
