@@ -113,7 +113,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   TensorMap weights, grads;
   if (absl::Status s = client_->Pull({}, &weights); !s.ok()) return s;
   const int64_t resume =
-      options_.mode == SYNC ? client_->step() : client_->step() / options_.num_workers;
+      !options_.resume ? 0
+      : options_.mode == SYNC ? client_->step()
+                              : client_->step() / options_.num_workers;
   Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
                            options_.epochs, options_.seed, /*prefetch=*/4, resume});
   const int64_t steps_per_epoch = batcher.steps_per_epoch();

@@ -2,9 +2,9 @@
 // local replicas, local reduce, push, with the consistency mode's semantics
 // (kept by PsClient). The chief also evaluates on the test set after every
 // epoch, saves checkpoints, writes the metrics and the summary, and ends the
-// job. A worker that starts (or restarts) when the servers are already at
-// step S resumes there: sync steps are global, so it skips its first S
-// batches; async and ssp steps are shared, so S / workers.
+// job. With `resume`, a worker continues where the servers are, at step S:
+// sync steps are global, so it skips its first S batches; async and ssp
+// steps are shared among the workers, so S / workers.
 #ifndef FULCRUM_WORKER_TRAINER_H_
 #define FULCRUM_WORKER_TRAINER_H_
 
@@ -39,6 +39,9 @@ struct TrainerOptions {
   std::string device_name;    // for the summary
   Checkpointer* checkpointer = nullptr;     // chief: saves checkpoints as it trains
   const std::atomic<bool>* stop = nullptr;  // set (SIGTERM): stop after the current step
+  // The job is under way (this worker restarted, or the servers restored a
+  // checkpoint): continue at the servers' step instead of from the start.
+  bool resume = false;
 };
 
 struct EpochResult {

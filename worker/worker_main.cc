@@ -182,10 +182,16 @@ absl::StatusOr<Devices> MakeDevices(const std::string& kind, int replicas) {
   return out;
 }
 
-// The servers must run the mode (and bounds) this worker was told. Returns
-// the servers' replicas_to_aggregate.
-absl::StatusOr<int> CheckServers(PsClient& client, ConsistencyMode mode,
-                                 const std::vector<std::string>& ps) {
+struct ServerState {
+  int replicas_to_aggregate = 0;
+  // The job is under way already: the servers know this worker (it
+  // restarted) or restored a checkpoint.
+  bool resume = false;
+};
+
+// The servers must run the mode (and bounds) this worker was told.
+absl::StatusOr<ServerState> CheckServers(PsClient& client, ConsistencyMode mode, int replica,
+                                         const std::vector<std::string>& ps) {
   auto described = client.Describe();
   if (!described.ok()) return described.status();
   for (size_t i = 0; i < described->size(); ++i) {
@@ -208,7 +214,13 @@ absl::StatusOr<int> CheckServers(PsClient& client, ConsistencyMode mode,
           "worker --staleness=", k, " but ", where, " runs with staleness ", d.staleness_bound()));
     }
   }
-  return described->front().replicas_to_aggregate();
+  ServerState state;
+  state.replicas_to_aggregate = described->front().replicas_to_aggregate();
+  for (const DescribeResponse& d : *described) {
+    const bool seen = replica < d.workers_size() && d.workers(replica).seen();
+    state.resume = state.resume || seen || d.restored_step() >= 0;
+  }
+  return state;
 }
 
 absl::Status Run() {
@@ -288,15 +300,16 @@ absl::Status Run() {
   const std::vector<std::string> ps(cluster->cluster().ps().begin(), cluster->cluster().ps().end());
   auto client = PsClient::Connect(ps, options);
   LOG_INFO("waiting for {} parameter server(s): {}", ps.size(), absl::StrJoin(ps, ", "));
-  auto aggregated = CheckServers(*client, *mode, ps);
-  if (!aggregated.ok()) return aggregated.status();
+  auto servers = CheckServers(*client, *mode, *replica, ps);
+  if (!servers.ok()) return servers.status();
+  const int aggregated = servers->replicas_to_aggregate;
   auto learning_rate = ScaleLearningRate(model.optimizer.learning_rate(),
                                          absl::GetFlag(FLAGS_learning_rate_scaling), *mode,
-                                         *aggregated);
+                                         aggregated);
   if (!learning_rate.ok()) return learning_rate.status();
   if (*learning_rate != model.optimizer.learning_rate()) {
     LOG_INFO("learning rate {} ({} scaling for {} gradients averaged per step)", *learning_rate,
-             absl::GetFlag(FLAGS_learning_rate_scaling), *aggregated);
+             absl::GetFlag(FLAGS_learning_rate_scaling), aggregated);
     model.optimizer.set_learning_rate(*learning_rate);
   }
   if (absl::Status s = client->CreateVariables(ModelVariables(model)); !s.ok()) return s;
@@ -332,6 +345,7 @@ absl::Status Run() {
     trainer_options.checkpointer = &*checkpointer;
   }
   trainer_options.stop = &g_stop;
+  trainer_options.resume = servers->resume;
   Trainer trainer(client.get(), replicas, devices->reducer.get(), *train,
                   test ? &*test : nullptr, trainer_options);
   auto summary = trainer.Run();
