@@ -116,6 +116,10 @@ std::string PsFileName(int ps_index, int num_ps) {
   return absl::StrFormat("ps-%05d-of-%05d.ckpt", ps_index, num_ps);
 }
 
+std::string FinalFileName(int ps_index, int num_ps) {
+  return absl::StrCat("final-", PsFileName(ps_index, num_ps));
+}
+
 std::vector<CheckpointInfo> ListCompleteCheckpoints(FileSystem& fs, const std::string& root,
                                                     std::vector<std::string>* problems) {
   std::vector<CheckpointInfo> out;

@@ -36,6 +36,9 @@ absl::Status UnframeMessage(absl::string_view data, const std::string& path,
 
 std::string CheckpointDirName(int64_t step);          // "ckpt-000000001234"
 std::string PsFileName(int ps_index, int num_ps);     // "ps-00001-of-00002.ckpt"
+// A server's own checkpoint at shutdown, beside the checkpoint directories:
+// "final-ps-00001-of-00002.ckpt".
+std::string FinalFileName(int ps_index, int num_ps);
 
 // A complete checkpoint.
 struct CheckpointInfo {

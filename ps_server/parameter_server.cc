@@ -86,18 +86,51 @@ absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) {
   std::vector<std::string> problems;
   auto files = LoadNewestCheckpoint(*fs, dir, &problems);
   for (const std::string& problem : problems) LOG_ERROR("checkpoint: {}", problem);
-  if (!files.ok()) {
+  std::vector<PsCheckpoint> chosen = files.ok() ? *std::move(files) : std::vector<PsCheckpoint>();
+  const bool final_used = UseFinalCheckpoint(*fs, &chosen);
+  if (chosen.empty()) {
     LOG_INFO("no complete checkpoint in {}: starting from the initializers", dir);
     return absl::OkStatus();
   }
-  auto restored = RegroupCheckpoint(*files);
+  auto restored = RegroupCheckpoint(chosen);
   if (!restored.ok()) return restored.status();
   restored_ = *std::move(restored);
-  restored_step_ = files->front().step();
-  LOG_INFO("restoring from checkpoint {} ({} variables written by {} server(s)); updates "
-           "applied after it are lost",
-           CheckpointDirName(restored_step_), restored_.size(), files->front().num_ps());
+  for (const PsCheckpoint& file : chosen) restored_step_ = std::max(restored_step_, file.step());
+  restored_step_ = std::max<int64_t>(restored_step_, 0);  // a final file alone has no step
+  if (final_used) {
+    LOG_INFO("restoring this server's shards from its final checkpoint: nothing is lost");
+  } else {
+    LOG_INFO("restoring from checkpoint {} ({} variables written by {} server(s)); updates "
+             "applied after it are lost",
+             CheckpointDirName(restored_step_), restored_.size(), chosen.front().num_ps());
+  }
   return absl::OkStatus();
+}
+
+bool ParameterServer::UseFinalCheckpoint(FileSystem& fs, std::vector<PsCheckpoint>* files) const {
+  const int index = config_.cluster().task().index();
+  const int num_ps = config_.cluster().cluster().ps_size();
+  const std::string path =
+      absl::StrCat(config_.checkpoint_dir(), "/", FinalFileName(index, num_ps));
+  auto data = fs.ReadFile(path);
+  if (!data.ok()) return false;
+  PsCheckpoint final_file;
+  if (absl::Status s = UnframeMessage(*data, path, &final_file); !s.ok()) {
+    LOG_ERROR("checkpoint: {}; not using it", s.message());
+    return false;
+  }
+  // The final file replaces this server's part of the complete checkpoint
+  // when newer; alone, it must hold whole variables (one server).
+  for (PsCheckpoint& file : *files) {
+    if (file.ps_index() == index && file.num_ps() == num_ps) {
+      if (file.created_unix_ms() >= final_file.created_unix_ms()) return false;
+      file = std::move(final_file);
+      return true;
+    }
+  }
+  if (!files->empty() || num_ps != 1) return false;
+  files->push_back(std::move(final_file));
+  return true;
 }
 
 absl::Status ParameterServer::CheckIncarnation(uint64_t incarnation) const {
@@ -151,6 +184,7 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request,
   if (config_.mode() == SSP && worker != -1 && request.clock() >= 0) {
     const int64_t min_clock = request.clock() - config_.staleness_bound();
     if (!workers_.AwaitMinClock(min_clock, deadline)) {
+      if (workers_.cancelled()) return absl::UnavailableError("server is shutting down");
       return absl::DeadlineExceededError(absl::StrCat(
           "ssp: worker ", worker, " at clock ", request.clock(), " waits for worker(s) ",
           absl::StrJoin(workers_.WorkersBehind(min_clock), ", "), " to reach clock ", min_clock));
@@ -292,19 +326,16 @@ absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpoint(
     return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", request.step(), " < 0"));
   }
   const absl::Time start = absl::Now();
-  PsCheckpoint checkpoint;
-  checkpoint.set_ps_index(config_.cluster().task().index());
-  checkpoint.set_num_ps(config_.cluster().cluster().ps_size());
-  checkpoint.set_step(request.step());
-  for (const Shard* shard : store_.All()) *checkpoint.add_shards() = shard->Snapshot();
-  const std::string data = FrameMessage(checkpoint);
+  SaveCheckpointResponse response;
+  int32_t shards = 0;
+  const std::string data = SnapshotFile(request.step(), &shards);
   const std::string dir =
       absl::StrCat(config_.checkpoint_dir(), "/", CheckpointDirName(request.step()));
-  SaveCheckpointResponse response;
-  response.set_file(PsFileName(checkpoint.ps_index(), checkpoint.num_ps()));
+  response.set_file(PsFileName(config_.cluster().task().index(),
+                               config_.cluster().cluster().ps_size()));
   response.set_bytes(static_cast<int64_t>(data.size()));
   response.set_crc32(Crc32(data));
-  response.set_shards(checkpoint.shards_size());
+  response.set_shards(shards);
   absl::Status status = fs_->MakeDirs(dir);
   if (status.ok()) status = WriteFileAtomically(*fs_, absl::StrCat(dir, "/", response.file()), data);
   if (!status.ok()) {
@@ -314,6 +345,33 @@ absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpoint(
   LOG_INFO("checkpoint {}: wrote {} shards, {} bytes in {}", CheckpointDirName(request.step()),
            response.shards(), response.bytes(), absl::FormatDuration(absl::Now() - start));
   return response;
+}
+
+std::string ParameterServer::SnapshotFile(int64_t step, int32_t* shards) const {
+  PsCheckpoint checkpoint;
+  checkpoint.set_ps_index(config_.cluster().task().index());
+  checkpoint.set_num_ps(config_.cluster().cluster().ps_size());
+  checkpoint.set_step(step);
+  checkpoint.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  for (const Shard* shard : store_.All()) *checkpoint.add_shards() = shard->Snapshot();
+  *shards = checkpoint.shards_size();
+  return FrameMessage(checkpoint);
+}
+
+absl::Status ParameterServer::SaveFinalCheckpoint() {
+  if (fs_ == nullptr) return absl::OkStatus();
+  int32_t shards = 0;
+  const std::string data = SnapshotFile(-1, &shards);
+  const std::string name = FinalFileName(config_.cluster().task().index(),
+                                         config_.cluster().cluster().ps_size());
+  absl::Status status =
+      WriteFileAtomically(*fs_, absl::StrCat(config_.checkpoint_dir(), "/", name), data);
+  if (status.ok()) {
+    LOG_INFO("final checkpoint {}: {} shards, {} bytes", name, shards, data.size());
+  } else {
+    LOG_ERROR("final checkpoint {} failed: {}", name, status.message());
+  }
+  return status;
 }
 
 void ParameterServer::JobDone(const std::string& reason) {

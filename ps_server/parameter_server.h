@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "proto/config.pb.h"
 #include "common/file_system.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/restored_variables.h"
 #include "ps_server/variable_store.h"
@@ -49,6 +50,12 @@ class ParameterServer {
   // <checkpoint_dir>/ckpt-<step>/ps-<i>-of-<n>.ckpt atomically.
   absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request);
 
+  // At shutdown: writes this server's own checkpoint,
+  // <checkpoint_dir>/final-ps-<i>-of-<n>.ckpt. When this server restarts
+  // with the same placement, it restores its shards from that file if it
+  // is newer than the newest complete checkpoint, losing nothing.
+  absl::Status SaveFinalCheckpoint();
+
   // Reads the requested shards, each as slices of at most max_slice_bytes.
   // Waits (until `deadline`) for each shard's min_version and, in SSP mode,
   // for the slowest live worker to come within staleness_bound of the clock.
@@ -72,7 +79,8 @@ class ParameterServer {
   // True once the job is done as above; false when `timeout` passed first.
   bool WaitForJobDone(absl::Duration timeout) const;
 
-  // Wakes every waiting pull (they fail CANCELLED); for shutdown.
+  // Wakes every waiting pull (they fail UNAVAILABLE, so clients retry); for
+  // shutdown.
   void CancelWaits();
 
   // Expires worker leases that have run out, then OnWorkersChanged. Called
@@ -93,6 +101,12 @@ class ParameterServer {
   void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
+  // Puts this server's final checkpoint in place of its file in `files`
+  // when it is newer (or, on a single server, when there is no complete
+  // checkpoint). True when it did.
+  bool UseFinalCheckpoint(FileSystem& fs, std::vector<PsCheckpoint>* files) const;
+  // This server's shards, as of now, framed for a checkpoint file.
+  std::string SnapshotFile(int64_t step, int32_t* shards) const;
   // ABORTED when the caller learned its versions from another incarnation.
   absl::Status CheckIncarnation(uint64_t incarnation) const;
 

@@ -49,8 +49,8 @@ ABSL_FLAG(int64_t, lease_timeout_ms, 10000,
 ABSL_FLAG(int64_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Where checkpoints are written and restored from, shared with the other servers and "
-          "the chief (a shared volume). On start the newest complete checkpoint is restored. "
-          "\"\" = no checkpoints.");
+          "the chief (a shared volume). On start the newest complete checkpoint is restored; "
+          "on SIGTERM/SIGINT the server writes its own final checkpoint there. \"\" = none.");
 ABSL_FLAG(bool, keep_serving_after_job_done, false,
           "Keep serving (for inspection) after the chief says the job is done; SIGTERM stops it.");
 ABSL_FLAG(int, grace_period_secs, 10,
@@ -145,6 +145,7 @@ int Run() {
   absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_grace_period_secs));
   if (sig == SIGUSR1) grace = std::min(grace, absl::Seconds(1));
   (*server)->Shutdown(absl::Now() + grace);
+  if (sig != SIGUSR1) ps.SaveFinalCheckpoint().IgnoreError();  // logged
   LOG_INFO("stopped");
   // Every call has finished or been cancelled. gRPC 1.51's server destructor
   // can then stall for seconds after streamed calls (grpc/grpc#41050), so the

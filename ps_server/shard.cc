@@ -51,7 +51,8 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, int64_t max_s
     return cancelled_ || version_ >= min_version;
   };
   if (!ready()) mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-  if (cancelled_) return absl::CancelledError(absl::StrCat(label_, ": server is shutting down"));
+  // UNAVAILABLE, so that clients retry: the server is going away.
+  if (cancelled_) return absl::UnavailableError(absl::StrCat(label_, ": server is shutting down"));
   if (version_ < min_version) {
     return absl::DeadlineExceededError(absl::StrCat(label_, ": still at version ", version_,
                                                     " at the deadline, waiting for ", min_version));

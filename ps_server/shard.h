@@ -37,7 +37,7 @@ class Shard {
 
   // Waits until the version is >= min_version (until `deadline`), then
   // appends the values as slices of at most max_slice_bytes (one row at the
-  // least). DEADLINE_EXCEEDED or CANCELLED when it cannot wait longer.
+  // least). DEADLINE_EXCEEDED at the deadline; UNAVAILABLE once Cancel.
   absl::Status Read(int64_t min_version, absl::Time deadline, int64_t max_slice_bytes,
                     google::protobuf::RepeatedPtrField<ShardSlice>* out) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -59,7 +59,7 @@ class Shard {
   // (the live workers shrank). True when it applied.
   bool CompleteIfReady(int required) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Wakes readers waiting for a version; they return CANCELLED.
+  // Wakes readers waiting for a version; they return UNAVAILABLE.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardInfo Describe() const ABSL_LOCKS_EXCLUDED(mu_);

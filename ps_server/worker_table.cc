@@ -86,6 +86,11 @@ void WorkerTable::Cancel() {
   cancelled_ = true;
 }
 
+bool WorkerTable::cancelled() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return cancelled_;
+}
+
 std::vector<int> WorkerTable::WorkersBehind(int64_t min_clock) const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<int> behind;

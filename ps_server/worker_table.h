@@ -54,6 +54,7 @@ class WorkerTable {
 
   // Wakes every waiter; AwaitMinClock returns false from now on.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Active workers whose clock is below min_clock (for error messages).
   std::vector<int> WorkersBehind(int64_t min_clock) const ABSL_LOCKS_EXCLUDED(mu_);

@@ -153,6 +153,25 @@ TEST_F(FailureTest, KilledServerRestoresAndTheJobCompletes) {
   ExpectEveryCommittedCheckpointReadable();
 }
 
+TEST_F(FailureTest, StoppedServerWritesAFinalCheckpointAndLosesNothing) {
+  auto ps0 = StartPs(0, "sync");
+  auto ps1 = StartPs(1, "sync");
+  auto chief = StartWorker(0, "sync", "chief");
+  auto worker = StartWorker(1, "sync", "worker1");
+  ASSERT_TRUE(chief->WaitForLine("step 150/", absl::Seconds(120)));
+  ps1->Signal(SIGTERM);
+  ASSERT_EQ(ps1->Wait(absl::Seconds(30)), 0);
+  EXPECT_TRUE(AnyLine(*ps1, "final checkpoint final-ps-00001-of-00002.ckpt"));
+  ps1 = StartPs(1, "sync");
+  EXPECT_TRUE(AnyLine(*ps1, "from its final checkpoint: nothing is lost"));
+  EXPECT_EQ(chief->Wait(kJobTimeout), 0);
+  EXPECT_EQ(worker->Wait(kJobTimeout), 0);
+  EXPECT_EQ(ps1->Wait(absl::Seconds(30)), 0);
+  EXPECT_FALSE(AnyLine(*chief, "update(s) lost"));
+  EXPECT_FALSE(AnyLine(*worker, "update(s) lost"));
+  EXPECT_GE(FinalAccuracy(), kAccuracyBar);
+}
+
 TEST_F(FailureTest, StoppedWorkerRejoinsTheSyncJob) {
   auto ps0 = StartPs(0, "sync");
   auto ps1 = StartPs(1, "sync");

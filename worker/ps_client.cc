@@ -53,7 +53,11 @@ absl::Status PsClient::ForEachServer(
     absl::Duration backoff = options_.initial_backoff;
     for (int attempt = 1;; ++attempt) {
       absl::Status status = call(ps, absl::Now() + options_.call_timeout);
-      if (status.code() != absl::StatusCode::kUnavailable || absl::Now() + backoff > give_up) {
+      // A server going away cancels its calls: as retryable as unavailable
+      // (this client never cancels its own).
+      const bool retryable = status.code() == absl::StatusCode::kUnavailable ||
+                             status.code() == absl::StatusCode::kCancelled;
+      if (!retryable || absl::Now() + backoff > give_up) {
         results[ps] = status;
         return;
       }

@@ -73,8 +73,9 @@ struct PsClientOptions {
   // Deadline of each call, long polls included. A server that is not up yet
   // (or restarting) is waited for within it.
   absl::Duration call_timeout = absl::Seconds(60);
-  // How long calls that fail UNAVAILABLE (no server, or a call broken off)
-  // are retried, with backoff, before the error is returned.
+  // How long calls that fail UNAVAILABLE or CANCELLED (no server, a call
+  // broken off, a server shutting down) are retried, with backoff, before
+  // the error is returned.
   absl::Duration retry_timeout = absl::Seconds(60);
   // First retry delay; doubles up to max_backoff.
   absl::Duration initial_backoff = absl::Milliseconds(50);
