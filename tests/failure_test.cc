@@ -172,15 +172,14 @@ TEST_F(FailureTest, StoppedServerWritesAFinalCheckpointAndLosesNothing) {
   EXPECT_GE(FinalAccuracy(), kAccuracyBar);
 }
 
-TEST_F(FailureTest, StoppedWorkerRejoinsTheSyncJob) {
+TEST_F(FailureTest, KilledWorkerRejoinsTheSyncJob) {
   auto ps0 = StartPs(0, "sync");
   auto ps1 = StartPs(1, "sync");
   auto chief = StartWorker(0, "sync", "chief");
   auto worker = StartWorker(1, "sync", "worker1");
   ASSERT_TRUE(worker->WaitForLine("step 100/", absl::Seconds(120)));
-  worker->Signal(SIGTERM);  // stops after its current step, exit 0
-  EXPECT_EQ(worker->Wait(absl::Seconds(60)), 0);
-  EXPECT_TRUE(AnyLine(*worker, "stopping after step"));
+  worker->Signal(SIGKILL);
+  ASSERT_EQ(worker->Wait(absl::Seconds(30)), 128 + SIGKILL);
   worker = StartWorker(1, "sync", "worker1-again");
   EXPECT_EQ(worker->Wait(kJobTimeout), 0);
   EXPECT_TRUE(AnyLine(*worker, "resuming at step"));
@@ -219,6 +218,22 @@ TEST_F(FailureTest, AsyncJobGoesOnWithoutADeadWorker) {
   EXPECT_EQ(ps0->Wait(absl::Seconds(60)), 0);
   EXPECT_EQ(ps1->Wait(absl::Seconds(60)), 0);
   EXPECT_GE(FinalAccuracy(), kAccuracyBar);
+}
+
+TEST_F(FailureTest, SigtermStopsAWorkerAfterItsStepAndTheJobWaitsForIt) {
+  auto ps0 = StartPs(0, "async");
+  auto ps1 = StartPs(1, "async");
+  auto chief = StartWorker(0, "async", "chief");
+  ASSERT_TRUE(chief->WaitForLine("step 50/", absl::Seconds(120)));
+  chief->Signal(SIGTERM);
+  EXPECT_EQ(chief->Wait(absl::Seconds(60)), 0);
+  EXPECT_TRUE(AnyLine(*chief, "stopping after step"));
+  // A stopped worker has not finished: the servers keep the job open.
+  EXPECT_FALSE(ps0->Wait(absl::Milliseconds(500)).has_value());
+  ps0->Signal(SIGTERM);
+  ps1->Signal(SIGTERM);
+  EXPECT_EQ(ps0->Wait(absl::Seconds(30)), 0);
+  EXPECT_EQ(ps1->Wait(absl::Seconds(30)), 0);
 }
 
 TEST_F(FailureTest, UnwritableCheckpointDirectoryFailsAtStart) {

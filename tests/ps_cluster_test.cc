@@ -215,6 +215,20 @@ TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
   EXPECT_TRUE(ps.process->WaitForLine("stopped", absl::Seconds(1)));
 }
 
+TEST(PsClusterTest, KeepServingAfterJobDoneUntilSigterm) {
+  PsProcess ps = StartPs(0, 1, 1, {"--keep_serving_after_job_done"});
+  ASSERT_FALSE(ps.address.empty());
+  auto client = PsClient::Connect({ps.address}, PsClientOptions{});
+  ASSERT_TRUE(client->Finish().ok());
+  ASSERT_TRUE(client->JobDone("inspect me").ok());
+  auto described = client->Describe();  // still answering, the job marked done
+  ASSERT_TRUE(described.ok()) << described.status();
+  EXPECT_TRUE((*described)[0].shutting_down());
+  client.reset();
+  ps.process->Signal(SIGTERM);
+  EXPECT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
+}
+
 TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
   PsClientOptions options;
   options.call_timeout = absl::Milliseconds(300);
