@@ -39,6 +39,9 @@ class ChildProcess {
   // Every line read so far.
   const std::vector<std::string>& lines() const { return lines_; }
 
+  // Whether a line read so far contains `text`.
+  bool HasLine(const std::string& text) const;
+
  private:
   // Reads what is available within `timeout`; false at end of output.
   bool ReadSome(absl::Duration timeout);
@@ -54,6 +57,13 @@ class ChildProcess {
 // The path of a binary built by Bazel, from the test's runfiles, e.g.
 // RunfilePath("ps_server/ps_server").
 std::string RunfilePath(const std::string& path);
+
+// A loopback port that was free a moment ago (for a process that must come
+// back at the same address after a restart).
+int FreeLoopbackPort();
+
+// The whole file, or "" when it cannot be read.
+std::string ReadWholeFile(const std::string& path);
 
 }  // namespace fulcrum
 

@@ -28,32 +28,6 @@ namespace {
 constexpr double kAccuracyBar = 0.84 - 0.01;
 constexpr absl::Duration kJobTimeout = absl::Seconds(240);
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-bool AnyLine(const ChildProcess& process, const std::string& text) {
-  for (const std::string& line : process.lines()) {
-    if (line.find(text) != std::string::npos) return true;
-  }
-  return false;
-}
-
 // Two servers on fixed ports (a restart must come back at the same
 // address) and two workers, all on 127.0.0.1, sharing a checkpoint dir.
 class FailureTest : public ::testing::Test {
@@ -61,7 +35,7 @@ class FailureTest : public ::testing::Test {
   void SetUp() override {
     dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ps_hosts_ = absl::StrCat("127.0.0.1:", FreePort(), ",127.0.0.1:", FreePort());
+    ps_hosts_ = absl::StrCat("127.0.0.1:", FreeLoopbackPort(), ",127.0.0.1:", FreeLoopbackPort());
     worker_hosts_ = "127.0.0.1:1,127.0.0.1:2";  // workers do not listen
   }
 
@@ -92,8 +66,21 @@ class FailureTest : public ::testing::Test {
     return std::make_unique<ChildProcess>(label, argv);
   }
 
+  // Both servers, the chief and worker 1, in `mode`.
+  struct Job {
+    std::unique_ptr<ChildProcess> ps0, ps1, chief, worker;
+  };
+  Job StartJob(const std::string& mode, bool with_worker = true) {
+    Job job;
+    job.ps0 = StartPs(0, mode);
+    job.ps1 = StartPs(1, mode);
+    job.chief = StartWorker(0, mode, "chief");
+    if (with_worker) job.worker = StartWorker(1, mode, "worker1");
+    return job;
+  }
+
   double FinalAccuracy() {
-    const std::string json = ReadFile(dir_ + "/summary.json");
+    const std::string json = ReadWholeFile(dir_ + "/summary.json");
     std::smatch match;
     if (!std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) return 0;
     return std::stod(match[1]);
@@ -122,16 +109,13 @@ class FailureTest : public ::testing::Test {
 };
 
 TEST_F(FailureTest, KilledServerRestoresAndTheJobCompletes) {
-  auto ps0 = StartPs(0, "sync");
-  auto ps1 = StartPs(1, "sync");
-  auto chief = StartWorker(0, "sync", "chief");
-  auto worker = StartWorker(1, "sync", "worker1");
+  auto [ps0, ps1, chief, worker] = StartJob("sync");
   ASSERT_TRUE(chief->WaitForLine("complete:", absl::Seconds(120)));  // checkpoint 100 exists
   ASSERT_TRUE(chief->WaitForLine("step 150/", absl::Seconds(120)));
   ps1->Signal(SIGKILL);
   ASSERT_EQ(ps1->Wait(absl::Seconds(30)), 128 + SIGKILL);
   ps1 = StartPs(1, "sync");  // the same command
-  EXPECT_TRUE(AnyLine(*ps1, "restoring from checkpoint"));
+  EXPECT_TRUE(ps1->HasLine("restoring from checkpoint"));
 
   EXPECT_EQ(chief->Wait(kJobTimeout), 0);
   EXPECT_EQ(worker->Wait(kJobTimeout), 0);
@@ -154,51 +138,42 @@ TEST_F(FailureTest, KilledServerRestoresAndTheJobCompletes) {
 }
 
 TEST_F(FailureTest, StoppedServerWritesAFinalCheckpointAndLosesNothing) {
-  auto ps0 = StartPs(0, "sync");
-  auto ps1 = StartPs(1, "sync");
-  auto chief = StartWorker(0, "sync", "chief");
-  auto worker = StartWorker(1, "sync", "worker1");
+  auto [ps0, ps1, chief, worker] = StartJob("sync");
   ASSERT_TRUE(chief->WaitForLine("step 150/", absl::Seconds(120)));
   ps1->Signal(SIGTERM);
   ASSERT_EQ(ps1->Wait(absl::Seconds(30)), 0);
-  EXPECT_TRUE(AnyLine(*ps1, "final checkpoint final-ps-00001-of-00002.ckpt"));
+  EXPECT_TRUE(ps1->HasLine("final checkpoint final-ps-00001-of-00002.ckpt"));
   ps1 = StartPs(1, "sync");
-  EXPECT_TRUE(AnyLine(*ps1, "from its final checkpoint: nothing is lost"));
+  EXPECT_TRUE(ps1->HasLine("from its final checkpoint: nothing is lost"));
   EXPECT_EQ(chief->Wait(kJobTimeout), 0);
   EXPECT_EQ(worker->Wait(kJobTimeout), 0);
   EXPECT_EQ(ps1->Wait(absl::Seconds(30)), 0);
-  EXPECT_FALSE(AnyLine(*chief, "update(s) lost"));
-  EXPECT_FALSE(AnyLine(*worker, "update(s) lost"));
+  EXPECT_FALSE(chief->HasLine("update(s) lost"));
+  EXPECT_FALSE(worker->HasLine("update(s) lost"));
   EXPECT_GE(FinalAccuracy(), kAccuracyBar);
 }
 
 TEST_F(FailureTest, KilledWorkerRejoinsTheSyncJob) {
-  auto ps0 = StartPs(0, "sync");
-  auto ps1 = StartPs(1, "sync");
-  auto chief = StartWorker(0, "sync", "chief");
-  auto worker = StartWorker(1, "sync", "worker1");
+  auto [ps0, ps1, chief, worker] = StartJob("sync");
   ASSERT_TRUE(worker->WaitForLine("step 100/", absl::Seconds(120)));
   worker->Signal(SIGKILL);
   ASSERT_EQ(worker->Wait(absl::Seconds(30)), 128 + SIGKILL);
   worker = StartWorker(1, "sync", "worker1-again");
   EXPECT_EQ(worker->Wait(kJobTimeout), 0);
-  EXPECT_TRUE(AnyLine(*worker, "resuming at step"));
+  EXPECT_TRUE(worker->HasLine("resuming at step"));
   EXPECT_EQ(chief->Wait(kJobTimeout), 0);
   EXPECT_EQ(ps0->Wait(absl::Seconds(30)), 0);
   EXPECT_GE(FinalAccuracy(), kAccuracyBar);
 }
 
 TEST_F(FailureTest, KilledChiefRestartsAndResumes) {
-  auto ps0 = StartPs(0, "sync");
-  auto ps1 = StartPs(1, "sync");
-  auto chief = StartWorker(0, "sync", "chief");
-  auto worker = StartWorker(1, "sync", "worker1");
+  auto [ps0, ps1, chief, worker] = StartJob("sync");
   ASSERT_TRUE(chief->WaitForLine("step 150/", absl::Seconds(120)));
   chief->Signal(SIGKILL);
   ASSERT_EQ(chief->Wait(absl::Seconds(30)), 128 + SIGKILL);
   chief = StartWorker(0, "sync", "chief-again");
   EXPECT_EQ(chief->Wait(kJobTimeout), 0);
-  EXPECT_TRUE(AnyLine(*chief, "resuming at step"));
+  EXPECT_TRUE(chief->HasLine("resuming at step"));
   EXPECT_EQ(worker->Wait(kJobTimeout), 0);
   EXPECT_EQ(ps0->Wait(absl::Seconds(30)), 0);
   EXPECT_EQ(ps1->Wait(absl::Seconds(30)), 0);
@@ -207,10 +182,7 @@ TEST_F(FailureTest, KilledChiefRestartsAndResumes) {
 }
 
 TEST_F(FailureTest, AsyncJobGoesOnWithoutADeadWorker) {
-  auto ps0 = StartPs(0, "async");
-  auto ps1 = StartPs(1, "async");
-  auto chief = StartWorker(0, "async", "chief");
-  auto worker = StartWorker(1, "async", "worker1");
+  auto [ps0, ps1, chief, worker] = StartJob("async");
   ASSERT_TRUE(worker->WaitForLine("step 50/", absl::Seconds(120)));
   worker->Signal(SIGKILL);  // never comes back
   EXPECT_EQ(chief->Wait(kJobTimeout), 0);
@@ -221,13 +193,11 @@ TEST_F(FailureTest, AsyncJobGoesOnWithoutADeadWorker) {
 }
 
 TEST_F(FailureTest, SigtermStopsAWorkerAfterItsStepAndTheJobWaitsForIt) {
-  auto ps0 = StartPs(0, "async");
-  auto ps1 = StartPs(1, "async");
-  auto chief = StartWorker(0, "async", "chief");
+  auto [ps0, ps1, chief, worker] = StartJob("async", /*with_worker=*/false);
   ASSERT_TRUE(chief->WaitForLine("step 50/", absl::Seconds(120)));
   chief->Signal(SIGTERM);
   EXPECT_EQ(chief->Wait(absl::Seconds(60)), 0);
-  EXPECT_TRUE(AnyLine(*chief, "stopping after step"));
+  EXPECT_TRUE(chief->HasLine("stopping after step"));
   // A stopped worker has not finished: the servers keep the job open.
   EXPECT_FALSE(ps0->Wait(absl::Milliseconds(500)).has_value());
   ps0->Signal(SIGTERM);
@@ -242,7 +212,7 @@ TEST_F(FailureTest, UnwritableCheckpointDirectoryFailsAtStart) {
                          "--worker_hosts=" + worker_hosts_, "--bind_host=127.0.0.1",
                          "--checkpoint_dir=" + dir_ + "-file/checkpoints"});
   EXPECT_EQ(ps.Wait(absl::Seconds(30)), 1);
-  EXPECT_TRUE(AnyLine(ps, "-file/checkpoints"));
+  EXPECT_TRUE(ps.HasLine("-file/checkpoints"));
 }
 
 }  // namespace

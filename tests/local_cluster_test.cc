@@ -19,25 +19,11 @@ std::string TempPath(const std::string& name) {
   return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 std::vector<std::string> Launcher(std::vector<std::string> args) {
   std::vector<std::string> argv = {RunfilePath("deploy/local_cluster"),
                                    "--bin_dir=" + RunfilePath("")};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
-}
-
-bool AnyLine(const ChildProcess& process, const std::string& text) {
-  for (const std::string& line : process.lines()) {
-    if (line.find(text) != std::string::npos) return true;
-  }
-  return false;
 }
 
 TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
@@ -48,11 +34,11 @@ TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
                                             "--metrics_jsonl=" + metrics, "--", "--epochs=1",
                                             "--hidden=64", "--log_every_steps=100"}));
   ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
-  EXPECT_TRUE(AnyLine(cluster, "[ps 1] "));
-  EXPECT_TRUE(AnyLine(cluster, "[worker 1] "));
-  EXPECT_TRUE(AnyLine(cluster, "[launcher] ps 0 exited with status 0"));
+  EXPECT_TRUE(cluster.HasLine("[ps 1] "));
+  EXPECT_TRUE(cluster.HasLine("[worker 1] "));
+  EXPECT_TRUE(cluster.HasLine("[launcher] ps 0 exited with status 0"));
 
-  const std::string json = ReadFile(summary);
+  const std::string json = ReadWholeFile(summary);
   std::smatch match;
   ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
   EXPECT_GT(std::stod(match[1]), 0.80);
@@ -64,8 +50,8 @@ TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
   ChildProcess plot("plot", {"/usr/bin/python3", RunfilePath("deploy/plot_training_curves.py"),
                              metrics, svg});
   ASSERT_EQ(plot.Wait(absl::Seconds(60)), 0);
-  EXPECT_THAT(ReadFile(svg), HasSubstr("test accuracy"));
-  EXPECT_THAT(ReadFile(svg), HasSubstr("<polyline"));
+  EXPECT_THAT(ReadWholeFile(svg), HasSubstr("test accuracy"));
+  EXPECT_THAT(ReadWholeFile(svg), HasSubstr("<polyline"));
 }
 
 TEST(LocalClusterTest, AFailingWorkerStopsTheClusterWithItsStatus) {
@@ -73,9 +59,9 @@ TEST(LocalClusterTest, AFailingWorkerStopsTheClusterWithItsStatus) {
   ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=2", "--",
                                             "--model=cnn"}));
   EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 2);
-  EXPECT_TRUE(AnyLine(cluster, "--model: 'cnn' is not one of mlp, softmax"));
-  EXPECT_TRUE(AnyLine(cluster, "failed; stopping every process"));
-  EXPECT_TRUE(AnyLine(cluster, "[launcher] ps 0 exited with status 0"));
+  EXPECT_TRUE(cluster.HasLine("--model: 'cnn' is not one of mlp, softmax"));
+  EXPECT_TRUE(cluster.HasLine("failed; stopping every process"));
+  EXPECT_TRUE(cluster.HasLine("[launcher] ps 0 exited with status 0"));
 }
 
 TEST(LocalClusterTest, WorkerRefusesServersInAnotherMode) {
@@ -83,15 +69,15 @@ TEST(LocalClusterTest, WorkerRefusesServersInAnotherMode) {
   ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--mode=sync", "--",
                                             "--mode=async"}));
   EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 1);
-  EXPECT_TRUE(AnyLine(cluster, "worker --mode=async but ps 0"));
-  EXPECT_TRUE(AnyLine(cluster, "runs sync; start both with the same --mode"));
+  EXPECT_TRUE(cluster.HasLine("worker --mode=async but ps 0"));
+  EXPECT_TRUE(cluster.HasLine("runs sync; start both with the same --mode"));
 }
 
 TEST(LocalClusterTest, MissingDataIsNamed) {
   ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--",
                                             "--data_dir=" + TempPath("no-such-dir")}));
   EXPECT_NE(cluster.Wait(absl::Seconds(120)), 0);
-  EXPECT_TRUE(AnyLine(cluster, "apt-get install dataset-fashion-mnist"));
+  EXPECT_TRUE(cluster.HasLine("apt-get install dataset-fashion-mnist"));
 }
 
 }  // namespace

@@ -245,21 +245,8 @@ TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
   EXPECT_THAT(status.message(), HasSubstr(address));
 }
 
-// A port that was free a moment ago.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(PsClusterTest, ClientWaitsForAServerThatStartsLate) {
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   PsClientOptions options;
   options.call_timeout = absl::Seconds(30);
   auto client = PsClient::Connect({absl::StrCat("127.0.0.1:", port)}, options);

@@ -19,14 +19,6 @@ bool LostState(const absl::Status& status) {
          status.code() == absl::StatusCode::kAborted;
 }
 
-// `pull` for a server that just restarted as `incarnation`: no versions to
-// wait for.
-PullRequest AfterRecovery(PullRequest pull, uint64_t incarnation) {
-  pull.set_incarnation(incarnation);
-  for (ShardRef& ref : *pull.mutable_shards()) ref.set_min_version(0);
-  return pull;
-}
-
 }  // namespace
 
 PsClient::PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options)
@@ -233,9 +225,8 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
   absl::Status status = ForEachServer(involved, "pull", [&](int ps, absl::Time deadline) {
     auto pulled = servers_[ps]->Pull(pulls[ps], deadline);
     if (LostState(pulled.status())) {
-      if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
       recovered[ps] = true;
-      pulled = servers_[ps]->Pull(AfterRecovery(pulls[ps], incarnations_[ps]), deadline);
+      pulled = RecoverAndPull(ps, pulls[ps], deadline);
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
@@ -360,10 +351,8 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   absl::Status status = ForEachServer(involved, "push-pull", [&](int ps, absl::Time deadline) {
     auto pulled = servers_[ps]->PushPull(pushes[ps], pulls[ps], deadline);
     if (LostState(pulled.status())) {
-      // The push is dropped; the pull starts over from what the server has.
-      if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
-      recovered[ps] = true;
-      pulled = servers_[ps]->Pull(AfterRecovery(pulls[ps], incarnations_[ps]), deadline);
+      recovered[ps] = true;  // the push is dropped
+      pulled = RecoverAndPull(ps, pulls[ps], deadline);
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
@@ -392,6 +381,15 @@ absl::Status PsClient::Recover(int ps, absl::Time deadline) {
            servers_[ps]->address(), create_requests_[ps].shards_size(),
            created->restored() > 0 ? ", from its checkpoint" : "");
   return absl::OkStatus();
+}
+
+absl::StatusOr<PullResponse> PsClient::RecoverAndPull(int ps, PullRequest pull,
+                                                      absl::Time deadline) {
+  if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
+  // What the restarted server has, with no versions to wait for.
+  pull.set_incarnation(incarnations_[ps]);
+  for (ShardRef& ref : *pull.mutable_shards()) ref.set_min_version(0);
+  return servers_[ps]->Pull(pull, deadline);
 }
 
 void PsClient::ForgetVersions(const std::vector<bool>& recovered) {

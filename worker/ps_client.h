@@ -177,6 +177,8 @@ class PsClient {
   absl::Status SendHeartbeat(bool finished);
   // Creates this client's variables on server `ps` again after it lost them.
   absl::Status Recover(int ps, absl::Time deadline);
+  // Recover(ps), then `pull` from it afresh.
+  absl::StatusOr<PullResponse> RecoverAndPull(int ps, PullRequest pull, absl::Time deadline);
   // Forgets the versions learned from the servers in `recovered`.
   void ForgetVersions(const std::vector<bool>& recovered);
   absl::Status ForEachServer(const std::vector<bool>& involved, const std::string& what,
