@@ -33,9 +33,15 @@ struct fmt::formatter<absl::Status> : fmt::formatter<fmt::string_view> {
 
 namespace fulcrum {
 
-// Sets the process-wide log pattern to carry `role` and `task_index`, e.g.
-// "[2026-11-29 20:30:00.123] [ps:1] [info] listening on 127.0.0.1:4000".
-void InitLogging(absl::string_view role, int task_index);
+// Sets the process-wide log format to carry `role` and `task_index`, one
+// line per event. "text":
+//   [2026-11-29 20:30:00.123] [ps:1] [info] listening on 127.0.0.1:4000
+// "json" (for log shippers):
+//   {"time": "2026-11-29T20:30:00.123Z", "role": "ps", "task": 1, "level": "info",
+//    "message": "listening on 127.0.0.1:4000"}
+// INVALID_ARGUMENT for another format.
+absl::Status InitLogging(absl::string_view role, int task_index,
+                         absl::string_view format = "text");
 
 // Logs `message` at critical level with its source location and aborts.
 [[noreturn]] void CheckFailed(const char* file, int line, const char* message);

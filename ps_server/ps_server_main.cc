@@ -20,6 +20,9 @@
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
 
+ABSL_FLAG(std::string, log_format, "text",
+          "text (one line per event: time, role:index, level, message) or json (one JSON object "
+          "per line, for log shippers).");
 ABSL_FLAG(std::string, cluster_spec, "",
           "Path of a file holding the cluster spec as TF_CONFIG JSON. Takes precedence over "
           "the host flags and the TF_CONFIG environment variable.");
@@ -112,7 +115,12 @@ int Run() {
     std::cerr << "ps_server: " << config.status().message() << "\n(see --help)\n";
     return 2;
   }
-  InitLogging("ps", config->cluster().task().index());
+  if (absl::Status s = InitLogging("ps", config->cluster().task().index(),
+                                   absl::GetFlag(FLAGS_log_format));
+      !s.ok()) {
+    std::cerr << "ps_server: " << s.message() << "\n";
+    return 2;
+  }
   ParameterServer ps(*config);
   std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
   if (!config->checkpoint_dir().empty()) {

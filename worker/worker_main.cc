@@ -30,6 +30,9 @@
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 
+ABSL_FLAG(std::string, log_format, "text",
+          "text (one line per event: time, role:index, level, message) or json (one JSON object "
+          "per line, for log shippers).");
 ABSL_FLAG(std::string, cluster_spec, "",
           "Path of a file holding the cluster spec as TF_CONFIG JSON. Takes precedence over "
           "the host flags and the TF_CONFIG environment variable.");
@@ -239,7 +242,11 @@ absl::Status Run() {
   }
   const bool is_chief = cluster->task().type() == "chief" ||
                         (cluster->cluster().chief_size() == 0 && cluster->task().index() == 0);
-  InitLogging(cluster->task().type(), cluster->task().index());
+  if (absl::Status s = InitLogging(cluster->task().type(), cluster->task().index(),
+                                   absl::GetFlag(FLAGS_log_format));
+      !s.ok()) {
+    return s;
+  }
 
   auto mode = ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) return mode.status();
