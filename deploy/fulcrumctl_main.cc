@@ -1,0 +1,217 @@
+// fulcrumctl: looks at and steers a running Fulcrum cluster.
+//
+//   fulcrumctl status     --ps_hosts=h:p,...   every server: health, mode, shards, workers
+//   fulcrumctl variables  --ps_hosts=h:p,...   every variable: shape and where its shards are
+//   fulcrumctl checkpoint --ps_hosts=h:p,... --checkpoint_dir=DIR [--step=N]
+//   fulcrumctl stop       --ps_hosts=h:p,... [--reason=...]   job done: the servers exit 0
+//   fulcrumctl health     --address=h:p        exit 0 when SERVING (a probe for images)
+//
+// The servers come from --ps_hosts, else from TF_CONFIG's cluster.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/cluster_spec.h"
+#include "common/consistency_mode.h"
+#include "common/file_system.h"
+#include "common/tensor.h"
+#include "proto/health.grpc.pb.h"
+#include "worker/checkpointer.h"
+#include "worker/ps_client.h"
+
+ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of every parameter server.");
+ABSL_FLAG(std::string, address, "", "health: the host:port to probe.");
+ABSL_FLAG(int, timeout_secs, 5, "Deadline of each call, in seconds.");
+ABSL_FLAG(std::string, checkpoint_dir, "", "checkpoint: the servers' --checkpoint_dir.");
+ABSL_FLAG(int64_t, step, -1, "checkpoint: its step (name); -1 takes the servers' global step.");
+ABSL_FLAG(std::string, reason, "stopped with fulcrumctl", "stop: the reason the servers log.");
+
+namespace fulcrum {
+namespace {
+
+absl::StatusOr<std::vector<std::string>> PsHosts() {
+  std::vector<std::string> hosts =
+      absl::StrSplit(absl::GetFlag(FLAGS_ps_hosts), ',', absl::SkipWhitespace());
+  if (!hosts.empty()) return hosts;
+  if (const char* env = std::getenv("TF_CONFIG")) {
+    auto config = ParseTfConfig(env);
+    if (!config.ok()) return config.status();
+    hosts.assign(config->cluster().ps().begin(), config->cluster().ps().end());
+  }
+  if (hosts.empty()) {
+    return absl::InvalidArgumentError("no servers: pass --ps_hosts or set TF_CONFIG");
+  }
+  return hosts;
+}
+
+// SERVING, NOT_SERVING, or why the probe failed.
+std::string Health(const std::string& address, absl::Duration timeout, bool* serving) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status =
+      stub->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  *serving = status.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  if (!status.ok()) return absl::StrCat("UNREACHABLE (", status.error_message(), ")");
+  return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+}
+
+std::unique_ptr<PsClient> Client(const std::vector<std::string>& hosts) {
+  PsClientOptions options;
+  options.worker_id = -1;
+  options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_secs));
+  options.retry_timeout = options.call_timeout;
+  return PsClient::Connect(hosts, options);
+}
+
+int Status(const std::vector<std::string>& hosts) {
+  auto described = Client(hosts)->Describe();
+  if (!described.ok()) {
+    std::cerr << "fulcrumctl: " << described.status().message() << "\n";
+    return 1;
+  }
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const DescribeResponse& d = (*described)[i];
+    bool serving = false;
+    std::cout << absl::StrFormat(
+        "ps %d %s  health %s  mode %s  incarnation %x  restored step %d  updates %d  stale "
+        "dropped %d%s\n",
+        i, hosts[i], Health(hosts[i], absl::Seconds(absl::GetFlag(FLAGS_timeout_secs)), &serving),
+        ConsistencyModeName(d.mode()), d.incarnation(), d.restored_step(), d.updates_applied(),
+        d.stale_gradients_dropped(), d.job_done() ? "  JOB DONE" : "");
+    for (const ShardInfo& s : d.shards()) {
+      std::cout << absl::StrFormat("  shard %s/%d of %d  shape %s  version %d  pending %d  %s\n",
+                                   s.variable(), s.shard(), s.num_shards(),
+                                   ShapeString(s.shape()), s.version(), s.pending_gradients(),
+                                   s.optimizer());
+    }
+    for (const WorkerInfo& w : d.workers()) {
+      std::cout << absl::StrFormat(
+          "  worker %d  %s%s%s  clock %d  lease left %dms\n", w.worker_id(),
+          w.live() ? "live" : "dead", w.seen() ? "" : " (not seen)", w.finished() ? " finished" : "",
+          w.clock(), w.lease_remaining_ms());
+    }
+  }
+  return 0;
+}
+
+int Variables(const std::vector<std::string>& hosts) {
+  auto described = Client(hosts)->Describe();
+  if (!described.ok()) {
+    std::cerr << "fulcrumctl: " << described.status().message() << "\n";
+    return 1;
+  }
+  struct Variable {
+    Shape shape;
+    std::vector<std::string> shards;
+  };
+  std::map<std::string, Variable> variables;
+  for (size_t i = 0; i < described->size(); ++i) {
+    for (const ShardInfo& s : (*described)[i].shards()) {
+      Variable& v = variables[s.variable()];
+      if (v.shape.empty()) {
+        v.shape.assign(s.shape().begin(), s.shape().end());
+        v.shape[0] = 0;
+      }
+      v.shape[0] += s.shape(0);
+      v.shards.push_back(absl::StrCat(s.shard(), "@ps", i, " v", s.version()));
+    }
+  }
+  for (auto& [name, v] : variables) {
+    std::sort(v.shards.begin(), v.shards.end());
+    std::cout << absl::StrFormat("%-24s %-14s %s\n", name, ShapeString(v.shape),
+                                 absl::StrJoin(v.shards, ", "));
+  }
+  return 0;
+}
+
+int Checkpoint(const std::vector<std::string>& hosts) {
+  if (absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    std::cerr << "fulcrumctl: checkpoint needs --checkpoint_dir (the servers' own)\n";
+    return 2;
+  }
+  auto client = Client(hosts);
+  int64_t step = absl::GetFlag(FLAGS_step);
+  if (step < 0) {
+    auto described = client->Describe();
+    if (!described.ok()) {
+      std::cerr << "fulcrumctl: " << described.status().message() << "\n";
+      return 1;
+    }
+    step = 0;
+    for (const DescribeResponse& d : *described) {
+      for (const ShardInfo& s : d.shards()) step = std::max(step, s.version());
+    }
+  }
+  auto fs = MakeLocalFileSystem();
+  Checkpointer checkpointer(client.get(), fs.get(), {absl::GetFlag(FLAGS_checkpoint_dir), 0, 0, 1 << 30});
+  if (absl::Status s = checkpointer.Save(step); !s.ok()) {
+    std::cerr << "fulcrumctl: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << "checkpoint " << step << " complete in " << absl::GetFlag(FLAGS_checkpoint_dir)
+            << "\n";
+  return 0;
+}
+
+int Stop(const std::vector<std::string>& hosts) {
+  if (absl::Status s = Client(hosts)->JobDone(absl::GetFlag(FLAGS_reason)); !s.ok()) {
+    std::cerr << "fulcrumctl: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << "job done sent to " << hosts.size()
+            << " server(s); each exits once every worker has finished or its lease ran out\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace fulcrum
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Looks at and steers a running Fulcrum cluster.\n\n"
+      "  fulcrumctl status     --ps_hosts=h:p,...\n"
+      "  fulcrumctl variables  --ps_hosts=h:p,...\n"
+      "  fulcrumctl checkpoint --ps_hosts=h:p,... --checkpoint_dir=DIR [--step=N]\n"
+      "  fulcrumctl stop       --ps_hosts=h:p,... [--reason=TEXT]\n"
+      "  fulcrumctl health     --address=h:p    (exit 0 when SERVING: a probe)\n\n"
+      "The servers come from --ps_hosts, else from TF_CONFIG's cluster.");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const std::string command = args.size() > 1 ? args[1] : "";
+  if (command == "health") {
+    if (absl::GetFlag(FLAGS_address).empty()) {
+      std::cerr << "fulcrumctl: health needs --address=host:port\n";
+      return 2;
+    }
+    bool serving = false;
+    std::cout << fulcrum::Health(absl::GetFlag(FLAGS_address),
+                                 absl::Seconds(absl::GetFlag(FLAGS_timeout_secs)), &serving)
+              << "\n";
+    return serving ? 0 : 1;
+  }
+  auto hosts = fulcrum::PsHosts();
+  if (!hosts.ok()) {
+    std::cerr << "fulcrumctl: " << hosts.status().message() << "\n";
+    return 2;
+  }
+  if (command == "status") return fulcrum::Status(*hosts);
+  if (command == "variables") return fulcrum::Variables(*hosts);
+  if (command == "checkpoint") return fulcrum::Checkpoint(*hosts);
+  if (command == "stop") return fulcrum::Stop(*hosts);
+  std::cerr << "fulcrumctl: unknown command '" << command
+            << "'; one of status, variables, checkpoint, stop, health (see --help)\n";
+  return 2;
+}

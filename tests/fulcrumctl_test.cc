@@ -1,0 +1,95 @@
+// fulcrumctl against real servers: status, variables, checkpoint, stop, and
+// the health probe.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/checkpoint.h"
+#include "tests/child_process.h"
+#include "worker/ps_client.h"
+
+namespace fulcrum {
+namespace {
+
+std::unique_ptr<ChildProcess> StartPs(int index, const std::string& ps_hosts,
+                                      const std::string& checkpoint_dir) {
+  auto ps = std::make_unique<ChildProcess>(
+      absl::StrCat("ps", index),
+      std::vector<std::string>{RunfilePath("ps_server/ps_server"), "--ps_hosts=" + ps_hosts,
+                               "--worker_hosts=127.0.0.1:1", absl::StrCat("--task_index=", index),
+                               "--bind_host=127.0.0.1", "--checkpoint_dir=" + checkpoint_dir,
+                               "--log_format=json"});
+  EXPECT_TRUE(ps->WaitForLine("listening on", absl::Seconds(30)));
+  return ps;
+}
+
+// Runs fulcrumctl to completion; its exit code.
+int Ctl(std::vector<std::string> args, std::unique_ptr<ChildProcess>* out) {
+  args.insert(args.begin(), RunfilePath("deploy/fulcrumctl"));
+  *out = std::make_unique<ChildProcess>("fulcrumctl", args);
+  return (*out)->Wait(absl::Seconds(60)).value_or(-1);
+}
+
+TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/checkpoints");
+  const std::vector<std::string> addresses = {absl::StrCat("127.0.0.1:", FreeLoopbackPort()),
+                                              absl::StrCat("127.0.0.1:", FreeLoopbackPort())};
+  const std::string ps_hosts = absl::StrJoin(addresses, ",");
+  auto ps0 = StartPs(0, ps_hosts, dir);
+  auto ps1 = StartPs(1, ps_hosts, dir);
+  // The servers log JSON, one object a line.
+  EXPECT_TRUE(ps0->WaitForLine(R"({"time": )", absl::Seconds(1)));
+  EXPECT_TRUE(ps0->HasLine(R"("role": "ps", "task": 0, "level": "info")"));
+
+  PsClientOptions options;
+  auto client = PsClient::Connect(addresses, options);
+  VariableSpec spec;
+  spec.set_name("embedding");
+  spec.add_shape(10);
+  spec.add_shape(4);
+  spec.set_dtype(DT_FLOAT);
+  spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
+  spec.mutable_partitioner()->set_num_shards(2);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  ASSERT_TRUE(client->CreateVariables({spec}).ok());
+  ASSERT_TRUE(client->Push({{"embedding", DenseTensor{{10, 4}, std::vector<float>(40, 1)}}}).ok());
+
+  std::unique_ptr<ChildProcess> ctl;
+  ASSERT_EQ(Ctl({"status", "--ps_hosts=" + ps_hosts}, &ctl), 0);
+  EXPECT_TRUE(ctl->HasLine("health SERVING  mode async"));
+  EXPECT_TRUE(ctl->HasLine("shard embedding/1 of 2  shape [5, 4]  version 1"));
+  EXPECT_TRUE(ctl->HasLine("worker 0  live  clock 0"));
+
+  ASSERT_EQ(Ctl({"variables", "--ps_hosts=" + ps_hosts}, &ctl), 0);
+  EXPECT_TRUE(ctl->HasLine("[10, 4]"));
+  EXPECT_TRUE(ctl->HasLine("0@ps0 v1, 1@ps1 v1"));
+
+  ASSERT_EQ(Ctl({"checkpoint", "--ps_hosts=" + ps_hosts, "--checkpoint_dir=" + dir}, &ctl), 0);
+  EXPECT_TRUE(ctl->HasLine("checkpoint 1 complete"));
+  auto fs = MakeLocalFileSystem();
+  std::vector<std::string> problems;
+  auto loaded = LoadNewestCheckpoint(*fs, dir, &problems);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->size(), 2u);
+
+  ASSERT_EQ(Ctl({"health", "--address=" + addresses[0]}, &ctl), 0);
+  EXPECT_TRUE(ctl->HasLine("SERVING"));
+
+  ASSERT_EQ(Ctl({"stop", "--ps_hosts=" + ps_hosts}, &ctl), 0);
+  ASSERT_TRUE(client->Finish().ok());  // the last worker: the servers may go
+  client.reset();
+  EXPECT_EQ(ps0->Wait(absl::Seconds(30)), 0);
+  EXPECT_EQ(ps1->Wait(absl::Seconds(30)), 0);
+  EXPECT_EQ(Ctl({"health", "--address=" + addresses[0], "--timeout_secs=1"}, &ctl), 1);
+  EXPECT_TRUE(ctl->HasLine("UNREACHABLE"));
+
+  EXPECT_EQ(Ctl({"frobnicate", "--ps_hosts=" + ps_hosts}, &ctl), 2);
+  EXPECT_TRUE(ctl->HasLine("unknown command 'frobnicate'"));
+}
+
+}  // namespace
+}  // namespace fulcrum
