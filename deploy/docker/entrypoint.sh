@@ -1,0 +1,55 @@
+#!/bin/sh
+# fulcrum-entrypoint ROLE [FLAGS...]: runs a Fulcrum daemon in a container.
+#
+#   ROLE  ps | worker | chief | fulcrumctl
+#
+# TF_CONFIG is used as given. Without it, it is built from
+#   FULCRUM_PS_HOSTS      comma-separated host:port of the parameter servers
+#   FULCRUM_WORKER_HOSTS  comma-separated host:port of the workers
+#   FULCRUM_CHIEF_HOST    host:port of the chief, if any
+# and the task index: FULCRUM_TASK_INDEX, else JOB_COMPLETION_INDEX (a
+# Kubernetes Indexed Job), else the ordinal ending the host name (a
+# StatefulSet pod "ps-1"), else 0. FLAGS go to the daemon.
+set -eu
+
+bin_dir=${FULCRUM_BIN_DIR:-/usr/local/bin}
+role=${1:-}
+[ $# -gt 0 ] && shift
+
+case "$role" in
+  ps) binary="$bin_dir/ps_server" ;;
+  worker | chief) binary="$bin_dir/worker" ;;
+  fulcrumctl) exec "$bin_dir/fulcrumctl" "$@" ;;
+  *)
+    echo "fulcrum-entrypoint: role '$role' is not one of ps, worker, chief, fulcrumctl" >&2
+    exit 2
+    ;;
+esac
+
+json_list() {  # "a:1,b:2" -> ["a:1", "b:2"]
+  printf '%s' "$1" | awk -F, '{ printf "["; for (i = 1; i <= NF; i++) printf "%s\"%s\"", (i > 1 ? ", " : ""), $i; printf "]" }'
+}
+
+if [ -z "${TF_CONFIG:-}" ]; then
+  index=${FULCRUM_TASK_INDEX:-${JOB_COMPLETION_INDEX:-}}
+  if [ -z "$index" ]; then
+    host=${HOSTNAME:-$(hostname)}
+    ordinal=${host##*-}
+    case "$ordinal" in
+      '' | *[!0-9]*) index=0 ;;
+      *) index=$ordinal ;;
+    esac
+  fi
+  if [ -z "${FULCRUM_PS_HOSTS:-}" ]; then
+    echo "fulcrum-entrypoint: set TF_CONFIG, or FULCRUM_PS_HOSTS and FULCRUM_WORKER_HOSTS" >&2
+    exit 2
+  fi
+  cluster="\"ps\": $(json_list "$FULCRUM_PS_HOSTS"), \"worker\": $(json_list "${FULCRUM_WORKER_HOSTS:-}")"
+  if [ -n "${FULCRUM_CHIEF_HOST:-}" ]; then
+    cluster="$cluster, \"chief\": $(json_list "$FULCRUM_CHIEF_HOST")"
+  fi
+  TF_CONFIG="{\"cluster\": {$cluster}, \"task\": {\"type\": \"$role\", \"index\": $index}}"
+  export TF_CONFIG
+fi
+echo "fulcrum-entrypoint: $role with TF_CONFIG=$TF_CONFIG" >&2
+exec "$binary" "$@"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The container entrypoint builds TF_CONFIG from the environment as each
+# platform provides it, and the docker-compose files validate (Debian's
+# docker-compose checks them without a Docker engine).
+set -euo pipefail
+root=${TEST_SRCDIR}/${TEST_WORKSPACE}
+entrypoint=$root/deploy/docker/entrypoint.sh
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/deploy.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# Stand-in daemons that print what they were started with.
+for name in ps_server worker fulcrumctl; do
+  printf '#!/bin/sh\necho "%s $TF_CONFIG $*"\n' "$name" > "$tmp/$name"
+  chmod +x "$tmp/$name"
+done
+run() { env -i PATH=/usr/bin:/bin FULCRUM_BIN_DIR="$tmp" "$@" 2>/dev/null; }
+
+out=$(run FULCRUM_PS_HOSTS=ps-0:2222,ps-1:2222 FULCRUM_WORKER_HOSTS=w-0:2222 \
+  FULCRUM_TASK_INDEX=1 sh "$entrypoint" ps --mode=sync)
+expected='ps_server {"cluster": {"ps": ["ps-0:2222", "ps-1:2222"], "worker": ["w-0:2222"]}, "task": {"type": "ps", "index": 1}} --mode=sync'
+[ "$out" = "$expected" ] || fail "explicit index: $out"
+
+out=$(run FULCRUM_PS_HOSTS=p:1 FULCRUM_WORKER_HOSTS=a:1,b:1,c:1 FULCRUM_CHIEF_HOST=c:2 \
+  JOB_COMPLETION_INDEX=2 sh "$entrypoint" worker)
+case "$out" in
+  *'"chief": ["c:2"]'*'"task": {"type": "worker", "index": 2}'*) ;;
+  *) fail "Indexed Job index and chief: $out" ;;
+esac
+
+out=$(run FULCRUM_PS_HOSTS=p:1 FULCRUM_WORKER_HOSTS=w:1 HOSTNAME=fulcrum-ps-3 sh "$entrypoint" ps)
+case "$out" in
+  *'"task": {"type": "ps", "index": 3}'*) ;;
+  *) fail "StatefulSet ordinal: $out" ;;
+esac
+
+out=$(run TF_CONFIG='{"given": true}' sh "$entrypoint" chief --epochs=1)
+[ "$out" = 'worker {"given": true} --epochs=1' ] || fail "TF_CONFIG passthrough: $out"
+
+out=$(run sh "$entrypoint" fulcrumctl health --address=localhost:2222)
+[ "$out" = "fulcrumctl  health --address=localhost:2222" ] || fail "fulcrumctl: $out"
+
+if run FULCRUM_PS_HOSTS=p:1 sh "$entrypoint" evaluator-x >/dev/null; then fail "bad role accepted"; fi
+if run sh "$entrypoint" ps >/dev/null; then fail "no cluster accepted"; fi
+
+# docker-compose validation, and a broken file to show it can fail.
+compose=$root/deploy/docker-compose.yml
+docker-compose -f "$compose" config -q || fail "docker-compose.yml does not validate"
+docker-compose -f "$compose" -f "$root/deploy/docker-compose.gpu.yml" config -q ||
+  fail "docker-compose.gpu.yml does not validate"
+sed 's/condition: service_healthy/condition: whenever/' "$compose" > "$tmp/broken.yml"
+if docker-compose -f "$tmp/broken.yml" config -q 2>/dev/null; then
+  fail "a broken compose file validated"
+fi
+
+if ((failures)); then exit 1; fi
+echo "deploy checks passed"
