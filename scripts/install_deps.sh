@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   bazel-bootstrap bazel-rules-java bazel-platforms
-  g++ python3
+  g++ python3 python3-venv
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   libopenblas-dev zlib1g-dev dataset-fashion-mnist
@@ -22,4 +22,13 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Offline validation of the Kubernetes manifests against the API schemas
+# (kubernetes-validate bundles them), in a virtual environment of its own.
+TOOLS_VENV=/opt/fulcrum-tools/venv
+if [ ! -x "$TOOLS_VENV/bin/kubernetes-validate" ]; then
+  echo "installing kubernetes-validate into $TOOLS_VENV"
+  python3 -m venv "$TOOLS_VENV"
+  "$TOOLS_VENV/bin/pip" install -q kubernetes-validate==1.37.0
 fi

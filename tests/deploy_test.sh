@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The container entrypoint builds TF_CONFIG from the environment as each
-# platform provides it, and the docker-compose files validate (Debian's
-# docker-compose checks them without a Docker engine).
+# platform provides it; the docker-compose files validate (Debian's
+# docker-compose checks them without a Docker engine); the Kubernetes
+# manifests validate against the API schemas, offline.
 set -euo pipefail
 root=${TEST_SRCDIR}/${TEST_WORKSPACE}
 entrypoint=$root/deploy/docker/entrypoint.sh
@@ -52,6 +53,20 @@ docker-compose -f "$compose" -f "$root/deploy/docker-compose.gpu.yml" config -q 
 sed 's/condition: service_healthy/condition: whenever/' "$compose" > "$tmp/broken.yml"
 if docker-compose -f "$tmp/broken.yml" config -q 2>/dev/null; then
   fail "a broken compose file validated"
+fi
+
+# Every Kubernetes manifest validates against the API schemas (offline),
+# kustomization.yaml lists them all, and a broken one fails.
+validate=/opt/fulcrum-tools/venv/bin/kubernetes-validate
+k8s=$root/deploy/k8s
+manifests=$(cd "$k8s" && ls *.yaml | grep -v '^kustomization.yaml$')
+(cd "$k8s" && "$validate" --strict --quiet $manifests) || fail "a Kubernetes manifest does not validate"
+for manifest in $manifests; do
+  grep -q -- "- $manifest\$" "$k8s/kustomization.yaml" || fail "kustomization.yaml misses $manifest"
+done
+sed 's/completions: 2/completions: two/' "$k8s/worker-job.yaml" > "$tmp/broken-job.yaml"
+if "$validate" --strict --quiet "$tmp/broken-job.yaml" >/dev/null 2>&1; then
+  fail "a broken manifest validated"
 fi
 
 if ((failures)); then exit 1; fi
