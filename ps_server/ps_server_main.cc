@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -17,6 +18,7 @@
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
 #include "common/logging.h"
+#include "common/metrics_server.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
 
@@ -56,6 +58,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "on SIGTERM/SIGINT the server writes its own final checkpoint there. \"\" = none.");
 ABSL_FLAG(bool, keep_serving_after_job_done, false,
           "Keep serving (for inspection) after the chief says the job is done; SIGTERM stops it.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://<bind_host>:<port>/metrics; 0 picks a free port "
+          "(printed in the 'metrics on' line); -1: none.");
 ABSL_FLAG(int, grace_period_secs, 10,
           "On SIGTERM, SIGINT or job done: seconds in-flight calls get to finish.");
 
@@ -129,7 +134,23 @@ int Run() {
       return 1;
     }
   }
-  auto server = PsGrpcServer::Start(&ps, config->listen_address());
+  std::unique_ptr<MetricsServer> metrics_server;
+  std::optional<PsMetrics> metrics;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto started = MetricsServer::Start(absl::GetFlag(FLAGS_bind_host),
+                                        absl::GetFlag(FLAGS_metrics_port));
+    if (!started.ok()) {
+      LOG_ERROR("{}", started.status().message());
+      return 1;
+    }
+    metrics_server = *std::move(started);
+    metrics.emplace(&ps, metrics_server->registry());
+    metrics_server->Add(metrics->state());
+    LOG_INFO("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_bind_host),
+             metrics_server->port());
+  }
+  auto server =
+      PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr);
   if (!server.ok()) {
     LOG_ERROR("{}", server.status().message());
     return 1;

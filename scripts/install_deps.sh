@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   libopenblas-dev zlib1g-dev dataset-fashion-mnist
-  docker-compose
+  docker-compose prometheus-cpp-dev
 )
 
 missing=()

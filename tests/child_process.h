@@ -65,6 +65,9 @@ int FreeLoopbackPort();
 // The whole file, or "" when it cannot be read.
 std::string ReadWholeFile(const std::string& path);
 
+// The body of GET http://127.0.0.1:<port><path> (HTTP/1.0), or "" on failure.
+std::string HttpGet(int port, const std::string& path);
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_TESTS_CHILD_PROCESS_H_

@@ -229,6 +229,38 @@ TEST(PsClusterTest, KeepServingAfterJobDoneUntilSigterm) {
   EXPECT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
 }
 
+TEST(PsClusterTest, PrometheusMetrics) {
+  PsProcess ps = StartPs(0, 1, 1, {"--mode=async", "--metrics_port=0"});
+  ASSERT_FALSE(ps.address.empty());
+  auto line = ps.process->WaitForLine("metrics on", absl::Seconds(10));
+  std::smatch match;
+  ASSERT_TRUE(line && std::regex_search(*line, match, std::regex(":(\\d+)/metrics")));
+  const int port = std::stoi(match[1]);
+
+  auto client = PsClient::Connect({ps.address}, PsClientOptions{});
+  VariableSpec spec = BigVariable();
+  spec.set_name("w");
+  spec.clear_shape();
+  spec.add_shape(8);
+  ASSERT_TRUE(client->CreateVariables({spec}).ok());
+  TensorMap values;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client->PushPull({{"w", DenseTensor{{8}, std::vector<float>(8, 1.0f)}}}, {},
+                                 &values)
+                    .ok());
+  }
+  const std::string metrics = HttpGet(port, "/metrics");
+  // 3 pushes to both shards of w.
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_updates_applied_total 6"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_step 3"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_pushed_bytes_total 96"));  // 3 x 8 floats
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_rpc_duration_seconds_count{method=\"PushPull\"} 3"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_gradient_staleness_count 6"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_pulled_bytes_total 96"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_stale_gradients_dropped_total 0"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_workers_active 1"));
+}
+
 TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
   PsClientOptions options;
   options.call_timeout = absl::Milliseconds(300);

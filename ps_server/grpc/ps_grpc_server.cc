@@ -49,14 +49,30 @@ absl::Status MergePush(const PushRequest& part, bool first, int64_t max_bytes,
   return absl::OkStatus();
 }
 
+// Records one call's latency, when there are metrics.
+class RpcTimer {
+ public:
+  RpcTimer(PsMetrics* metrics, const char* method)
+      : metrics_(metrics), method_(method), start_(absl::Now()) {}
+  ~RpcTimer() {
+    if (metrics_ != nullptr) metrics_->ObserveRpc(method_, absl::Now() - start_);
+  }
+
+ private:
+  PsMetrics* const metrics_;
+  const char* const method_;
+  const absl::Time start_;
+};
+
 }  // namespace
 
 class PsGrpcServer::Service final : public PsService::Service {
  public:
-  explicit Service(ParameterServer* ps) : ps_(ps) {}
+  Service(ParameterServer* ps, PsMetrics* metrics) : ps_(ps), metrics_(metrics) {}
 
   grpc::Status CreateShards(grpc::ServerContext*, const CreateShardsRequest* request,
                             CreateShardsResponse* response) override {
+    RpcTimer timer(metrics_, "CreateShards");
     auto result = ps_->CreateShards(*request);
     if (result.ok()) *response = *std::move(result);
     return ToGrpcStatus(result.status());
@@ -64,11 +80,13 @@ class PsGrpcServer::Service final : public PsService::Service {
 
   grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
                     grpc::ServerWriter<PullResponse>* writer) override {
+    RpcTimer timer(metrics_, "Pull");
     return ToGrpcStatus(PullAndWrite(*request, Deadline(context), {}, writer));
   }
 
   grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<PushRequest>* reader,
                     PushResponse* response) override {
+    RpcTimer timer(metrics_, "Push");
     PushRequest merged;
     PushRequest part;
     int64_t bytes = 0;
@@ -78,6 +96,7 @@ class PsGrpcServer::Service final : public PsService::Service {
         return ToGrpcStatus(s);
       }
     }
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
     if (absl::Status s = JoinSlices(merged.mutable_gradients()); !s.ok()) return ToGrpcStatus(s);
     auto result = ps_->Push(merged);
     if (result.ok()) *response = *std::move(result);
@@ -86,6 +105,7 @@ class PsGrpcServer::Service final : public PsService::Service {
 
   grpc::Status PushPull(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<PullResponse, PushPullRequest>* stream) override {
+    RpcTimer timer(metrics_, "PushPull");
     PushRequest merged;
     // Without a pull part, only the push's outcome is sent back.
     PullRequest pull;
@@ -99,6 +119,7 @@ class PsGrpcServer::Service final : public PsService::Service {
       }
       if (part.has_pull()) pull = part.pull();
     }
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
     if (absl::Status s = JoinSlices(merged.mutable_gradients()); !s.ok()) return ToGrpcStatus(s);
     auto pushed = ps_->Push(merged);
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
@@ -107,6 +128,7 @@ class PsGrpcServer::Service final : public PsService::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override {
+    RpcTimer timer(metrics_, "Heartbeat");
     auto result = ps_->Heartbeat(*request);
     if (result.ok()) *response = *result;
     return ToGrpcStatus(result.status());
@@ -114,19 +136,24 @@ class PsGrpcServer::Service final : public PsService::Service {
 
   grpc::Status Describe(grpc::ServerContext*, const DescribeRequest*,
                         DescribeResponse* response) override {
+    RpcTimer timer(metrics_, "Describe");
     *response = ps_->Describe();
     return grpc::Status::OK;
   }
 
   grpc::Status SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest* request,
                               SaveCheckpointResponse* response) override {
+    RpcTimer timer(metrics_, "SaveCheckpoint");
+    const absl::Time start = absl::Now();
     auto result = ps_->SaveCheckpoint(*request);
+    if (metrics_ != nullptr && result.ok()) metrics_->ObserveCheckpoint(absl::Now() - start);
     if (result.ok()) *response = *result;
     return ToGrpcStatus(result.status());
   }
 
   grpc::Status JobDone(grpc::ServerContext*, const JobDoneRequest* request,
                        JobDoneResponse*) override {
+    RpcTimer timer(metrics_, "JobDone");
     ps_->JobDone(request->reason());
     return grpc::Status::OK;
   }
@@ -144,6 +171,11 @@ class PsGrpcServer::Service final : public PsService::Service {
         BatchSlices(std::move(*result->mutable_slices()), kChunkBytes);
     if (batches.empty()) batches.emplace_back();
     for (size_t i = 0; i < batches.size(); ++i) {
+      if (metrics_ != nullptr) {
+        for (const ShardSlice& slice : batches[i]) {
+          metrics_->AddPulledBytes(static_cast<int64_t>(slice.tensor().data().size()));
+        }
+      }
       PullResponse message;
       *message.mutable_slices() = std::move(batches[i]);
       if (i == 0) *message.mutable_push_results() = push_results;
@@ -153,14 +185,16 @@ class PsGrpcServer::Service final : public PsService::Service {
   }
 
   ParameterServer* const ps_;
+  PsMetrics* const metrics_;
 };
 
 absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServer* ps,
-                                                                  const std::string& address) {
+                                                                  const std::string& address,
+                                                                  PsMetrics* metrics) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<PsGrpcServer> server(new PsGrpcServer());
   server->ps_ = ps;
-  server->service_ = std::make_unique<Service>(ps);
+  server->service_ = std::make_unique<Service>(ps, metrics);
   const int max_bytes = static_cast<int>(
       std::min<int64_t>(ps->config().max_message_bytes(), std::numeric_limits<int>::max()));
   grpc::ServerBuilder builder;

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/ps_service.grpc.pb.h"
+#include "ps_server/grpc/ps_metrics.h"
 #include "ps_server/parameter_server.h"
 
 namespace fulcrum {
@@ -20,8 +21,11 @@ class PsGrpcServer {
   // Serves `ps` (which must outlive the server) on `address` ("host:port";
   // port 0 picks a free port). Messages up to ps->config().max_message_bytes
   // are accepted. Health reports SERVING once started.
+  // With `metrics` (which must outlive the server), every call's latency
+  // and bytes are recorded there.
   static absl::StatusOr<std::unique_ptr<PsGrpcServer>> Start(ParameterServer* ps,
-                                                             const std::string& address);
+                                                             const std::string& address,
+                                                             PsMetrics* metrics = nullptr);
   ~PsGrpcServer();
 
   // The port actually bound.

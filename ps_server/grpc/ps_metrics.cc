@@ -1,0 +1,120 @@
+#include "ps_server/grpc/ps_metrics.h"
+
+#include <prometheus/client_metric.h>
+#include <prometheus/metric_family.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace fulcrum {
+namespace {
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+}
+
+prometheus::MetricFamily Family(const std::string& name, const std::string& help,
+                                prometheus::MetricType type) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  return family;
+}
+
+prometheus::MetricFamily Single(const std::string& name, const std::string& help,
+                                prometheus::MetricType type, double value) {
+  prometheus::MetricFamily family = Family(name, help, type);
+  prometheus::ClientMetric metric;
+  if (type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family.metric.push_back(metric);
+  return family;
+}
+
+// Reads the server's state at each scrape.
+class StateCollector final : public prometheus::Collectable {
+ public:
+  explicit StateCollector(ParameterServer* ps) : ps_(ps) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const DescribeResponse d = ps_->Describe();
+    int64_t step = d.shards().empty() ? 0 : std::numeric_limits<int64_t>::max();
+    for (const ShardInfo& shard : d.shards()) step = std::min(step, shard.version());
+    int64_t active = 0;
+    for (const WorkerInfo& w : d.workers()) active += w.live() && !w.finished();
+
+    std::vector<prometheus::MetricFamily> out;
+    out.push_back(Single("fulcrum_ps_updates_applied_total", "Updates applied, counted per shard.",
+                         prometheus::MetricType::Counter,
+                         static_cast<double>(d.updates_applied())));
+    out.push_back(Single("fulcrum_ps_stale_gradients_dropped_total",
+                         "Shard gradients dropped as computed from an old version.",
+                         prometheus::MetricType::Counter,
+                         static_cast<double>(d.stale_gradients_dropped())));
+    out.push_back(Single("fulcrum_ps_step", "The lowest version among this server's shards.",
+                         prometheus::MetricType::Gauge, static_cast<double>(step)));
+    out.push_back(Single("fulcrum_ps_workers_active", "Workers live and not finished.",
+                         prometheus::MetricType::Gauge, static_cast<double>(active)));
+    out.push_back(Single("fulcrum_ps_shards", "Shards this server holds.",
+                         prometheus::MetricType::Gauge, static_cast<double>(d.shards_size())));
+
+    // Staleness of accepted pushes, in versions; the last bucket of the
+    // server's counts holds everything at or above its index.
+    prometheus::MetricFamily staleness =
+        Family("fulcrum_ps_gradient_staleness", "Versions between a shard gradient's pull and push.",
+               prometheus::MetricType::Histogram);
+    prometheus::ClientMetric metric;
+    uint64_t cumulative = 0;
+    for (int i = 0; i < d.staleness_histogram_size(); ++i) {
+      const auto count = static_cast<uint64_t>(d.staleness_histogram(i));
+      cumulative += count;
+      metric.histogram.sample_sum += static_cast<double>(count) * i;
+      if (i + 1 < d.staleness_histogram_size()) {
+        metric.histogram.bucket.push_back({cumulative, static_cast<double>(i)});
+      }
+    }
+    metric.histogram.bucket.push_back({cumulative, std::numeric_limits<double>::infinity()});
+    metric.histogram.sample_count = cumulative;
+    staleness.metric.push_back(metric);
+    out.push_back(staleness);
+    return out;
+  }
+
+ private:
+  ParameterServer* const ps_;
+};
+
+}  // namespace
+
+PsMetrics::PsMetrics(ParameterServer* ps, prometheus::Registry& registry)
+    : rpc_seconds_(prometheus::BuildHistogram()
+                       .Name("fulcrum_ps_rpc_duration_seconds")
+                       .Help("Time to serve a call, by method.")
+                       .Register(registry)),
+      pulled_bytes_(prometheus::BuildCounter()
+                        .Name("fulcrum_ps_pulled_bytes_total")
+                        .Help("Tensor bytes sent to pulls.")
+                        .Register(registry)
+                        .Add({})),
+      pushed_bytes_(prometheus::BuildCounter()
+                        .Name("fulcrum_ps_pushed_bytes_total")
+                        .Help("Gradient bytes received from pushes.")
+                        .Register(registry)
+                        .Add({})),
+      checkpoint_seconds_(prometheus::BuildHistogram()
+                              .Name("fulcrum_ps_checkpoint_duration_seconds")
+                              .Help("Time to write this server's checkpoint file.")
+                              .Register(registry)
+                              .Add({}, LatencyBuckets())),
+      state_(std::make_shared<StateCollector>(ps)) {}
+
+void PsMetrics::ObserveRpc(const std::string& method, absl::Duration latency) {
+  rpc_seconds_.Add({{"method", method}}, LatencyBuckets())
+      .Observe(absl::ToDoubleSeconds(latency));
+}
+
+}  // namespace fulcrum
