@@ -54,6 +54,25 @@ TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
   EXPECT_THAT(ReadWholeFile(svg), HasSubstr("<polyline"));
 }
 
+TEST(LocalClusterTest, WorkersServePrometheusMetrics) {
+  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--mode=async", "--",
+                                            "--epochs=3", "--hidden=64", "--log_every_steps=100",
+                                            "--metrics_port=0", "--metrics_host=127.0.0.1"}));
+  auto line = cluster.WaitForLine("metrics on http://127.0.0.1:", absl::Seconds(60));
+  std::smatch match;
+  ASSERT_TRUE(line && std::regex_search(*line, match, std::regex(":(\\d+)/metrics")));
+  ASSERT_TRUE(cluster.WaitForLine("step 200/", absl::Seconds(120)));
+  const std::string metrics = HttpGet(std::stoi(match[1]), "/metrics");
+  std::smatch steps;
+  ASSERT_TRUE(std::regex_search(metrics, steps, std::regex("fulcrum_worker_steps_total (\\d+)")))
+      << metrics;
+  EXPECT_GE(std::stoi(steps[1]), 200);
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_worker_step_duration_seconds_count"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_worker_global_step"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_worker_examples_per_second"));
+  EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 0);
+}
+
 TEST(LocalClusterTest, AFailingWorkerStopsTheClusterWithItsStatus) {
   // The workers reject the flag; the servers must not be left running.
   ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=2", "--",

@@ -141,12 +141,14 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   const int64_t first_step = steps_done;
   absl::Time window_start = absl::Now();
   while (std::optional<Batch> batch = batcher.Next()) {
+    const absl::Time step_start = absl::Now();
     auto stats = ComputeStep(*batch, weights, &grads);
     if (!stats.ok()) return stats.status();
     auto pushed = client_->PushPull(grads, {}, &weights);
     if (!pushed.ok()) return pushed.status();
     summary.stale_gradients_dropped += pushed->stale;
     ++steps_done;
+    if (options_.on_step) options_.on_step(batch->size, absl::Now() - step_start, client_->step());
     if (options_.checkpointer != nullptr) options_.checkpointer->MaybeSave(client_->step());
     summary.examples += batch->size;
     window_loss += stats->loss * batch->size;

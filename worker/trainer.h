@@ -10,10 +10,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/config.pb.h"
 #include "worker/checkpointer.h"
 #include "worker/data/dataset.h"
@@ -42,6 +44,9 @@ struct TrainerOptions {
   // The job is under way (this worker restarted, or the servers restored a
   // checkpoint): continue at the servers' step instead of from the start.
   bool resume = false;
+  // Called after every step with its examples, its duration and the
+  // servers' global step (for metrics).
+  std::function<void(int64_t examples, absl::Duration step_time, int64_t global_step)> on_step;
 };
 
 struct EpochResult {

@@ -10,6 +10,10 @@
 #include <iostream>
 #include <thread>
 
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -21,6 +25,7 @@
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
 #include "common/logging.h"
+#include "common/metrics_server.h"
 #include "worker/checkpointer.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/cuda/cuda.h"
@@ -81,6 +86,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "Chief: checkpoint every this many global steps; 0: not by steps.");
 ABSL_FLAG(int64_t, checkpoint_every_secs, 600, "Chief: checkpoint every this many seconds; 0: not by time.");
 ABSL_FLAG(int, keep_checkpoints, 5, "Chief: complete checkpoints kept; older ones are deleted.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics; 0 picks a free "
+          "port (printed in the 'metrics on' line); -1: none.");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address the metrics endpoint binds.");
 ABSL_FLAG(int, call_timeout_secs, 120,
           "Deadline of each call to a server, long polls included; servers not up yet are "
           "waited for this long.");
@@ -350,6 +359,50 @@ absl::Status Run() {
     if (absl::Status s = CheckWritableDir(*fs, checkpoint_options.dir); !s.ok()) return s;
     checkpointer.emplace(client.get(), fs.get(), checkpoint_options);
     trainer_options.checkpointer = &*checkpointer;
+  }
+  std::unique_ptr<MetricsServer> metrics;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto started =
+        MetricsServer::Start(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port));
+    if (!started.ok()) return started.status();
+    metrics = *std::move(started);
+    prometheus::Registry& registry = metrics->registry();
+    auto& steps = prometheus::BuildCounter()
+                      .Name("fulcrum_worker_steps_total")
+                      .Help("Training steps this worker finished.")
+                      .Register(registry)
+                      .Add({});
+    auto& examples = prometheus::BuildCounter()
+                         .Name("fulcrum_worker_examples_total")
+                         .Help("Training examples this worker processed.")
+                         .Register(registry)
+                         .Add({});
+    auto& step_seconds = prometheus::BuildHistogram()
+                             .Name("fulcrum_worker_step_duration_seconds")
+                             .Help("Time of one step: compute, reduce, push and pull.")
+                             .Register(registry)
+                             .Add({}, prometheus::Histogram::BucketBoundaries{
+                                          1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25,
+                                          0.5, 1, 2.5, 5, 10});
+    auto& global_step = prometheus::BuildGauge()
+                            .Name("fulcrum_worker_global_step")
+                            .Help("The servers' step, as this worker last pulled it.")
+                            .Register(registry)
+                            .Add({});
+    auto& rate = prometheus::BuildGauge()
+                     .Name("fulcrum_worker_examples_per_second")
+                     .Help("This worker's examples per second over its last step.")
+                     .Register(registry)
+                     .Add({});
+    trainer_options.on_step = [&](int64_t n, absl::Duration time, int64_t step) {
+      steps.Increment();
+      examples.Increment(static_cast<double>(n));
+      step_seconds.Observe(absl::ToDoubleSeconds(time));
+      global_step.Set(static_cast<double>(step));
+      rate.Set(static_cast<double>(n) / std::max(1e-9, absl::ToDoubleSeconds(time)));
+    };
+    LOG_INFO("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_metrics_host),
+             metrics->port());
   }
   trainer_options.stop = &g_stop;
   trainer_options.resume = servers->resume;
