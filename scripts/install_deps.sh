@@ -8,7 +8,7 @@ PACKAGES=(
   g++ python3 python3-venv
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-  libopenblas-dev zlib1g-dev dataset-fashion-mnist
+  libopenblas-dev zlib1g-dev dataset-fashion-mnist iproute2 nftables
   docker-compose prometheus-cpp-dev
 )
 

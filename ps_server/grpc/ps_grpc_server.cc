@@ -201,6 +201,10 @@ absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServe
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
+  // Accept the clients' keepalive pings (every 2 s, with or without calls).
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(server->service_.get());
   // Request threads notice shutdown when their poll times out: gRPC's 10 s
   // default would hold every exit that long.

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# A cluster across hosts: each parameter server and worker in its own
+# network namespace with its own address (veth pairs on a bridge in a hub
+# namespace), started with the by-hand commands of the README. Training
+# completes; then a partition: nftables drops one worker's traffic to one
+# server for a few seconds, the worker's calls fail and are retried, and the
+# job still completes. Needs root. Every namespace is removed at the end.
+set -euo pipefail
+root=${TEST_SRCDIR}/${TEST_WORKSPACE}
+ps_server=$root/ps_server/ps_server
+worker=$root/worker/worker
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/multihost.XXXXXX")
+tag=f$$  # namespaces of this run only
+hosts=(ps0 ps1 w0 w1)
+declare -A address=([ps0]=10.250.$(($$ % 200)).1 [ps1]=10.250.$(($$ % 200)).2
+                    [w0]=10.250.$(($$ % 200)).3 [w1]=10.250.$(($$ % 200)).4)
+pids=()
+
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  for h in "${hosts[@]}" hub; do ip netns del "$tag-$h" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if [ "$(id -u)" != 0 ]; then echo "FAIL: needs root for network namespaces" >&2; exit 1; fi
+
+ip netns add "$tag-hub"
+ip -n "$tag-hub" link add br0 type bridge
+ip -n "$tag-hub" link set br0 up
+for h in "${hosts[@]}"; do
+  ip netns add "$tag-$h"
+  ip -n "$tag-hub" link add "v$h" type veth peer name eth0 netns "$tag-$h"
+  ip -n "$tag-hub" link set "v$h" master br0 up
+  ip -n "$tag-$h" addr add "${address[$h]}/24" dev eth0
+  ip -n "$tag-$h" link set eth0 up
+  ip -n "$tag-$h" link set lo up
+done
+
+ps_hosts=${address[ps0]}:2222,${address[ps1]}:2222
+worker_hosts=${address[w0]}:2222,${address[w1]}:2222
+on() { local h=$1; shift; ip netns exec "$tag-$h" "$@"; }
+
+# The README's hand-launched cluster: servers, then workers.
+on ps0 "$ps_server" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=0 \
+  --mode=async > "$tmp/ps0.log" 2>&1 &
+pids+=($!)
+on ps1 "$ps_server" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=1 \
+  --mode=async > "$tmp/ps1.log" 2>&1 &
+pids+=($!)
+on w0 "$worker" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=0 \
+  --mode=async --epochs=3 --hidden=64 --log_every_steps=50 --device=cpu \
+  --summary_json="$tmp/summary.json" > "$tmp/w0.log" 2>&1 &
+chief=$!
+pids+=($chief)
+on w1 "$worker" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=1 \
+  --mode=async --epochs=3 --hidden=64 --log_every_steps=50 --device=cpu > "$tmp/w1.log" 2>&1 &
+other=$!
+pids+=($other)
+
+# Once worker 1 is training, cut its traffic to ps1 for 4 seconds.
+for _ in $(seq 600); do
+  grep -q "step 100/" "$tmp/w1.log" && break
+  kill -0 "$other" 2>/dev/null || break
+  sleep 0.1  # polling a log file written by another process
+done
+grep -q "step 100/" "$tmp/w1.log" || { cat "$tmp"/*.log >&2; echo "FAIL: worker 1 never trained" >&2; exit 1; }
+on w1 nft add table inet fulcrum_partition
+on w1 nft add chain inet fulcrum_partition out '{ type filter hook output priority 0; }'
+on w1 nft add rule inet fulcrum_partition out ip daddr "${address[ps1]}" drop
+echo "partition: worker 1 cannot reach ps1"
+sleep 4  # the partition's length, not a synchronisation
+on w1 nft delete table inet fulcrum_partition
+echo "partition healed"
+
+status=0
+timeout 300 tail --pid="$chief" -f /dev/null || true
+wait "$chief" || status=1
+wait "$other" || status=1
+for i in 0 1; do wait "${pids[$i]}" || status=1; done
+cat "$tmp"/w1.log | grep -E "unavailable|restarted|error" | head -5 || true
+if [ $status != 0 ]; then cat "$tmp"/*.log >&2; echo "FAIL: a process failed" >&2; exit 1; fi
+grep -q "ps 1 (${address[ps1]}:2222) unavailable" "$tmp/w1.log" ||
+  { echo "FAIL: worker 1 never saw the partition" >&2; exit 1; }
+accuracy=$(sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p' "$tmp/summary.json")
+python3 -c "import sys; sys.exit(0 if float('$accuracy') >= 0.80 else 1)" ||
+  { echo "FAIL: test accuracy $accuracy < 0.80" >&2; exit 1; }
+echo "multi-host training with a partition completed: test accuracy $accuracy"
