@@ -58,9 +58,9 @@ class ChildProcess {
 // RunfilePath("ps_server/ps_server").
 std::string RunfilePath(const std::string& path);
 
-// A loopback port that was free a moment ago (for a process that must come
-// back at the same address after a restart).
-int FreeLoopbackPort();
+// `n` distinct loopback ports that were free a moment ago (for processes
+// that must come back at the same address after a restart).
+std::vector<int> FreeLoopbackPorts(int n);
 
 // The whole file, or "" when it cannot be read.
 std::string ReadWholeFile(const std::string& path);

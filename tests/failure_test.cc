@@ -35,7 +35,8 @@ class FailureTest : public ::testing::Test {
   void SetUp() override {
     dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ps_hosts_ = absl::StrCat("127.0.0.1:", FreeLoopbackPort(), ",127.0.0.1:", FreeLoopbackPort());
+    const std::vector<int> ports = FreeLoopbackPorts(2);
+    ps_hosts_ = absl::StrCat("127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]);
     worker_hosts_ = "127.0.0.1:1,127.0.0.1:2";  // workers do not listen
   }
 

@@ -36,8 +36,9 @@ int Ctl(std::vector<std::string> args, std::unique_ptr<ChildProcess>* out) {
 
 TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/checkpoints");
-  const std::vector<std::string> addresses = {absl::StrCat("127.0.0.1:", FreeLoopbackPort()),
-                                              absl::StrCat("127.0.0.1:", FreeLoopbackPort())};
+  const std::vector<int> ports = FreeLoopbackPorts(2);
+  const std::vector<std::string> addresses = {absl::StrCat("127.0.0.1:", ports[0]),
+                                              absl::StrCat("127.0.0.1:", ports[1])};
   const std::string ps_hosts = absl::StrJoin(addresses, ",");
   auto ps0 = StartPs(0, ps_hosts, dir);
   auto ps1 = StartPs(1, ps_hosts, dir);

@@ -278,7 +278,7 @@ TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
 }
 
 TEST(PsClusterTest, ClientWaitsForAServerThatStartsLate) {
-  const int port = FreeLoopbackPort();
+  const int port = FreeLoopbackPorts(1)[0];
   PsClientOptions options;
   options.call_timeout = absl::Seconds(30);
   auto client = PsClient::Connect({absl::StrCat("127.0.0.1:", port)}, options);
