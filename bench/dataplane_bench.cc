@@ -1,0 +1,186 @@
+// Data-plane benchmark: dense push+pull throughput for tensors from 4 KiB up,
+// with 1 and 4 parameter servers on loopback, against a bare gRPC bytes echo
+// of the same size measured in the same run; and the latency (p50, p99) of a
+// 4 KiB pull and push-then-pull. Prints a table and `name=value` lines.
+// Raw TCP (iperf3) is measured by bench/run.sh beside it.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench/echo.grpc.pb.h"
+#include "ps_server/grpc/ps_grpc_server.h"
+#include "worker/ps_client.h"
+
+ABSL_FLAG(bool, quick, false, "Fewer sizes and iterations: a run of about a minute.");
+
+namespace fulcrum {
+namespace {
+
+class EchoService final : public bench::Echo::Service {
+  grpc::Status Echo(grpc::ServerContext*, const bench::Bytes* request,
+                    bench::Bytes* response) override {
+    response->set_data(request->data());
+    return grpc::Status::OK;
+  }
+};
+
+PsServerConfig ServerConfig() {
+  PsServerConfig config;
+  config.set_mode(ASYNC);
+  config.set_num_replicas(1);
+  config.set_replicas_to_aggregate(1);
+  config.set_max_staleness(-1);
+  config.set_lease_timeout_ms(600000);
+  config.set_max_message_bytes(int64_t{1} << 30);
+  return config;
+}
+
+// `num_ps` servers on loopback and a client holding one variable of `bytes`.
+struct Cluster {
+  Cluster(int num_ps, int64_t bytes) {
+    std::vector<std::string> addresses;
+    for (int i = 0; i < num_ps; ++i) {
+      servers.push_back(std::make_unique<ParameterServer>(ServerConfig()));
+      grpc_servers.push_back(*PsGrpcServer::Start(servers.back().get(), "127.0.0.1:0"));
+      addresses.push_back(absl::StrCat("127.0.0.1:", grpc_servers.back()->port()));
+    }
+    client = PsClient::Connect(addresses, PsClientOptions{});
+    const int64_t floats = std::max<int64_t>(1, bytes / 4);
+    const int64_t rows = std::max<int64_t>(num_ps, std::min<int64_t>(floats, 1024));
+    VariableSpec spec;
+    spec.set_name("w");
+    spec.add_shape(rows);
+    spec.add_shape(std::max<int64_t>(1, floats / rows));
+    spec.set_dtype(DT_FLOAT);
+    spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
+    spec.mutable_partitioner()->set_num_shards(num_ps);
+    spec.mutable_optimizer()->set_learning_rate(1e-6f);
+    if (!client->CreateVariables({spec}).ok()) std::abort();
+    grad = DenseTensor{{spec.shape(0), spec.shape(1)},
+                       std::vector<float>(spec.shape(0) * spec.shape(1), 1e-3f)};
+  }
+  std::vector<std::unique_ptr<ParameterServer>> servers;
+  std::vector<std::unique_ptr<PsGrpcServer>> grpc_servers;
+  std::unique_ptr<PsClient> client;
+  DenseTensor grad;
+};
+
+// Seconds per call of `fn`, over `iterations` after one warm-up call.
+template <typename Fn>
+std::vector<double> Time(int iterations, Fn fn) {
+  fn();
+  std::vector<double> seconds;
+  for (int i = 0; i < iterations; ++i) {
+    const absl::Time start = absl::Now();
+    fn();
+    seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return seconds;
+}
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum / v.size();
+}
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+std::string SizeName(int64_t bytes) {
+  return bytes >= (1 << 20) ? absl::StrCat(bytes >> 20, "MiB") : absl::StrCat(bytes >> 10, "KiB");
+}
+
+int Run() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  EchoService echo_service;
+  grpc::ServerBuilder builder;
+  int echo_port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
+  builder.SetMaxReceiveMessageSize(1 << 30);
+  builder.SetMaxSendMessageSize(1 << 30);
+  builder.RegisterService(&echo_service);
+  auto echo_server = builder.BuildAndStart();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(1 << 30);
+  args.SetMaxSendMessageSize(1 << 30);
+  auto echo = bench::Echo::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", echo_port), grpc::InsecureChannelCredentials(), args));
+
+  std::vector<int64_t> sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  if (!quick) sizes.push_back(256 << 20);
+  std::printf("%-8s %14s %14s %14s %10s %10s\n", "size", "echo MB/s", "1 PS MB/s", "4 PS MB/s",
+              "1PS/echo", "4PS/echo");
+  for (int64_t size : sizes) {
+    const int iterations = std::max<int>(3, static_cast<int>((quick ? 64 : 256) * (1 << 20) / size));
+    const int capped = std::min(iterations, quick ? 200 : 1000);
+    bench::Bytes request;
+    request.set_data(std::string(size, 'x'));
+    const double echo_s = Mean(Time(capped, [&] {
+      grpc::ClientContext context;
+      bench::Bytes response;
+      if (!echo->Echo(&context, request, &response).ok()) std::abort();
+    }));
+    double ps_mbs[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      Cluster cluster(k == 0 ? 1 : 4, size);
+      TensorMap out;
+      const double s = Mean(Time(capped, [&] {
+        if (!cluster.client->PushPull({{"w", cluster.grad}}, {}, &out).ok()) std::abort();
+      }));
+      ps_mbs[k] = 2.0 * size / s / 1e6;  // the tensor goes out and comes back
+    }
+    const double echo_mbs = 2.0 * size / echo_s / 1e6;
+    std::printf("%-8s %14.1f %14.1f %14.1f %10.2f %10.2f\n", SizeName(size).c_str(), echo_mbs,
+                ps_mbs[0], ps_mbs[1], ps_mbs[0] / echo_mbs, ps_mbs[1] / echo_mbs);
+    std::printf("dense_%s_pushpull_1ps_MBps=%.1f\n", SizeName(size).c_str(), ps_mbs[0]);
+    std::printf("dense_%s_pushpull_4ps_MBps=%.1f\n", SizeName(size).c_str(), ps_mbs[1]);
+    std::printf("dense_%s_pushpull_vs_grpc_echo=%.2f\n", SizeName(size).c_str(),
+                std::max(ps_mbs[0], ps_mbs[1]) / echo_mbs);
+  }
+
+  // Small-message latency on one server.
+  Cluster cluster(1, 4 << 10);
+  TensorMap out;
+  const int n = quick ? 500 : 3000;
+  const std::vector<double> pull = Time(n, [&] {
+    if (!cluster.client->Pull({}, &out).ok()) std::abort();
+  });
+  const std::vector<double> push_pull = Time(n, [&] {
+    if (!cluster.client->PushPull({{"w", cluster.grad}}, {}, &out).ok()) std::abort();
+  });
+  bench::Bytes small;
+  small.set_data(std::string(4 << 10, 'x'));
+  const std::vector<double> echo_small = Time(n, [&] {
+    grpc::ClientContext context;
+    bench::Bytes response;
+    if (!echo->Echo(&context, small, &response).ok()) std::abort();
+  });
+  std::printf("pull_4KiB_p50_us=%.1f\npull_4KiB_p99_us=%.1f\n", Percentile(pull, 0.5) * 1e6,
+              Percentile(pull, 0.99) * 1e6);
+  std::printf("pushpull_4KiB_p50_us=%.1f\npushpull_4KiB_p99_us=%.1f\n",
+              Percentile(push_pull, 0.5) * 1e6, Percentile(push_pull, 0.99) * 1e6);
+  std::printf("grpc_echo_4KiB_p50_us=%.1f\npull_4KiB_p50_vs_grpc_echo=%.2f\n",
+              Percentile(echo_small, 0.5) * 1e6,
+              Percentile(pull, 0.5) / Percentile(echo_small, 0.5));
+  echo_server->Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace fulcrum
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return fulcrum::Run();
+}

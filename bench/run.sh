@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the benchmarks built so far and prints their figures as name=value
+# lines, each against a baseline measured in the same run:
+#   raw TCP on loopback (iperf3, one stream), and a bare gRPC bytes echo.
+#   bench/run.sh [--quick]
+# Not yet here (issue 6): async scaling, sync step time, and end to end
+# against TensorFlow's ParameterServerStrategy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=""
+[ "${1:-}" = "--quick" ] && quick="--quick"
+
+command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; }
+bazel build -c opt //bench:dataplane_bench
+bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+iperf3 -s -1 -B 127.0.0.1 -p "$port" > /dev/null 2>&1 &
+server=$!
+for _ in $(seq 50); do  # until the server listens
+  iperf3 -c 127.0.0.1 -p "$port" -t 3 -J > /tmp/fulcrum-iperf.json 2>/dev/null && break
+  sleep 0.1
+done
+wait "$server" 2>/dev/null || true
+tcp_mbs=$(python3 -c 'import json; print("%.1f" % (json.load(open("/tmp/fulcrum-iperf.json"))["end"]["sum_received"]["bits_per_second"] / 8e6))')
+echo "tcp_loopback_1stream_MBps=$tcp_mbs"
+
+out=$("$bin/bench/dataplane_bench" $quick 2>/dev/null | grep -v "created variable")
+echo "$out"
+# Push+pull moves each tensor out and back; iperf3 counts one direction.
+one=$(sed -n 's/^dense_64MiB_pushpull_1ps_MBps=//p' <<< "$out")
+four=$(sed -n 's/^dense_64MiB_pushpull_4ps_MBps=//p' <<< "$out")
+python3 -c "print('dense_64MiB_pushpull_vs_tcp=%.2f' % (max($one, $four) / $tcp_mbs))"
