@@ -3,15 +3,15 @@
 # lines, each against a baseline measured in the same run:
 #   raw TCP on loopback (iperf3, one stream), and a bare gRPC bytes echo.
 #   bench/run.sh [--quick]
-# Not yet here (issue 6): async scaling, sync step time, and end to end
-# against TensorFlow's ParameterServerStrategy.
+# Then async scaling and sync step time with simulated compute. Not yet here
+# (issue 6): end to end against TensorFlow's ParameterServerStrategy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=""
 [ "${1:-}" = "--quick" ] && quick="--quick"
 
 command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; }
-bazel build -c opt //bench:dataplane_bench
+bazel build -c opt //bench:dataplane_bench //bench:scaling_bench
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -31,3 +31,4 @@ echo "$out"
 one=$(sed -n 's/^dense_64MiB_pushpull_1ps_MBps=//p' <<< "$out")
 four=$(sed -n 's/^dense_64MiB_pushpull_4ps_MBps=//p' <<< "$out")
 python3 -c "print('dense_64MiB_pushpull_vs_tcp=%.2f' % (max($one, $four) / $tcp_mbs))"
+"$bin/bench/scaling_bench" $quick 2>/dev/null
