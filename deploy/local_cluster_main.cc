@@ -92,7 +92,7 @@ Child Spawn(const std::string& label, const std::vector<std::string>& argv,
 std::vector<std::string> Drain(Child& child) {
   std::vector<std::string> lines;
   char buffer[65536];
-  ssize_t n;
+  ssize_t n = -1;
   while (child.out >= 0 && (n = read(child.out, buffer, sizeof(buffer))) != 0) {
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;

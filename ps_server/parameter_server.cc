@@ -258,13 +258,7 @@ absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
           absl::StrCat(shard->label(), ": gradient element ", bad, " is ",
                        FloatValues(grad.tensor())[bad], "; the push is rejected, nothing applied"));
     }
-    // Versions only grow, so a gradient that is not from the future now
-    // cannot become so before it is applied.
-    if (grad.version() > shard->version() || grad.version() < 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          shard->label(), ": gradient computed at version ", grad.version(),
-          " but the shard is at version ", shard->version()));
-    }
+    if (absl::Status s = shard->CheckComputedAt(grad.version()); !s.ok()) return s;
     shards.push_back(shard);
   }
 

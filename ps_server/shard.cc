@@ -62,8 +62,13 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, int64_t max_s
   return absl::OkStatus();
 }
 
+absl::Status Shard::CheckComputedAt(int64_t computed_at) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return CheckNotFromFutureLocked(computed_at);
+}
+
 absl::Status Shard::CheckNotFromFutureLocked(int64_t computed_at) const {
-  if (computed_at > version_) {
+  if (computed_at > version_ || computed_at < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(label_, ": gradient computed at version ", computed_at,
                      " but the shard is at version ", version_, " (was the server restarted?)"));

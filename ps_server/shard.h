@@ -35,6 +35,11 @@ class Shard {
 
   int64_t version() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // FAILED_PRECONDITION when a gradient claims a version this shard has not
+  // reached (or a negative one). Versions only grow, so a gradient that
+  // passes cannot fail the same check when it is applied.
+  absl::Status CheckComputedAt(int64_t computed_at) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Waits until the version is >= min_version (until `deadline`), then
   // appends the values as slices of at most max_slice_bytes (one row at the
   // least). DEADLINE_EXCEEDED at the deadline; UNAVAILABLE once Cancel.
