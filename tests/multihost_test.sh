@@ -58,7 +58,8 @@ on w1 "$worker" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_ind
 other=$!
 pids+=($other)
 
-# Once worker 1 is training, cut its traffic to ps1 for 4 seconds.
+# Once worker 1 is training, cut its traffic to ps1 for 8 seconds: longer
+# than the clients' keepalive needs (a 2 s ping, 2 s to answer) to notice.
 for _ in $(seq 600); do
   grep -q "step 100/" "$tmp/w1.log" && break
   kill -0 "$other" 2>/dev/null || break
@@ -69,7 +70,7 @@ on w1 nft add table inet fulcrum_partition
 on w1 nft add chain inet fulcrum_partition out '{ type filter hook output priority 0; }'
 on w1 nft add rule inet fulcrum_partition out ip daddr "${address[ps1]}" drop
 echo "partition: worker 1 cannot reach ps1"
-sleep 4  # the partition's length, not a synchronisation
+sleep 8  # the partition's length, not a synchronisation
 on w1 nft delete table inet fulcrum_partition
 echo "partition healed"
 
