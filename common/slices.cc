@@ -64,6 +64,9 @@ absl::Status JoinSlices(SliceList* slices) {
           absl::StrCat(label, ": slices must be float32 tensors that start at row 0"));
     }
     std::string* data = out->mutable_tensor()->mutable_data();
+    size_t total = 0;
+    for (const ShardSlice* part : list) total += part->tensor().data().size();
+    data->reserve(total);
     for (size_t i = 1; i < list.size(); ++i) {
       const ShardSlice& part = *list[i];
       const Shape part_shape(part.tensor().shape().begin(), part.tensor().shape().end());

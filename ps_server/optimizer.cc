@@ -1,8 +1,11 @@
 #include "ps_server/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "common/logging.h"
+#include "common/thread_pool.h"
 
 namespace fulcrum {
 
@@ -19,54 +22,89 @@ OptimizerSlots MakeSlots(const OptimizerSpec& spec, int64_t num_elements) {
   }
 }
 
-void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, absl::Span<const float> grad,
-                   absl::Span<float> var, OptimizerSlots& slots) {
-  CHECK(grad.size() == var.size());
-  const float lr = spec.learning_rate();
-  const size_t n = var.size();
+namespace {
+
+// Elements below which one thread applies a whole shard: splitting smaller
+// updates costs more in handoffs than it saves.
+constexpr size_t kParallelElements = size_t{1} << 20;
+
+// The update rule on elements [0, n) of the shard's arrays. The arrays never
+// overlap; `__restrict` lets the compiler vectorise (with -fno-math-errno
+// for sqrt, set in BUILD).
+void ApplyRange(const OptimizerSpec& spec, float lr, size_t n, const float* __restrict grad,
+                float* __restrict var, float* __restrict slot0, float* __restrict slot1) {
   switch (spec.kind()) {
     case OptimizerSpec::SGD:
       for (size_t i = 0; i < n; ++i) var[i] -= lr * grad[i];
       break;
     case OptimizerSpec::MOMENTUM: {
-      float* accum = slots[0].data();
       const float m = spec.momentum();
-      for (size_t i = 0; i < n; ++i) {
-        accum[i] = m * accum[i] + grad[i];
-        var[i] -= spec.nesterov() ? lr * (grad[i] + m * accum[i]) : lr * accum[i];
+      if (spec.nesterov()) {
+        for (size_t i = 0; i < n; ++i) {
+          slot0[i] = m * slot0[i] + grad[i];
+          var[i] -= lr * (grad[i] + m * slot0[i]);
+        }
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          slot0[i] = m * slot0[i] + grad[i];
+          var[i] -= lr * slot0[i];
+        }
       }
       break;
     }
     case OptimizerSpec::ADAGRAD: {
-      float* accum = slots[0].data();
       const float eps = spec.epsilon();
       for (size_t i = 0; i < n; ++i) {
-        accum[i] += grad[i] * grad[i];
-        var[i] -= lr * grad[i] / (std::sqrt(accum[i]) + eps);
+        slot0[i] += grad[i] * grad[i];
+        var[i] -= lr * grad[i] / (std::sqrt(slot0[i]) + eps);
       }
       break;
     }
     case OptimizerSpec::ADAM: {
-      float* m = slots[0].data();
-      float* v = slots[1].data();
-      const double b1 = spec.beta1();
-      const double b2 = spec.beta2();
-      const double t = static_cast<double>(iteration);
-      const float lr_t =
-          static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
       const float eps = spec.epsilon();
-      const float fb1 = static_cast<float>(b1);
-      const float fb2 = static_cast<float>(b2);
+      const float b1 = spec.beta1();
+      const float b2 = spec.beta2();
       for (size_t i = 0; i < n; ++i) {
-        m[i] = fb1 * m[i] + (1.0f - fb1) * grad[i];
-        v[i] = fb2 * v[i] + (1.0f - fb2) * grad[i] * grad[i];
-        var[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
+        slot0[i] = b1 * slot0[i] + (1.0f - b1) * grad[i];
+        slot1[i] = b2 * slot1[i] + (1.0f - b2) * grad[i] * grad[i];
+        var[i] -= lr * slot0[i] / (std::sqrt(slot1[i]) + eps);
       }
       break;
     }
     default:
       CHECK(false && "unknown optimizer kind");
   }
+}
+
+}  // namespace
+
+void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, absl::Span<const float> grad,
+                   absl::Span<float> var, OptimizerSlots& slots) {
+  CHECK(grad.size() == var.size());
+  float lr = spec.learning_rate();
+  if (spec.kind() == OptimizerSpec::ADAM) {  // bias correction, in double as Keras does
+    const double t = static_cast<double>(iteration);
+    const double b1 = spec.beta1();
+    const double b2 = spec.beta2();
+    lr = static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+  }
+  float* slot0 = slots.size() > 0 ? slots[0].data() : nullptr;
+  float* slot1 = slots.size() > 1 ? slots[1].data() : nullptr;
+  const size_t n = var.size();
+  // Large shards are split over the cores: the rule is elementwise.
+  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  static ThreadPool* const helpers = new ThreadPool(cores - 1);  // lives as long as the process
+  const size_t parts =
+      n < kParallelElements ? 1 : std::min<size_t>(n / (kParallelElements / 2), cores);
+  const size_t per_part = (n + parts - 1) / parts;
+  ParallelFor(*helpers, static_cast<int>(parts), [&](int p) {
+    const size_t begin = p * per_part;
+    const size_t end = std::min(n, begin + per_part);
+    if (begin >= end) return;
+    ApplyRange(spec, lr, end - begin, grad.data() + begin, var.data() + begin,
+               slot0 == nullptr ? nullptr : slot0 + begin,
+               slot1 == nullptr ? nullptr : slot1 + begin);
+  });
 }
 
 }  // namespace fulcrum

@@ -1,5 +1,6 @@
 // Server-side optimizers: the update rule and the slots kept beside a shard.
-// Elementwise, so a shard is updated independently of the others.
+// Elementwise, so a shard is updated independently of the others, and a
+// large one in parallel parts on several cores.
 // Thread-compatible: callers hold the shard's lock.
 #ifndef FULCRUM_PS_SERVER_OPTIMIZER_H_
 #define FULCRUM_PS_SERVER_OPTIMIZER_H_

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <iterator>
 #include <vector>
 
 #include "common/tensor.h"
@@ -54,6 +56,40 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"adagrad", OptimizerSpec::ADAGRAD, false, {0.9046538, 0.9932152, 0.9715984}},
         Case{"adam", OptimizerSpec::ADAM, false, {0.9000003, 0.9366106, 0.9502797}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// A shard large enough to be split over threads (and vectorised) must be
+// updated exactly as element-by-element updates of the same rule would.
+TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
+  const Case& c = GetParam();
+  VariableSpec spec;
+  spec.set_name("w");
+  spec.add_shape(1);
+  spec.mutable_optimizer()->set_kind(c.kind);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  spec.mutable_optimizer()->set_momentum(0.9f);
+  spec.mutable_optimizer()->set_nesterov(c.nesterov);
+  const OptimizerSpec opt = CanonicalSpec(spec).optimizer();
+  const size_t n = (size_t{3} << 20) + 7;  // odd: parts of unequal size
+  std::vector<float> big(n), grad(n);
+  for (size_t i = 0; i < n; ++i) {
+    big[i] = std::sin(0.001f * i);
+    grad[i] = std::cos(0.003f * i);
+  }
+  std::vector<float> small = big;
+  OptimizerSlots big_slots = MakeSlots(opt, n);
+  std::vector<OptimizerSlots> small_slots;
+  const size_t checked[] = {0, 1, n / 3, n / 2, n - 1};
+  for (size_t i : checked) small_slots.push_back(MakeSlots(opt, 1));
+  for (int step = 1; step <= 3; ++step) {
+    ApplyGradient(opt, step, grad, absl::MakeSpan(big), big_slots);
+    for (size_t k = 0; k < std::size(checked); ++k) {
+      const size_t i = checked[k];
+      ApplyGradient(opt, step, absl::MakeConstSpan(&grad[i], 1), absl::MakeSpan(&small[i], 1),
+                    small_slots[k]);
+      EXPECT_FLOAT_EQ(big[i], small[i]) << c.name << " element " << i << " step " << step;
+    }
+  }
+}
 
 TEST(OptimizerSlotsTest, SlotsMatchTheOptimizer) {
   OptimizerSpec spec;

@@ -18,6 +18,7 @@
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
 #include "common/logging.h"
+#include "common/malloc_tuning.h"
 #include "common/metrics_server.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
@@ -187,6 +188,7 @@ int Run() {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
+  fulcrum::KeepFreedMemoryForReuse();
   absl::SetProgramUsageMessage(
       "Fulcrum parameter server.\n\n"
       "Holds shards of the model's variables, applies the optimizer to pushed gradients in "

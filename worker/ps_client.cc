@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/slices.h"
+#include "common/thread_pool.h"
 #include "worker/grpc/grpc_ps_transport.h"
 
 namespace fulcrum {
@@ -22,7 +23,10 @@ bool LostState(const absl::Status& status) {
 }  // namespace
 
 PsClient::PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options)
-    : servers_(std::move(servers)), options_(options), incarnations_(servers_.size(), 0) {
+    : servers_(std::move(servers)),
+      options_(options),
+      fan_out_(static_cast<int>(servers_.size()) - 1),
+      incarnations_(servers_.size(), 0) {
   CHECK(!servers_.empty());
 }
 
@@ -62,18 +66,11 @@ absl::Status PsClient::ForEachServer(
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
   };
-  std::vector<std::thread> threads;
-  int first = -1;
+  std::vector<int> calls;
   for (int ps = 0; ps < num_servers(); ++ps) {
-    if (!involved[ps]) continue;
-    if (first < 0) {
-      first = ps;  // runs on this thread, after the others have started
-    } else {
-      threads.emplace_back(run, ps);
-    }
+    if (involved[ps]) calls.push_back(ps);
   }
-  if (first >= 0) run(first);
-  for (auto& thread : threads) thread.join();
+  ParallelFor(fan_out_, static_cast<int>(calls.size()), [&](int i) { run(calls[i]); });
   for (int ps = 0; ps < num_servers(); ++ps) {
     if (!results[ps].ok()) {
       return absl::Status(results[ps].code(),

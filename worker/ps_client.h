@@ -54,6 +54,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/partitioner.h"
+#include "common/thread_pool.h"
 #include "common/tensor.h"
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
@@ -186,6 +187,7 @@ class PsClient {
 
   const std::vector<std::unique_ptr<PsTransport>> servers_;
   const PsClientOptions options_;
+  ThreadPool fan_out_;  // ForEachServer's calls beside the caller's own
   std::vector<VariablePlacement> placement_;
   std::map<std::string, size_t> index_;                  // name -> placement_ index
   std::vector<CreateShardsRequest> create_requests_;     // per server

@@ -25,6 +25,7 @@
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
 #include "common/logging.h"
+#include "common/malloc_tuning.h"
 #include "common/metrics_server.h"
 #include "worker/checkpointer.h"
 #include "worker/cpu/cpu_device.h"
@@ -76,6 +77,9 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(int, local_replicas, 1,
           "Replicas inside this worker (GPUs with cuda; threads on the CPU). Each step's batch "
           "is split over them and their gradients averaged before one push.");
+ABSL_FLAG(int, cpu_threads, 0,
+          "CPU backend: BLAS threads per local replica; 0 means the cores over the replicas. "
+          "Use 1 when other workers or servers share this machine's cores.");
 ABSL_FLAG(std::string, summary_json, "", "Chief: write the run's summary here as JSON.");
 ABSL_FLAG(std::string, metrics_jsonl, "",
           "Chief: write progress and per-epoch metrics here, one JSON object a line.");
@@ -154,6 +158,10 @@ absl::StatusOr<Devices> MakeDevices(const std::string& kind, int replicas) {
     return absl::InvalidArgumentError(
         absl::StrCat("--local_replicas: must be >= 1, got ", replicas));
   }
+  if (absl::GetFlag(FLAGS_cpu_threads) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu_threads: must be >= 0, got ", absl::GetFlag(FLAGS_cpu_threads)));
+  }
   Devices out;
   std::string why_not;
   const int gpus = kind == "cpu" ? 0 : CudaDeviceCount(&why_not);
@@ -182,7 +190,9 @@ absl::StatusOr<Devices> MakeDevices(const std::string& kind, int replicas) {
     return out;
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int r = 0; r < replicas; ++r) out.devices.push_back(MakeCpuDevice(std::max(1, cores / replicas)));
+  const int threads = absl::GetFlag(FLAGS_cpu_threads) > 0 ? absl::GetFlag(FLAGS_cpu_threads)
+                                                           : std::max(1, cores / replicas);
+  for (int r = 0; r < replicas; ++r) out.devices.push_back(MakeCpuDevice(threads));
   out.reducer = MakeHostReducer();
   if (kind == "auto") {
     LOG_INFO("device: CPU backend, {} replica(s) of {}, because no CUDA device is usable: {}",
@@ -423,6 +433,7 @@ absl::Status Run() {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
+  fulcrum::KeepFreedMemoryForReuse();
   absl::SetProgramUsageMessage(
       "Fulcrum worker.\n\n"
       "Trains a model on its share of the training set: pulls the variables from the "

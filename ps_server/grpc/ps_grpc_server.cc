@@ -20,9 +20,9 @@ absl::Time Deadline(const grpc::ServerContext* context) {
 
 // Joins the messages of a streamed push into one push of whole shards,
 // refusing a stream that carries more than `max_bytes` of tensor data.
-absl::Status MergePush(const PushRequest& part, bool first, int64_t max_bytes,
-                       PushRequest* merged, int64_t* bytes) {
-  for (const ShardSlice& slice : part.gradients()) {
+absl::Status MergePush(PushRequest* part, bool first, int64_t max_bytes, PushRequest* merged,
+                       int64_t* bytes) {
+  for (const ShardSlice& slice : part->gradients()) {
     *bytes += static_cast<int64_t>(slice.tensor().data().size());
   }
   if (max_bytes == 0 && *bytes > 0) {
@@ -35,17 +35,18 @@ absl::Status MergePush(const PushRequest& part, bool first, int64_t max_bytes,
         max_bytes, " bytes of variables"));
   }
   if (first) {
-    merged->set_worker_id(part.worker_id());
-    merged->set_clock(part.clock());
-    merged->set_incarnation(part.incarnation());
-  } else if (part.worker_id() != merged->worker_id() || part.clock() != merged->clock() ||
-             part.incarnation() != merged->incarnation()) {
+    merged->set_worker_id(part->worker_id());
+    merged->set_clock(part->clock());
+    merged->set_incarnation(part->incarnation());
+  } else if (part->worker_id() != merged->worker_id() || part->clock() != merged->clock() ||
+             part->incarnation() != merged->incarnation()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push stream mixes worker/clock/incarnation (", merged->worker_id(), ", ",
-        merged->clock(), ", ", merged->incarnation(), ") and (", part.worker_id(), ", ",
-        part.clock(), ", ", part.incarnation(), ")"));
+        merged->clock(), ", ", merged->incarnation(), ") and (", part->worker_id(), ", ",
+        part->clock(), ", ", part->incarnation(), ")"));
   }
-  for (const ShardSlice& slice : part.gradients()) *merged->add_gradients() = slice;
+  // Moved, not copied: the part is read afresh for the next message.
+  for (ShardSlice& slice : *part->mutable_gradients()) *merged->add_gradients() = std::move(slice);
   return absl::OkStatus();
 }
 
@@ -91,7 +92,7 @@ class PsGrpcServer::Service final : public PsService::Service {
     PushRequest part;
     int64_t bytes = 0;
     for (bool first = true; reader->Read(&part); first = false) {
-      if (absl::Status s = MergePush(part, first, ps_->max_push_bytes(), &merged, &bytes);
+      if (absl::Status s = MergePush(&part, first, ps_->max_push_bytes(), &merged, &bytes);
           !s.ok()) {
         return ToGrpcStatus(s);
       }
@@ -113,7 +114,8 @@ class PsGrpcServer::Service final : public PsService::Service {
     PushPullRequest part;
     int64_t bytes = 0;
     for (bool first = true; stream->Read(&part); first = false) {
-      if (absl::Status s = MergePush(part.push(), first, ps_->max_push_bytes(), &merged, &bytes);
+      if (absl::Status s =
+              MergePush(part.mutable_push(), first, ps_->max_push_bytes(), &merged, &bytes);
           !s.ok()) {
         return ToGrpcStatus(s);
       }

@@ -5,6 +5,8 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include <deque>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/slices.h"
@@ -20,22 +22,47 @@ void Prepare(absl::Time deadline, grpc::ClientContext* context) {
   if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
 }
 
-// The push's gradients as stream messages of about kChunkBytes each; at least
-// one message, which carries the worker and clock even with no gradients.
-std::vector<PushRequest> PushMessages(const PushRequest& push) {
-  std::vector<PushRequest> messages;
-  for (SliceList& batch : BatchSlices(push.gradients(), kChunkBytes)) {
-    PushRequest& message = messages.emplace_back();
-    *message.mutable_gradients() = std::move(batch);
+// The push as stream messages of about kChunkBytes of gradients each; at
+// least one, which carries the worker and clock even with no gradients. The
+// messages borrow the push's slices instead of copying their bytes
+// (protobuf's temporary-ownership idiom), so they must not outlive it.
+class PushMessages {
+ public:
+  explicit PushMessages(const PushRequest& push) {
+    int64_t bytes = kChunkBytes;  // forces a first message
+    for (const ShardSlice& slice : push.gradients()) {
+      const auto size = static_cast<int64_t>(slice.tensor().data().size());
+      if (messages_.empty() || bytes + size > kChunkBytes) {
+        Add(push);
+        bytes = 0;
+      }
+      bytes += size;
+      messages_.back().mutable_gradients()->UnsafeArenaAddAllocated(
+          const_cast<ShardSlice*>(&slice));
+    }
+    if (messages_.empty()) Add(push);
   }
-  if (messages.empty()) messages.emplace_back();
-  for (PushRequest& message : messages) {
+  ~PushMessages() {
+    for (PushRequest& message : messages_) {
+      message.mutable_gradients()->UnsafeArenaExtractSubrange(0, message.gradients_size(),
+                                                              nullptr);
+    }
+  }
+  PushMessages(const PushMessages&) = delete;
+  PushMessages& operator=(const PushMessages&) = delete;
+
+  std::deque<PushRequest>& messages() { return messages_; }
+
+ private:
+  void Add(const PushRequest& push) {
+    PushRequest& message = messages_.emplace_back();
     message.set_worker_id(push.worker_id());
     message.set_clock(push.clock());
     message.set_incarnation(push.incarnation());
   }
-  return messages;
-}
+
+  std::deque<PushRequest> messages_;  // a deque: messages never move
+};
 
 // Reads a pull stream to its end and joins the slices into whole shards.
 absl::StatusOr<PullResponse> ReadPull(grpc::internal::ReaderInterface<PullResponse>* reader,
@@ -118,7 +145,8 @@ absl::StatusOr<PushResponse> GrpcPsTransport::Push(const PushRequest& request,
   Prepare(deadline, &context);
   PushResponse response;
   auto writer = stub_->Push(&context, &response);
-  for (const PushRequest& message : PushMessages(request)) {
+  PushMessages messages(request);
+  for (const PushRequest& message : messages.messages()) {
     if (!writer->Write(message)) break;  // the server ended the call; Finish says why
   }
   writer->WritesDone();
@@ -132,12 +160,19 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(const PushRequest& push,
   grpc::ClientContext context;
   Prepare(deadline, &context);
   auto stream = stub_->PushPull(&context);
-  std::vector<PushRequest> messages = PushMessages(push);
-  for (size_t i = 0; i < messages.size(); ++i) {
+  PushMessages messages(push);
+  std::deque<PushRequest>& parts = messages.messages();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    // Lent to the message for the write, not copied into it.
     PushPullRequest message;
-    *message.mutable_push() = std::move(messages[i]);
-    if (i + 1 == messages.size()) *message.mutable_pull() = pull;
-    if (!stream->Write(message)) break;  // the server ended the call; Finish says why
+    message.unsafe_arena_set_allocated_push(&parts[i]);
+    if (i + 1 == parts.size()) {
+      message.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull));
+    }
+    const bool written = stream->Write(message);
+    message.unsafe_arena_release_push();
+    message.unsafe_arena_release_pull();
+    if (!written) break;  // the server ended the call; Finish says why
   }
   stream->WritesDone();
   return ReadPull(stream.get(), [&] { return Convert(stream->Finish()); });
