@@ -8,13 +8,14 @@
 
 namespace fulcrum {
 
-void AppendShardSlices(const std::string& variable, int shard, int64_t version,
-                       absl::Span<const int64_t> shard_shape, absl::Span<const float> values,
-                       int64_t max_slice_bytes, SliceList* out) {
+absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t version,
+                               absl::Span<const int64_t> shard_shape,
+                               absl::Span<const float> values, DataType encoding,
+                               int64_t max_slice_bytes, SliceList* out) {
   const int64_t rows_total = shard_shape.empty() ? 1 : shard_shape[0];
   const int64_t row_elems = RowElements(shard_shape);
   const int64_t rows_per_slice =
-      std::max<int64_t>(1, max_slice_bytes / (row_elems * static_cast<int64_t>(sizeof(float))));
+      std::max<int64_t>(1, max_slice_bytes / (row_elems * EncodedFloatBytes(encoding)));
   for (int64_t row = 0; row < rows_total; row += rows_per_slice) {
     const int64_t rows = std::min(rows_per_slice, rows_total - row);
     ShardSlice* slice = out->Add();
@@ -24,9 +25,15 @@ void AppendShardSlices(const std::string& variable, int shard, int64_t version,
     slice->set_version(version);
     Shape slice_shape(shard_shape.begin(), shard_shape.end());
     slice_shape[0] = rows;
-    EncodeFloatTensor(slice_shape, values.subspan(row * row_elems, rows * row_elems),
-                      slice->mutable_tensor());
+    if (absl::Status s = EncodeFloatTensor(
+            slice_shape, values.subspan(row * row_elems, rows * row_elems), encoding,
+            absl::StrCat("variable '", variable, "' shard ", shard, " rows from ", row),
+            slice->mutable_tensor());
+        !s.ok()) {
+      return s;
+    }
   }
+  return absl::OkStatus();
 }
 
 absl::Status JoinSlices(SliceList* slices) {
@@ -59,9 +66,9 @@ absl::Status JoinSlices(SliceList* slices) {
     ShardSlice* out = joined.Add();
     *out = std::move(*list[0]);
     Shape shape(out->tensor().shape().begin(), out->tensor().shape().end());
-    if (out->tensor().dtype() != DT_FLOAT || shape.empty() || out->row_offset() != 0) {
+    if (!IsFloatEncoding(out->tensor().dtype()) || shape.empty() || out->row_offset() != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(label, ": slices must be float32 tensors that start at row 0"));
+          absl::StrCat(label, ": slices must be float tensors that start at row 0"));
     }
     std::string* data = out->mutable_tensor()->mutable_data();
     size_t total = 0;
@@ -73,7 +80,7 @@ absl::Status JoinSlices(SliceList* slices) {
       if (part.row_offset() != shape[0] || part.version() != out->version() ||
           part_shape.size() != shape.size() ||
           !std::equal(shape.begin() + 1, shape.end(), part_shape.begin() + 1) ||
-          part.tensor().dtype() != DT_FLOAT) {
+          part.tensor().dtype() != out->tensor().dtype()) {
         return absl::InvalidArgumentError(absl::StrCat(
             label, ": slice at row ", part.row_offset(), " with shape ", ShapeString(part_shape),
             " does not continue rows [0, ", shape[0], ") of shape ", ShapeString(shape)));

@@ -21,15 +21,18 @@ constexpr int64_t kChunkBytes = 4 << 20;
 
 using SliceList = google::protobuf::RepeatedPtrField<ShardSlice>;
 
-// Appends `values` (a shard of `shard_shape`) to `out` as slices of at most
-// max_slice_bytes each, one row at the least.
-void AppendShardSlices(const std::string& variable, int shard, int64_t version,
-                       absl::Span<const int64_t> shard_shape, absl::Span<const float> values,
-                       int64_t max_slice_bytes, SliceList* out);
+// Appends `values` (a shard of `shard_shape`) to `out` in float `encoding`
+// (common/tensor.h) as slices of at most max_slice_bytes each, one row at
+// the least. Fails only for values that float16 cannot encode.
+absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t version,
+                               absl::Span<const int64_t> shard_shape,
+                               absl::Span<const float> values, DataType encoding,
+                               int64_t max_slice_bytes, SliceList* out);
 
 // Joins slices of the same (variable, shard) into one slice from row 0, in
-// first-seen order. The parts must be float32, agree on version and trailing
-// dims, and tile the rows from 0 without gap or overlap; else INVALID_ARGUMENT.
+// first-seen order. The parts must share one float encoding and version,
+// agree on trailing dims, and tile the rows from 0 without gap or overlap;
+// else INVALID_ARGUMENT.
 absl::Status JoinSlices(SliceList* slices);
 
 // Groups slices into batches of about max_batch_bytes of tensor data (a

@@ -38,16 +38,37 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec);
 // so two specs that mean the same compare equal.
 VariableSpec CanonicalSpec(const VariableSpec& spec);
 
-// Encodes float32 `values` of `shape` into `out`.
+// Float32 values travel as one of the float encodings (tensor.proto):
+// DT_FLOAT as they are, DT_BFLOAT16 or DT_FLOAT16 in half the bytes, rounded
+// to nearest even. The rounding error of one value x is at most
+//   bfloat16: 2^-8 |x| (0.39%), over float32's whole range;
+//   float16:  2^-11 |x| (0.049%) for 6.1e-5 <= |x| <= 65504, and 2^-25
+//             absolute below that; beyond 65504 a value cannot be encoded.
+// NaN and infinities keep their kind.
+bool IsFloatEncoding(DataType dtype);
+// Bytes per element of a float encoding: 4 or 2.
+int64_t EncodedFloatBytes(DataType dtype);
+// "float32", "bfloat16" or "float16" (flags) as a float encoding.
+absl::StatusOr<DataType> ParseFloatEncoding(const std::string& name);
+
+// Encodes float32 `values` of `shape` into `out`, as float32.
 void EncodeFloatTensor(absl::Span<const int64_t> shape, absl::Span<const float> values,
                        TensorProto* out);
+// The same in `encoding`. float16: OUT_OF_RANGE "<what>: element i is x ..."
+// when a finite value is beyond its range (bfloat16 covers float32's).
+absl::Status EncodeFloatTensor(absl::Span<const int64_t> shape, absl::Span<const float> values,
+                               DataType encoding, const std::string& what, TensorProto* out);
 
-// Checks that `tensor` is float32 of `expected_shape` with matching byte
-// size; errors say "<what>: expected ..., got ...".
-absl::Status CheckFloatTensor(const TensorProto& tensor, absl::Span<const int64_t> expected_shape,
-                              const std::string& what);
+// The float32 values of `tensor`, which must hold `expected_shape` in a
+// float encoding with the matching byte size; errors say "<what>: expected
+// ..., got ...". float32 is read in place, without a copy; bfloat16 and
+// float16 are widened into `storage`. The span lives as long as both.
+absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& tensor,
+                                                          absl::Span<const int64_t> expected_shape,
+                                                          const std::string& what,
+                                                          std::vector<float>* storage);
 
-// The float32 values of a tensor already checked by CheckFloatTensor.
+// The values of a float32 tensor whose size is already checked.
 absl::Span<const float> FloatValues(const TensorProto& tensor);
 
 }  // namespace fulcrum

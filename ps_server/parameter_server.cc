@@ -175,6 +175,11 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request,
     if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
     workers_.Renew(worker);
   }
+  const DataType encoding = request.wire_dtype() == DT_INVALID ? DT_FLOAT : request.wire_dtype();
+  if (!IsFloatEncoding(encoding)) {
+    return absl::InvalidArgumentError(absl::StrCat("pull: wire_dtype ", DataType_Name(encoding),
+                                                   " is not DT_FLOAT, DT_BFLOAT16 or DT_FLOAT16"));
+  }
   std::vector<Shard*> shards;
   for (const ShardRef& ref : request.shards()) {
     absl::StatusOr<Shard*> shard = store_.Find(ref.variable(), ref.shard());
@@ -192,7 +197,7 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request,
   }
   PullResponse response;
   for (size_t i = 0; i < shards.size(); ++i) {
-    if (absl::Status s = shards[i]->Read(request.shards(i).min_version(), deadline,
+    if (absl::Status s = shards[i]->Read(request.shards(i).min_version(), deadline, encoding,
                                          max_slice_bytes, response.mutable_slices());
         !s.ok()) {
       return s;
@@ -234,6 +239,8 @@ absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
 
   // Check the whole request before touching any shard.
   std::vector<Shard*> shards;
+  std::vector<absl::Span<const float>> values;
+  std::vector<std::vector<float>> widened(request.gradients_size());  // of 16-bit encodings
   std::set<Shard*> seen;
   for (const ShardSlice& grad : request.gradients()) {
     absl::StatusOr<Shard*> found = store_.Find(grad.variable(), grad.shard());
@@ -248,28 +255,27 @@ absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
           shard->label(), ": gradient starts at row ", grad.row_offset(),
           "; a push must cover whole shards"));
     }
-    if (absl::Status s = CheckFloatTensor(grad.tensor(), shard->shape(),
-                                          absl::StrCat(shard->label(), " gradient"));
-        !s.ok()) {
-      return s;
-    }
-    if (int64_t bad = FirstNonFinite(FloatValues(grad.tensor())); bad >= 0) {
+    auto decoded = DecodeFloatTensor(grad.tensor(), shard->shape(),
+                                     absl::StrCat(shard->label(), " gradient"),
+                                     &widened[shards.size()]);
+    if (!decoded.ok()) return decoded.status();
+    if (int64_t bad = FirstNonFinite(*decoded); bad >= 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(shard->label(), ": gradient element ", bad, " is ",
-                       FloatValues(grad.tensor())[bad], "; the push is rejected, nothing applied"));
+          absl::StrCat(shard->label(), ": gradient element ", bad, " is ", (*decoded)[bad],
+                       "; the push is rejected, nothing applied"));
     }
     if (absl::Status s = shard->CheckComputedAt(grad.version()); !s.ok()) return s;
     shards.push_back(shard);
+    values.push_back(*decoded);
   }
 
   PushResponse response;
   for (size_t i = 0; i < shards.size(); ++i) {
     const ShardSlice& grad = request.gradients(i);
-    const absl::Span<const float> values = FloatValues(grad.tensor());
     absl::StatusOr<ShardPushResult> result =
         config_.mode() == SYNC
-            ? shards[i]->Accumulate(worker, values, grad.version(), RequiredReplicas())
-            : shards[i]->ApplyNow(values, grad.version(),
+            ? shards[i]->Accumulate(worker, values[i], grad.version(), RequiredReplicas())
+            : shards[i]->ApplyNow(values[i], grad.version(),
                                   config_.mode() == ASYNC ? config_.max_staleness() : -1);
     if (!result.ok()) return result.status();
     RecordOutcome(*result);

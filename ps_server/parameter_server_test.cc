@@ -305,8 +305,32 @@ TEST_F(BadInputTest, WrongDtypeSaysExpectedAndGot) {
   push.mutable_gradients(0)->mutable_tensor()->set_dtype(DT_INT64);
   auto pushed = ps_.Push(push);
   EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(pushed.status().message(), HasSubstr("expected dtype DT_FLOAT, got DT_INT64"));
+  EXPECT_THAT(pushed.status().message(),
+              HasSubstr("expected dtype DT_FLOAT, DT_BFLOAT16 or DT_FLOAT16, got DT_INT64"));
+  // A 16-bit encoding with float32's byte count.
+  push = Push(0, 0, 1.0f);
+  push.mutable_gradients(0)->mutable_tensor()->set_dtype(DT_BFLOAT16);
+  EXPECT_THAT(ps_.Push(push).status().message(), HasSubstr("in DT_BFLOAT16 needs 8 bytes, got 16"));
+  // Pulls may ask only for a float encoding.
+  PullRequest pull;
+  pull.set_worker_id(-1);
+  pull.add_shards()->set_variable("w");
+  pull.set_wire_dtype(DT_INT64);
+  auto pulled = ps_.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pulled.status().message(), HasSubstr("wire_dtype DT_INT64"));
   ExpectUntouched();
+}
+
+TEST_F(BadInputTest, NanInASixteenBitGradientIsRejected) {
+  for (DataType encoding : {DT_BFLOAT16, DT_FLOAT16}) {
+    PushRequest push = Push(0, 0, 1.0f);
+    ASSERT_TRUE(EncodeFloatTensor({4}, std::vector<float>{1, 1, 1, std::nanf("")}, encoding,
+                                  "w", push.mutable_gradients(0)->mutable_tensor())
+                    .ok());
+    EXPECT_THAT(ps_.Push(push).status().message(), HasSubstr("element 3 is nan"));
+    ExpectUntouched();
+  }
 }
 
 TEST_F(BadInputTest, NanOrInfGradientIsRejectedAndNothingApplied) {

@@ -44,7 +44,8 @@ int64_t Shard::version() const {
   return version_;
 }
 
-absl::Status Shard::Read(int64_t min_version, absl::Time deadline, int64_t max_slice_bytes,
+absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType encoding,
+                         int64_t max_slice_bytes,
                          google::protobuf::RepeatedPtrField<ShardSlice>* out) const {
   absl::ReaderMutexLock lock(&mu_);
   auto ready = [this, min_version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -57,9 +58,8 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, int64_t max_s
     return absl::DeadlineExceededError(absl::StrCat(label_, ": still at version ", version_,
                                                     " at the deadline, waiting for ", min_version));
   }
-  AppendShardSlices(spec_.variable().name(), spec_.shard(), version_, shape_, values_,
-                    max_slice_bytes, out);
-  return absl::OkStatus();
+  return AppendShardSlices(spec_.variable().name(), spec_.shard(), version_, shape_, values_,
+                           encoding, max_slice_bytes, out);
 }
 
 absl::Status Shard::CheckComputedAt(int64_t computed_at) const {

@@ -41,9 +41,12 @@ class Shard {
   absl::Status CheckComputedAt(int64_t computed_at) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Waits until the version is >= min_version (until `deadline`), then
-  // appends the values as slices of at most max_slice_bytes (one row at the
-  // least). DEADLINE_EXCEEDED at the deadline; UNAVAILABLE once Cancel.
-  absl::Status Read(int64_t min_version, absl::Time deadline, int64_t max_slice_bytes,
+  // appends the values in float `encoding` as slices of at most
+  // max_slice_bytes (one row at the least). DEADLINE_EXCEEDED at the
+  // deadline; UNAVAILABLE once Cancel; OUT_OF_RANGE for values float16
+  // cannot encode.
+  absl::Status Read(int64_t min_version, absl::Time deadline, DataType encoding,
+                    int64_t max_slice_bytes,
                     google::protobuf::RepeatedPtrField<ShardSlice>* out) const
       ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -54,6 +54,25 @@ TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
   EXPECT_THAT(ReadWholeFile(svg), HasSubstr("<polyline"));
 }
 
+TEST(LocalClusterTest, TrainsWithBfloat16OnTheWire) {
+  const std::string summary = TempPath("bf16-summary.json");
+  ChildProcess cluster("cluster", Launcher({"--num_ps=2", "--num_workers=2", "--mode=sync",
+                                            "--summary_json=" + summary, "--", "--epochs=1",
+                                            "--hidden=64", "--wire_dtype=bfloat16"}));
+  ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  const std::string json = ReadWholeFile(summary);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
+  EXPECT_GT(std::stod(match[1]), 0.80);
+}
+
+TEST(LocalClusterTest, UnknownWireDtypeIsAFlagError) {
+  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--",
+                                            "--wire_dtype=fp8"}));
+  EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 2);
+  EXPECT_TRUE(cluster.HasLine("--wire_dtype: 'fp8' is not one of float32, bfloat16, float16"));
+}
+
 TEST(LocalClusterTest, WorkersServePrometheusMetrics) {
   ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--mode=async", "--",
                                             "--epochs=3", "--hidden=64", "--log_every_steps=100",

@@ -65,11 +65,14 @@ std::vector<std::string> Addresses(const std::vector<PsProcess>& servers) {
   return out;
 }
 
+constexpr int64_t kBigRows = 4200;
+
 VariableSpec BigVariable() {
-  // 2100 x 1024 floats (8.2 MiB) in 2 shards of 4.1 MiB: each travels in chunks.
+  // 4200 x 1024 floats (16.4 MiB) in 2 shards of 8.2 MiB: each travels in
+  // chunks, in 16-bit encodings too.
   VariableSpec spec;
   spec.set_name("embedding");
-  spec.add_shape(2100);
+  spec.add_shape(kBigRows);
   spec.add_shape(1024);
   spec.set_dtype(DT_FLOAT);
   spec.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
@@ -80,7 +83,11 @@ VariableSpec BigVariable() {
   return spec;
 }
 
-TEST(PsClusterTest, SyncTrainingAcrossTwoServerProcesses) {
+// Over each wire encoding: the gradients and values here are small
+// integers and halves, which 16-bit encodings hold exactly.
+class SyncTrainingTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(SyncTrainingTest, SyncTrainingAcrossTwoServerProcesses) {
   std::vector<PsProcess> servers;
   for (int i = 0; i < 2; ++i) servers.push_back(StartPs(i, 2, 2, {"--mode=sync"}));
   for (const PsProcess& ps : servers) ASSERT_FALSE(ps.address.empty());
@@ -91,10 +98,11 @@ TEST(PsClusterTest, SyncTrainingAcrossTwoServerProcesses) {
     PsClientOptions options;
     options.worker_id = w;
     options.mode = SYNC;
+    options.wire_dtype = GetParam();
     clients.push_back(PsClient::Connect(Addresses(servers), options));
     ASSERT_TRUE(clients[w]->CreateVariables({BigVariable()}).ok());
   }
-  const Shape shape = {2100, 1024};
+  const Shape shape = {kBigRows, 1024};
   std::vector<TensorMap> pulled(2);
   std::vector<absl::Status> status(2);
   std::vector<std::thread> workers;
@@ -102,7 +110,7 @@ TEST(PsClusterTest, SyncTrainingAcrossTwoServerProcesses) {
     workers.emplace_back([&, w] {
       for (int step = 0; step < kSteps && status[w].ok(); ++step) {
         // Element i of worker w's gradient: (w + 1) * (i % 7).
-        DenseTensor grad{shape, std::vector<float>(2100 * 1024)};
+        DenseTensor grad{shape, std::vector<float>(kBigRows * 1024)};
         for (size_t i = 0; i < grad.values.size(); ++i) grad.values[i] = (w + 1) * (i % 7);
         status[w] = clients[w]->PushPull({{"embedding", grad}}, {}, &pulled[w]).status();
       }
@@ -113,7 +121,7 @@ TEST(PsClusterTest, SyncTrainingAcrossTwoServerProcesses) {
     ASSERT_TRUE(status[w].ok()) << status[w];
     EXPECT_EQ(clients[w]->step(), kSteps);
     const auto& values = pulled[w]["embedding"].values;
-    ASSERT_EQ(values.size(), 2100u * 1024u);
+    ASSERT_EQ(values.size(), kBigRows * 1024u);
     // Each step subtracts the mean 1.5 * (i % 7).
     for (size_t i = 0; i < values.size(); i += 997) {
       ASSERT_FLOAT_EQ(values[i], 1.0f - kSteps * 1.5f * (i % 7)) << "worker " << w << " at " << i;
@@ -139,6 +147,12 @@ TEST(PsClusterTest, SyncTrainingAcrossTwoServerProcesses) {
   ASSERT_TRUE(clients[1]->Finish().ok());
   for (PsProcess& ps : servers) EXPECT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Wire, SyncTrainingTest,
+                         ::testing::Values(DT_FLOAT, DT_BFLOAT16, DT_FLOAT16),
+                         [](const ::testing::TestParamInfo<DataType>& info) {
+                           return DataType_Name(info.param);
+                         });
 
 TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
   PsProcess ps = StartPs(0, 1, 1, {"--mode=async", "--max_message_mb=2"});

@@ -151,6 +151,7 @@ std::vector<PullRequest> PsClient::BuildPulls(
     pulls[ps].set_worker_id(options_.worker_id);
     pulls[ps].set_clock(options_.mode == SSP ? clock_ : -1);
     pulls[ps].set_incarnation(incarnations_[ps]);
+    pulls[ps].set_wire_dtype(options_.wire_dtype);
   }
   for (const VariablePlacement* variable : variables) {
     for (const ShardPlacement& shard : variable->shards) {
@@ -175,6 +176,7 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
     }
   }
   int64_t step = std::numeric_limits<int64_t>::max();
+  std::vector<float> widened;  // a shard that came as bfloat16 or float16
   for (const VariablePlacement* variable : variables) {
     const VariableSpec& spec = variable->spec;
     DenseTensor& tensor = (*out)[spec.name()];
@@ -191,12 +193,10 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
       }
       Shape shard_shape = tensor.shape;
       shard_shape[0] = shard.rows;
-      if (absl::Status s = CheckFloatTensor(it->second->tensor(), shard_shape, what); !s.ok()) {
-        return s;
-      }
-      const absl::Span<const float> values = FloatValues(it->second->tensor());
-      std::memcpy(tensor.values.data() + shard.row_offset * row_elems, values.data(),
-                  values.size() * sizeof(float));
+      auto values = DecodeFloatTensor(it->second->tensor(), shard_shape, what, &widened);
+      if (!values.ok()) return values.status();
+      std::memcpy(tensor.values.data() + shard.row_offset * row_elems, values->data(),
+                  values->size() * sizeof(float));
       ShardState& state = shard_state_[{spec.name(), shard.shard}];
       if (it->second->version() < state.pulled_version) {
         LOG_WARN("{}: went back from version {} to {}: {} update(s) lost with its server's "
@@ -258,11 +258,15 @@ absl::Status PsClient::BuildPushes(const TensorMap& gradients,
       auto it = shard_state_.find({name, shard.shard});
       Shape shard_shape = grad.shape;
       shard_shape[0] = shard.rows;
-      AppendShardSlices(name, shard.shard, it == shard_state_.end() ? 0 : it->second.pulled_version,
-                        shard_shape,
-                        absl::MakeConstSpan(grad.values)
-                            .subspan(shard.row_offset * row_elems, shard.rows * row_elems),
-                        kChunkBytes, (*per_ps)[shard.ps].mutable_gradients());
+      if (absl::Status s = AppendShardSlices(
+              name, shard.shard, it == shard_state_.end() ? 0 : it->second.pulled_version,
+              shard_shape,
+              absl::MakeConstSpan(grad.values)
+                  .subspan(shard.row_offset * row_elems, shard.rows * row_elems),
+              options_.wire_dtype, kChunkBytes, (*per_ps)[shard.ps].mutable_gradients());
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("gradient of ", s.message()));
+      }
     }
   }
   return absl::OkStatus();

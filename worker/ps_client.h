@@ -81,6 +81,10 @@ struct PsClientOptions {
   // First retry delay; doubles up to max_backoff.
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
+  // How gradients and pulled values travel: DT_FLOAT, or DT_BFLOAT16 or
+  // DT_FLOAT16 for half the bytes at the rounding error common/tensor.h
+  // states. The servers keep and update float32 values either way.
+  DataType wire_dtype = DT_FLOAT;
 };
 
 // What the servers did with one push, summed over shards.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "worker/in_process_ps_transport.h"
@@ -45,7 +46,7 @@ DenseTensor Filled(Shape shape, float value) {
 // Two in-process servers and clients for `workers` replicas.
 class Cluster {
  public:
-  Cluster(ConsistencyMode mode, int workers) {
+  Cluster(ConsistencyMode mode, int workers, DataType wire_dtype = DT_FLOAT) {
     for (int i = 0; i < 2; ++i) servers_.push_back(std::make_unique<ParameterServer>(Config(mode, workers)));
     for (int w = 0; w < workers; ++w) {
       std::vector<std::unique_ptr<PsTransport>> transports;
@@ -55,6 +56,7 @@ class Cluster {
       PsClientOptions options;
       options.worker_id = w;
       options.mode = mode;
+      options.wire_dtype = wire_dtype;
       clients_.push_back(std::make_unique<PsClient>(std::move(transports), options));
     }
   }
@@ -87,6 +89,53 @@ TEST(PsClientTest, ShardsAcrossServersAndAppliesPushes) {
   for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(values["w"].values[i], 1.0f - i);
   EXPECT_EQ(values["b"].values, std::vector<float>({-0.5f, -0.5f}));
   EXPECT_EQ(client.step(), 1);
+}
+
+// Gradients and pulls travel rounded to 16 bits; the servers apply the
+// rounded gradient to float32 values and keep them at full precision.
+TEST(PsClientTest, SixteenBitWireRoundsWhatTravelsNotWhatServersKeep) {
+  for (DataType wire : {DT_BFLOAT16, DT_FLOAT16}) {
+    SCOPED_TRACE(DataType_Name(wire));
+    Cluster cluster(ASYNC, 1, wire);
+    PsClient& client = cluster.client(0);
+    ASSERT_TRUE(client.CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());  // SGD, lr 1
+    const std::vector<float> g = {1.0f / 3, -1000.1f, 2.5e-3f, 1.0f};
+    ASSERT_TRUE(client.Push({{"w", DenseTensor{{4}, g}}}).ok());
+    TensorMap pulled;
+    ASSERT_TRUE(client.Pull({}, &pulled).ok());
+    const int bits = wire == DT_BFLOAT16 ? 8 : 11;  // common/tensor.h's bounds
+    for (int i = 0; i < 4; ++i) {
+      if (i < 3) EXPECT_NE(pulled["w"].values[i], -g[i]) << "element " << i << " was not rounded";
+      EXPECT_LE(std::abs(pulled["w"].values[i] + g[i]), std::ldexp(std::abs(g[i]), -bits));
+    }
+    // A second, tiny step: on the servers 1 - 2^-12 in float32, which a
+    // 16-bit pull rounds back to 1 but a float32 reader sees.
+    ASSERT_TRUE(client.Push({{"w", Filled({4}, std::ldexp(1.0f, -12))}}).ok());
+    ASSERT_TRUE(client.Pull({}, &pulled).ok());
+    EXPECT_EQ(pulled["w"].values[3], -1.0f);
+    std::vector<std::unique_ptr<PsTransport>> transports;
+    for (int ps = 0; ps < 2; ++ps) {
+      transports.push_back(std::make_unique<InProcessPsTransport>(&cluster.server(ps)));
+    }
+    PsClientOptions reader_options;
+    reader_options.worker_id = -1;
+    PsClient reader(std::move(transports), reader_options);
+    ASSERT_TRUE(reader.CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());
+    TensorMap exact;
+    ASSERT_TRUE(reader.Pull({}, &exact).ok());
+    EXPECT_EQ(exact["w"].values[3], -1.0f - std::ldexp(1.0f, -12));
+  }
+}
+
+TEST(PsClientTest, Float16OverflowFailsThePushNamingTheVariable) {
+  Cluster cluster(ASYNC, 1, DT_FLOAT16);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateVariables({Spec("w", {4}, 1, 0.0f)}).ok());
+  auto pushed = client.Push({{"w", DenseTensor{{4}, {0, 0, 1e5f, 0}}}});
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(pushed.status().message(), HasSubstr("variable 'w'"));
+  EXPECT_THAT(pushed.status().message(), HasSubstr("element 2 is 100000"));
+  EXPECT_EQ(cluster.server(0).Describe().updates_applied(), 0);
 }
 
 TEST(PsClientTest, SyncPullWaitsForTheAggregatedStep) {
