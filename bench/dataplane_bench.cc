@@ -16,10 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/echo.grpc.pb.h"
+#include "common/malloc_tuning.h"
 #include "ps_server/grpc/ps_grpc_server.h"
+#include "worker/model.h"
 #include "worker/ps_client.h"
 
 ABSL_FLAG(bool, quick, false, "Fewer sizes and iterations: a run of about a minute.");
+ABSL_FLAG(int64_t, max_size_mib, 256,
+          "Largest tensor of the throughput sweep, in MiB (--quick: at most 64); 0 skips the "
+          "sweep, for the latencies alone.");
 
 namespace fulcrum {
 namespace {
@@ -43,16 +48,21 @@ PsServerConfig ServerConfig() {
   return config;
 }
 
-// `num_ps` servers on loopback and a client holding one variable of `bytes`.
+// `num_ps` servers on loopback and a client sending `wire` encodings.
 struct Cluster {
-  Cluster(int num_ps, int64_t bytes) {
+  explicit Cluster(int num_ps, DataType wire = DT_FLOAT) {
     std::vector<std::string> addresses;
     for (int i = 0; i < num_ps; ++i) {
       servers.push_back(std::make_unique<ParameterServer>(ServerConfig()));
       grpc_servers.push_back(*PsGrpcServer::Start(servers.back().get(), "127.0.0.1:0"));
       addresses.push_back(absl::StrCat("127.0.0.1:", grpc_servers.back()->port()));
     }
-    client = PsClient::Connect(addresses, PsClientOptions{});
+    PsClientOptions options;
+    options.wire_dtype = wire;
+    client = PsClient::Connect(addresses, options);
+  }
+  // Holding one variable of `bytes` (float32), split evenly over the servers.
+  Cluster(int num_ps, int64_t bytes, DataType wire = DT_FLOAT) : Cluster(num_ps, wire) {
     const int64_t floats = std::max<int64_t>(1, bytes / 4);
     const int64_t rows = std::max<int64_t>(num_ps, std::min<int64_t>(floats, 1024));
     VariableSpec spec;
@@ -64,13 +74,24 @@ struct Cluster {
     spec.mutable_partitioner()->set_num_shards(num_ps);
     spec.mutable_optimizer()->set_learning_rate(1e-6f);
     if (!client->CreateVariables({spec}).ok()) std::abort();
-    grad = DenseTensor{{spec.shape(0), spec.shape(1)},
-                       std::vector<float>(spec.shape(0) * spec.shape(1), 1e-3f)};
+    grads["w"] = DenseTensor{{spec.shape(0), spec.shape(1)},
+                             std::vector<float>(spec.shape(0) * spec.shape(1), 1e-3f)};
+  }
+  // Holding the variables of the worker's model, placed as the worker places them.
+  Cluster(int num_ps, const ModelConfig& model, DataType wire = DT_FLOAT)
+      : Cluster(num_ps, wire) {
+    const std::vector<VariableSpec> specs = ModelVariables(model);
+    if (!client->CreateVariables(specs).ok()) std::abort();
+    for (const VariableSpec& spec : specs) {
+      DenseTensor& grad = grads[spec.name()];
+      grad.shape.assign(spec.shape().begin(), spec.shape().end());
+      grad.values.assign(NumElements(grad.shape), 1e-3f);
+    }
   }
   std::vector<std::unique_ptr<ParameterServer>> servers;
   std::vector<std::unique_ptr<PsGrpcServer>> grpc_servers;
   std::unique_ptr<PsClient> client;
-  DenseTensor grad;
+  TensorMap grads;
 };
 
 // Seconds per call of `fn`, over `iterations` after one warm-up call.
@@ -117,10 +138,16 @@ int Run() {
   auto echo = bench::Echo::NewStub(grpc::CreateCustomChannel(
       absl::StrCat("127.0.0.1:", echo_port), grpc::InsecureChannelCredentials(), args));
 
-  std::vector<int64_t> sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
-  if (!quick) sizes.push_back(256 << 20);
-  std::printf("%-8s %14s %14s %14s %10s %10s\n", "size", "echo MB/s", "1 PS MB/s", "4 PS MB/s",
-              "1PS/echo", "4PS/echo");
+  std::vector<int64_t> sizes;
+  const int64_t max_size =
+      std::min<int64_t>(absl::GetFlag(FLAGS_max_size_mib), quick ? 64 : 256) << 20;
+  for (int64_t size : {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20}) {
+    if (size <= max_size) sizes.push_back(size);
+  }
+  // MB/s count the tensor's float32 bytes both ways, also when bfloat16
+  // carries them in half the bytes.
+  std::printf("%-8s %10s %10s %10s %14s %9s %9s\n", "size", "echo MB/s", "1 PS MB/s",
+              "4 PS MB/s", "4 PS bf16 MB/s", "1PS/echo", "4PS/echo");
   for (int64_t size : sizes) {
     const int iterations = std::max<int>(3, static_cast<int>((quick ? 64 : 256) * (1 << 20) / size));
     const int capped = std::min(iterations, quick ? 200 : 1000);
@@ -131,20 +158,22 @@ int Run() {
       bench::Bytes response;
       if (!echo->Echo(&context, request, &response).ok()) std::abort();
     }));
-    double ps_mbs[2] = {0, 0};
-    for (int k = 0; k < 2; ++k) {
-      Cluster cluster(k == 0 ? 1 : 4, size);
+    double ps_mbs[3] = {0, 0, 0};  // 1 PS, 4 PS, 4 PS with bfloat16
+    for (int k = 0; k < 3; ++k) {
+      Cluster cluster(k == 0 ? 1 : 4, size, k == 2 ? DT_BFLOAT16 : DT_FLOAT);
       TensorMap out;
       const double s = Mean(Time(capped, [&] {
-        if (!cluster.client->PushPull({{"w", cluster.grad}}, {}, &out).ok()) std::abort();
+        if (!cluster.client->PushPull(cluster.grads, {}, &out).ok()) std::abort();
       }));
       ps_mbs[k] = 2.0 * size / s / 1e6;  // the tensor goes out and comes back
     }
     const double echo_mbs = 2.0 * size / echo_s / 1e6;
-    std::printf("%-8s %14.1f %14.1f %14.1f %10.2f %10.2f\n", SizeName(size).c_str(), echo_mbs,
-                ps_mbs[0], ps_mbs[1], ps_mbs[0] / echo_mbs, ps_mbs[1] / echo_mbs);
+    std::printf("%-8s %10.1f %10.1f %10.1f %14.1f %9.2f %9.2f\n", SizeName(size).c_str(),
+                echo_mbs, ps_mbs[0], ps_mbs[1], ps_mbs[2], ps_mbs[0] / echo_mbs,
+                ps_mbs[1] / echo_mbs);
     std::printf("dense_%s_pushpull_1ps_MBps=%.1f\n", SizeName(size).c_str(), ps_mbs[0]);
     std::printf("dense_%s_pushpull_4ps_MBps=%.1f\n", SizeName(size).c_str(), ps_mbs[1]);
+    std::printf("dense_%s_pushpull_4ps_bf16_MBps=%.1f\n", SizeName(size).c_str(), ps_mbs[2]);
     std::printf("dense_%s_pushpull_vs_grpc_echo=%.2f\n", SizeName(size).c_str(),
                 std::max(ps_mbs[0], ps_mbs[1]) / echo_mbs);
   }
@@ -157,7 +186,7 @@ int Run() {
     if (!cluster.client->Pull({}, &out).ok()) std::abort();
   });
   const std::vector<double> push_pull = Time(n, [&] {
-    if (!cluster.client->PushPull({{"w", cluster.grad}}, {}, &out).ok()) std::abort();
+    if (!cluster.client->PushPull(cluster.grads, {}, &out).ok()) std::abort();
   });
   bench::Bytes small;
   small.set_data(std::string(4 << 10, 'x'));
@@ -173,6 +202,24 @@ int Run() {
   std::printf("grpc_echo_4KiB_p50_us=%.1f\npull_4KiB_p50_vs_grpc_echo=%.2f\n",
               Percentile(echo_small, 0.5) * 1e6,
               Percentile(pull, 0.5) / Percentile(echo_small, 0.5));
+
+  // One training step's push-pull of the Fashion-MNIST MLP (784-256-128-10,
+  // Adam) over 2 servers, as the end-to-end benchmark's workers make it.
+  ModelConfig model;
+  model.optimizer.set_kind(OptimizerSpec::ADAM);
+  model.optimizer.set_learning_rate(1e-6f);
+  model.num_ps = 2;
+  Cluster mlp(2, model);
+  const std::vector<double> mlp_step = Time(quick ? 200 : 1000, [&] {
+    if (!mlp.client->PushPull(mlp.grads, {}, &out).ok()) std::abort();
+  });
+  std::printf("mlp_pushpull_2ps_p50_us=%.1f\nmlp_pushpull_2ps_p99_us=%.1f\n",
+              Percentile(mlp_step, 0.5) * 1e6, Percentile(mlp_step, 0.99) * 1e6);
+  Cluster mlp_bf16(2, model, DT_BFLOAT16);
+  const std::vector<double> mlp_bf16_step = Time(quick ? 200 : 1000, [&] {
+    if (!mlp_bf16.client->PushPull(mlp_bf16.grads, {}, &out).ok()) std::abort();
+  });
+  std::printf("mlp_pushpull_2ps_bf16_p50_us=%.1f\n", Percentile(mlp_bf16_step, 0.5) * 1e6);
   echo_server->Shutdown();
   return 0;
 }
@@ -181,6 +228,7 @@ int Run() {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
+  fulcrum::KeepFreedMemoryForReuse();
   absl::ParseCommandLine(argc, argv);
   return fulcrum::Run();
 }

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Runs the benchmarks built so far and prints their figures as name=value
-# lines, each against a baseline measured in the same run:
-#   raw TCP on loopback (iperf3, one stream), and a bare gRPC bytes echo.
-#   bench/run.sh [--quick]
-# Then async scaling and sync step time with simulated compute. Not yet here
-# (issue 6): end to end against TensorFlow's ParameterServerStrategy.
+# Runs every benchmark and prints its figures as name=value lines, each
+# against a baseline measured in the same run:
+#   1-2. data plane: dense push+pull throughput and small-message latency,
+#        against raw TCP on loopback (iperf3, one stream) and a bare gRPC
+#        bytes echo (bench:dataplane_bench);
+#   3-4. async scaling and sync step time with simulated compute
+#        (bench:scaling_bench);
+#   5.   end to end against TensorFlow's ParameterServerStrategy and against
+#        one worker alone (bench/e2e_bench.sh).
+#   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=""
@@ -32,3 +36,4 @@ one=$(sed -n 's/^dense_64MiB_pushpull_1ps_MBps=//p' <<< "$out")
 four=$(sed -n 's/^dense_64MiB_pushpull_4ps_MBps=//p' <<< "$out")
 python3 -c "print('dense_64MiB_pushpull_vs_tcp=%.2f' % (max($one, $four) / $tcp_mbs))"
 "$bin/bench/scaling_bench" $quick 2>/dev/null
+bench/e2e_bench.sh $quick

@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/malloc_tuning.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "worker/ps_client.h"
 
@@ -137,6 +138,7 @@ int Main() {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
+  fulcrum::KeepFreedMemoryForReuse();
   absl::ParseCommandLine(argc, argv);
   return fulcrum::Main();
 }

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# End to end: examples/s training the Fashion-MNIST MLP (784-256-128-10,
+# Adam 1e-3 on the servers, batch 64 per worker, async) on this machine with
+#   - Fulcrum, 2 parameter servers and 2 workers (deploy:local_cluster);
+#   - Fulcrum, 2 parameter servers and 1 worker alone;
+#   - TensorFlow's ParameterServerStrategy, 2 PS and 2 workers
+#     (bench/tf_pss_bench.py, tensorflow-cpu from PyPI in its own venv).
+# Prints name=value lines, ending with e2e_vs_tensorflow and e2e_vs_one_worker.
+#   bench/e2e_bench.sh [--quick]
+#
+# How each rate is counted: Fulcrum's is the chief's summary (its examples
+# times the workers, over its wall time from first pull to last push,
+# including one test-set evaluation); TensorFlow's counts the steps scheduled
+# after a warm-up that traces the step on every worker, over their wall
+# time, with no evaluation. Both favour TensorFlow slightly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=938  # one epoch of 60,000 examples in batches of 64
+[ "${1:-}" = "--quick" ] && steps=300
+
+venv=/opt/fulcrum-tools/tf-venv
+if ! "$venv/bin/python" -c 'import tensorflow' 2>/dev/null; then
+  echo "installing tensorflow-cpu into $venv (once)" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q 'tensorflow-cpu==2.17.*'
+fi
+
+bazel build -c opt //deploy:local_cluster //worker:worker //ps_server:ps_server 2>/dev/null
+bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fulcrum() {  # fulcrum WORKERS: examples/s from the chief's summary
+  "$bin/deploy/local_cluster" --num_ps=2 --num_workers="$1" --mode=async \
+    --summary_json="$work/summary-$1.json" \
+    -- --model=mlp --hidden=256,128 --optimizer=adam --learning_rate=0.001 \
+    --batch_size=64 --epochs=1 --log_every_steps=100000 > "$work/cluster-$1.log" 2>&1 ||
+    { tail -20 "$work/cluster-$1.log" >&2; exit 1; }
+  python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))
+print("%.1f %.4f" % (s["examples_per_sec"], s["test_accuracy"]))' "$work/summary-$1.json"
+}
+
+read -r two two_acc <<< "$(fulcrum 2)"
+read -r one one_acc <<< "$(fulcrum 1)"
+echo "e2e_fulcrum_2ps_2workers_examples_per_sec=$two"
+echo "e2e_fulcrum_2ps_2workers_test_accuracy=$two_acc"
+echo "e2e_fulcrum_2ps_1worker_examples_per_sec=$one"
+echo "e2e_fulcrum_2ps_1worker_test_accuracy=$one_acc"
+
+tf=$("$venv/bin/python" bench/tf_pss_bench.py --num_ps=2 --num_workers=2 --batch_size=64 \
+       --steps="$steps" 2> "$work/tf.log" | grep '=') || { tail -20 "$work/tf.log" >&2; exit 1; }
+echo "$tf"
+tf_rate=$(sed -n 's/^tf_pss_examples_per_sec=//p' <<< "$tf")
+python3 -c "print('e2e_vs_tensorflow=%.2f' % ($two / $tf_rate))"
+python3 -c "print('e2e_vs_one_worker=%.2f' % ($two / $one))"
