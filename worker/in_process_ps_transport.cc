@@ -1,7 +1,5 @@
 #include "worker/in_process_ps_transport.h"
 
-#include <limits>
-
 #include "common/slices.h"
 
 namespace fulcrum {
@@ -13,7 +11,7 @@ absl::StatusOr<CreateShardsResponse> InProcessPsTransport::CreateShards(
 
 absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& request,
                                                         absl::Time deadline) {
-  return ps_->Pull(request, deadline, std::numeric_limits<int64_t>::max());
+  return ps_->Pull(request, deadline, max_slice_bytes_);
 }
 
 absl::StatusOr<PushResponse> InProcessPsTransport::Push(const PushRequest& request, absl::Time) {

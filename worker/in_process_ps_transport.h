@@ -3,6 +3,9 @@
 #ifndef FULCRUM_WORKER_IN_PROCESS_PS_TRANSPORT_H_
 #define FULCRUM_WORKER_IN_PROCESS_PS_TRANSPORT_H_
 
+#include <cstdint>
+#include <limits>
+
 #include "ps_server/parameter_server.h"
 #include "worker/ps_transport.h"
 
@@ -10,8 +13,11 @@ namespace fulcrum {
 
 class InProcessPsTransport final : public PsTransport {
  public:
-  // `ps` must outlive the transport.
-  explicit InProcessPsTransport(ParameterServer* ps) : ps_(ps) {}
+  // `ps` must outlive the transport. Pulls return each shard in slices of at
+  // most max_slice_bytes, as a stream over the wire would.
+  explicit InProcessPsTransport(ParameterServer* ps,
+                                int64_t max_slice_bytes = std::numeric_limits<int64_t>::max())
+      : ps_(ps), max_slice_bytes_(max_slice_bytes) {}
 
   std::string address() const override { return "in-process"; }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
@@ -29,6 +35,7 @@ class InProcessPsTransport final : public PsTransport {
 
  private:
   ParameterServer* const ps_;
+  const int64_t max_slice_bytes_;
 };
 
 }  // namespace fulcrum

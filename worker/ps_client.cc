@@ -169,10 +169,11 @@ std::vector<PullRequest> PsClient::BuildPulls(
 
 absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& variables,
                                 std::vector<PullResponse>& responses, TensorMap* out) {
-  std::map<std::pair<std::string, int>, const ShardSlice*> received;
+  // Each shard's slices, copied straight into place: no joining first.
+  std::map<std::pair<std::string, int>, std::vector<const ShardSlice*>> received;
   for (const PullResponse& response : responses) {
     for (const ShardSlice& slice : response.slices()) {
-      received[{slice.variable(), slice.shard()}] = &slice;
+      received[{slice.variable(), slice.shard()}].push_back(&slice);
     }
   }
   int64_t step = std::numeric_limits<int64_t>::max();
@@ -191,19 +192,39 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
       if (it == received.end()) {
         return absl::DataLossError(absl::StrCat(what, ": missing from the pull response"));
       }
-      Shape shard_shape = tensor.shape;
-      shard_shape[0] = shard.rows;
-      auto values = DecodeFloatTensor(it->second->tensor(), shard_shape, what, &widened);
-      if (!values.ok()) return values.status();
-      std::memcpy(tensor.values.data() + shard.row_offset * row_elems, values->data(),
-                  values->size() * sizeof(float));
-      ShardState& state = shard_state_[{spec.name(), shard.shard}];
-      if (it->second->version() < state.pulled_version) {
-        LOG_WARN("{}: went back from version {} to {}: {} update(s) lost with its server's "
-                 "restart", what, state.pulled_version, it->second->version(),
-                 state.pulled_version - it->second->version());
+      std::vector<const ShardSlice*>& slices = it->second;
+      std::sort(slices.begin(), slices.end(), [](const ShardSlice* a, const ShardSlice* b) {
+        return a->row_offset() < b->row_offset();
+      });
+      const int64_t version = slices[0]->version();
+      int64_t row = 0;  // rows placed so far
+      for (const ShardSlice* slice : slices) {
+        const int64_t rows = slice->tensor().shape_size() > 0 ? slice->tensor().shape(0) : 0;
+        if (slice->row_offset() != row || rows < 1 || row + rows > shard.rows ||
+            slice->version() != version) {
+          return absl::DataLossError(absl::StrCat(
+              what, ": slice of ", rows, " rows at row ", slice->row_offset(), ", version ",
+              slice->version(), " does not continue rows [0, ", row, ") of ", shard.rows,
+              " at version ", version));
+        }
+        Shape slice_shape = tensor.shape;
+        slice_shape[0] = rows;
+        auto values = DecodeFloatTensor(slice->tensor(), slice_shape, what, &widened);
+        if (!values.ok()) return values.status();
+        std::memcpy(tensor.values.data() + (shard.row_offset + row) * row_elems, values->data(),
+                    values->size() * sizeof(float));
+        row += rows;
       }
-      state.pulled_version = it->second->version();
+      if (row != shard.rows) {
+        return absl::DataLossError(
+            absl::StrCat(what, ": rows [", row, ", ", shard.rows, ") missing from the pull"));
+      }
+      ShardState& state = shard_state_[{spec.name(), shard.shard}];
+      if (version < state.pulled_version) {
+        LOG_WARN("{}: went back from version {} to {}: {} update(s) lost with its server's "
+                 "restart", what, state.pulled_version, version, state.pulled_version - version);
+      }
+      state.pulled_version = version;
       step = std::min(step, state.pulled_version);
     }
   }

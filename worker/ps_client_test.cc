@@ -195,10 +195,14 @@ TEST(PsClientTest, ConflictingCreateIsAlreadyExists) {
   EXPECT_THAT(conflict.message(), HasSubstr("ps "));
 }
 
-// Fails UNAVAILABLE a number of times, then passes calls through.
+// Fails UNAVAILABLE a number of times, then passes calls through, pulls in
+// slices of `max_slice_bytes` and changed by `mangle_pull`, if set.
 class FlakyTransport final : public PsTransport {
  public:
-  FlakyTransport(ParameterServer* ps, int failures) : inner_(ps), failures_(failures) {}
+  FlakyTransport(ParameterServer* ps, int failures,
+                 int64_t max_slice_bytes = std::numeric_limits<int64_t>::max())
+      : inner_(ps, max_slice_bytes), failures_(failures) {}
+  std::function<void(PullResponse*)> mangle_pull;
   std::string address() const override { return "flaky"; }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& r,
                                                     absl::Time d) override {
@@ -207,7 +211,9 @@ class FlakyTransport final : public PsTransport {
   }
   absl::StatusOr<PullResponse> Pull(const PullRequest& r, absl::Time d) override {
     if (Fail()) return absl::UnavailableError("connection refused");
-    return inner_.Pull(r, d);
+    auto pulled = inner_.Pull(r, d);
+    if (pulled.ok() && mangle_pull) mangle_pull(&*pulled);
+    return pulled;
   }
   absl::StatusOr<PushResponse> Push(const PushRequest& r, absl::Time d) override {
     return inner_.Push(r, d);
@@ -256,6 +262,39 @@ TEST(PsClientTest, RetriesUnavailableWithBackoffThenGivesUpNamingTheServer) {
   absl::Status status = gives_up.CreateVariables({Spec("w", {2}, 1, 0.0f)});
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr("ps 0 (flaky): create variables"));
+}
+
+// A pull that arrives in many slices is put together in place; slices that
+// leave a gap, overlap or disagree on the version are refused.
+TEST(PsClientTest, PullPlacesSlicesAndRefusesGapsAndOverlaps) {
+  ParameterServer ps(Config(ASYNC, 1));
+  std::vector<std::unique_ptr<PsTransport>> transports;
+  auto sliced = std::make_unique<FlakyTransport>(&ps, 0, /*max_slice_bytes=*/8);
+  FlakyTransport* transport = sliced.get();
+  transports.push_back(std::move(sliced));
+  PsClient client(std::move(transports), PsClientOptions{});
+  ASSERT_TRUE(client.CreateVariables({Spec("w", {5, 2}, 1, 1.0f)}).ok());
+  TensorMap grads;
+  grads["w"] = DenseTensor{{5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
+  ASSERT_TRUE(client.Push(grads).ok());
+  TensorMap pulled;
+  ASSERT_TRUE(client.Pull({}, &pulled).ok());  // five slices of one row
+  EXPECT_EQ(pulled["w"].values, (std::vector<float>{1, 0, -1, -2, -3, -4, -5, -6, -7, -8}));
+
+  // Rows 2 and 3 arrive as slices in reverse order: placed all the same.
+  transport->mangle_pull = [](PullResponse* r) { r->mutable_slices()->SwapElements(2, 3); };
+  ASSERT_TRUE(client.Pull({}, &pulled).ok());
+  EXPECT_EQ(pulled["w"].values[6], -5);
+  transport->mangle_pull = [](PullResponse* r) { r->mutable_slices()->DeleteSubrange(2, 1); };
+  absl::Status gap = client.Pull({}, &pulled);
+  EXPECT_EQ(gap.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(gap.message(), HasSubstr("at row 3, version 1 does not continue rows [0, 2)"));
+  transport->mangle_pull = [](PullResponse* r) { r->mutable_slices()->RemoveLast(); };
+  EXPECT_THAT(client.Pull({}, &pulled).message(), HasSubstr("rows [4, 5) missing"));
+  transport->mangle_pull = [](PullResponse* r) { *r->add_slices() = r->slices(1); };
+  EXPECT_EQ(client.Pull({}, &pulled).code(), absl::StatusCode::kDataLoss);
+  transport->mangle_pull = [](PullResponse* r) { r->mutable_slices(4)->set_version(7); };
+  EXPECT_THAT(client.Pull({}, &pulled).message(), HasSubstr("version 7"));
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ class PsTransport {
   virtual absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
                                                             absl::Time deadline) = 0;
 
-  // The response holds each requested shard whole (slices joined).
+  // The response holds each requested shard as one or more slices of rows
+  // that together cover it.
   virtual absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline) = 0;
 
   // The gradients may hold a shard as several slices of rows that together

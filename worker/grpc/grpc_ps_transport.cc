@@ -64,20 +64,19 @@ class PushMessages {
   std::deque<PushRequest> messages_;  // a deque: messages never move
 };
 
-// Reads a pull stream to its end and joins the slices into whole shards.
+// Reads a pull stream to its end, keeping the slices as they came.
 absl::StatusOr<PullResponse> ReadPull(grpc::internal::ReaderInterface<PullResponse>* reader,
                                       const std::function<absl::Status()>& finish) {
-  PullResponse joined;
+  PullResponse response;
   PullResponse part;
   while (reader->Read(&part)) {
-    for (ShardSlice& slice : *part.mutable_slices()) *joined.add_slices() = std::move(slice);
+    for (ShardSlice& slice : *part.mutable_slices()) *response.add_slices() = std::move(slice);
     for (ShardPushResult& result : *part.mutable_push_results()) {
-      *joined.add_push_results() = std::move(result);
+      *response.add_push_results() = std::move(result);
     }
   }
   if (absl::Status s = finish(); !s.ok()) return s;
-  if (absl::Status s = JoinSlices(joined.mutable_slices()); !s.ok()) return s;
-  return joined;
+  return response;
 }
 
 // A unary call with a deadline; `call(context, response)` makes it and
