@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -211,8 +212,9 @@ absl::Status EncodeFloatTensor(absl::Span<const int64_t> shape, absl::Span<const
   std::string* data = out->mutable_data();
   data->resize(values.size() * sizeof(uint16_t));
   uint16_t* halves = reinterpret_cast<uint16_t*>(data->data());
+  const float* in = values.data();
   if (encoding == DT_BFLOAT16) {
-    for (size_t i = 0; i < values.size(); ++i) halves[i] = ToBfloat16(values[i]);
+    for (size_t i = 0; i < values.size(); ++i) halves[i] = ToBfloat16(in[i]);
     return absl::OkStatus();
   }
   ToFloat16(values.data(), halves, values.size());
@@ -260,6 +262,26 @@ absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& ten
     FromFloat16(halves, storage->data(), elements);
   }
   return absl::MakeConstSpan(*storage);
+}
+
+int64_t FirstNonFinite(absl::Span<const float> values) {
+  // Raw pointers here and below: Debian's Abseil bounds-checks Span's [],
+  // which keeps loops from vectorising.
+  const float* data = values.data();
+  constexpr size_t kBlock = 4096;
+  for (size_t start = 0; start < values.size(); start += kBlock) {
+    const size_t end = std::min(values.size(), start + kBlock);
+    uint32_t non_finite = 0;  // a branch-free pass over the block, then the search
+    for (size_t i = start; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &data[i], sizeof(bits));
+      non_finite |= (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    for (size_t i = start; non_finite != 0 && i < end; ++i) {
+      if (!std::isfinite(data[i])) return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
 }
 
 absl::Span<const float> FloatValues(const TensorProto& tensor) {

@@ -68,6 +68,10 @@ absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& ten
                                                           const std::string& what,
                                                           std::vector<float>* storage);
 
+// The index of the first NaN or infinity in `values`, or -1. Vectorised:
+// it runs on every pushed gradient.
+int64_t FirstNonFinite(absl::Span<const float> values);
+
 // The values of a float32 tensor whose size is already checked.
 absl::Span<const float> FloatValues(const TensorProto& tensor);
 

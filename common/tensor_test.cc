@@ -146,6 +146,19 @@ TEST(FloatEncodingTest, Float32DecodesInPlace) {
   EXPECT_TRUE(storage.empty());
 }
 
+TEST(FirstNonFiniteTest, FindsTheFirstAcrossBlocks) {
+  std::vector<float> values(10000, 1.0f);
+  EXPECT_EQ(FirstNonFinite(values), -1);
+  EXPECT_EQ(FirstNonFinite({}), -1);
+  values[9999] = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(FirstNonFinite(values), 9999);
+  values[5000] = std::nanf("");
+  EXPECT_EQ(FirstNonFinite(values), 5000);
+  values[3] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(FirstNonFinite(values), 3);
+  EXPECT_EQ(FirstNonFinite({std::numeric_limits<float>::max(), -0.0f, 1e-45f}), -1);
+}
+
 TEST(FloatEncodingTest, ParsesFlagNames) {
   EXPECT_EQ(*ParseFloatEncoding("bfloat16"), DT_BFLOAT16);
   EXPECT_EQ(*ParseFloatEncoding("float16"), DT_FLOAT16);

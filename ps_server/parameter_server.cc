@@ -14,14 +14,6 @@
 namespace fulcrum {
 namespace {
 
-// The first non-finite element, or -1.
-int64_t FirstNonFinite(absl::Span<const float> values) {
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
 }  // namespace
 
 absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
