@@ -7,8 +7,15 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -107,6 +114,56 @@ std::vector<double> Time(int iterations, Fn fn) {
   return seconds;
 }
 
+// Reads or writes exactly `n` bytes; false when the peer went away.
+template <typename Io>
+bool Exactly(Io io, int fd, char* buf, size_t n) {
+  for (size_t done = 0; done < n;) {
+    const ssize_t got = io(fd, buf + done, n - done);
+    if (got <= 0) return false;
+    done += static_cast<size_t>(got);
+  }
+  return true;
+}
+
+// Round trips of `bytes` over a raw loopback TCP connection (TCP_NODELAY)
+// to an echo thread: the floor under any RPC's latency.
+std::vector<double> TcpPingPong(size_t bytes, int iterations) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::abort();
+  }
+  const auto reader = [](int fd, char* b, size_t n) { return read(fd, b, n); };
+  const auto writer = [](int fd, char* b, size_t n) { return write(fd, b, n); };
+  std::thread echo([&] {
+    const int fd = accept(listener, nullptr, nullptr);
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::vector<char> buf(bytes);
+    while (Exactly(reader, fd, buf.data(), bytes) && Exactly(writer, fd, buf.data(), bytes)) {
+    }
+    close(fd);
+  });
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
+  std::vector<char> buf(bytes, 'x');
+  const std::vector<double> seconds = Time(iterations, [&] {
+    if (!Exactly(writer, fd, buf.data(), bytes) || !Exactly(reader, fd, buf.data(), bytes)) {
+      std::abort();
+    }
+  });
+  close(fd);
+  echo.join();
+  close(listener);
+  return seconds;
+}
+
 double Mean(const std::vector<double>& v) {
   double sum = 0;
   for (double x : v) sum += x;
@@ -149,7 +206,8 @@ int Run() {
   std::printf("%-8s %10s %10s %10s %14s %9s %9s\n", "size", "echo MB/s", "1 PS MB/s",
               "4 PS MB/s", "4 PS bf16 MB/s", "1PS/echo", "4PS/echo");
   for (int64_t size : sizes) {
-    const int iterations = std::max<int>(3, static_cast<int>((quick ? 64 : 256) * (1 << 20) / size));
+    const int iterations =
+        std::max<int>(3, static_cast<int>((quick ? 64 : 256) * (1 << 20) / size));
     const int capped = std::min(iterations, quick ? 200 : 1000);
     bench::Bytes request;
     request.set_data(std::string(size, 'x'));
@@ -199,9 +257,14 @@ int Run() {
               Percentile(pull, 0.99) * 1e6);
   std::printf("pushpull_4KiB_p50_us=%.1f\npushpull_4KiB_p99_us=%.1f\n",
               Percentile(push_pull, 0.5) * 1e6, Percentile(push_pull, 0.99) * 1e6);
+  const std::vector<double> tcp_small = TcpPingPong(4 << 10, n);
   std::printf("grpc_echo_4KiB_p50_us=%.1f\npull_4KiB_p50_vs_grpc_echo=%.2f\n",
               Percentile(echo_small, 0.5) * 1e6,
               Percentile(pull, 0.5) / Percentile(echo_small, 0.5));
+  std::printf("tcp_pingpong_4KiB_p50_us=%.1f\ntcp_pingpong_4KiB_p99_us=%.1f\n",
+              Percentile(tcp_small, 0.5) * 1e6, Percentile(tcp_small, 0.99) * 1e6);
+  std::printf("pull_4KiB_p50_vs_tcp_pingpong=%.2f\n",
+              Percentile(pull, 0.5) / Percentile(tcp_small, 0.5));
 
   // One training step's push-pull of the Fashion-MNIST MLP (784-256-128-10,
   // Adam) over 2 servers, as the end-to-end benchmark's workers make it.
