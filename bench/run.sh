@@ -18,15 +18,20 @@ command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q ipe
 bazel build -c opt //bench:dataplane_bench //bench:scaling_bench
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 
+work=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-iperf3 -s -1 -B 127.0.0.1 -p "$port" > /dev/null 2>&1 &
+iperf3 -s -1 -B 127.0.0.1 -p "$port" > "$work/iperf-server.log" 2>&1 &
 server=$!
-for _ in $(seq 50); do  # until the server listens
-  iperf3 -c 127.0.0.1 -p "$port" -t 3 -J > /tmp/fulcrum-iperf.json 2>/dev/null && break
-  sleep 0.1
+trap 'kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do  # until the server listens (at most 5 s)
+  ss -ltn "sport = :$port" | grep -q LISTEN && break
+  sleep 0.05
 done
-wait "$server" 2>/dev/null || true
-tcp_mbs=$(python3 -c 'import json; print("%.1f" % (json.load(open("/tmp/fulcrum-iperf.json"))["end"]["sum_received"]["bits_per_second"] / 8e6))')
+timeout 60 iperf3 -c 127.0.0.1 -p "$port" -t 3 -J > "$work/iperf.json" ||
+  { echo "iperf3 failed:" >&2; cat "$work/iperf.json" "$work/iperf-server.log" >&2; exit 1; }
+tcp_mbs=$(python3 -c 'import json, sys
+print("%.1f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e6))' \
+  "$work/iperf.json")
 echo "tcp_loopback_1stream_MBps=$tcp_mbs"
 
 out=$("$bin/bench/dataplane_bench" $quick 2>/dev/null | grep -v "created variable")

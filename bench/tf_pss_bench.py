@@ -50,11 +50,13 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def serve(cluster, job, index):
-    """Runs one tf.distribute.Server until killed."""
+def serve(cluster, job, index, threads):
+    """Runs one tf.distribute.Server until killed; threads > 0 caps the threads
+    of each op (one inter-op thread would deadlock the remote calls)."""
     import tensorflow as tf
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads)
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job,
-                                  task_index=index, protocol="grpc", start=True)
+                                  task_index=index, protocol="grpc", config=config, start=True)
     server.join()
 
 
@@ -145,7 +147,9 @@ def main():
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=938, help="timed steps, all workers together")
     parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
-    parser.add_argument("--serve", help=argparse.SUPPRESS)  # JSON [cluster, job, index]
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra-op threads per server; 0: TensorFlow's default")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # JSON [cluster, job, index, threads]
     args = parser.parse_args()
     if args.serve:
         serve(*json.loads(args.serve))
@@ -157,7 +161,8 @@ def main():
         "worker": ["127.0.0.1:%d" % next(ports) for _ in range(args.num_workers)],
         "chief": ["127.0.0.1:%d" % next(ports)],
     }
-    servers = [subprocess.Popen([sys.executable, __file__, "--serve", json.dumps([cluster, job, i])])
+    servers = [subprocess.Popen([sys.executable, __file__, "--serve",
+                                 json.dumps([cluster, job, i, args.threads])])
                for job in ("ps", "worker") for i in range(len(cluster[job]))]
     try:
         coordinate(args, cluster)
