@@ -5,7 +5,8 @@
 #   - Fulcrum, 2 parameter servers and 1 worker alone;
 #   - TensorFlow's ParameterServerStrategy, 2 PS and 2 workers
 #     (bench/tf_pss_bench.py, tensorflow-cpu from PyPI in its own venv).
-# Prints name=value lines, ending with e2e_vs_tensorflow and e2e_vs_one_worker.
+# Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
+# e2e_vs_tensorflow and e2e_vs_one_worker.
 #   bench/e2e_bench.sh [--quick]
 #
 # How each rate is counted: Fulcrum's is the chief's summary (its examples
@@ -15,8 +16,11 @@
 # time, with no evaluation. Both favour TensorFlow slightly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each configuration runs `runs` times, interleaved, and the medians are
+# compared: on a shared machine single runs vary by a third.
 steps=938  # one epoch of 60,000 examples in batches of 64
-[ "${1:-}" = "--quick" ] && steps=300
+runs=3
+[ "${1:-}" = "--quick" ] && { steps=300; runs=1; }
 
 venv=/opt/fulcrum-tools/tf-venv
 if ! "$venv/bin/python" -c 'import tensorflow' 2>/dev/null; then
@@ -30,7 +34,7 @@ bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-fulcrum() {  # fulcrum WORKERS: examples/s from the chief's summary
+fulcrum() {  # fulcrum WORKERS: "examples/s accuracy" from the chief's summary
   "$bin/deploy/local_cluster" --num_ps=2 --num_workers="$1" --mode=async \
     --summary_json="$work/summary-$1.json" \
     -- --model=mlp --hidden=256,128 --optimizer=adam --learning_rate=0.001 \
@@ -40,16 +44,30 @@ fulcrum() {  # fulcrum WORKERS: examples/s from the chief's summary
 print("%.1f %.4f" % (s["examples_per_sec"], s["test_accuracy"]))' "$work/summary-$1.json"
 }
 
-read -r two two_acc <<< "$(fulcrum 2)"
-read -r one one_acc <<< "$(fulcrum 1)"
-echo "e2e_fulcrum_2ps_2workers_examples_per_sec=$two"
-echo "e2e_fulcrum_2ps_2workers_test_accuracy=$two_acc"
-echo "e2e_fulcrum_2ps_1worker_examples_per_sec=$one"
-echo "e2e_fulcrum_2ps_1worker_test_accuracy=$one_acc"
+tensorflow() {  # "examples/s accuracy" of one ParameterServerStrategy run
+  "$venv/bin/python" bench/tf_pss_bench.py --num_ps=2 --num_workers=2 --batch_size=64 \
+    --steps="$steps" > "$work/tf.out" 2> "$work/tf.log" || { tail -20 "$work/tf.log" >&2; exit 1; }
+  sed -n 's/^tf_pss_examples_per_sec=//p; s/^tf_pss_test_accuracy=//p' "$work/tf.out" | xargs
+}
 
-tf=$("$venv/bin/python" bench/tf_pss_bench.py --num_ps=2 --num_workers=2 --batch_size=64 \
-       --steps="$steps" 2> "$work/tf.log" | grep '=') || { tail -20 "$work/tf.log" >&2; exit 1; }
-echo "$tf"
-tf_rate=$(sed -n 's/^tf_pss_examples_per_sec=//p' <<< "$tf")
-python3 -c "print('e2e_vs_tensorflow=%.2f' % ($two / $tf_rate))"
-python3 -c "print('e2e_vs_one_worker=%.2f' % ($two / $one))"
+median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+two=() one=() tf=()
+for run in $(seq "$runs"); do
+  out=$(fulcrum 2); read -r rate two_acc <<< "$out"; two+=("$rate")
+  out=$(fulcrum 1); read -r rate one_acc <<< "$out"; one+=("$rate")
+  out=$(tensorflow); read -r rate tf_acc <<< "$out"; tf+=("$rate")
+  echo "run $run of $runs: fulcrum 2 workers ${two[-1]}, 1 worker ${one[-1]}, tensorflow ${tf[-1]} examples/s" >&2
+done
+two_m=$(echo "${two[@]}" | median)
+one_m=$(echo "${one[@]}" | median)
+tf_m=$(echo "${tf[@]}" | median)
+echo "e2e_fulcrum_2ps_2workers_examples_per_sec=$two_m"
+echo "e2e_fulcrum_2ps_2workers_test_accuracy=$two_acc"
+echo "e2e_fulcrum_2ps_1worker_examples_per_sec=$one_m"
+echo "e2e_fulcrum_2ps_1worker_test_accuracy=$one_acc"
+echo "tf_pss_examples_per_sec=$tf_m"
+echo "tf_pss_test_accuracy=$tf_acc"
+sed -n 's/^tf_version=/tf_version=/p' "$work/tf.out"
+python3 -c "print('e2e_vs_tensorflow=%.2f' % ($two_m / $tf_m))"
+python3 -c "print('e2e_vs_one_worker=%.2f' % ($two_m / $one_m))"
