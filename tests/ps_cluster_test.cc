@@ -229,6 +229,40 @@ TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
   EXPECT_TRUE(ps.process->WaitForLine("stopped", absl::Seconds(1)));
 }
 
+// The unary calls serve transfers of one chunk each way; larger ones are
+// refused with a clear error, and nothing is applied.
+TEST(PsClusterTest, SmallCallsRefuseLargeTransfers) {
+  PsProcess ps = StartPs(0, 1, 1, {"--mode=async"});
+  ASSERT_FALSE(ps.address.empty());
+  auto client = PsClient::Connect({ps.address}, PsClientOptions{});
+  ASSERT_TRUE(client->CreateVariables({BigVariable()}).ok());  // 2 shards of 8.2 MiB
+  auto stub =
+      PsService::NewStub(grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()));
+
+  PullRequest pull;
+  pull.set_worker_id(0);
+  pull.add_shards()->set_variable("embedding");
+  PullResponse response;
+  grpc::ClientContext pull_context;
+  const grpc::Status pulled = stub->PullSmall(&pull_context, pull, &response);
+  EXPECT_EQ(pulled.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(pulled.error_message(), HasSubstr("use Pull"));
+
+  PushPullRequest push_pull;
+  push_pull.mutable_push()->set_worker_id(0);
+  ShardSlice* slice = push_pull.mutable_push()->add_gradients();
+  slice->set_variable("embedding");
+  EncodeFloatTensor({1280, 1024}, std::vector<float>(1280 * 1024, 1.0f), slice->mutable_tensor());
+  grpc::ClientContext push_context;
+  const grpc::Status pushed = stub->PushPullSmall(&push_context, push_pull, &response);
+  EXPECT_EQ(pushed.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(pushed.error_message(), HasSubstr("use PushPull"));
+
+  auto described = client->Describe();
+  ASSERT_TRUE(described.ok());
+  EXPECT_EQ((*described)[0].updates_applied(), 0);
+}
+
 TEST(PsClusterTest, KeepServingAfterJobDoneUntilSigterm) {
   PsProcess ps = StartPs(0, 1, 1, {"--keep_serving_after_job_done"});
   ASSERT_FALSE(ps.address.empty());
@@ -268,7 +302,9 @@ TEST(PsClusterTest, PrometheusMetrics) {
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_updates_applied_total 6"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_step 3"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_pushed_bytes_total 96"));  // 3 x 8 floats
-  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_rpc_duration_seconds_count{method=\"PushPull\"} 3"));
+  // Steps this small travel as unary calls.
+  EXPECT_THAT(metrics,
+              HasSubstr("fulcrum_ps_rpc_duration_seconds_count{method=\"PushPullSmall\"} 3"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_gradient_staleness_count 6"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_pulled_bytes_total 96"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_stale_gradients_dropped_total 0"));

@@ -9,7 +9,7 @@ absl::StatusOr<CreateShardsResponse> InProcessPsTransport::CreateShards(
   return ps_->CreateShards(request);
 }
 
-absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& request,
+absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& request, int64_t,
                                                         absl::Time deadline) {
   return ps_->Pull(request, deadline, max_slice_bytes_);
 }
@@ -22,10 +22,11 @@ absl::StatusOr<PushResponse> InProcessPsTransport::Push(const PushRequest& reque
 
 absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(const PushRequest& push,
                                                             const PullRequest& pull,
+                                                            int64_t response_bytes,
                                                             absl::Time deadline) {
   auto pushed = Push(push, deadline);
   if (!pushed.ok()) return pushed.status();
-  auto pulled = Pull(pull, deadline);
+  auto pulled = Pull(pull, response_bytes, deadline);
   if (!pulled.ok()) return pulled.status();
   *pulled->mutable_push_results() = std::move(*pushed->mutable_results());
   return pulled;

@@ -22,10 +22,11 @@ class InProcessPsTransport final : public PsTransport {
   std::string address() const override { return "in-process"; }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
                                                     absl::Time deadline) override;
-  absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline) override;
+  absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
+                                    absl::Time deadline) override;
   absl::StatusOr<PushResponse> Push(const PushRequest& request, absl::Time deadline) override;
   absl::StatusOr<PullResponse> PushPull(const PushRequest& push, const PullRequest& pull,
-                                        absl::Time deadline) override;
+                                        int64_t response_bytes, absl::Time deadline) override;
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override;
   absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;

@@ -145,8 +145,10 @@ absl::StatusOr<std::vector<const VariablePlacement*>> PsClient::Resolve(
 }
 
 std::vector<PullRequest> PsClient::BuildPulls(
-    const std::vector<const VariablePlacement*>& variables) const {
+    const std::vector<const VariablePlacement*>& variables,
+    std::vector<int64_t>* response_bytes) const {
   std::vector<PullRequest> pulls(servers_.size());
+  response_bytes->assign(servers_.size(), 0);
   for (size_t ps = 0; ps < pulls.size(); ++ps) {
     pulls[ps].set_worker_id(options_.worker_id);
     pulls[ps].set_clock(options_.mode == SSP ? clock_ : -1);
@@ -158,6 +160,8 @@ std::vector<PullRequest> PsClient::BuildPulls(
       ShardRef* ref = pulls[shard.ps].add_shards();
       ref->set_variable(variable->spec.name());
       ref->set_shard(shard.shard);
+      (*response_bytes)[shard.ps] +=
+          shard.rows * RowElements(variable->spec.shape()) * EncodedFloatBytes(options_.wire_dtype);
       if (options_.mode == SYNC) {
         auto it = shard_state_.find({variable->spec.name(), shard.shard});
         if (it != shard_state_.end()) ref->set_min_version(it->second.min_version);
@@ -235,16 +239,17 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
 absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* out) {
   auto variables = Resolve(names);
   if (!variables.ok()) return variables.status();
-  std::vector<PullRequest> pulls = BuildPulls(*variables);
+  std::vector<int64_t> response_bytes;
+  std::vector<PullRequest> pulls = BuildPulls(*variables, &response_bytes);
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = pulls[ps].shards_size() > 0;
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "pull", [&](int ps, absl::Time deadline) {
-    auto pulled = servers_[ps]->Pull(pulls[ps], deadline);
+    auto pulled = servers_[ps]->Pull(pulls[ps], response_bytes[ps], deadline);
     if (LostState(pulled.status())) {
       recovered[ps] = true;
-      pulled = RecoverAndPull(ps, pulls[ps], deadline);
+      pulled = RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline);
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
@@ -362,7 +367,8 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   const auto state_before = shard_state_;
   const int64_t clock_before = clock_;
   AfterPush(pushes, std::vector<bool>(servers_.size(), false));
-  std::vector<PullRequest> pulls = BuildPulls(*variables);
+  std::vector<int64_t> response_bytes;
+  std::vector<PullRequest> pulls = BuildPulls(*variables, &response_bytes);
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
@@ -371,10 +377,10 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   }
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "push-pull", [&](int ps, absl::Time deadline) {
-    auto pulled = servers_[ps]->PushPull(pushes[ps], pulls[ps], deadline);
+    auto pulled = servers_[ps]->PushPull(pushes[ps], pulls[ps], response_bytes[ps], deadline);
     if (LostState(pulled.status())) {
       recovered[ps] = true;  // the push is dropped
-      pulled = RecoverAndPull(ps, pulls[ps], deadline);
+      pulled = RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline);
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
@@ -406,12 +412,13 @@ absl::Status PsClient::Recover(int ps, absl::Time deadline) {
 }
 
 absl::StatusOr<PullResponse> PsClient::RecoverAndPull(int ps, PullRequest pull,
+                                                      int64_t response_bytes,
                                                       absl::Time deadline) {
   if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
   // What the restarted server has, with no versions to wait for.
   pull.set_incarnation(incarnations_[ps]);
   for (ShardRef& ref : *pull.mutable_shards()) ref.set_min_version(0);
-  return servers_[ps]->Pull(pull, deadline);
+  return servers_[ps]->Pull(pull, response_bytes, deadline);
 }
 
 void PsClient::ForgetVersions(const std::vector<bool>& recovered) {

@@ -170,7 +170,10 @@ class PsClient {
   absl::StatusOr<std::vector<const VariablePlacement*>> Resolve(
       const std::vector<std::string>& names) const;
   absl::Status BuildPushes(const TensorMap& gradients, std::vector<PushRequest>* per_ps) const;
-  std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables) const;
+  // The pull of `variables` from each server, and the tensor bytes each
+  // answers with.
+  std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables,
+                                      std::vector<int64_t>* response_bytes) const;
   absl::Status Assemble(const std::vector<const VariablePlacement*>& variables,
                         std::vector<PullResponse>& responses, TensorMap* out);
   void AfterPush(const std::vector<PushRequest>& pushes, const std::vector<bool>& dropped);
@@ -183,7 +186,8 @@ class PsClient {
   // Creates this client's variables on server `ps` again after it lost them.
   absl::Status Recover(int ps, absl::Time deadline);
   // Recover(ps), then `pull` from it afresh.
-  absl::StatusOr<PullResponse> RecoverAndPull(int ps, PullRequest pull, absl::Time deadline);
+  absl::StatusOr<PullResponse> RecoverAndPull(int ps, PullRequest pull, int64_t response_bytes,
+                                              absl::Time deadline);
   // Forgets the versions learned from the servers in `recovered`.
   void ForgetVersions(const std::vector<bool>& recovered);
   absl::Status ForEachServer(const std::vector<bool>& involved, const std::string& what,

@@ -209,9 +209,9 @@ class FlakyTransport final : public PsTransport {
     if (Fail()) return absl::UnavailableError("connection refused");
     return inner_.CreateShards(r, d);
   }
-  absl::StatusOr<PullResponse> Pull(const PullRequest& r, absl::Time d) override {
+  absl::StatusOr<PullResponse> Pull(const PullRequest& r, int64_t bytes, absl::Time d) override {
     if (Fail()) return absl::UnavailableError("connection refused");
-    auto pulled = inner_.Pull(r, d);
+    auto pulled = inner_.Pull(r, bytes, d);
     if (pulled.ok() && mangle_pull) mangle_pull(&*pulled);
     return pulled;
   }
@@ -219,8 +219,8 @@ class FlakyTransport final : public PsTransport {
     return inner_.Push(r, d);
   }
   absl::StatusOr<PullResponse> PushPull(const PushRequest& p, const PullRequest& r,
-                                        absl::Time d) override {
-    return inner_.PushPull(p, r, d);
+                                        int64_t bytes, absl::Time d) override {
+    return inner_.PushPull(p, r, bytes, d);
   }
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& r, absl::Time d) override {
     return inner_.Heartbeat(r, d);

@@ -5,6 +5,7 @@
 #ifndef FULCRUM_WORKER_PS_TRANSPORT_H_
 #define FULCRUM_WORKER_PS_TRANSPORT_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,17 +25,20 @@ class PsTransport {
                                                             absl::Time deadline) = 0;
 
   // The response holds each requested shard as one or more slices of rows
-  // that together cover it.
-  virtual absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline) = 0;
+  // that together cover it. `response_bytes` is the tensor data the caller
+  // expects back (the shards' size in the request's wire_dtype): a
+  // transport may make a cheaper call for small transfers.
+  virtual absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
+                                            absl::Time deadline) = 0;
 
   // The gradients may hold a shard as several slices of rows that together
   // cover it.
   virtual absl::StatusOr<PushResponse> Push(const PushRequest& request, absl::Time deadline) = 0;
 
   // Push, then pull, in one round trip. The response's push_results hold the
-  // push's outcome.
+  // push's outcome; `response_bytes` as for Pull.
   virtual absl::StatusOr<PullResponse> PushPull(const PushRequest& push, const PullRequest& pull,
-                                                absl::Time deadline) = 0;
+                                                int64_t response_bytes, absl::Time deadline) = 0;
 
   virtual absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                                       absl::Time deadline) = 0;

@@ -18,11 +18,10 @@ absl::Time Deadline(const grpc::ServerContext* context) {
   return absl::FromChrono(context->deadline());
 }
 
-// Joins the messages of a streamed push into one push of whole shards,
-// refusing a stream that carries more than `max_bytes` of tensor data.
-absl::Status MergePush(PushRequest* part, bool first, int64_t max_bytes, PushRequest* merged,
-                       int64_t* bytes) {
-  for (const ShardSlice& slice : part->gradients()) {
+// Adds the tensor bytes of `part` to `bytes`, refusing a push that carries
+// more than `max_bytes` in all.
+absl::Status CountPushBytes(const PushRequest& part, int64_t max_bytes, int64_t* bytes) {
+  for (const ShardSlice& slice : part.gradients()) {
     *bytes += static_cast<int64_t>(slice.tensor().data().size());
   }
   if (max_bytes == 0 && *bytes > 0) {
@@ -31,9 +30,17 @@ absl::Status MergePush(PushRequest* part, bool first, int64_t max_bytes, PushReq
   }
   if (*bytes > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "push stream carries over ", *bytes, " bytes of gradients; this server holds only ",
+        "push carries over ", *bytes, " bytes of gradients; this server holds only ",
         max_bytes, " bytes of variables"));
   }
+  return absl::OkStatus();
+}
+
+// Joins the messages of a streamed push into one push of whole shards,
+// refusing a stream that carries more than `max_bytes` of tensor data.
+absl::Status MergePush(PushRequest* part, bool first, int64_t max_bytes, PushRequest* merged,
+                       int64_t* bytes) {
+  if (absl::Status s = CountPushBytes(*part, max_bytes, bytes); !s.ok()) return s;
   if (first) {
     merged->set_worker_id(part->worker_id());
     merged->set_clock(part->clock());
@@ -97,9 +104,7 @@ class PsGrpcServer::Service final : public PsService::Service {
         return ToGrpcStatus(s);
       }
     }
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
-    if (absl::Status s = JoinSlices(merged.mutable_gradients()); !s.ok()) return ToGrpcStatus(s);
-    auto result = ps_->Push(merged);
+    auto result = ApplyPush(&merged, bytes);
     if (result.ok()) *response = *std::move(result);
     return ToGrpcStatus(result.status());
   }
@@ -121,11 +126,42 @@ class PsGrpcServer::Service final : public PsService::Service {
       }
       if (part.has_pull()) pull = part.pull();
     }
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
-    if (absl::Status s = JoinSlices(merged.mutable_gradients()); !s.ok()) return ToGrpcStatus(s);
-    auto pushed = ps_->Push(merged);
+    auto pushed = ApplyPush(&merged, bytes);
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
     return ToGrpcStatus(PullAndWrite(pull, Deadline(context), pushed->results(), stream));
+  }
+
+  grpc::Status PullSmall(grpc::ServerContext* context, const PullRequest* request,
+                         PullResponse* response) override {
+    RpcTimer timer(metrics_, "PullSmall");
+    return ToGrpcStatus(PullOne(*request, Deadline(context), response));
+  }
+
+  grpc::Status PushPullSmall(grpc::ServerContext* context, const PushPullRequest* request,
+                             PullResponse* response) override {
+    RpcTimer timer(metrics_, "PushPullSmall");
+    int64_t bytes = 0;
+    if (absl::Status s = CountPushBytes(request->push(), ps_->max_push_bytes(), &bytes);
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    if (bytes > kChunkBytes) {
+      return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+          "a small push-pull carries at most ", kChunkBytes, " bytes of gradients, this one ",
+          bytes, "; use PushPull")));
+    }
+    // Applied as it came: one message holds each shard whole (a shard in
+    // several slices is refused by the server's checks).
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
+    auto pushed = ps_->Push(request->push());
+    if (!pushed.ok()) return ToGrpcStatus(pushed.status());
+    PullRequest pull = request->pull();
+    if (!request->has_pull()) pull.set_worker_id(-1);  // only the push's outcome
+    if (absl::Status s = PullOne(pull, Deadline(context), response); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    *response->mutable_push_results() = std::move(*pushed->mutable_results());
+    return grpc::Status::OK;
   }
 
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
@@ -161,6 +197,29 @@ class PsGrpcServer::Service final : public PsService::Service {
   }
 
  private:
+  // Applies a push merged from `bytes` of streamed gradients.
+  absl::StatusOr<PushResponse> ApplyPush(PushRequest* merged, int64_t bytes) {
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
+    if (absl::Status s = JoinSlices(merged->mutable_gradients()); !s.ok()) return s;
+    return ps_->Push(*merged);
+  }
+
+  // The pulled shards in one message, of at most kChunkBytes of tensor data.
+  absl::Status PullOne(const PullRequest& request, absl::Time deadline, PullResponse* response) {
+    auto result = ps_->Pull(request, deadline, kChunkBytes);
+    if (!result.ok()) return result.status();
+    int64_t bytes = 0;
+    for (const ShardSlice& slice : result->slices()) bytes += slice.tensor().data().size();
+    if (bytes > kChunkBytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("a small pull answers at most ", kChunkBytes,
+                                                       " bytes of tensors, this one ", bytes,
+                                                       "; use Pull"));
+    }
+    if (metrics_ != nullptr) metrics_->AddPulledBytes(bytes);
+    *response->mutable_slices() = std::move(*result->mutable_slices());
+    return absl::OkStatus();
+  }
+
   // Writes the pulled shards as messages of about kChunkBytes; the
   // first (always at least one) carries `push_results`.
   absl::Status PullAndWrite(

@@ -131,7 +131,12 @@ absl::StatusOr<CreateShardsResponse> GrpcPsTransport::CreateShards(
 }
 
 absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
-                                                   absl::Time deadline) {
+                                                   int64_t response_bytes, absl::Time deadline) {
+  if (response_bytes <= kChunkBytes) {
+    return Unary<PullResponse>(deadline, [&](auto* context, auto* response) {
+      return stub_->PullSmall(context, request, response);
+    }, [this](const grpc::Status& s) { return Convert(s); });
+  }
   grpc::ClientContext context;
   Prepare(deadline, &context);
   auto reader = stub_->Pull(&context, request);
@@ -155,7 +160,26 @@ absl::StatusOr<PushResponse> GrpcPsTransport::Push(const PushRequest& request,
 
 absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(const PushRequest& push,
                                                        const PullRequest& pull,
+                                                       int64_t response_bytes,
                                                        absl::Time deadline) {
+  int64_t push_bytes = 0;
+  bool whole_shards = true;  // the small call takes each shard in one slice
+  for (const ShardSlice& slice : push.gradients()) {
+    push_bytes += static_cast<int64_t>(slice.tensor().data().size());
+    whole_shards = whole_shards && slice.row_offset() == 0;
+  }
+  if (push_bytes <= kChunkBytes && response_bytes <= kChunkBytes && whole_shards) {
+    // The push and pull are lent to the request for the call, not copied.
+    PushPullRequest request;
+    request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push));
+    request.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull));
+    auto result = Unary<PullResponse>(deadline, [&](auto* context, auto* response) {
+      return stub_->PushPullSmall(context, request, response);
+    }, [this](const grpc::Status& s) { return Convert(s); });
+    request.unsafe_arena_release_push();
+    request.unsafe_arena_release_pull();
+    return result;
+  }
   grpc::ClientContext context;
   Prepare(deadline, &context);
   auto stream = stub_->PushPull(&context);

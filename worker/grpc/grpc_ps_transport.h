@@ -1,4 +1,5 @@
-// PsTransport over gRPC: streams shards in chunks of kChunkBytes, raises
+// PsTransport over gRPC: streams shards in chunks of kChunkBytes (a pull or
+// push-pull within one chunk each way is a single unary call), raises
 // gRPC's message limits, and waits for a server that is not up yet until
 // each call's deadline (then UNAVAILABLE). Thread-safe.
 #ifndef FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
@@ -26,10 +27,11 @@ class GrpcPsTransport final : public PsTransport {
   std::string address() const override { return address_; }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
                                                     absl::Time deadline) override;
-  absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline) override;
+  absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
+                                    absl::Time deadline) override;
   absl::StatusOr<PushResponse> Push(const PushRequest& request, absl::Time deadline) override;
   absl::StatusOr<PullResponse> PushPull(const PushRequest& push, const PullRequest& pull,
-                                        absl::Time deadline) override;
+                                        int64_t response_bytes, absl::Time deadline) override;
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override;
   absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;
