@@ -22,7 +22,7 @@ work=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 iperf3 -s -1 -B 127.0.0.1 -p "$port" > "$work/iperf-server.log" 2>&1 &
 server=$!
-trap 'kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 100); do  # until the server listens (at most 5 s)
   ss -ltn "sport = :$port" | grep -q LISTEN && break
   sleep 0.05
