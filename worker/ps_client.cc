@@ -261,7 +261,10 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
 
 absl::Status PsClient::BuildPushes(const TensorMap& gradients,
                                    std::vector<PushRequest>* per_ps) const {
-  per_ps->assign(servers_.size(), PushRequest());
+  // Cleared, not replaced: a reused request keeps its slices and their
+  // buffers, so a step fills last step's memory instead of allocating.
+  per_ps->resize(servers_.size());
+  for (PushRequest& request : *per_ps) request.Clear();
   for (size_t ps = 0; ps < per_ps->size(); ++ps) {
     (*per_ps)[ps].set_worker_id(options_.worker_id);
     (*per_ps)[ps].set_clock(options_.mode == SSP ? clock_ : -1);
@@ -326,7 +329,7 @@ PushStats PsClient::Summarize(const google::protobuf::RepeatedPtrField<ShardPush
 }
 
 absl::StatusOr<PushStats> PsClient::Push(const TensorMap& gradients) {
-  std::vector<PushRequest> pushes;
+  std::vector<PushRequest>& pushes = pushes_;
   if (absl::Status s = BuildPushes(gradients, &pushes); !s.ok()) return s;
   std::vector<PushResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
@@ -360,7 +363,7 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
                                              TensorMap* out) {
   auto variables = Resolve(names);
   if (!variables.ok()) return variables.status();
-  std::vector<PushRequest> pushes;
+  std::vector<PushRequest>& pushes = pushes_;
   if (absl::Status s = BuildPushes(gradients, &pushes); !s.ok()) return s;
   // The pull half runs after the push: it waits for the step the push joined
   // (sync) and runs at the next clock (SSP). Undone if the call fails.

@@ -201,6 +201,7 @@ class PsClient {
   std::vector<CreateShardsRequest> create_requests_;     // per server
   std::vector<uint64_t> incarnations_;                   // per server, from CreateShards
   std::map<std::pair<std::string, int>, ShardState> shard_state_;
+  std::vector<PushRequest> pushes_;  // per server, reused by every Push and PushPull
   int64_t step_ = 0;
   int64_t clock_ = 0;
 
