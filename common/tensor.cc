@@ -150,14 +150,12 @@ __attribute__((target("avx,f16c"))) void FromFloat16F16c(const uint16_t* in, flo
 }
 
 const bool kHasF16c = __builtin_cpu_supports("f16c");
-#else
-constexpr bool kHasF16c = false;
-void ToFloat16F16c(const float*, uint16_t*, size_t) {}
-void FromFloat16F16c(const uint16_t*, float*, size_t) {}
 #endif
 
 void ToFloat16(const float* in, uint16_t* out, size_t n) {
+#if defined(__x86_64__)
   if (kHasF16c) return ToFloat16F16c(in, out, n);
+#endif
   for (size_t i = 0; i < n; ++i) {
     const _Float16 half = static_cast<_Float16>(in[i]);
     std::memcpy(&out[i], &half, sizeof(half));
@@ -165,7 +163,9 @@ void ToFloat16(const float* in, uint16_t* out, size_t n) {
 }
 
 void FromFloat16(const uint16_t* in, float* out, size_t n) {
+#if defined(__x86_64__)
   if (kHasF16c) return FromFloat16F16c(in, out, n);
+#endif
   for (size_t i = 0; i < n; ++i) {
     _Float16 half;
     std::memcpy(&half, &in[i], sizeof(half));

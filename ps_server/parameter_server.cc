@@ -1,7 +1,6 @@
 #include "ps_server/parameter_server.h"
 
 #include <algorithm>
-#include <cmath>
 #include <random>
 #include <set>
 
@@ -12,9 +11,6 @@
 #include "common/tensor.h"
 
 namespace fulcrum {
-namespace {
-
-}  // namespace
 
 absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
   if (config.mode() != ASYNC && config.mode() != SYNC && config.mode() != SSP) {
