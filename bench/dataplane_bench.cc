@@ -114,6 +114,14 @@ std::vector<double> Time(int iterations, Fn fn) {
   return seconds;
 }
 
+// Seconds per push-pull of the cluster's gradients, pulling every variable.
+std::vector<double> TimePushPull(Cluster& cluster, int iterations) {
+  TensorMap out;
+  return Time(iterations, [&] {
+    if (!cluster.client->PushPull(cluster.grads, {}, &out).ok()) std::abort();
+  });
+}
+
 // Reads or writes exactly `n` bytes; false when the peer went away.
 template <typename Io>
 bool Exactly(Io io, int fd, char* buf, size_t n) {
@@ -219,10 +227,7 @@ int Run() {
     double ps_mbs[3] = {0, 0, 0};  // 1 PS, 4 PS, 4 PS with bfloat16
     for (int k = 0; k < 3; ++k) {
       Cluster cluster(k == 0 ? 1 : 4, size, k == 2 ? DT_BFLOAT16 : DT_FLOAT);
-      TensorMap out;
-      const double s = Mean(Time(capped, [&] {
-        if (!cluster.client->PushPull(cluster.grads, {}, &out).ok()) std::abort();
-      }));
+      const double s = Mean(TimePushPull(cluster, capped));
       ps_mbs[k] = 2.0 * size / s / 1e6;  // the tensor goes out and comes back
     }
     const double echo_mbs = 2.0 * size / echo_s / 1e6;
@@ -243,9 +248,7 @@ int Run() {
   const std::vector<double> pull = Time(n, [&] {
     if (!cluster.client->Pull({}, &out).ok()) std::abort();
   });
-  const std::vector<double> push_pull = Time(n, [&] {
-    if (!cluster.client->PushPull(cluster.grads, {}, &out).ok()) std::abort();
-  });
+  const std::vector<double> push_pull = TimePushPull(cluster, n);
   bench::Bytes small;
   small.set_data(std::string(4 << 10, 'x'));
   const std::vector<double> echo_small = Time(n, [&] {
@@ -272,17 +275,13 @@ int Run() {
   model.optimizer.set_kind(OptimizerSpec::ADAM);
   model.optimizer.set_learning_rate(1e-6f);
   model.num_ps = 2;
-  Cluster mlp(2, model);
-  const std::vector<double> mlp_step = Time(quick ? 200 : 1000, [&] {
-    if (!mlp.client->PushPull(mlp.grads, {}, &out).ok()) std::abort();
-  });
-  std::printf("mlp_pushpull_2ps_p50_us=%.1f\nmlp_pushpull_2ps_p99_us=%.1f\n",
-              Percentile(mlp_step, 0.5) * 1e6, Percentile(mlp_step, 0.99) * 1e6);
-  Cluster mlp_bf16(2, model, DT_BFLOAT16);
-  const std::vector<double> mlp_bf16_step = Time(quick ? 200 : 1000, [&] {
-    if (!mlp_bf16.client->PushPull(mlp_bf16.grads, {}, &out).ok()) std::abort();
-  });
-  std::printf("mlp_pushpull_2ps_bf16_p50_us=%.1f\n", Percentile(mlp_bf16_step, 0.5) * 1e6);
+  for (DataType wire : {DT_FLOAT, DT_BFLOAT16}) {
+    Cluster mlp(2, model, wire);
+    const std::vector<double> step = TimePushPull(mlp, quick ? 200 : 1000);
+    const char* suffix = wire == DT_FLOAT ? "" : "_bf16";
+    std::printf("mlp_pushpull_2ps%s_p50_us=%.1f\nmlp_pushpull_2ps%s_p99_us=%.1f\n", suffix,
+                Percentile(step, 0.5) * 1e6, suffix, Percentile(step, 0.99) * 1e6);
+  }
   echo_server->Shutdown();
   return 0;
 }
