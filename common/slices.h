@@ -1,5 +1,5 @@
 // Shards on the wire as slices of rows: splitting a shard into slices that
-// fit a message, and joining received slices back into whole shards.
+// fit a message, and grouping slices into messages.
 // Shared by the server and the client. Pure functions; thread-safe.
 #ifndef FULCRUM_COMMON_SLICES_H_
 #define FULCRUM_COMMON_SLICES_H_
@@ -28,12 +28,6 @@ absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t v
                                absl::Span<const int64_t> shard_shape,
                                absl::Span<const float> values, DataType encoding,
                                int64_t max_slice_bytes, SliceList* out);
-
-// Joins slices of the same (variable, shard) into one slice from row 0, in
-// first-seen order. The parts must share one float encoding and version,
-// agree on trailing dims, and tile the rows from 0 without gap or overlap;
-// else INVALID_ARGUMENT.
-absl::Status JoinSlices(SliceList* slices);
 
 // Groups slices into batches of about max_batch_bytes of tensor data (a
 // larger slice travels alone), keeping their order.

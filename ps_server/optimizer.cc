@@ -78,9 +78,11 @@ void ApplyRange(const OptimizerSpec& spec, float lr, size_t n, const float* __re
 
 }  // namespace
 
-void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, absl::Span<const float> grad,
+void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots) {
-  CHECK(grad.size() == var.size());
+  size_t grad_size = 0;
+  for (absl::Span<const float> part : grad) grad_size += part.size();
+  CHECK(grad_size == var.size());
   float lr = spec.learning_rate();
   if (spec.kind() == OptimizerSpec::ADAM) {  // bias correction, in double as Keras does
     const double t = static_cast<double>(iteration);
@@ -100,10 +102,18 @@ void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, absl::Span<cons
   ParallelFor(*helpers, static_cast<int>(parts), [&](int p) {
     const size_t begin = p * per_part;
     const size_t end = std::min(n, begin + per_part);
-    if (begin >= end) return;
-    ApplyRange(spec, lr, end - begin, grad.data() + begin, var.data() + begin,
-               slot0 == nullptr ? nullptr : slot0 + begin,
-               slot1 == nullptr ? nullptr : slot1 + begin);
+    // Elements [begin, end) of the shard, from whichever gradient parts hold them.
+    size_t part_begin = 0;
+    for (absl::Span<const float> part : grad) {
+      const size_t lo = std::max(begin, part_begin);
+      const size_t hi = std::min(end, part_begin + part.size());
+      if (lo < hi) {
+        ApplyRange(spec, lr, hi - lo, part.data() + (lo - part_begin), var.data() + lo,
+                   slot0 == nullptr ? nullptr : slot0 + lo,
+                   slot1 == nullptr ? nullptr : slot1 + lo);
+      }
+      part_begin += part.size();
+    }
   });
 }
 

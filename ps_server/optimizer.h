@@ -22,9 +22,13 @@ using OptimizerSlots = std::vector<std::vector<float>>;
 // canonical (CanonicalSpec).
 OptimizerSlots MakeSlots(const OptimizerSpec& spec, int64_t num_elements);
 
+// A shard's gradient as consecutive parts (the slices it arrived in) whose
+// concatenation is as long as the shard.
+using GradientParts = absl::Span<const absl::Span<const float>>;
+
 // Applies `grad` to `var`. `iteration` is 1 for the first update of the shard
 // (Adam's bias correction uses it).
-void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, absl::Span<const float> grad,
+void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots);
 
 }  // namespace fulcrum

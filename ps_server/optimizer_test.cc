@@ -41,7 +41,8 @@ TEST_P(OptimizerTest, MatchesHandComputedSteps) {
     // The second element gets the negated gradient: every rule here is odd
     // in the gradient, so it must move by the same amount the other way.
     const std::vector<float> grad = {grads[step], -grads[step]};
-    ApplyGradient(opt, step + 1, grad, absl::MakeSpan(var), slots);
+    const absl::Span<const float> whole(grad);
+    ApplyGradient(opt, step + 1, {whole}, absl::MakeSpan(var), slots);
     EXPECT_NEAR(var[0], c.expected[step], 2e-6) << c.name << " step " << step + 1;
     EXPECT_NEAR(var[1], 2.0 - c.expected[step], 2e-6) << c.name << " step " << step + 1;
   }
@@ -57,8 +58,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"adam", OptimizerSpec::ADAM, false, {0.9000003, 0.9366106, 0.9502797}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
-// A shard large enough to be split over threads (and vectorised) must be
-// updated exactly as element-by-element updates of the same rule would.
+// A shard large enough to be split over threads (and vectorised), with its
+// gradient in parts as slices bring it, must be updated exactly as small
+// updates of the same rule would.
 TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
   const Case& c = GetParam();
   VariableSpec spec;
@@ -84,12 +86,18 @@ TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
   for (size_t begin = 0; begin < n; begin += kPiece) {
     piece_slots.push_back(MakeSlots(opt, std::min(kPiece, n - begin)));
   }
+  // Parts that straddle the threads' ranges: one element, then uneven sizes.
+  const absl::Span<const float> all(grad);
+  const std::vector<absl::Span<const float>> parts = {
+      all.subspan(0, 1), all.subspan(1, (size_t{1} << 20) + 3),
+      all.subspan((size_t{1} << 20) + 4, size_t{1} << 20),
+      all.subspan((size_t{2} << 20) + 4)};
   for (int step = 1; step <= 3; ++step) {
-    ApplyGradient(opt, step, grad, absl::MakeSpan(big), big_slots);
+    ApplyGradient(opt, step, parts, absl::MakeSpan(big), big_slots);
     for (size_t begin = 0, p = 0; begin < n; begin += kPiece, ++p) {
       const size_t len = std::min(kPiece, n - begin);
-      ApplyGradient(opt, step, absl::MakeConstSpan(&grad[begin], len),
-                    absl::MakeSpan(&small[begin], len), piece_slots[p]);
+      const absl::Span<const float> piece = all.subspan(begin, len);
+      ApplyGradient(opt, step, {piece}, absl::MakeSpan(&small[begin], len), piece_slots[p]);
     }
     size_t differ = 0, first = n;
     for (size_t i = 0; i < n; ++i) {

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <random>
-#include <set>
+#include <deque>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -215,6 +216,64 @@ void ParameterServer::RecordOutcome(const ShardPushResult& result) {
   }
 }
 
+absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::DecodePush(
+    const PushRequest& request, std::deque<std::vector<float>>* widened) const {
+  std::vector<PushedShard> pushed;
+  std::map<Shard*, std::vector<const ShardSlice*>> slices;
+  for (const ShardSlice& grad : request.gradients()) {
+    absl::StatusOr<Shard*> found = store_.Find(grad.variable(), grad.shard());
+    if (!found.ok()) return found.status();
+    std::vector<const ShardSlice*>& list = slices[*found];
+    if (list.empty()) pushed.push_back({*found, grad.version(), {}});
+    list.push_back(&grad);
+  }
+  for (PushedShard& grad : pushed) {
+    Shard* shard = grad.shard;
+    std::vector<const ShardSlice*>& list = slices[shard];
+    std::sort(list.begin(), list.end(), [](const ShardSlice* a, const ShardSlice* b) {
+      return a->row_offset() < b->row_offset();
+    });
+    // The slices must tile the shard's rows in order: each starts where the
+    // one before ends and the last ends with the shard, all computed from
+    // one version.
+    const int64_t rows = shard->shape()[0];
+    int64_t next_row = 0;
+    for (const ShardSlice* slice : list) {
+      const std::string what =
+          list.size() == 1 ? absl::StrCat(shard->label(), " gradient")
+                           : absl::StrCat(shard->label(), " gradient rows from ", slice->row_offset());
+      if (slice->row_offset() != next_row) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            shard->label(), ": gradient ",
+            slice->row_offset() < next_row ? "slices overlap at row " : "lacks rows from ",
+            std::min(next_row, slice->row_offset()), "; a push must cover whole shards"));
+      }
+      if (slice->version() != grad.version) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": computed at version ", slice->version(),
+                         ", the shard's other slices at ", grad.version));
+      }
+      // The last slice must hold the rows left; the others, any of them.
+      Shape part_shape = shard->shape();
+      part_shape[0] = slice == list.back() || slice->tensor().shape_size() == 0
+                          ? rows - next_row
+                          : std::clamp<int64_t>(slice->tensor().shape(0), 0, rows - next_row);
+      auto decoded =
+          DecodeFloatTensor(slice->tensor(), part_shape, what, &widened->emplace_back());
+      if (!decoded.ok()) return decoded.status();
+      if (int64_t bad = FirstNonFinite(*decoded); bad >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            shard->label(), ": gradient element ", next_row * RowElements(part_shape) + bad,
+            " is ", (*decoded)[bad], "; the push is rejected, nothing applied"));
+      }
+      grad.parts.push_back(*decoded);
+      next_row += part_shape[0];
+    }
+    if (absl::Status s = shard->CheckComputedAt(grad.version); !s.ok()) return s;
+  }
+  return pushed;
+}
+
 absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
   const int worker = request.worker_id();
   if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
@@ -226,45 +285,16 @@ absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
   workers_.Renew(worker);
 
   // Check the whole request before touching any shard.
-  std::vector<Shard*> shards;
-  std::vector<absl::Span<const float>> values;
-  std::vector<std::vector<float>> widened(request.gradients_size());  // of 16-bit encodings
-  std::set<Shard*> seen;
-  for (const ShardSlice& grad : request.gradients()) {
-    absl::StatusOr<Shard*> found = store_.Find(grad.variable(), grad.shard());
-    if (!found.ok()) return found.status();
-    Shard* shard = *found;
-    if (!seen.insert(shard).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(shard->label(), ": appears twice in one push"));
-    }
-    if (grad.row_offset() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          shard->label(), ": gradient starts at row ", grad.row_offset(),
-          "; a push must cover whole shards"));
-    }
-    auto decoded = DecodeFloatTensor(grad.tensor(), shard->shape(),
-                                     absl::StrCat(shard->label(), " gradient"),
-                                     &widened[shards.size()]);
-    if (!decoded.ok()) return decoded.status();
-    if (int64_t bad = FirstNonFinite(*decoded); bad >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(shard->label(), ": gradient element ", bad, " is ", (*decoded)[bad],
-                       "; the push is rejected, nothing applied"));
-    }
-    if (absl::Status s = shard->CheckComputedAt(grad.version()); !s.ok()) return s;
-    shards.push_back(shard);
-    values.push_back(*decoded);
-  }
-
+  std::deque<std::vector<float>> widened;  // of 16-bit encodings; never moves
+  auto pushed = DecodePush(request, &widened);
+  if (!pushed.ok()) return pushed.status();
   PushResponse response;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const ShardSlice& grad = request.gradients(i);
+  for (const PushedShard& grad : *pushed) {
     absl::StatusOr<ShardPushResult> result =
         config_.mode() == SYNC
-            ? shards[i]->Accumulate(worker, values[i], grad.version(), RequiredReplicas())
-            : shards[i]->ApplyNow(values[i], grad.version(),
-                                  config_.mode() == ASYNC ? config_.max_staleness() : -1);
+            ? grad.shard->Accumulate(worker, grad.parts, grad.version, RequiredReplicas())
+            : grad.shard->ApplyNow(grad.parts, grad.version,
+                                   config_.mode() == ASYNC ? config_.max_staleness() : -1);
     if (!result.ok()) return result.status();
     RecordOutcome(*result);
     *response.add_results() = *std::move(result);

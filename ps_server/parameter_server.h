@@ -6,12 +6,15 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/config.pb.h"
 #include "common/file_system.h"
 #include "proto/checkpoint.pb.h"
@@ -63,8 +66,8 @@ class ParameterServer {
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline,
                                     int64_t max_slice_bytes);
 
-  // Applies or accumulates gradients, each covering a whole shard, as the
-  // mode says. The request is checked whole first (worker, variables,
+  // Applies or accumulates gradients as the mode says. A shard's gradient
+  // may arrive as several slices of rows, which must tile it exactly. The request is checked whole first (worker, variables,
   // shapes, dtypes, NaN/Inf, versions): on any error nothing is applied.
   absl::StatusOr<PushResponse> Push(const PushRequest& request);
 
@@ -95,6 +98,18 @@ class ParameterServer {
  private:
   static constexpr int kStalenessBuckets = 16;
 
+  // One shard's pushed gradient, checked and decoded: its slices' values
+  // in row order, which tile the shard.
+  struct PushedShard {
+    Shard* shard;
+    int64_t version;  // the gradient was computed from
+    std::vector<absl::Span<const float>> parts;
+  };
+  // Checks every gradient of `request` (variables, shapes, dtypes, tiling,
+  // NaN/Inf, versions) and decodes it; 16-bit values are widened into
+  // `widened`, which the parts point into.
+  absl::StatusOr<std::vector<PushedShard>> DecodePush(
+      const PushRequest& request, std::deque<std::vector<float>>* widened) const;
   int RequiredReplicas() const;
   // After workers died or finished: completes the sync steps the remaining
   // active workers have finished, and the job if it is done.

@@ -61,6 +61,14 @@ ShardSlice Gradient(const std::string& name, int64_t version, std::vector<float>
   return slice;
 }
 
+// Rows [row_offset, row_offset + values.size()) of a gradient of `name`.
+ShardSlice Slice(const std::string& name, int64_t version, int64_t row_offset,
+                 std::vector<float> values) {
+  ShardSlice slice = Gradient(name, version, std::move(values));
+  slice.set_row_offset(row_offset);
+  return slice;
+}
+
 PushRequest Push(int worker, int64_t version, float value, int64_t clock = -1) {
   PushRequest request;
   request.set_worker_id(worker);
@@ -255,6 +263,45 @@ TEST(AsyncModeTest, MaxStalenessDropsOldPushes) {
   EXPECT_EQ(ps.Describe().stale_gradients_dropped(), 1);
 }
 
+// w's values, as a pull sees them.
+std::vector<float> ValuesOfW(ParameterServer& ps) {
+  auto pulled = PullW(ps, -1);
+  EXPECT_TRUE(pulled.ok()) << pulled.status();
+  if (!pulled.ok()) return {};
+  const absl::Span<const float> values = FloatValues(pulled->slices(0).tensor());
+  return std::vector<float>(values.begin(), values.end());
+}
+
+// A shard's gradient may arrive in slices of rows, in any order and encoding:
+// it is applied (or accumulated) once, as the whole gradient would be.
+TEST(SlicedPushTest, SlicesApplyAsTheWholeGradientWould) {
+  for (ConsistencyMode mode : {ASYNC, SYNC}) {
+    ParameterServer ps(Config(mode, mode == SYNC ? 2 : 1));
+    Create(ps, WholeShard());
+    PushRequest sliced;
+    sliced.set_worker_id(0);
+    *sliced.add_gradients() = Slice("w", 0, 1, {2, 3, 4});
+    *sliced.add_gradients() = Slice("w", 0, 0, {1});
+    ASSERT_TRUE(EncodeFloatTensor({3}, std::vector<float>{2, 3, 4}, DT_BFLOAT16, "w",
+                                  sliced.mutable_gradients(0)->mutable_tensor())
+                    .ok());
+    auto pushed = ps.Push(sliced);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    ASSERT_EQ(pushed->results_size(), 1);  // one shard, one outcome
+    if (mode == SYNC) {
+      EXPECT_EQ(pushed->results(0).outcome(), ShardPushResult::ACCUMULATED);
+      PushRequest whole = Push(1, 0, 0.0f);
+      *whole.mutable_gradients(0) = Gradient("w", 0, {3, 2, 1, 2});
+      EXPECT_EQ(PushOutcome(ps, whole), ShardPushResult::APPLIED);
+      EXPECT_EQ(ValuesOfW(ps), (std::vector<float>{-2, -2, -2, -3}));  // the mean
+    } else {
+      EXPECT_EQ(pushed->results(0).outcome(), ShardPushResult::APPLIED);
+      EXPECT_EQ(ValuesOfW(ps), (std::vector<float>{-1, -2, -3, -4}));
+    }
+    EXPECT_EQ(ValueAndVersion(ps).second, 1) << "one update, not one per slice";
+  }
+}
+
 class BadInputTest : public ::testing::Test {
  protected:
   BadInputTest() : ps_(Config(ASYNC, 2)) {
@@ -360,8 +407,33 @@ TEST_F(BadInputTest, WorkerOutOfRangeAndFutureVersionsAreRejected) {
   EXPECT_THAT(future.status().message(), HasSubstr("version 5"));
   PushRequest twice = Push(0, 0, 1.0f);
   *twice.add_gradients() = twice.gradients(0);
-  EXPECT_THAT(ps_.Push(twice).status().message(), HasSubstr("twice"));
+  EXPECT_THAT(ps_.Push(twice).status().message(), HasSubstr("slices overlap at row 0"));
   ExpectUntouched();
+}
+
+TEST_F(BadInputTest, SlicesThatDoNotTileTheShardAreRejected) {
+  struct Bad {
+    std::vector<ShardSlice> slices;
+    const char* message;
+  };
+  const std::vector<Bad> cases = {
+      {{Slice("w", 0, 0, {1}), Slice("w", 0, 2, {1, 1})}, "lacks rows from 1"},
+      {{Slice("w", 0, 0, {1, 1}), Slice("w", 0, 1, {1, 1, 1})}, "slices overlap at row 1"},
+      {{Slice("w", 0, 0, {1, 1})}, "expected shape [4], got [2]"},
+      {{Slice("w", 0, 1, {1, 1, 1})}, "lacks rows from 0"},
+      {{Slice("w", 0, 0, {1, 1}), Slice("w", 1, 2, {1, 1})}, "computed at version 1, the shard's"},
+      {{Slice("w", 0, 0, {1, 1}), Slice("w", 0, 2, {1})}, "rows from 2: expected shape [2], got [1]"},
+      {{Slice("w", 0, 0, {1, 1}), Slice("w", 0, 2, {1, std::nanf("")})}, "element 3 is nan"},
+  };
+  for (const Bad& bad : cases) {
+    PushRequest push;
+    push.set_worker_id(0);
+    for (const ShardSlice& slice : bad.slices) *push.add_gradients() = slice;
+    auto pushed = ps_.Push(push);
+    EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument) << bad.message;
+    EXPECT_THAT(pushed.status().message(), HasSubstr(bad.message));
+    ExpectUntouched();
+  }
 }
 
 TEST_F(BadInputTest, CreateIsIdempotentAndConflictsNameBothSpecs) {

@@ -86,12 +86,12 @@ ShardPushResult Shard::ResultLocked(ShardPushResult::Outcome outcome, int64_t st
   return result;
 }
 
-void Shard::ApplyLocked(absl::Span<const float> grad) {
+void Shard::ApplyLocked(GradientParts grad) {
   ++version_;
   ApplyGradient(spec_.variable().optimizer(), version_, grad, absl::MakeSpan(values_), slots_);
 }
 
-absl::StatusOr<ShardPushResult> Shard::ApplyNow(absl::Span<const float> grad,
+absl::StatusOr<ShardPushResult> Shard::ApplyNow(GradientParts grad,
                                                 int64_t computed_at, int64_t max_staleness) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckNotFromFutureLocked(computed_at); !s.ok()) return s;
@@ -106,12 +106,13 @@ absl::StatusOr<ShardPushResult> Shard::ApplyNow(absl::Span<const float> grad,
 void Shard::ApplyAccumulatedLocked() {
   const float scale = 1.0f / static_cast<float>(accumulated_from_.size());
   for (float& g : accumulated_) g *= scale;
-  ApplyLocked(accumulated_);
+  const absl::Span<const float> mean(accumulated_);
+  ApplyLocked(absl::MakeConstSpan(&mean, 1));
   accumulated_.clear();
   accumulated_from_.clear();
 }
 
-absl::StatusOr<ShardPushResult> Shard::Accumulate(int worker, absl::Span<const float> grad,
+absl::StatusOr<ShardPushResult> Shard::Accumulate(int worker, GradientParts grad,
                                                   int64_t computed_at, int required) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckNotFromFutureLocked(computed_at); !s.ok()) return s;
@@ -122,11 +123,17 @@ absl::StatusOr<ShardPushResult> Shard::Accumulate(int worker, absl::Span<const f
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
   if (accumulated_.empty()) {
-    accumulated_.assign(grad.begin(), grad.end());
+    for (absl::Span<const float> part : grad) {
+      accumulated_.insert(accumulated_.end(), part.begin(), part.end());
+    }
   } else {
-    // A raw pointer: Span's bounds-checked [] keeps the loop from vectorising.
-    const float* g = grad.data();
-    for (size_t i = 0; i < grad.size(); ++i) accumulated_[i] += g[i];
+    // Raw pointers: Span's bounds-checked [] keeps the loop from vectorising.
+    float* sum = accumulated_.data();
+    for (absl::Span<const float> part : grad) {
+      const float* g = part.data();
+      for (size_t i = 0; i < part.size(); ++i) sum[i] += g[i];
+      sum += part.size();
+    }
   }
   accumulated_from_.push_back(worker);
   if (static_cast<int>(accumulated_from_.size()) < required) {

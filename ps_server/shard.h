@@ -50,16 +50,19 @@ class Shard {
                     google::protobuf::RepeatedPtrField<ShardSlice>* out) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The gradients below are checked by the caller: their parts are as long
+  // as the shard.
+
   // Async and SSP: applies `grad` (computed from version `computed_at`) now,
   // unless max_staleness >= 0 and it is staler than that (then STALE).
-  absl::StatusOr<ShardPushResult> ApplyNow(absl::Span<const float> grad, int64_t computed_at,
+  absl::StatusOr<ShardPushResult> ApplyNow(GradientParts grad, int64_t computed_at,
                                            int64_t max_staleness) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Sync: a gradient from `worker` for step `computed_at`. Older steps are
   // STALE; a second gradient of one worker for one step is DUPLICATE; the
   // `required`-th gradient of the step applies their mean and bumps the
   // version (APPLIED); earlier ones are ACCUMULATED.
-  absl::StatusOr<ShardPushResult> Accumulate(int worker, absl::Span<const float> grad,
+  absl::StatusOr<ShardPushResult> Accumulate(int worker, GradientParts grad,
                                              int64_t computed_at, int required)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -79,7 +82,7 @@ class Shard {
   absl::Status CheckNotFromFutureLocked(int64_t computed_at) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void ApplyLocked(absl::Span<const float> grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyLocked(GradientParts grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardSpec spec_;

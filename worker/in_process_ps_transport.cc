@@ -1,7 +1,5 @@
 #include "worker/in_process_ps_transport.h"
 
-#include "common/slices.h"
-
 namespace fulcrum {
 
 absl::StatusOr<CreateShardsResponse> InProcessPsTransport::CreateShards(
@@ -15,9 +13,7 @@ absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& reque
 }
 
 absl::StatusOr<PushResponse> InProcessPsTransport::Push(const PushRequest& request, absl::Time) {
-  PushRequest whole = request;
-  if (absl::Status s = JoinSlices(whole.mutable_gradients()); !s.ok()) return s;
-  return ps_->Push(whole);
+  return ps_->Push(request);
 }
 
 absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(const PushRequest& push,

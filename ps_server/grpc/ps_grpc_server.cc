@@ -36,7 +36,7 @@ absl::Status CountPushBytes(const PushRequest& part, int64_t max_bytes, int64_t*
   return absl::OkStatus();
 }
 
-// Joins the messages of a streamed push into one push of whole shards,
+// Merges the messages of a streamed push into one push,
 // refusing a stream that carries more than `max_bytes` of tensor data.
 absl::Status MergePush(PushRequest* part, bool first, int64_t max_bytes, PushRequest* merged,
                        int64_t* bytes) {
@@ -104,7 +104,7 @@ class PsGrpcServer::Service final : public PsService::Service {
         return ToGrpcStatus(s);
       }
     }
-    auto result = ApplyPush(&merged, bytes);
+    auto result = ApplyPush(merged, bytes);
     if (result.ok()) *response = *std::move(result);
     return ToGrpcStatus(result.status());
   }
@@ -126,7 +126,7 @@ class PsGrpcServer::Service final : public PsService::Service {
       }
       if (part.has_pull()) pull = part.pull();
     }
-    auto pushed = ApplyPush(&merged, bytes);
+    auto pushed = ApplyPush(merged, bytes);
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
     return ToGrpcStatus(PullAndWrite(pull, Deadline(context), pushed->results(), stream));
   }
@@ -150,8 +150,6 @@ class PsGrpcServer::Service final : public PsService::Service {
           "a small push-pull carries at most ", kChunkBytes, " bytes of gradients, this one ",
           bytes, "; use PushPull")));
     }
-    // Applied as it came: one message holds each shard whole (a shard in
-    // several slices is refused by the server's checks).
     if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
     auto pushed = ps_->Push(request->push());
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
@@ -197,11 +195,11 @@ class PsGrpcServer::Service final : public PsService::Service {
   }
 
  private:
-  // Applies a push merged from `bytes` of streamed gradients.
-  absl::StatusOr<PushResponse> ApplyPush(PushRequest* merged, int64_t bytes) {
+  // Applies a push merged from `bytes` of streamed gradients (slice by
+  // slice: a large shard's slices are not joined first).
+  absl::StatusOr<PushResponse> ApplyPush(const PushRequest& merged, int64_t bytes) {
     if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
-    if (absl::Status s = JoinSlices(merged->mutable_gradients()); !s.ok()) return s;
-    return ps_->Push(*merged);
+    return ps_->Push(merged);
   }
 
   // The pulled shards in one message, of at most kChunkBytes of tensor data.
