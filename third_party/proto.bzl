@@ -1,6 +1,7 @@
 """Compiles .proto files with the system protoc and grpc_cpp_plugin."""
 
-def cc_proto_grpc_library(name, srcs, deps = [], grpc = False, visibility = None):
+def cc_proto_grpc_library(name, srcs, deps = [], grpc = False, serializers = None,
+                          serializer_deps = [], visibility = None):
     """A cc_library for `srcs` (.proto files in this package).
 
     Args:
@@ -8,6 +9,10 @@ def cc_proto_grpc_library(name, srcs, deps = [], grpc = False, visibility = None
       srcs: .proto files; imports are resolved from the workspace root.
       deps: cc_proto_grpc_library targets whose .proto files these import.
       grpc: also generate gRPC service stubs.
+      serializers: with grpc, the base name of a hand-written .h/.cc pair in
+        this package, compiled into the library, whose header the generated
+        service headers include: gRPC serialisers for some of the messages.
+      serializer_deps: what that pair needs besides the generated code.
       visibility: passed to the cc_library.
     """
     outs = []
@@ -16,7 +21,13 @@ def cc_proto_grpc_library(name, srcs, deps = [], grpc = False, visibility = None
         outs += [base + ".pb.h", base + ".pb.cc"]
         if grpc:
             outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
-    plugin = " --grpc_out=$(GENDIR) --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin" if grpc else ""
+    grpc_options = ""
+    hand_written = []
+    if serializers:
+        grpc_options = "additional_header_includes=%s/%s.h:" % (native.package_name(), serializers)
+        hand_written = [serializers + ".h", serializers + ".cc"]
+    plugin = (" --grpc_out=" + grpc_options + "$(GENDIR)" +
+              " --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin") if grpc else ""
     native.genrule(
         name = name + "_gen",
         srcs = srcs + [d + "_srcs" for d in deps],
@@ -28,8 +39,9 @@ def cc_proto_grpc_library(name, srcs, deps = [], grpc = False, visibility = None
     native.filegroup(name = name + "_srcs", srcs = srcs + [d + "_srcs" for d in deps])
     native.cc_library(
         name = name,
-        srcs = [o for o in outs if o.endswith(".cc")],
-        hdrs = [o for o in outs if o.endswith(".h")],
-        deps = deps + ["//third_party:protobuf"] + (["//third_party:grpc"] if grpc else []),
+        srcs = [o for o in outs + hand_written if o.endswith(".cc")],
+        hdrs = [o for o in outs + hand_written if o.endswith(".h")],
+        deps = deps + serializer_deps + ["//third_party:protobuf"] +
+               (["//third_party:grpc"] if grpc else []),
         visibility = visibility,
     )

@@ -1,5 +1,7 @@
 #include "worker/in_process_ps_transport.h"
 
+#include <utility>
+
 namespace fulcrum {
 
 absl::StatusOr<CreateShardsResponse> InProcessPsTransport::CreateShards(
@@ -12,15 +14,16 @@ absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& reque
   return ps_->Pull(request, deadline, max_slice_bytes_);
 }
 
-absl::StatusOr<PushResponse> InProcessPsTransport::Push(const PushRequest& request, absl::Time) {
-  return ps_->Push(request);
+absl::StatusOr<PushResponse> InProcessPsTransport::Push(std::shared_ptr<const PushRequest> request,
+                                                        absl::Time) {
+  return ps_->Push(*request);
 }
 
-absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(const PushRequest& push,
+absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(std::shared_ptr<const PushRequest> push,
                                                             const PullRequest& pull,
                                                             int64_t response_bytes,
                                                             absl::Time deadline) {
-  auto pushed = Push(push, deadline);
+  auto pushed = Push(std::move(push), deadline);
   if (!pushed.ok()) return pushed.status();
   auto pulled = Pull(pull, response_bytes, deadline);
   if (!pulled.ok()) return pulled.status();

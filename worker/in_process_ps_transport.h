@@ -24,9 +24,11 @@ class InProcessPsTransport final : public PsTransport {
                                                     absl::Time deadline) override;
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
                                     absl::Time deadline) override;
-  absl::StatusOr<PushResponse> Push(const PushRequest& request, absl::Time deadline) override;
-  absl::StatusOr<PullResponse> PushPull(const PushRequest& push, const PullRequest& pull,
-                                        int64_t response_bytes, absl::Time deadline) override;
+  absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
+                                    absl::Time deadline) override;
+  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
+                                        const PullRequest& pull, int64_t response_bytes,
+                                        absl::Time deadline) override;
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override;
   absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;

@@ -259,16 +259,14 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
   return Assemble(*variables, responses, out);
 }
 
-absl::Status PsClient::BuildPushes(const TensorMap& gradients,
-                                   std::vector<PushRequest>* per_ps) const {
-  // Cleared, not replaced: a reused request keeps its slices and their
-  // buffers, so a step fills last step's memory instead of allocating.
-  per_ps->resize(servers_.size());
-  for (PushRequest& request : *per_ps) request.Clear();
-  for (size_t ps = 0; ps < per_ps->size(); ++ps) {
-    (*per_ps)[ps].set_worker_id(options_.worker_id);
-    (*per_ps)[ps].set_clock(options_.mode == SSP ? clock_ : -1);
-    (*per_ps)[ps].set_incarnation(incarnations_[ps]);
+absl::StatusOr<PsClient::Pushes> PsClient::BuildPushes(const TensorMap& gradients) const {
+  // New each step: a transport may still be sending the last step's bytes.
+  Pushes per_ps(servers_.size());
+  for (size_t ps = 0; ps < per_ps.size(); ++ps) {
+    per_ps[ps] = std::make_shared<PushRequest>();
+    per_ps[ps]->set_worker_id(options_.worker_id);
+    per_ps[ps]->set_clock(options_.mode == SSP ? clock_ : -1);
+    per_ps[ps]->set_incarnation(incarnations_[ps]);
   }
   for (const auto& [name, grad] : gradients) {
     auto found = Find(name);
@@ -292,20 +290,19 @@ absl::Status PsClient::BuildPushes(const TensorMap& gradients,
               shard_shape,
               absl::MakeConstSpan(grad.values)
                   .subspan(shard.row_offset * row_elems, shard.rows * row_elems),
-              options_.wire_dtype, kChunkBytes, (*per_ps)[shard.ps].mutable_gradients());
+              options_.wire_dtype, kChunkBytes, per_ps[shard.ps]->mutable_gradients());
           !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("gradient of ", s.message()));
       }
     }
   }
-  return absl::OkStatus();
+  return per_ps;
 }
 
-void PsClient::AfterPush(const std::vector<PushRequest>& pushes,
-                         const std::vector<bool>& dropped) {
+void PsClient::AfterPush(const Pushes& pushes, const std::vector<bool>& dropped) {
   for (size_t ps = 0; ps < pushes.size(); ++ps) {
     if (dropped[ps]) continue;
-    for (const ShardSlice& slice : pushes[ps].gradients()) {
+    for (const ShardSlice& slice : pushes[ps]->gradients()) {
       ShardState& state = shard_state_[{slice.variable(), slice.shard()}];
       state.min_version = state.pulled_version + 1;
     }
@@ -329,13 +326,14 @@ PushStats PsClient::Summarize(const google::protobuf::RepeatedPtrField<ShardPush
 }
 
 absl::StatusOr<PushStats> PsClient::Push(const TensorMap& gradients) {
-  std::vector<PushRequest>& pushes = pushes_;
-  if (absl::Status s = BuildPushes(gradients, &pushes); !s.ok()) return s;
+  absl::StatusOr<Pushes> built = BuildPushes(gradients);
+  if (!built.ok()) return built.status();
+  const Pushes& pushes = *built;
   std::vector<PushResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
     // SSP: every server keeps this worker's clock, so every server hears of it.
-    involved[ps] = pushes[ps].gradients_size() > 0 || options_.mode == SSP;
+    involved[ps] = pushes[ps]->gradients_size() > 0 || options_.mode == SSP;
   }
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "push", [&](int ps, absl::Time deadline) {
@@ -352,7 +350,7 @@ absl::StatusOr<PushStats> PsClient::Push(const TensorMap& gradients) {
   PushStats stats;
   for (const PushResponse& response : responses) stats = Summarize(response.results(), stats);
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    if (recovered[ps]) stats.lost += pushes[ps].gradients_size();
+    if (recovered[ps]) stats.lost += pushes[ps]->gradients_size();
   }
   AfterPush(pushes, recovered);
   return stats;
@@ -363,8 +361,9 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
                                              TensorMap* out) {
   auto variables = Resolve(names);
   if (!variables.ok()) return variables.status();
-  std::vector<PushRequest>& pushes = pushes_;
-  if (absl::Status s = BuildPushes(gradients, &pushes); !s.ok()) return s;
+  absl::StatusOr<Pushes> built = BuildPushes(gradients);
+  if (!built.ok()) return built.status();
+  const Pushes& pushes = *built;
   // The pull half runs after the push: it waits for the step the push joined
   // (sync) and runs at the next clock (SSP). Undone if the call fails.
   const auto state_before = shard_state_;
@@ -375,7 +374,7 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    involved[ps] = pushes[ps].gradients_size() > 0 || pulls[ps].shards_size() > 0 ||
+    involved[ps] = pushes[ps]->gradients_size() > 0 || pulls[ps].shards_size() > 0 ||
                    options_.mode == SSP;
   }
   std::vector<bool> recovered(servers_.size());
@@ -398,7 +397,7 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   PushStats stats;
   for (const PullResponse& response : responses) stats = Summarize(response.push_results(), stats);
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    if (recovered[ps]) stats.lost += pushes[ps].gradients_size();
+    if (recovered[ps]) stats.lost += pushes[ps]->gradients_size();
   }
   if (absl::Status s = Assemble(*variables, responses, out); !s.ok()) return s;
   return stats;

@@ -169,14 +169,16 @@ class PsClient {
   absl::StatusOr<const VariablePlacement*> Find(const std::string& name) const;
   absl::StatusOr<std::vector<const VariablePlacement*>> Resolve(
       const std::vector<std::string>& names) const;
-  absl::Status BuildPushes(const TensorMap& gradients, std::vector<PushRequest>* per_ps) const;
+  // Each server's part of the push of `gradients`.
+  using Pushes = std::vector<std::shared_ptr<PushRequest>>;
+  absl::StatusOr<Pushes> BuildPushes(const TensorMap& gradients) const;
   // The pull of `variables` from each server, and the tensor bytes each
   // answers with.
   std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables,
                                       std::vector<int64_t>* response_bytes) const;
   absl::Status Assemble(const std::vector<const VariablePlacement*>& variables,
                         std::vector<PullResponse>& responses, TensorMap* out);
-  void AfterPush(const std::vector<PushRequest>& pushes, const std::vector<bool>& dropped);
+  void AfterPush(const Pushes& pushes, const std::vector<bool>& dropped);
   PushStats Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
                       PushStats stats) const;
 
@@ -201,7 +203,6 @@ class PsClient {
   std::vector<CreateShardsRequest> create_requests_;     // per server
   std::vector<uint64_t> incarnations_;                   // per server, from CreateShards
   std::map<std::pair<std::string, int>, ShardState> shard_state_;
-  std::vector<PushRequest> pushes_;  // per server, reused by every Push and PushPull
   int64_t step_ = 0;
   int64_t clock_ = 0;
 

@@ -215,12 +215,14 @@ class FlakyTransport final : public PsTransport {
     if (pulled.ok() && mangle_pull) mangle_pull(&*pulled);
     return pulled;
   }
-  absl::StatusOr<PushResponse> Push(const PushRequest& r, absl::Time d) override {
-    return inner_.Push(r, d);
+  absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> r,
+                                    absl::Time d) override {
+    return inner_.Push(std::move(r), d);
   }
-  absl::StatusOr<PullResponse> PushPull(const PushRequest& p, const PullRequest& r,
-                                        int64_t bytes, absl::Time d) override {
-    return inner_.PushPull(p, r, bytes, d);
+  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> p,
+                                        const PullRequest& r, int64_t bytes,
+                                        absl::Time d) override {
+    return inner_.PushPull(std::move(p), r, bytes, d);
   }
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& r, absl::Time d) override {
     return inner_.Heartbeat(r, d);

@@ -6,6 +6,7 @@
 #define FULCRUM_WORKER_PS_TRANSPORT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -32,13 +33,17 @@ class PsTransport {
                                             absl::Time deadline) = 0;
 
   // The gradients may hold a shard as several slices of rows that together
-  // cover it.
-  virtual absl::StatusOr<PushResponse> Push(const PushRequest& request, absl::Time deadline) = 0;
+  // cover it. A transport may keep the push after returning, until its
+  // bytes are sent (gRPC sends them from where they lie), so the caller must
+  // not change it: a new step builds a new push.
+  virtual absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
+                                            absl::Time deadline) = 0;
 
   // Push, then pull, in one round trip. The response's push_results hold the
-  // push's outcome; `response_bytes` as for Pull.
-  virtual absl::StatusOr<PullResponse> PushPull(const PushRequest& push, const PullRequest& pull,
-                                                int64_t response_bytes, absl::Time deadline) = 0;
+  // push's outcome; `push` as for Push, `response_bytes` as for Pull.
+  virtual absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
+                                                const PullRequest& pull, int64_t response_bytes,
+                                                absl::Time deadline) = 0;
 
   virtual absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                                       absl::Time deadline) = 0;

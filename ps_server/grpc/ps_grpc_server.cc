@@ -5,11 +5,13 @@
 #include <grpcpp/server_builder.h>
 
 #include <chrono>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/slices.h"
+#include "proto/lent_bytes.h"
 
 namespace fulcrum {
 namespace {
@@ -235,10 +237,13 @@ class PsGrpcServer::Service final : public PsService::Service {
           metrics_->AddPulledBytes(static_cast<int64_t>(slice.tensor().data().size()));
         }
       }
-      PullResponse message;
-      *message.mutable_slices() = std::move(batches[i]);
-      if (i == 0) *message.mutable_push_results() = push_results;
-      if (!writer->Write(message)) return absl::CancelledError("pull: the client went away");
+      auto message = std::make_shared<PullResponse>();
+      *message->mutable_slices() = std::move(batches[i]);
+      if (i == 0) *message->mutable_push_results() = push_results;
+      // The tensor bytes are lent to gRPC, not copied: it keeps the message
+      // until it has sent them.
+      LendTensorBytes lend(message);
+      if (!writer->Write(*message)) return absl::CancelledError("pull: the client went away");
     }
     return absl::OkStatus();
   }

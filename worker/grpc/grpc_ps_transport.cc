@@ -6,10 +6,13 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include <deque>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/slices.h"
+#include "proto/lent_bytes.h"
 
 namespace fulcrum {
 namespace {
@@ -143,14 +146,15 @@ absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
   return ReadPull(reader.get(), [&] { return Convert(reader->Finish()); });
 }
 
-absl::StatusOr<PushResponse> GrpcPsTransport::Push(const PushRequest& request,
+absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const PushRequest> request,
                                                    absl::Time deadline) {
   grpc::ClientContext context;
   Prepare(deadline, &context);
   PushResponse response;
   auto writer = stub_->Push(&context, &response);
-  PushMessages messages(request);
+  PushMessages messages(*request);
   for (const PushRequest& message : messages.messages()) {
+    LendTensorBytes lend(request);  // the gradients are sent from where they lie
     if (!writer->Write(message)) break;  // the server ended the call; Finish says why
   }
   writer->WritesDone();
@@ -158,22 +162,29 @@ absl::StatusOr<PushResponse> GrpcPsTransport::Push(const PushRequest& request,
   return response;
 }
 
-absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(const PushRequest& push,
+absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const PushRequest> push,
                                                        const PullRequest& pull,
                                                        int64_t response_bytes,
                                                        absl::Time deadline) {
+  // The gradients are lent to gRPC, sent from where they lie (LendTensorBytes),
+  // and so is the pull: the lent bytes must all belong to `lent`.
+  const auto lent = std::make_shared<const std::pair<std::shared_ptr<const PushRequest>,
+                                                     PullRequest>>(std::move(push), pull);
+  const PushRequest& push_part = *lent->first;
+  const PullRequest& pull_part = lent->second;
   int64_t push_bytes = 0;
   bool whole_shards = true;  // the small call takes each shard in one slice
-  for (const ShardSlice& slice : push.gradients()) {
+  for (const ShardSlice& slice : push_part.gradients()) {
     push_bytes += static_cast<int64_t>(slice.tensor().data().size());
     whole_shards = whole_shards && slice.row_offset() == 0;
   }
   if (push_bytes <= kChunkBytes && response_bytes <= kChunkBytes && whole_shards) {
     // The push and pull are lent to the request for the call, not copied.
     PushPullRequest request;
-    request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push));
-    request.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull));
+    request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push_part));
+    request.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull_part));
     auto result = Unary<PullResponse>(deadline, [&](auto* context, auto* response) {
+      LendTensorBytes lend(lent);
       return stub_->PushPullSmall(context, request, response);
     }, [this](const grpc::Status& s) { return Convert(s); });
     request.unsafe_arena_release_push();
@@ -183,16 +194,20 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(const PushRequest& push,
   grpc::ClientContext context;
   Prepare(deadline, &context);
   auto stream = stub_->PushPull(&context);
-  PushMessages messages(push);
+  PushMessages messages(push_part);
   std::deque<PushRequest>& parts = messages.messages();
   for (size_t i = 0; i < parts.size(); ++i) {
     // Lent to the message for the write, not copied into it.
     PushPullRequest message;
     message.unsafe_arena_set_allocated_push(&parts[i]);
     if (i + 1 == parts.size()) {
-      message.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull));
+      message.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull_part));
     }
-    const bool written = stream->Write(message);
+    bool written = false;
+    {
+      LendTensorBytes lend(lent);
+      written = stream->Write(message);
+    }
     message.unsafe_arena_release_push();
     message.unsafe_arena_release_pull();
     if (!written) break;  // the server ended the call; Finish says why
