@@ -20,18 +20,25 @@ bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-iperf3 -s -1 -B 127.0.0.1 -p "$port" > "$work/iperf-server.log" 2>&1 &
+iperf3 -s -B 127.0.0.1 -p "$port" > "$work/iperf-server.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 100); do  # until the server listens (at most 5 s)
   ss -ltn "sport = :$port" | grep -q LISTEN && break
   sleep 0.05
 done
-timeout 60 iperf3 -c 127.0.0.1 -p "$port" -t 3 -J > "$work/iperf.json" ||
-  { echo "iperf3 failed:" >&2; cat "$work/iperf.json" "$work/iperf-server.log" >&2; exit 1; }
-tcp_mbs=$(python3 -c 'import json, sys
+# The baseline is the best of three runs: it stands for the wire's limit,
+# and other load on a shared machine only ever lowers it.
+tcp_mbs=0
+for run in 1 2 3; do
+  timeout 60 iperf3 -c 127.0.0.1 -p "$port" -t 3 -J > "$work/iperf.json" ||
+    { echo "iperf3 failed:" >&2; cat "$work/iperf.json" "$work/iperf-server.log" >&2; exit 1; }
+  mbs=$(python3 -c 'import json, sys
 print("%.1f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e6))' \
-  "$work/iperf.json")
+    "$work/iperf.json")
+  echo "tcp_loopback_1stream_run${run}_MBps=$mbs"
+  tcp_mbs=$(python3 -c "print(max($tcp_mbs, $mbs))")
+done
 echo "tcp_loopback_1stream_MBps=$tcp_mbs"
 
 out=$("$bin/bench/dataplane_bench" $quick 2>/dev/null | grep -v "created variable")

@@ -173,12 +173,10 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
   const PushRequest& push_part = *lent->first;
   const PullRequest& pull_part = lent->second;
   int64_t push_bytes = 0;
-  bool whole_shards = true;  // the small call takes each shard in one slice
   for (const ShardSlice& slice : push_part.gradients()) {
     push_bytes += static_cast<int64_t>(slice.tensor().data().size());
-    whole_shards = whole_shards && slice.row_offset() == 0;
   }
-  if (push_bytes <= kChunkBytes && response_bytes <= kChunkBytes && whole_shards) {
+  if (push_bytes <= kChunkBytes && response_bytes <= kChunkBytes) {
     // The push and pull are lent to the request for the call, not copied.
     PushPullRequest request;
     request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push_part));
