@@ -1,9 +1,9 @@
 #include "ps_server/parameter_server.h"
 
 #include <algorithm>
-#include <random>
 #include <deque>
 #include <map>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
