@@ -2,11 +2,13 @@
 //
 // gRPC serialises a message into buffers of its own, so protobuf copies every
 // byte of it. A writer of the messages that carry tensors (PullResponse,
-// PushRequest, PushPullRequest) can instead lend gRPC their large `bytes`
-// fields: the serialised message then refers to the tensor data where it
-// lies, and gRPC holds `owner`, which keeps that data alive, until it has
-// sent the bytes. That can be after Write returns: the transport may still
-// queue them, so the message must not change or go away while `owner` lives.
+// PushRequest, PushPullRequest) can instead lend gRPC their large fields
+// (kMinLentBytes or more; protobuf offers `string` fields as well as
+// `bytes`, in practice the tensor data): the serialised message then
+// refers to the data where it lies, and gRPC holds `owner`, which keeps
+// that data alive, until it has sent the bytes. That can be after Write
+// returns: the transport may still queue them, so the message must not
+// change or go away while `owner` lives.
 //
 //   auto message = std::make_shared<PullResponse>(...);
 //   {
