@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/slices.h"
 #include "common/thread_pool.h"
+#include "proto/tensor_bytes.h"
 #include "worker/grpc/grpc_ps_transport.h"
 
 namespace fulcrum {
@@ -171,9 +174,84 @@ std::vector<PullRequest> PsClient::BuildPulls(
   return pulls;
 }
 
+class PsClient::Placer final : public TensorPlacer {
+ public:
+  // Rows [0, rows) of shard `shard` of `variable`, of `shape`, go to
+  // `first_row` onwards.
+  void Expect(const std::string& variable, int shard, float* first_row, Shape shape) {
+    targets_[{variable, shard}] = Target{first_row, std::move(shape)};
+  }
+  // Forgets what an earlier attempt placed.
+  void Reset() { placed_.clear(); }
+
+  float* Place(const ShardSlice& slice, size_t bytes) override {
+    auto it = targets_.find({slice.variable(), slice.shard()});
+    if (it == targets_.end()) return nullptr;
+    const Target& target = it->second;
+    const TensorProto& tensor = slice.tensor();
+    const int64_t rows = tensor.shape_size() > 0 ? tensor.shape(0) : 0;
+    const int64_t row_elems = RowElements(target.shape);
+    // Anything unexpected stays in the message, for Assemble to name.
+    if (tensor.shape_size() != static_cast<int>(target.shape.size()) || rows < 1 ||
+        rows > target.shape[0] || slice.row_offset() < 0 ||
+        slice.row_offset() > target.shape[0] - rows ||
+        !std::equal(tensor.shape().begin() + 1, tensor.shape().end(),
+                    target.shape.begin() + 1) ||
+        bytes != static_cast<size_t>(rows * row_elems) * sizeof(float)) {
+      return nullptr;
+    }
+    placed_.insert({slice.variable(), slice.shard(), slice.row_offset(), rows});
+    return target.first_row + slice.row_offset() * row_elems;
+  }
+
+  // True when `slice` (which arrived without data) was read into place.
+  bool WasPlaced(const ShardSlice& slice) const {
+    const int64_t rows = slice.tensor().shape_size() > 0 ? slice.tensor().shape(0) : 0;
+    return slice.tensor().data().empty() &&
+           placed_.count({slice.variable(), slice.shard(), slice.row_offset(), rows}) > 0;
+  }
+
+ private:
+  struct Target {
+    float* first_row;
+    Shape shape;  // of the shard
+  };
+  std::map<std::pair<std::string, int>, Target> targets_;
+  std::set<std::tuple<std::string, int, int64_t, int64_t>> placed_;  // variable, shard, row, rows
+};
+
+std::vector<PsClient::Placer> PsClient::PrepareOutputs(
+    const std::vector<const VariablePlacement*>& variables, TensorMap* out) const {
+  std::vector<Placer> placers(servers_.size());
+  for (const VariablePlacement* variable : variables) {
+    const VariableSpec& spec = variable->spec;
+    DenseTensor& tensor = (*out)[spec.name()];
+    tensor.shape.assign(spec.shape().begin(), spec.shape().end());
+    tensor.values.resize(NumElements(tensor.shape));
+    const int64_t row_elems = RowElements(tensor.shape);
+    for (const ShardPlacement& shard : variable->shards) {
+      Shape shard_shape = tensor.shape;
+      shard_shape[0] = shard.rows;
+      placers[shard.ps].Expect(spec.name(), shard.shard,
+                               tensor.values.data() + shard.row_offset * row_elems,
+                               std::move(shard_shape));
+    }
+  }
+  return placers;
+}
+
+absl::StatusOr<PullResponse> PsClient::CallPlacing(
+    Placer& placer, const std::function<absl::StatusOr<PullResponse>()>& call) {
+  placer.Reset();
+  PlaceTensorBytes place(&placer);
+  return call();
+}
+
 absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& variables,
-                                std::vector<PullResponse>& responses, TensorMap* out) {
-  // Each shard's slices, copied straight into place: no joining first.
+                                std::vector<PullResponse>& responses,
+                                const std::vector<Placer>& placers, TensorMap* out) {
+  // Each shard's slices, copied straight into place (where they were not
+  // read into place already): no joining first.
   std::map<std::pair<std::string, int>, std::vector<const ShardSlice*>> received;
   for (const PullResponse& response : responses) {
     for (const ShardSlice& slice : response.slices()) {
@@ -184,9 +262,7 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
   std::vector<float> widened;  // a shard that came as bfloat16 or float16
   for (const VariablePlacement* variable : variables) {
     const VariableSpec& spec = variable->spec;
-    DenseTensor& tensor = (*out)[spec.name()];
-    tensor.shape.assign(spec.shape().begin(), spec.shape().end());
-    tensor.values.resize(NumElements(tensor.shape));
+    DenseTensor& tensor = out->at(spec.name());
     const int64_t row_elems = RowElements(tensor.shape);
     for (const ShardPlacement& shard : variable->shards) {
       auto it = received.find({spec.name(), shard.shard});
@@ -210,6 +286,10 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
               what, ": slice of ", rows, " rows at row ", slice->row_offset(), ", version ",
               slice->version(), " does not continue rows [0, ", row, ") of ", shard.rows,
               " at version ", version));
+        }
+        if (placers[shard.ps].WasPlaced(*slice)) {
+          row += rows;
+          continue;
         }
         Shape slice_shape = tensor.shape;
         slice_shape[0] = rows;
@@ -241,22 +321,27 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
   if (!variables.ok()) return variables.status();
   std::vector<int64_t> response_bytes;
   std::vector<PullRequest> pulls = BuildPulls(*variables, &response_bytes);
+  std::vector<Placer> placers = PrepareOutputs(*variables, out);
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = pulls[ps].shards_size() > 0;
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "pull", [&](int ps, absl::Time deadline) {
-    auto pulled = servers_[ps]->Pull(pulls[ps], response_bytes[ps], deadline);
+    auto pulled = CallPlacing(placers[ps], [&] {
+      return servers_[ps]->Pull(pulls[ps], response_bytes[ps], deadline);
+    });
     if (LostState(pulled.status())) {
       recovered[ps] = true;
-      pulled = RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline);
+      pulled = CallPlacing(placers[ps], [&] {
+        return RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline);
+      });
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
   });
   ForgetVersions(recovered);
   if (!status.ok()) return status;
-  return Assemble(*variables, responses, out);
+  return Assemble(*variables, responses, placers, out);
 }
 
 absl::StatusOr<PsClient::Pushes> PsClient::BuildPushes(const TensorMap& gradients) const {
@@ -371,6 +456,7 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   AfterPush(pushes, std::vector<bool>(servers_.size(), false));
   std::vector<int64_t> response_bytes;
   std::vector<PullRequest> pulls = BuildPulls(*variables, &response_bytes);
+  std::vector<Placer> placers = PrepareOutputs(*variables, out);
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
@@ -379,10 +465,14 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   }
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "push-pull", [&](int ps, absl::Time deadline) {
-    auto pulled = servers_[ps]->PushPull(pushes[ps], pulls[ps], response_bytes[ps], deadline);
+    auto pulled = CallPlacing(placers[ps], [&] {
+      return servers_[ps]->PushPull(pushes[ps], pulls[ps], response_bytes[ps], deadline);
+    });
     if (LostState(pulled.status())) {
       recovered[ps] = true;  // the push is dropped
-      pulled = RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline);
+      pulled = CallPlacing(placers[ps], [&] {
+        return RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline);
+      });
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
@@ -399,7 +489,7 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
     if (recovered[ps]) stats.lost += pushes[ps]->gradients_size();
   }
-  if (absl::Status s = Assemble(*variables, responses, out); !s.ok()) return s;
+  if (absl::Status s = Assemble(*variables, responses, placers, out); !s.ok()) return s;
   return stats;
 }
 

@@ -117,14 +117,17 @@ class PsClient {
   // under an existing name is ALREADY_EXISTS. Must precede pulls and pushes.
   absl::Status CreateVariables(const std::vector<VariableSpec>& specs);
 
-  // Pulls the named variables (all when `names` is empty) into `out`.
+  // Pulls the named variables (all when `names` is empty) into `out`. The
+  // values are read into `out` as they arrive, so after an error its
+  // tensors for these variables may hold a mix of old and new values.
   absl::Status Pull(const std::vector<std::string>& names, TensorMap* out);
 
   // Pushes gradients, each the shape of its variable. Nothing is sent when a
   // name or shape is wrong.
   absl::StatusOr<PushStats> Push(const TensorMap& gradients);
 
-  // Push, then pull (after the push is applied), in one round trip per server.
+  // Push, then pull (after the push is applied), in one round trip per
+  // server; `out` as for Pull.
   absl::StatusOr<PushStats> PushPull(const TensorMap& gradients,
                                      const std::vector<std::string>& names, TensorMap* out);
 
@@ -176,8 +179,22 @@ class PsClient {
   // answers with.
   std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables,
                                       std::vector<int64_t>* response_bytes) const;
+  // Where a server's pulled float32 values go in the output tensors: a
+  // gRPC transport reads them from the socket's buffers straight into place
+  // (proto/tensor_bytes.h). Defined in ps_client.cc.
+  class Placer;
+  // Sizes `out` for `variables`; one placer per server into it.
+  std::vector<Placer> PrepareOutputs(const std::vector<const VariablePlacement*>& variables,
+                                     TensorMap* out) const;
+  // The call to server `ps` made by `call`, with its pulled values placed
+  // by `placer` where its transport can.
+  absl::StatusOr<PullResponse> CallPlacing(
+      Placer& placer, const std::function<absl::StatusOr<PullResponse>()>& call);
+  // Checks that the responses cover every shard of `variables` and copies
+  // the values not already placed into `out`, as PrepareOutputs sized it.
   absl::Status Assemble(const std::vector<const VariablePlacement*>& variables,
-                        std::vector<PullResponse>& responses, TensorMap* out);
+                        std::vector<PullResponse>& responses,
+                        const std::vector<Placer>& placers, TensorMap* out);
   void AfterPush(const Pushes& pushes, const std::vector<bool>& dropped);
   PushStats Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
                       PushStats stats) const;

@@ -11,7 +11,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/slices.h"
-#include "proto/lent_bytes.h"
+#include "proto/tensor_bytes.h"
 
 namespace fulcrum {
 namespace {

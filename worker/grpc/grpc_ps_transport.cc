@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/slices.h"
-#include "proto/lent_bytes.h"
+#include "proto/tensor_bytes.h"
 
 namespace fulcrum {
 namespace {

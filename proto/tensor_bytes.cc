@@ -1,0 +1,289 @@
+#include "proto/tensor_bytes.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+#include <grpcpp/support/slice.h>
+
+#include <climits>
+#include <utility>
+#include <vector>
+
+#include "common/logging.h"
+#include "proto/ps_service.pb.h"
+
+namespace fulcrum {
+namespace {
+
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::internal::WireFormatLite;
+
+// The owner of the current thread's LendTensorBytes scope, or null.
+thread_local std::shared_ptr<const void> current_owner;
+// The placer of the current thread's PlaceTensorBytes scope, or null.
+thread_local TensorPlacer* current_placer = nullptr;
+
+// Bytes of each buffer given to protobuf for what is not lent (tags,
+// lengths, small fields): protobuf lends a byte field only when it does not
+// fit in what is left of the buffer, so buffers stay small.
+constexpr int kBlockBytes = 1024;
+
+void ReleaseOwner(void* owner) { delete static_cast<std::shared_ptr<const void>*>(owner); }
+
+// A protobuf output stream into gRPC slices that lends large byte fields as
+// slices holding a reference to their owner.
+class LendingStream final : public google::protobuf::io::ZeroCopyOutputStream {
+ public:
+  explicit LendingStream(const std::shared_ptr<const void>& owner) : owner_(owner) {}
+
+  bool Next(void** data, int* size) override {
+    slices_.emplace_back(static_cast<size_t>(kBlockBytes));
+    *data = const_cast<uint8_t*>(slices_.back().begin());
+    *size = kBlockBytes;
+    bytes_ += kBlockBytes;
+    return true;
+  }
+
+  // Protobuf backs up only into the buffer the last Next gave.
+  void BackUp(int count) override {
+    if (count == 0) return;
+    grpc::Slice& last = slices_.back();
+    CHECK(static_cast<size_t>(count) <= last.size());
+    bytes_ -= count;
+    if (static_cast<size_t>(count) == last.size()) {
+      slices_.pop_back();
+    } else {
+      last = last.sub(0, last.size() - count);
+    }
+  }
+
+  int64_t ByteCount() const override { return bytes_; }
+
+  bool AllowsAliasing() const override { return true; }
+
+  bool WriteAliasedRaw(const void* data, int size) override {
+    if (static_cast<size_t>(size) < kMinLentBytes) {
+      slices_.emplace_back(data, static_cast<size_t>(size));  // a copy
+    } else {
+      slices_.emplace_back(const_cast<void*>(data), static_cast<size_t>(size), &ReleaseOwner,
+                           new std::shared_ptr<const void>(owner_));
+    }
+    bytes_ += size;
+    return true;
+  }
+
+  void MoveTo(grpc::ByteBuffer* buffer) {
+    grpc::ByteBuffer slices(slices_.data(), slices_.size());
+    buffer->Swap(&slices);
+    slices_.clear();
+  }
+
+ private:
+  const std::shared_ptr<const void>& owner_;
+  std::vector<grpc::Slice> slices_;
+  int64_t bytes_ = 0;
+};
+
+template <typename Message>
+grpc::Status Serialize(const Message& message, grpc::ByteBuffer* buffer, bool* own_buffer) {
+  if (current_owner == nullptr) {
+    return grpc::GenericSerialize<grpc::ProtoBufferWriter, Message>(message, buffer, own_buffer);
+  }
+  *own_buffer = true;
+  message.ByteSizeLong();  // caches the sizes SerializeWithCachedSizes writes
+  LendingStream stream(current_owner);
+  {
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.EnableAliasing(true);
+    message.SerializeWithCachedSizes(&coded);
+    if (coded.HadError()) return grpc::Status(grpc::StatusCode::INTERNAL, "serialization failed");
+  }  // returns protobuf's unused buffer space
+  stream.MoveTo(buffer);
+  return grpc::Status::OK;
+}
+
+// A PullResponse parser that reads DT_FLOAT tensor data where a placer
+// says, and everything else as protobuf would (ps_service.proto,
+// tensor.proto): fields by number and wire type; unknown fields are
+// skipped, not kept.
+class PlacingParser {
+ public:
+  PlacingParser(CodedInputStream* in, TensorPlacer* placer) : in_(in), placer_(placer) {}
+
+  bool Response(PullResponse* response) {
+    while (const uint32_t tag = in_->ReadTag()) {
+      if (tag == Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+        ShardSlice* slice = response->add_slices();
+        if (!Nested([&] { return Slice(slice); })) return false;
+      } else if (tag == Tag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+        std::string bytes;
+        if (!ReadBytes(&bytes) || !response->add_push_results()->ParseFromString(bytes)) {
+          return false;
+        }
+      } else if (!WireFormatLite::SkipField(in_, tag)) {
+        return false;
+      }
+    }
+    return in_->ConsumedEntireMessage();
+  }
+
+ private:
+  static constexpr uint32_t Tag(int field, WireFormatLite::WireType type) {
+    return WireFormatLite::MakeTag(field, type);
+  }
+
+  bool ReadLength(int* length) {
+    uint32_t value = 0;
+    if (!in_->ReadVarint32(&value) || value > INT_MAX) return false;
+    *length = static_cast<int>(value);
+    return true;
+  }
+  bool ReadBytes(std::string* out) {
+    int length = 0;
+    return ReadLength(&length) && in_->ReadString(out, length);
+  }
+  bool ReadInt64(int64_t* out) {
+    uint64_t value = 0;
+    if (!in_->ReadVarint64(&value)) return false;
+    *out = static_cast<int64_t>(value);
+    return true;
+  }
+  // A length-delimited field parsed by `parse`, which must read it whole.
+  template <typename Parse>
+  bool Nested(Parse parse) {
+    int length = 0;
+    if (!ReadLength(&length)) return false;
+    const CodedInputStream::Limit limit = in_->PushLimit(length);
+    if (!parse()) return false;
+    in_->PopLimit(limit);
+    return true;
+  }
+
+  bool Slice(ShardSlice* slice) {
+    bool placed = false;
+    while (const uint32_t tag = in_->ReadTag()) {
+      if (placed) return false;  // nothing may follow placed data
+      int64_t value = 0;
+      bool ok = true;
+      if (tag == Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+        ok = ReadBytes(slice->mutable_variable());
+      } else if (tag == Tag(2, WireFormatLite::WIRETYPE_VARINT)) {
+        ok = ReadInt64(&value);
+        slice->set_shard(static_cast<int32_t>(value));
+      } else if (tag == Tag(3, WireFormatLite::WIRETYPE_VARINT)) {
+        ok = ReadInt64(&value);
+        slice->set_row_offset(value);
+      } else if (tag == Tag(4, WireFormatLite::WIRETYPE_VARINT)) {
+        ok = ReadInt64(&value);
+        slice->set_version(value);
+      } else if (tag == Tag(5, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+        ok = Nested([&] { return Tensor(slice, &placed); });
+      } else {
+        ok = WireFormatLite::SkipField(in_, tag);
+      }
+      if (!ok) return false;
+    }
+    return in_->ConsumedEntireMessage();
+  }
+
+  bool Tensor(ShardSlice* slice, bool* placed) {
+    TensorProto* tensor = slice->mutable_tensor();
+    while (const uint32_t tag = in_->ReadTag()) {
+      if (*placed) return false;
+      int64_t value = 0;
+      bool ok = true;
+      if (tag == Tag(1, WireFormatLite::WIRETYPE_VARINT)) {
+        ok = ReadInt64(&value);
+        tensor->set_dtype(static_cast<DataType>(static_cast<int32_t>(value)));
+      } else if (tag == Tag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {  // packed
+        ok = Nested([&] {
+          while (in_->BytesUntilLimit() > 0) {
+            if (!ReadInt64(&value)) return false;
+            tensor->add_shape(value);
+          }
+          return true;
+        });
+      } else if (tag == Tag(2, WireFormatLite::WIRETYPE_VARINT)) {
+        ok = ReadInt64(&value);
+        tensor->add_shape(value);
+      } else if (tag == Tag(3, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+        int length = 0;
+        ok = ReadLength(&length);
+        float* place = ok && tensor->dtype() == DT_FLOAT
+                           ? placer_->Place(*slice, static_cast<size_t>(length))
+                           : nullptr;
+        if (place != nullptr) {
+          ok = in_->ReadRaw(place, length);
+          tensor->clear_data();
+          *placed = true;
+        } else if (ok) {
+          ok = in_->ReadString(tensor->mutable_data(), length);
+        }
+      } else {
+        ok = WireFormatLite::SkipField(in_, tag);
+      }
+      if (!ok) return false;
+    }
+    return in_->ConsumedEntireMessage();
+  }
+
+  CodedInputStream* const in_;
+  TensorPlacer* const placer_;
+};
+
+template <typename Message>
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, Message* message) {
+  return grpc::GenericDeserialize<grpc::ProtoBufferReader, Message>(buffer, message);
+}
+
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, PullResponse* message) {
+  if (current_placer == nullptr || buffer == nullptr) {
+    return grpc::GenericDeserialize<grpc::ProtoBufferReader, PullResponse>(buffer, message);
+  }
+  grpc::Status status;
+  {
+    grpc::ProtoBufferReader reader(buffer);
+    if (!reader.status().ok()) return reader.status();
+    CodedInputStream in(&reader);
+    message->Clear();
+    if (!PlacingParser(&in, current_placer).Response(message)) {
+      status = grpc::Status(grpc::StatusCode::INTERNAL, "malformed PullResponse");
+    }
+  }
+  buffer->Clear();
+  return status;
+}
+
+}  // namespace
+
+LendTensorBytes::LendTensorBytes(std::shared_ptr<const void> owner) {
+  CHECK(current_owner == nullptr && owner != nullptr && "LendTensorBytes scopes do not nest");
+  current_owner = std::move(owner);
+}
+
+LendTensorBytes::~LendTensorBytes() { current_owner.reset(); }
+
+PlaceTensorBytes::PlaceTensorBytes(TensorPlacer* placer) {
+  CHECK(current_placer == nullptr && placer != nullptr && "PlaceTensorBytes scopes do not nest");
+  current_placer = placer;
+}
+
+PlaceTensorBytes::~PlaceTensorBytes() { current_placer = nullptr; }
+
+}  // namespace fulcrum
+
+#define FULCRUM_TENSOR_SERIALIZER_IMPL(Message)                                              \
+  grpc::Status grpc::SerializationTraits<Message>::Serialize(                                  \
+      const Message& message, ByteBuffer* buffer, bool* own_buffer) {                          \
+    return fulcrum::Serialize(message, buffer, own_buffer);                                     \
+  }                                                                                            \
+  grpc::Status grpc::SerializationTraits<Message>::Deserialize(ByteBuffer* buffer,             \
+                                                               Message* message) {             \
+    return fulcrum::Deserialize(buffer, message);                                               \
+  }
+
+FULCRUM_TENSOR_SERIALIZER_IMPL(fulcrum::PullResponse)
+FULCRUM_TENSOR_SERIALIZER_IMPL(fulcrum::PushRequest)
+FULCRUM_TENSOR_SERIALIZER_IMPL(fulcrum::PushPullRequest)

@@ -1,0 +1,249 @@
+#include "proto/tensor_bytes.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proto/ps_service.pb.h"
+
+namespace fulcrum {
+namespace {
+
+// A pull response with one slice of `bytes` tensor bytes.
+std::shared_ptr<PullResponse> Response(size_t bytes) {
+  auto response = std::make_shared<PullResponse>();
+  ShardSlice* slice = response->add_slices();
+  slice->set_variable("w");
+  slice->set_version(3);
+  TensorProto* tensor = slice->mutable_tensor();
+  tensor->set_dtype(DT_FLOAT);
+  tensor->add_shape(static_cast<int64_t>(bytes / 4));
+  for (size_t i = 0; i < bytes; ++i) tensor->mutable_data()->push_back(static_cast<char>(i * 7));
+  response->add_push_results()->set_variable("w");
+  return response;
+}
+
+// gRPC's serialisation of `message`, and the bytes it holds.
+grpc::ByteBuffer Serialize(const PullResponse& message) {
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  EXPECT_TRUE(grpc::SerializationTraits<PullResponse>::Serialize(message, &buffer, &own).ok());
+  EXPECT_TRUE(own);
+  return buffer;
+}
+
+std::string Bytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return bytes;
+}
+
+TEST(LendTensorBytesTest, LentBytesAreTheMessageAndHoldItsOwner) {
+  std::shared_ptr<PullResponse> message = Response(1 << 20);
+  const std::string expected = message->SerializeAsString();
+  grpc::ByteBuffer buffer;
+  {
+    LendTensorBytes lend(message);
+    buffer = Serialize(*message);
+  }
+  // The buffer refers to the message's bytes (no copy), so it holds the
+  // message, which outlives the writer's own reference.
+  EXPECT_GT(message.use_count(), 1);
+  const std::weak_ptr<PullResponse> weak = message;
+  const char* data = message->slices(0).tensor().data().data();
+  message.reset();
+  ASSERT_FALSE(weak.expired());
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(buffer.Dump(&slices).ok());
+  bool aliased = false;
+  for (const grpc::Slice& slice : slices) {
+    aliased = aliased || reinterpret_cast<const char*>(slice.begin()) == data;
+  }
+  EXPECT_TRUE(aliased) << "no slice points at the tensor bytes";
+  EXPECT_EQ(Bytes(buffer), expected);
+  PullResponse parsed;
+  ASSERT_TRUE(grpc::SerializationTraits<PullResponse>::Deserialize(&buffer, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), expected);
+  slices.clear();
+  EXPECT_TRUE(weak.expired()) << "gRPC's last reference did not release the message";
+}
+
+TEST(LendTensorBytesTest, OutsideAScopeAndForSmallFieldsBytesAreCopied) {
+  for (size_t bytes : {size_t{16}, kMinLentBytes - 4, size_t{1} << 20}) {
+    std::shared_ptr<PullResponse> message = Response(bytes);
+    grpc::ByteBuffer buffer;
+    if (bytes < kMinLentBytes) {
+      LendTensorBytes lend(message);
+      buffer = Serialize(*message);
+    } else {
+      buffer = Serialize(*message);  // no scope
+    }
+    EXPECT_EQ(message.use_count(), 1) << bytes << " bytes";
+    EXPECT_EQ(Bytes(buffer), message->SerializeAsString()) << bytes << " bytes";
+  }
+}
+
+// Push messages lend as pull responses do, however many slices they carry.
+TEST(LendTensorBytesTest, PushPullRequestsWithManySlicesRoundTrip) {
+  auto request = std::make_shared<PushPullRequest>();
+  request->mutable_push()->set_worker_id(2);
+  for (int i = 0; i < 5; ++i) {
+    *request->mutable_push()->add_gradients() = Response(10000 + 1000 * i)->slices(0);
+  }
+  request->mutable_pull()->add_shards()->set_variable("w");
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  {
+    LendTensorBytes lend(request);
+    ASSERT_TRUE(
+        grpc::SerializationTraits<PushPullRequest>::Serialize(*request, &buffer, &own).ok());
+  }
+  EXPECT_EQ(request.use_count(), 1 + 5);  // one reference per lent field
+  PushPullRequest parsed;
+  ASSERT_TRUE(grpc::SerializationTraits<PushPullRequest>::Deserialize(&buffer, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), request->SerializeAsString());
+}
+
+
+// Places DT_FLOAT data of variable "w" into `values`; everything else is left
+// in the message. Records what it was asked.
+class TestPlacer final : public TensorPlacer {
+ public:
+  explicit TestPlacer(size_t floats) : values(floats, -1.0f) {}
+  float* Place(const ShardSlice& slice, size_t bytes) override {
+    asked.push_back(slice.variable() + "@" + std::to_string(slice.row_offset()));
+    if (slice.variable() != "w" || bytes > values.size() * sizeof(float)) return nullptr;
+    return values.data();
+  }
+  std::vector<float> values;
+  std::vector<std::string> asked;
+};
+
+// `bytes` as gRPC would hand them over: in several slices of uneven size.
+grpc::ByteBuffer Buffer(const std::string& bytes) {
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0, size = 1; at < bytes.size(); at += size, size = size * 3 + 5) {
+    slices.emplace_back(bytes.data() + at, std::min(size, bytes.size() - at));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+grpc::Status Parse(const std::string& bytes, PullResponse* response) {
+  grpc::ByteBuffer buffer = Buffer(bytes);
+  return grpc::SerializationTraits<PullResponse>::Deserialize(&buffer, response);
+}
+
+// A float32 slice of `floats` values 0.5, 1.5, ..., of variable `name`.
+ShardSlice FloatSlice(const std::string& name, int64_t row_offset, int floats) {
+  ShardSlice slice;
+  slice.set_variable(name);
+  slice.set_shard(1);
+  slice.set_row_offset(row_offset);
+  slice.set_version(9);
+  slice.mutable_tensor()->set_dtype(DT_FLOAT);
+  slice.mutable_tensor()->add_shape(floats);
+  std::vector<float> values(floats);
+  for (int i = 0; i < floats; ++i) values[i] = i + 0.5f;
+  slice.mutable_tensor()->set_data(values.data(), floats * sizeof(float));
+  return slice;
+}
+
+PullResponse Mixed() {
+  PullResponse response;
+  *response.add_slices() = FloatSlice("w", 3, 3000);
+  *response.add_slices() = FloatSlice("b", 0, 10);
+  ShardSlice* half = response.add_slices();
+  *half = FloatSlice("w", 0, 8);
+  half->mutable_tensor()->set_dtype(DT_BFLOAT16);  // not float32: never placed
+  half->mutable_tensor()->mutable_data()->resize(16);
+  response.add_push_results()->set_variable("w");
+  response.mutable_push_results(0)->set_version(4);
+  return response;
+}
+
+TEST(PlaceTensorBytesTest, PlacedFloatDataSkipsTheMessage) {
+  const PullResponse sent = Mixed();
+  TestPlacer placer(3000);
+  PullResponse received;
+  {
+    PlaceTensorBytes place(&placer);
+    ASSERT_TRUE(Parse(sent.SerializeAsString(), &received).ok());
+  }
+  // Asked only for float32 data: w and b, not the bfloat16 slice.
+  EXPECT_EQ(placer.asked, (std::vector<std::string>{"w@3", "b@0"}));
+  EXPECT_EQ(0, std::memcmp(placer.values.data(), sent.slices(0).tensor().data().data(),
+                           3000 * sizeof(float)));
+  // The placed slice came without data, the rest as protobuf parses it.
+  PullResponse expected = sent;
+  expected.mutable_slices(0)->mutable_tensor()->clear_data();
+  EXPECT_TRUE(received.SerializeAsString() == expected.SerializeAsString());
+}
+
+TEST(PlaceTensorBytesTest, WithoutPlacingItParsesAsProtobufDoes) {
+  const PullResponse sent = Mixed();
+  std::string bytes = sent.SerializeAsString();
+  bytes += std::string("\x98\x06\x07", 3);  // an unknown varint field 99, skipped
+  TestPlacer refuses(0);                    // places nothing
+  PullResponse received;
+  {
+    PlaceTensorBytes place(&refuses);
+    ASSERT_TRUE(Parse(bytes, &received).ok());
+  }
+  PullResponse by_protobuf;
+  ASSERT_TRUE(by_protobuf.ParseFromString(bytes));
+  by_protobuf.DiscardUnknownFields();  // which the placing parser skips
+  EXPECT_TRUE(received.SerializeAsString() == by_protobuf.SerializeAsString());
+  EXPECT_TRUE(received.SerializeAsString() == sent.SerializeAsString());
+}
+
+// Protobuf writes a slice's data last; a field after placed data could
+// change where the data belonged, so such a message is refused.
+TEST(PlaceTensorBytesTest, AFieldAfterPlacedDataFailsTheParse) {
+  ShardSlice slice = FloatSlice("w", 0, 100);
+  slice.clear_row_offset();
+  std::string slice_bytes = slice.SerializeAsString() + std::string("\x18\x05", 2);  // row 5
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
+        1, google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteVarint32(static_cast<uint32_t>(slice_bytes.size()));
+    out.WriteString(slice_bytes);
+  }
+  TestPlacer placer(100);
+  PullResponse received;
+  {
+    PlaceTensorBytes place(&placer);
+    EXPECT_EQ(Parse(bytes, &received).error_code(), grpc::StatusCode::INTERNAL);
+  }
+  // Unplaced, the same bytes are a valid message: row 5 wins.
+  TestPlacer refuses(0);
+  PlaceTensorBytes place(&refuses);
+  ASSERT_TRUE(Parse(bytes, &received).ok());
+  EXPECT_EQ(received.slices(0).row_offset(), 5);
+}
+
+TEST(PlaceTensorBytesTest, TruncatedMessagesFailWithoutReadingPastTheEnd) {
+  const std::string bytes = Mixed().SerializeAsString();
+  TestPlacer placer(3000);
+  PlaceTensorBytes place(&placer);
+  for (size_t cut : {size_t{1}, size_t{5}, size_t{40}, bytes.size() / 2, bytes.size() - 1}) {
+    PullResponse received;
+    EXPECT_FALSE(Parse(bytes.substr(0, cut), &received).ok()) << "cut at " << cut;
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum
