@@ -22,8 +22,8 @@ using google::protobuf::internal::WireFormatLite;
 
 // The owner of the current thread's LendTensorBytes scope, or null.
 thread_local std::shared_ptr<const void> current_owner;
-// The placer of the current thread's PlaceTensorBytes scope, or null.
-thread_local TensorPlacer* current_placer = nullptr;
+// The current thread's PlaceTensorBytes scope, or null.
+thread_local PlaceTensorBytes* current_place = nullptr;
 
 // Bytes of each buffer given to protobuf for what is not lent (tags,
 // lengths, small fields): protobuf lends a byte field only when it does not
@@ -164,7 +164,9 @@ class PlacingParser {
   bool Slice(ShardSlice* slice) {
     bool placed = false;
     while (const uint32_t tag = in_->ReadTag()) {
-      if (placed) return false;  // nothing may follow placed data
+      // Placed data must come last: a field after it could change where it
+      // belonged. Fields unknown here (a newer server's) are skipped.
+      if (placed && WireFormatLite::GetTagFieldNumber(tag) <= 5) return false;
       int64_t value = 0;
       bool ok = true;
       if (tag == Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
@@ -191,7 +193,7 @@ class PlacingParser {
   bool Tensor(ShardSlice* slice, bool* placed) {
     TensorProto* tensor = slice->mutable_tensor();
     while (const uint32_t tag = in_->ReadTag()) {
-      if (*placed) return false;
+      if (*placed && WireFormatLite::GetTagFieldNumber(tag) <= 3) return false;  // as in Slice
       int64_t value = 0;
       bool ok = true;
       if (tag == Tag(1, WireFormatLite::WIRETYPE_VARINT)) {
@@ -238,8 +240,12 @@ grpc::Status Deserialize(grpc::ByteBuffer* buffer, Message* message) {
   return grpc::GenericDeserialize<grpc::ProtoBufferReader, Message>(buffer, message);
 }
 
-grpc::Status Deserialize(grpc::ByteBuffer* buffer, PullResponse* message) {
-  if (current_placer == nullptr || buffer == nullptr) {
+}  // namespace
+
+// A friend of PlaceTensorBytes: parses with its placer, records a failure.
+grpc::Status DeserializePlacing(grpc::ByteBuffer* buffer, PullResponse* message) {
+  PlaceTensorBytes* const place = current_place;
+  if (place == nullptr || buffer == nullptr) {
     return grpc::GenericDeserialize<grpc::ProtoBufferReader, PullResponse>(buffer, message);
   }
   grpc::Status status;
@@ -248,12 +254,20 @@ grpc::Status Deserialize(grpc::ByteBuffer* buffer, PullResponse* message) {
     if (!reader.status().ok()) return reader.status();
     CodedInputStream in(&reader);
     message->Clear();
-    if (!PlacingParser(&in, current_placer).Response(message)) {
-      status = grpc::Status(grpc::StatusCode::INTERNAL, "malformed PullResponse");
+    if (!PlacingParser(&in, place->placer_).Response(message)) {
+      status = grpc::Status(grpc::StatusCode::INTERNAL,
+                            "malformed pull response (not protobuf, or fields out of order)");
+      if (place->error_.empty()) place->error_ = status.error_message();
     }
   }
   buffer->Clear();
   return status;
+}
+
+namespace {
+
+grpc::Status Deserialize(grpc::ByteBuffer* buffer, PullResponse* message) {
+  return DeserializePlacing(buffer, message);
 }
 
 }  // namespace
@@ -265,12 +279,16 @@ LendTensorBytes::LendTensorBytes(std::shared_ptr<const void> owner) {
 
 LendTensorBytes::~LendTensorBytes() { current_owner.reset(); }
 
-PlaceTensorBytes::PlaceTensorBytes(TensorPlacer* placer) {
-  CHECK(current_placer == nullptr && placer != nullptr && "PlaceTensorBytes scopes do not nest");
-  current_placer = placer;
+PlaceTensorBytes::PlaceTensorBytes(TensorPlacer* placer) : placer_(placer) {
+  CHECK(current_place == nullptr && placer != nullptr && "PlaceTensorBytes scopes do not nest");
+  current_place = this;
 }
 
-PlaceTensorBytes::~PlaceTensorBytes() { current_placer = nullptr; }
+PlaceTensorBytes::~PlaceTensorBytes() { current_place = nullptr; }
+
+bool PlaceTensorBytes::FailedOnThisThread() {
+  return current_place != nullptr && !current_place->error_.empty();
+}
 
 }  // namespace fulcrum
 

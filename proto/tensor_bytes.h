@@ -27,7 +27,9 @@
 // Both are per thread and per scope: what this thread writes (reads) while
 // the scope object lives is lent (placed), and everything else is copied as
 // usual. gRPC's synchronous API serialises inside Write and parses inside
-// Read, on the calling thread.
+// Read, on the calling thread. Only streamed calls use these serialisers:
+// gRPC's generated unary stubs and handlers serialise through protobuf's
+// MessageLite base class, so unary calls always copy.
 //
 // This header is included by the generated ps_service.grpc.pb.h (see
 // proto/BUILD.bazel), so that gRPC's code everywhere uses the serialisers
@@ -41,6 +43,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 namespace fulcrum {
 
@@ -83,6 +86,21 @@ class PlaceTensorBytes {
   ~PlaceTensorBytes();
   PlaceTensorBytes(const PlaceTensorBytes&) = delete;
   PlaceTensorBytes& operator=(const PlaceTensorBytes&) = delete;
+
+  // Why a response read in this scope failed to parse; empty if none did.
+  // gRPC reports such a failure only as a read that returns false (a
+  // stream that seems to end, a unary call without a response), so the
+  // caller should check this after the call.
+  const std::string& error() const { return error_; }
+  // Whether this thread is in a scope where a parse failed: a reader whose
+  // stream read returned false then knows to cancel the call instead of
+  // waiting for the rest of it.
+  static bool FailedOnThisThread();
+
+ private:
+  friend grpc::Status DeserializePlacing(grpc::ByteBuffer* buffer, PullResponse* message);
+  TensorPlacer* const placer_;
+  std::string error_;
 };
 
 }  // namespace fulcrum

@@ -3,6 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -234,6 +235,28 @@ TEST(PlaceTensorBytesTest, AFieldAfterPlacedDataFailsTheParse) {
   PlaceTensorBytes place(&refuses);
   ASSERT_TRUE(Parse(bytes, &received).ok());
   EXPECT_EQ(received.slices(0).row_offset(), 5);
+}
+
+// A newer server's fields, which protobuf writes after the data, do not
+// stop placement; a failed parse is recorded in the scope.
+TEST(PlaceTensorBytesTest, UnknownFieldsAfterPlacedDataAreSkipped) {
+  PullResponse sent;
+  *sent.add_slices() = FloatSlice("w", 0, 100);
+  TensorProto* tensor = sent.mutable_slices(0)->mutable_tensor();
+  tensor->GetReflection()->MutableUnknownFields(tensor)->AddVarint(7, 1);
+  ShardSlice* slice = sent.mutable_slices(0);
+  slice->GetReflection()->MutableUnknownFields(slice)->AddVarint(6, 1);
+  TestPlacer placer(100);
+  PlaceTensorBytes place(&placer);
+  PullResponse received;
+  ASSERT_TRUE(Parse(sent.SerializeAsString(), &received).ok());
+  EXPECT_TRUE(received.slices(0).tensor().data().empty());  // placed
+  EXPECT_EQ(placer.values[99], 99.5f);
+  EXPECT_TRUE(place.error().empty());
+  EXPECT_FALSE(PlaceTensorBytes::FailedOnThisThread());
+  EXPECT_FALSE(Parse("\x0a\x05\x0a", &received).ok());  // truncated
+  EXPECT_THAT(place.error(), ::testing::HasSubstr("malformed pull response"));
+  EXPECT_TRUE(PlaceTensorBytes::FailedOnThisThread());
 }
 
 TEST(PlaceTensorBytesTest, TruncatedMessagesFailWithoutReadingPastTheEnd) {

@@ -244,7 +244,10 @@ absl::StatusOr<PullResponse> PsClient::CallPlacing(
     Placer& placer, const std::function<absl::StatusOr<PullResponse>()>& call) {
   placer.Reset();
   PlaceTensorBytes place(&placer);
-  return call();
+  absl::StatusOr<PullResponse> result = call();
+  // gRPC reports a response that failed to parse only as a missing message.
+  if (!place.error().empty()) return absl::DataLossError(place.error());
+  return result;
 }
 
 absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& variables,

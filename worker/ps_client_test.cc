@@ -3,10 +3,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
 #include <atomic>
 #include <cmath>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "proto/ps_service.grpc.pb.h"
 #include "worker/in_process_ps_transport.h"
 
 namespace fulcrum {
@@ -297,6 +303,66 @@ TEST(PsClientTest, PullPlacesSlicesAndRefusesGapsAndOverlaps) {
   EXPECT_EQ(client.Pull({}, &pulled).code(), absl::StatusCode::kDataLoss);
   transport->mangle_pull = [](PullResponse* r) { r->mutable_slices(4)->set_version(7); };
   EXPECT_THAT(client.Pull({}, &pulled).message(), HasSubstr("version 7"));
+}
+
+// A server whose streamed pull responses carry a field the client's parser
+// refuses after values it read into place: a second shape entry after the
+// data (protobuf writes unknown fields last). The stream keeps writing
+// until the client goes away.
+class MalformedPullService final : public PsService::Service {
+ public:
+  grpc::Status CreateShards(grpc::ServerContext*, const CreateShardsRequest* request,
+                            CreateShardsResponse* response) override {
+    response->set_created(request->shards_size());
+    return grpc::Status::OK;
+  }
+  grpc::Status Pull(grpc::ServerContext*, const PullRequest* request,
+                    grpc::ServerWriter<PullResponse>* writer) override {
+    PullResponse filler;  // more than flow control lets through unread
+    filler.add_push_results()->set_variable(std::string(1 << 20, 'x'));
+    if (writer->Write(Malformed(request->shards(0).variable()))) {
+      while (writer->Write(filler)) {
+      }
+    }
+    cancelled.Notify();  // the client went away: the call has no deadline
+    return grpc::Status::OK;
+  }
+  absl::Notification cancelled;
+
+ private:
+  static PullResponse Malformed(const std::string& variable) {
+    PullResponse response;
+    ShardSlice* slice = response.add_slices();
+    slice->set_variable(variable);
+    EncodeFloatTensor({4}, std::vector<float>{1, 2, 3, 4}, slice->mutable_tensor());
+    TensorProto* tensor = slice->mutable_tensor();
+    tensor->GetReflection()->MutableUnknownFields(tensor)->AddVarint(2, 4);
+    return response;
+  }
+};
+
+TEST(PsClientGrpcTest, AMalformedPullResponseIsDataLossNotAHang) {
+  MalformedPullService service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  PsClientOptions options;
+  options.worker_id = -1;
+  // No deadline: a client that waited for the rest of the stream would
+  // hang, and the test time out.
+  options.call_timeout = absl::InfiniteDuration();
+  auto client = PsClient::Connect({absl::StrCat("127.0.0.1:", port)}, options);
+  // 8 MiB: pulled over the stream, whose values the client reads into place.
+  ASSERT_TRUE(client->CreateVariables({Spec("big", {2 << 20}, 1, 0)}).ok());
+  TensorMap out;
+  const absl::Status pulled = client->Pull({"big"}, &out);
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kDataLoss) << pulled;
+  EXPECT_THAT(pulled.message(), HasSubstr("malformed pull response"));
+  EXPECT_TRUE(service.cancelled.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  server->Shutdown();
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ class PushMessages {
 };
 
 // Reads a pull stream to its end, keeping the slices as they came.
-absl::StatusOr<PullResponse> ReadPull(grpc::internal::ReaderInterface<PullResponse>* reader,
+absl::StatusOr<PullResponse> ReadPull(grpc::ClientContext* context,
+                                      grpc::internal::ReaderInterface<PullResponse>* reader,
                                       const std::function<absl::Status()>& finish) {
   PullResponse response;
   PullResponse part;
@@ -78,6 +79,9 @@ absl::StatusOr<PullResponse> ReadPull(grpc::internal::ReaderInterface<PullRespon
       *response.add_push_results() = std::move(result);
     }
   }
+  // A message that failed to parse also ends the reads; the server is not
+  // done, and would wait for this reader until the deadline.
+  if (PlaceTensorBytes::FailedOnThisThread()) context->TryCancel();
   if (absl::Status s = finish(); !s.ok()) return s;
   return response;
 }
@@ -143,7 +147,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
   grpc::ClientContext context;
   Prepare(deadline, &context);
   auto reader = stub_->Pull(&context, request);
-  return ReadPull(reader.get(), [&] { return Convert(reader->Finish()); });
+  return ReadPull(&context, reader.get(), [&] { return Convert(reader->Finish()); });
 }
 
 absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const PushRequest> request,
@@ -166,8 +170,9 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
                                                        const PullRequest& pull,
                                                        int64_t response_bytes,
                                                        absl::Time deadline) {
-  // The gradients are lent to gRPC, sent from where they lie (LendTensorBytes),
-  // and so is the pull: the lent bytes must all belong to `lent`.
+  // On the stream, the gradients are lent to gRPC, sent from where they lie
+  // (LendTensorBytes), and so is the pull: the lent bytes must all belong to
+  // `lent`.
   const auto lent = std::make_shared<const std::pair<std::shared_ptr<const PushRequest>,
                                                      PullRequest>>(std::move(push), pull);
   const PushRequest& push_part = *lent->first;
@@ -182,7 +187,6 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
     request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push_part));
     request.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull_part));
     auto result = Unary<PullResponse>(deadline, [&](auto* context, auto* response) {
-      LendTensorBytes lend(lent);
       return stub_->PushPullSmall(context, request, response);
     }, [this](const grpc::Status& s) { return Convert(s); });
     request.unsafe_arena_release_push();
@@ -211,7 +215,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
     if (!written) break;  // the server ended the call; Finish says why
   }
   stream->WritesDone();
-  return ReadPull(stream.get(), [&] { return Convert(stream->Finish()); });
+  return ReadPull(&context, stream.get(), [&] { return Convert(stream->Finish()); });
 }
 
 absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequest& request,
