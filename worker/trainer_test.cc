@@ -175,7 +175,10 @@ TEST_F(FashionMnistTest, AsyncWorkerWithTwoLocalReplicasTrains) {
 TEST_F(FashionMnistTest, SspClusterTrains) {
   auto result = TrainInProcess({SSP, 3, 2, 1}, 2, *train_, *test_);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_GT(result->epochs.back().test_accuracy, 0.80);
+  // Three workers interleave as the machine's load lets them, and staler
+  // updates cost accuracy: 0.80-0.835 over 14 runs, 0.796 once under the
+  // full suite. Untrained is 0.10.
+  EXPECT_GT(result->epochs.back().test_accuracy, 0.75);
 }
 
 TEST_F(FashionMnistTest, LocalReplicasMatchOneReplicaWithTheWholeBatch) {
