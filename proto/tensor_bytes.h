@@ -73,9 +73,10 @@ class TensorPlacer {
   // Called as a PullResponse is parsed, for each slice whose data holds
   // `bytes` bytes of DT_FLOAT values, with the slice's other fields (the
   // tensor's dtype and shape too) already parsed. Returns where the bytes go
-  // -- room for `bytes` bytes -- or null to leave them in the message. The
-  // slice then arrives with empty data; a field after its data makes the
-  // message fail to parse (protobuf writes the data last).
+  // -- room for `bytes` bytes -- or null to leave them in the message. A
+  // placed slice arrives with empty data; a known field of the slice or
+  // its tensor after placed data makes the message fail to parse
+  // (protobuf writes the data last; unknown fields are skipped).
   virtual float* Place(const ShardSlice& slice, size_t bytes) = 0;
 };
 
