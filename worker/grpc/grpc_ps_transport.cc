@@ -170,22 +170,15 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
                                                        const PullRequest& pull,
                                                        int64_t response_bytes,
                                                        absl::Time deadline) {
-  // On the stream, the gradients are lent to gRPC, sent from where they lie
-  // (LendTensorBytes), and so is the pull: the lent bytes must all belong to
-  // `lent`.
-  const auto lent = std::make_shared<const std::pair<std::shared_ptr<const PushRequest>,
-                                                     PullRequest>>(std::move(push), pull);
-  const PushRequest& push_part = *lent->first;
-  const PullRequest& pull_part = lent->second;
   int64_t push_bytes = 0;
-  for (const ShardSlice& slice : push_part.gradients()) {
+  for (const ShardSlice& slice : push->gradients()) {
     push_bytes += static_cast<int64_t>(slice.tensor().data().size());
   }
   if (push_bytes <= kChunkBytes && response_bytes <= kChunkBytes) {
     // The push and pull are lent to the request for the call, not copied.
     PushPullRequest request;
-    request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push_part));
-    request.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull_part));
+    request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(push.get()));
+    request.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull));
     auto result = Unary<PullResponse>(deadline, [&](auto* context, auto* response) {
       return stub_->PushPullSmall(context, request, response);
     }, [this](const grpc::Status& s) { return Convert(s); });
@@ -193,6 +186,13 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
     request.unsafe_arena_release_pull();
     return result;
   }
+  // On the stream, the gradients are lent to gRPC, sent from where they lie
+  // (LendTensorBytes), and so is the pull: the lent bytes must all belong to
+  // `lent`.
+  const auto lent = std::make_shared<const std::pair<std::shared_ptr<const PushRequest>,
+                                                     PullRequest>>(std::move(push), pull);
+  const PushRequest& push_part = *lent->first;
+  const PullRequest& pull_part = lent->second;
   grpc::ClientContext context;
   Prepare(deadline, &context);
   auto stream = stub_->PushPull(&context);
