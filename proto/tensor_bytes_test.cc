@@ -96,6 +96,19 @@ TEST(LendTensorBytesTest, OutsideAScopeAndForSmallFieldsBytesAreCopied) {
   }
 }
 
+// The lent bytes may be the last thing in the message.
+TEST(LendTensorBytesTest, AMessageEndingInLentBytesRoundTrips) {
+  std::shared_ptr<PullResponse> message = Response(1 << 20);
+  message->clear_push_results();
+  grpc::ByteBuffer buffer;
+  {
+    LendTensorBytes lend(message);
+    buffer = Serialize(*message);
+  }
+  EXPECT_GT(message.use_count(), 1);
+  EXPECT_TRUE(Bytes(buffer) == message->SerializeAsString());
+}
+
 // Push messages lend as pull responses do, however many slices they carry.
 TEST(LendTensorBytesTest, PushPullRequestsWithManySlicesRoundTrip) {
   auto request = std::make_shared<PushPullRequest>();
