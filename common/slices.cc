@@ -35,17 +35,27 @@ absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t v
   return absl::OkStatus();
 }
 
-std::vector<SliceList> BatchSlices(SliceList slices, int64_t max_batch_bytes) {
-  std::vector<SliceList> batches;
-  int64_t bytes = max_batch_bytes;  // forces a first batch
-  for (ShardSlice& slice : slices) {
-    const int64_t size = static_cast<int64_t>(slice.tensor().data().size());
-    if (batches.empty() || bytes + size > max_batch_bytes) {
-      batches.emplace_back();
+int64_t SliceRows(const ShardSlice& slice) {
+  return slice.tensor().shape_size() > 0 ? slice.tensor().shape(0) : 0;
+}
+
+int64_t TensorBytes(const SliceList& slices) {
+  int64_t bytes = 0;
+  for (const ShardSlice& slice : slices) bytes += static_cast<int64_t>(slice.tensor().data().size());
+  return bytes;
+}
+
+std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes) {
+  std::vector<SliceRange> batches = {{0, 0}};
+  int64_t bytes = 0;
+  for (int i = 0; i < slices.size(); ++i) {
+    const int64_t size = static_cast<int64_t>(slices[i].tensor().data().size());
+    if (batches.back().end > batches.back().begin && bytes + size > max_batch_bytes) {
+      batches.push_back({i, i});
       bytes = 0;
     }
     bytes += size;
-    *batches.back().Add() = std::move(slice);
+    batches.back().end = i + 1;
   }
   return batches;
 }

@@ -29,9 +29,22 @@ absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t v
                                absl::Span<const float> values, DataType encoding,
                                int64_t max_slice_bytes, SliceList* out);
 
-// Groups slices into batches of about max_batch_bytes of tensor data (a
-// larger slice travels alone), keeping their order.
-std::vector<SliceList> BatchSlices(SliceList slices, int64_t max_batch_bytes);
+// Rows in `slice`: its tensor's first dimension, 0 when it has none.
+int64_t SliceRows(const ShardSlice& slice);
+
+// Tensor bytes the slices carry.
+int64_t TensorBytes(const SliceList& slices);
+
+// Slices [begin, end) of a SliceList.
+struct SliceRange {
+  int begin;
+  int end;
+};
+
+// Groups `slices`, in order, into runs of about max_batch_bytes of tensor
+// data (a larger slice travels alone), one per stream message. At least one
+// run, empty when there are no slices: a message carries more than slices.
+std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes);
 
 }  // namespace fulcrum
 

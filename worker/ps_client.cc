@@ -189,7 +189,7 @@ class PsClient::Placer final : public TensorPlacer {
     if (it == targets_.end()) return nullptr;
     const Target& target = it->second;
     const TensorProto& tensor = slice.tensor();
-    const int64_t rows = tensor.shape_size() > 0 ? tensor.shape(0) : 0;
+    const int64_t rows = SliceRows(slice);
     const int64_t row_elems = RowElements(target.shape);
     // Anything unexpected stays in the message, for Assemble to name.
     if (tensor.shape_size() != static_cast<int>(target.shape.size()) || rows < 1 ||
@@ -206,9 +206,9 @@ class PsClient::Placer final : public TensorPlacer {
 
   // True when `slice` (which arrived without data) was read into place.
   bool WasPlaced(const ShardSlice& slice) const {
-    const int64_t rows = slice.tensor().shape_size() > 0 ? slice.tensor().shape(0) : 0;
-    return slice.tensor().data().empty() &&
-           placed_.count({slice.variable(), slice.shard(), slice.row_offset(), rows}) > 0;
+    const auto key =
+        std::make_tuple(slice.variable(), slice.shard(), slice.row_offset(), SliceRows(slice));
+    return slice.tensor().data().empty() && placed_.count(key) > 0;
   }
 
  private:
@@ -282,7 +282,7 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
       const int64_t version = slices[0]->version();
       int64_t row = 0;  // rows placed so far
       for (const ShardSlice* slice : slices) {
-        const int64_t rows = slice->tensor().shape_size() > 0 ? slice->tensor().shape(0) : 0;
+        const int64_t rows = SliceRows(*slice);
         if (slice->row_offset() != row || rows < 1 || row + rows > shard.rows ||
             slice->version() != version) {
           return absl::DataLossError(absl::StrCat(

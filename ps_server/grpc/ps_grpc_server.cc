@@ -23,9 +23,7 @@ absl::Time Deadline(const grpc::ServerContext* context) {
 // Adds the tensor bytes of `part` to `bytes`, refusing a push that carries
 // more than `max_bytes` in all.
 absl::Status CountPushBytes(const PushRequest& part, int64_t max_bytes, int64_t* bytes) {
-  for (const ShardSlice& slice : part.gradients()) {
-    *bytes += static_cast<int64_t>(slice.tensor().data().size());
-  }
+  *bytes += TensorBytes(part.gradients());
   if (max_bytes == 0 && *bytes > 0) {
     // Said before the bound, so that a client can tell a restart and recover.
     return absl::NotFoundError("this server holds no variables (did it restart?)");
@@ -208,8 +206,7 @@ class PsGrpcServer::Service final : public PsService::Service {
   absl::Status PullOne(const PullRequest& request, absl::Time deadline, PullResponse* response) {
     auto result = ps_->Pull(request, deadline, kChunkBytes);
     if (!result.ok()) return result.status();
-    int64_t bytes = 0;
-    for (const ShardSlice& slice : result->slices()) bytes += slice.tensor().data().size();
+    const int64_t bytes = TensorBytes(result->slices());
     if (bytes > kChunkBytes) {
       return absl::ResourceExhaustedError(absl::StrCat("a small pull answers at most ", kChunkBytes,
                                                        " bytes of tensors, this one ", bytes,
@@ -228,18 +225,15 @@ class PsGrpcServer::Service final : public PsService::Service {
       grpc::internal::WriterInterface<PullResponse>* writer) {
     auto result = ps_->Pull(request, deadline, kChunkBytes);
     if (!result.ok()) return result.status();
-    std::vector<SliceList> batches =
-        BatchSlices(std::move(*result->mutable_slices()), kChunkBytes);
-    if (batches.empty()) batches.emplace_back();
-    for (size_t i = 0; i < batches.size(); ++i) {
-      if (metrics_ != nullptr) {
-        for (const ShardSlice& slice : batches[i]) {
-          metrics_->AddPulledBytes(static_cast<int64_t>(slice.tensor().data().size()));
-        }
-      }
+    SliceList& slices = *result->mutable_slices();
+    const std::vector<SliceRange> batches = BatchSlices(slices, kChunkBytes);
+    for (size_t b = 0; b < batches.size(); ++b) {
       auto message = std::make_shared<PullResponse>();
-      *message->mutable_slices() = std::move(batches[i]);
-      if (i == 0) *message->mutable_push_results() = push_results;
+      for (int i = batches[b].begin; i < batches[b].end; ++i) {
+        *message->add_slices() = std::move(*slices.Mutable(i));
+      }
+      if (metrics_ != nullptr) metrics_->AddPulledBytes(TensorBytes(message->slices()));
+      if (b == 0) *message->mutable_push_results() = push_results;
       // The tensor bytes are lent to gRPC, not copied: it keeps the message
       // until it has sent them.
       LendTensorBytes lend(message);

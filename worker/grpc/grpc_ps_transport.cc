@@ -32,18 +32,16 @@ void Prepare(absl::Time deadline, grpc::ClientContext* context) {
 class PushMessages {
  public:
   explicit PushMessages(const PushRequest& push) {
-    int64_t bytes = kChunkBytes;  // forces a first message
-    for (const ShardSlice& slice : push.gradients()) {
-      const auto size = static_cast<int64_t>(slice.tensor().data().size());
-      if (messages_.empty() || bytes + size > kChunkBytes) {
-        Add(push);
-        bytes = 0;
+    for (const SliceRange& batch : BatchSlices(push.gradients(), kChunkBytes)) {
+      PushRequest& message = messages_.emplace_back();
+      message.set_worker_id(push.worker_id());
+      message.set_clock(push.clock());
+      message.set_incarnation(push.incarnation());
+      for (int i = batch.begin; i < batch.end; ++i) {
+        message.mutable_gradients()->UnsafeArenaAddAllocated(
+            const_cast<ShardSlice*>(&push.gradients(i)));
       }
-      bytes += size;
-      messages_.back().mutable_gradients()->UnsafeArenaAddAllocated(
-          const_cast<ShardSlice*>(&slice));
     }
-    if (messages_.empty()) Add(push);
   }
   ~PushMessages() {
     for (PushRequest& message : messages_) {
@@ -57,13 +55,6 @@ class PushMessages {
   std::deque<PushRequest>& messages() { return messages_; }
 
  private:
-  void Add(const PushRequest& push) {
-    PushRequest& message = messages_.emplace_back();
-    message.set_worker_id(push.worker_id());
-    message.set_clock(push.clock());
-    message.set_incarnation(push.incarnation());
-  }
-
   std::deque<PushRequest> messages_;  // a deque: messages never move
 };
 
@@ -170,11 +161,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
                                                        const PullRequest& pull,
                                                        int64_t response_bytes,
                                                        absl::Time deadline) {
-  int64_t push_bytes = 0;
-  for (const ShardSlice& slice : push->gradients()) {
-    push_bytes += static_cast<int64_t>(slice.tensor().data().size());
-  }
-  if (push_bytes <= kChunkBytes && response_bytes <= kChunkBytes) {
+  if (TensorBytes(push->gradients()) <= kChunkBytes && response_bytes <= kChunkBytes) {
     // The push and pull are lent to the request for the call, not copied.
     PushPullRequest request;
     request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(push.get()));
