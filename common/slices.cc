@@ -60,4 +60,23 @@ std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_b
   return batches;
 }
 
+std::shared_ptr<const PushRequest> PushPart(std::shared_ptr<const PushRequest> whole,
+                                            absl::Span<const int> slices) {
+  auto* part = new PushRequest;
+  part->set_worker_id(whole->worker_id());
+  part->set_clock(whole->clock());
+  part->set_incarnation(whole->incarnation());
+  for (int i : slices) {
+    part->mutable_gradients()->UnsafeArenaAddAllocated(
+        const_cast<ShardSlice*>(&whole->gradients(i)));
+  }
+  // Gives the borrowed slices back before the part goes, then lets `whole` go.
+  return std::shared_ptr<const PushRequest>(part, [whole](const PushRequest* done) {
+    auto* borrower = const_cast<PushRequest*>(done);
+    borrower->mutable_gradients()->UnsafeArenaExtractSubrange(0, borrower->gradients_size(),
+                                                              nullptr);
+    delete borrower;
+  });
+}
+
 }  // namespace fulcrum

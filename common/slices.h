@@ -1,10 +1,11 @@
 // Shards on the wire as slices of rows: splitting a shard into slices that
-// fit a message, and grouping slices into messages.
+// fit a message, grouping slices into messages, and pushes of some slices.
 // Shared by the server and the client. Pure functions; thread-safe.
 #ifndef FULCRUM_COMMON_SLICES_H_
 #define FULCRUM_COMMON_SLICES_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,13 @@ struct SliceRange {
 // data (a larger slice travels alone), one per stream message. At least one
 // run, empty when there are no slices: a message carries more than slices.
 std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes);
+
+// A push of some of `whole`'s gradient slices (by index, in the order
+// given), with its worker, clock and incarnation. It borrows the slices
+// instead of copying their bytes (protobuf's unsafe-arena idiom) and keeps
+// `whole` alive while it lives; neither may change meanwhile.
+std::shared_ptr<const PushRequest> PushPart(std::shared_ptr<const PushRequest> whole,
+                                            absl::Span<const int> slices);
 
 }  // namespace fulcrum
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,28 @@ TEST(SlicesTest, BytesAndRows) {
   slices.Mutable(0)->mutable_tensor()->add_shape(7);
   slices.Mutable(0)->mutable_tensor()->add_shape(2);
   EXPECT_EQ(SliceRows(slices[0]), 7);
+}
+
+TEST(PushPartTest, BorrowsTheSlicesAndKeepsTheWholeAlive) {
+  auto whole = std::make_shared<PushRequest>();
+  whole->set_worker_id(3);
+  whole->set_clock(7);
+  whole->set_incarnation(11);
+  *whole->mutable_gradients() = Slices({4, 5, 6});
+  const ShardSlice* last = &whole->gradients(2);
+  std::shared_ptr<const PushRequest> part = PushPart(whole, {2, 0});
+  EXPECT_EQ(part->worker_id(), 3);
+  EXPECT_EQ(part->clock(), 7);
+  EXPECT_EQ(part->incarnation(), 11);
+  ASSERT_EQ(part->gradients_size(), 2);
+  EXPECT_EQ(&part->gradients(0), last);  // the same slice, not a copy
+  EXPECT_EQ(part->gradients(1).tensor().data().size(), 4u);
+
+  std::weak_ptr<const PushRequest> held = whole;
+  whole.reset();
+  EXPECT_FALSE(held.expired());  // the part keeps it
+  part.reset();                  // gives the slices back: the whole frees them, once
+  EXPECT_TRUE(held.expired());
 }
 
 }  // namespace

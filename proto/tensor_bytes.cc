@@ -290,6 +290,10 @@ bool PlaceTensorBytes::FailedOnThisThread() {
   return current_place != nullptr && !current_place->error_.empty();
 }
 
+TensorPlacer* PlaceTensorBytes::CurrentPlacer() {
+  return current_place == nullptr ? nullptr : current_place->placer_;
+}
+
 }  // namespace fulcrum
 
 #define FULCRUM_TENSOR_SERIALIZER_IMPL(Message)                                              \

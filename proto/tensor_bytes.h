@@ -97,6 +97,9 @@ class PlaceTensorBytes {
   // stream read returned false then knows to cancel the call instead of
   // waiting for the rest of it.
   static bool FailedOnThisThread();
+  // The placer of this thread's scope, or null: a caller that reads part
+  // of a response on other threads opens scopes with it there.
+  static TensorPlacer* CurrentPlacer();
 
  private:
   friend grpc::Status DeserializePlacing(grpc::ByteBuffer* buffer, PullResponse* message);

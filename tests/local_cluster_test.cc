@@ -73,6 +73,13 @@ TEST(LocalClusterTest, UnknownWireDtypeIsAFlagError) {
   EXPECT_TRUE(cluster.HasLine("--wire_dtype: 'fp8' is not one of float32, bfloat16, float16"));
 }
 
+TEST(LocalClusterTest, NoChannelsIsAFlagError) {
+  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--",
+                                            "--channels_per_ps=0"}));
+  EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 2);
+  EXPECT_TRUE(cluster.HasLine("--channels_per_ps: must be >= 1, got 0"));
+}
+
 TEST(LocalClusterTest, WorkersServePrometheusMetrics) {
   ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--mode=async", "--",
                                             "--epochs=3", "--hidden=64", "--log_every_steps=100",

@@ -40,7 +40,8 @@ PsClient::~PsClient() {
 
 std::unique_ptr<PsClient> PsClient::Connect(const std::vector<std::string>& addresses,
                                             PsClientOptions options) {
-  return std::make_unique<PsClient>(MakeGrpcTransports(addresses), options);
+  return std::make_unique<PsClient>(MakeGrpcTransports(addresses, options.channels_per_server),
+                                    options);
 }
 
 absl::Status PsClient::ForEachServer(
@@ -182,8 +183,12 @@ class PsClient::Placer final : public TensorPlacer {
     targets_[{variable, shard}] = Target{first_row, std::move(shape)};
   }
   // Forgets what an earlier attempt placed.
-  void Reset() { placed_.clear(); }
+  void Reset() {
+    absl::MutexLock lock(&mu_);
+    placed_.clear();
+  }
 
+  // Called from the threads that read one server's parts in parallel.
   float* Place(const ShardSlice& slice, size_t bytes) override {
     auto it = targets_.find({slice.variable(), slice.shard()});
     if (it == targets_.end()) return nullptr;
@@ -200,7 +205,10 @@ class PsClient::Placer final : public TensorPlacer {
         bytes != static_cast<size_t>(rows * row_elems) * sizeof(float)) {
       return nullptr;
     }
-    placed_.insert({slice.variable(), slice.shard(), slice.row_offset(), rows});
+    {
+      absl::MutexLock lock(&mu_);
+      placed_.insert({slice.variable(), slice.shard(), slice.row_offset(), rows});
+    }
     return target.first_row + slice.row_offset() * row_elems;
   }
 
@@ -208,6 +216,7 @@ class PsClient::Placer final : public TensorPlacer {
   bool WasPlaced(const ShardSlice& slice) const {
     const auto key =
         std::make_tuple(slice.variable(), slice.shard(), slice.row_offset(), SliceRows(slice));
+    absl::MutexLock lock(&mu_);
     return slice.tensor().data().empty() && placed_.count(key) > 0;
   }
 
@@ -217,7 +226,9 @@ class PsClient::Placer final : public TensorPlacer {
     Shape shape;  // of the shard
   };
   std::map<std::pair<std::string, int>, Target> targets_;
-  std::set<std::tuple<std::string, int, int64_t, int64_t>> placed_;  // variable, shard, row, rows
+  mutable absl::Mutex mu_;
+  // variable, shard, row, rows
+  std::set<std::tuple<std::string, int, int64_t, int64_t>> placed_ ABSL_GUARDED_BY(mu_);
 };
 
 std::vector<PsClient::Placer> PsClient::PrepareOutputs(

@@ -85,6 +85,11 @@ struct PsClientOptions {
   // DT_FLOAT16 for half the bytes at the rounding error common/tensor.h
   // states. The servers keep and update float32 values either way.
   DataType wire_dtype = DT_FLOAT;
+  // Connect: gRPC channels (TCP connections) to each server. With more
+  // than one, each call of more than kChunkBytes is split by shard over
+  // them and sent in parallel (worker/parallel_ps_transport.h says what
+  // that changes); at least 1.
+  int channels_per_server = 1;
 };
 
 // What the servers did with one push, summed over shards.

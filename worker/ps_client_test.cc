@@ -11,8 +11,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/ps_service.grpc.pb.h"
+#include "ps_server/grpc/ps_grpc_server.h"
+#include "worker/client_test_util.h"
 #include "worker/in_process_ps_transport.h"
 
 namespace fulcrum {
@@ -20,40 +22,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-PsServerConfig Config(ConsistencyMode mode, int replicas) {
-  PsServerConfig config;
-  config.set_mode(mode);
-  config.set_num_replicas(replicas);
-  config.set_replicas_to_aggregate(replicas);
-  config.set_max_staleness(-1);
-  config.set_staleness_bound(1);
-  config.set_lease_timeout_ms(10000);
-  config.set_max_message_bytes(64 << 20);
-  return config;
-}
-
-VariableSpec Spec(const std::string& name, Shape shape, int shards, float init) {
-  VariableSpec spec;
-  spec.set_name(name);
-  spec.mutable_shape()->Assign(shape.begin(), shape.end());
-  spec.set_dtype(DT_FLOAT);
-  spec.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
-  spec.mutable_initializer()->set_value(init);
-  spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
-  spec.mutable_partitioner()->set_num_shards(shards);
-  spec.mutable_optimizer()->set_learning_rate(1.0f);
-  return spec;
-}
-
-DenseTensor Filled(Shape shape, float value) {
-  return DenseTensor{shape, std::vector<float>(NumElements(shape), value)};
-}
-
 // Two in-process servers and clients for `workers` replicas.
 class Cluster {
  public:
   Cluster(ConsistencyMode mode, int workers, DataType wire_dtype = DT_FLOAT) {
-    for (int i = 0; i < 2; ++i) servers_.push_back(std::make_unique<ParameterServer>(Config(mode, workers)));
+    for (int i = 0; i < 2; ++i) {
+      servers_.push_back(std::make_unique<ParameterServer>(TestServerConfig(mode, workers)));
+    }
     for (int w = 0; w < workers; ++w) {
       std::vector<std::unique_ptr<PsTransport>> transports;
       for (auto& server : servers_) {
@@ -77,7 +52,7 @@ class Cluster {
 TEST(PsClientTest, ShardsAcrossServersAndAppliesPushes) {
   Cluster cluster(ASYNC, 1);
   PsClient& client = cluster.client(0);
-  ASSERT_TRUE(client.CreateVariables({Spec("w", {5, 2}, 3, 1.0f), Spec("b", {2}, 1, 0.0f)}).ok());
+  ASSERT_TRUE(client.CreateVariables({TestVariable("w", {5, 2}, 3, 1.0f), TestVariable("b", {2}, 1, 0.0f)}).ok());
   // Both servers hold something: 3 shards of w and b spread over 2 servers.
   EXPECT_GT(cluster.server(0).Describe().shards_size(), 0);
   EXPECT_GT(cluster.server(1).Describe().shards_size(), 0);
@@ -104,7 +79,7 @@ TEST(PsClientTest, SixteenBitWireRoundsWhatTravelsNotWhatServersKeep) {
     SCOPED_TRACE(DataType_Name(wire));
     Cluster cluster(ASYNC, 1, wire);
     PsClient& client = cluster.client(0);
-    ASSERT_TRUE(client.CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());  // SGD, lr 1
+    ASSERT_TRUE(client.CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());  // SGD, lr 1
     const std::vector<float> g = {1.0f / 3, -1000.1f, 2.5e-3f, 1.0f};
     ASSERT_TRUE(client.Push({{"w", DenseTensor{{4}, g}}}).ok());
     TensorMap pulled;
@@ -126,7 +101,7 @@ TEST(PsClientTest, SixteenBitWireRoundsWhatTravelsNotWhatServersKeep) {
     PsClientOptions reader_options;
     reader_options.worker_id = -1;
     PsClient reader(std::move(transports), reader_options);
-    ASSERT_TRUE(reader.CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());
+    ASSERT_TRUE(reader.CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());
     TensorMap exact;
     ASSERT_TRUE(reader.Pull({}, &exact).ok());
     EXPECT_EQ(exact["w"].values[3], -1.0f - std::ldexp(1.0f, -12));
@@ -136,7 +111,7 @@ TEST(PsClientTest, SixteenBitWireRoundsWhatTravelsNotWhatServersKeep) {
 TEST(PsClientTest, Float16OverflowFailsThePushNamingTheVariable) {
   Cluster cluster(ASYNC, 1, DT_FLOAT16);
   PsClient& client = cluster.client(0);
-  ASSERT_TRUE(client.CreateVariables({Spec("w", {4}, 1, 0.0f)}).ok());
+  ASSERT_TRUE(client.CreateVariables({TestVariable("w", {4}, 1, 0.0f)}).ok());
   auto pushed = client.Push({{"w", DenseTensor{{4}, {0, 0, 1e5f, 0}}}});
   EXPECT_EQ(pushed.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(pushed.status().message(), HasSubstr("variable 'w'"));
@@ -147,7 +122,7 @@ TEST(PsClientTest, Float16OverflowFailsThePushNamingTheVariable) {
 TEST(PsClientTest, SyncPullWaitsForTheAggregatedStep) {
   Cluster cluster(SYNC, 2);
   for (int w = 0; w < 2; ++w) {
-    ASSERT_TRUE(cluster.client(w).CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());
+    ASSERT_TRUE(cluster.client(w).CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());
   }
   for (int step = 0; step < 3; ++step) {
     TensorMap values[2];
@@ -168,7 +143,7 @@ TEST(PsClientTest, SyncPullWaitsForTheAggregatedStep) {
 TEST(PsClientTest, SspClockAdvancesWithEachPush) {
   Cluster cluster(SSP, 1);
   PsClient& client = cluster.client(0);
-  ASSERT_TRUE(client.CreateVariables({Spec("w", {2}, 1, 0.0f)}).ok());
+  ASSERT_TRUE(client.CreateVariables({TestVariable("w", {2}, 1, 0.0f)}).ok());
   TensorMap values;
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(client.PushPull({{"w", Filled({2}, 1.0f)}}, {}, &values).ok());
@@ -181,7 +156,7 @@ TEST(PsClientTest, SspClockAdvancesWithEachPush) {
 TEST(PsClientTest, BadGradientsAreRejectedBeforeSending) {
   Cluster cluster(ASYNC, 1);
   PsClient& client = cluster.client(0);
-  ASSERT_TRUE(client.CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());
+  ASSERT_TRUE(client.CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());
   auto unknown = client.Push({{"nope", Filled({4}, 1.0f)}});
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   auto shape = client.Push({{"w", Filled({5}, 1.0f)}});
@@ -194,9 +169,9 @@ TEST(PsClientTest, BadGradientsAreRejectedBeforeSending) {
 
 TEST(PsClientTest, ConflictingCreateIsAlreadyExists) {
   Cluster cluster(ASYNC, 2);
-  ASSERT_TRUE(cluster.client(0).CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());
-  ASSERT_TRUE(cluster.client(1).CreateVariables({Spec("w", {4}, 2, 0.0f)}).ok());  // idempotent
-  absl::Status conflict = cluster.client(1).CreateVariables({Spec("w", {4}, 2, 7.0f)});
+  ASSERT_TRUE(cluster.client(0).CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());
+  ASSERT_TRUE(cluster.client(1).CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());  // idempotent
+  absl::Status conflict = cluster.client(1).CreateVariables({TestVariable("w", {4}, 2, 7.0f)});
   EXPECT_EQ(conflict.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(conflict.message(), HasSubstr("ps "));
 }
@@ -249,7 +224,7 @@ class FlakyTransport final : public PsTransport {
 };
 
 TEST(PsClientTest, RetriesUnavailableWithBackoffThenGivesUpNamingTheServer) {
-  ParameterServer ps(Config(ASYNC, 1));
+  ParameterServer ps(TestServerConfig(ASYNC, 1));
   PsClientOptions options;
   options.initial_backoff = absl::Milliseconds(1);
   options.max_backoff = absl::Milliseconds(4);
@@ -259,15 +234,15 @@ TEST(PsClientTest, RetriesUnavailableWithBackoffThenGivesUpNamingTheServer) {
   FlakyTransport* flaky_ptr = flaky.get();
   transports.push_back(std::move(flaky));
   PsClient client(std::move(transports), options);
-  ASSERT_TRUE(client.CreateVariables({Spec("w", {2}, 1, 0.0f)}).ok());
+  ASSERT_TRUE(client.CreateVariables({TestVariable("w", {2}, 1, 0.0f)}).ok());
   EXPECT_EQ(flaky_ptr->calls(), 4);
 
-  ParameterServer down(Config(ASYNC, 1));
+  ParameterServer down(TestServerConfig(ASYNC, 1));
   options.retry_timeout = absl::Milliseconds(30);
   std::vector<std::unique_ptr<PsTransport>> never;
   never.push_back(std::make_unique<FlakyTransport>(&down, 1 << 30));
   PsClient gives_up(std::move(never), options);
-  absl::Status status = gives_up.CreateVariables({Spec("w", {2}, 1, 0.0f)});
+  absl::Status status = gives_up.CreateVariables({TestVariable("w", {2}, 1, 0.0f)});
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr("ps 0 (flaky): create variables"));
 }
@@ -275,13 +250,13 @@ TEST(PsClientTest, RetriesUnavailableWithBackoffThenGivesUpNamingTheServer) {
 // A pull that arrives in many slices is put together in place; slices that
 // leave a gap, overlap or disagree on the version are refused.
 TEST(PsClientTest, PullPlacesSlicesAndRefusesGapsAndOverlaps) {
-  ParameterServer ps(Config(ASYNC, 1));
+  ParameterServer ps(TestServerConfig(ASYNC, 1));
   std::vector<std::unique_ptr<PsTransport>> transports;
   auto sliced = std::make_unique<FlakyTransport>(&ps, 0, /*max_slice_bytes=*/8);
   FlakyTransport* transport = sliced.get();
   transports.push_back(std::move(sliced));
   PsClient client(std::move(transports), PsClientOptions{});
-  ASSERT_TRUE(client.CreateVariables({Spec("w", {5, 2}, 1, 1.0f)}).ok());
+  ASSERT_TRUE(client.CreateVariables({TestVariable("w", {5, 2}, 1, 1.0f)}).ok());
   TensorMap grads;
   grads["w"] = DenseTensor{{5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
   ASSERT_TRUE(client.Push(grads).ok());
@@ -307,7 +282,7 @@ TEST(PsClientTest, PullPlacesSlicesAndRefusesGapsAndOverlaps) {
 
 // A server whose streamed pull responses carry a field the client's parser
 // refuses after values it read into place: a second shape entry after the
-// data (protobuf writes unknown fields last). The stream keeps writing
+// data (protobuf writes unknown fields last). Each stream keeps writing
 // until the client goes away.
 class MalformedPullService final : public PsService::Service {
  public:
@@ -320,28 +295,42 @@ class MalformedPullService final : public PsService::Service {
                     grpc::ServerWriter<PullResponse>* writer) override {
     PullResponse filler;  // more than flow control lets through unread
     filler.add_push_results()->set_variable(std::string(1 << 20, 'x'));
-    if (writer->Write(Malformed(request->shards(0).variable()))) {
+    if (writer->Write(Malformed(request->shards(0)))) {
       while (writer->Write(filler)) {
       }
     }
-    cancelled.Notify();  // the client went away: the call has no deadline
+    absl::MutexLock lock(&mu_);
+    ++cancelled_;  // the client went away: the call has no deadline
     return grpc::Status::OK;
   }
-  absl::Notification cancelled;
+  // Whether `calls` calls were cancelled within a while.
+  bool AwaitCancelled(int calls) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancelled_ >= calls; };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(30));
+  }
 
  private:
-  static PullResponse Malformed(const std::string& variable) {
+  static PullResponse Malformed(const ShardRef& shard) {
     PullResponse response;
     ShardSlice* slice = response.add_slices();
-    slice->set_variable(variable);
+    slice->set_variable(shard.variable());
+    slice->set_shard(shard.shard());
     EncodeFloatTensor({4}, std::vector<float>{1, 2, 3, 4}, slice->mutable_tensor());
     TensorProto* tensor = slice->mutable_tensor();
     tensor->GetReflection()->MutableUnknownFields(tensor)->AddVarint(2, 4);
     return response;
   }
+
+  absl::Mutex mu_;
+  int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-TEST(PsClientGrpcTest, AMalformedPullResponseIsDataLossNotAHang) {
+// Over one channel, and over three: then the three shards' pulls are read
+// on three threads at once, two of them not the caller's.
+class PsClientChannelsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PsClientChannelsTest, AMalformedPullResponseIsDataLossNotAHang) {
   MalformedPullService service;
   int port = 0;
   grpc::ServerBuilder builder;
@@ -351,19 +340,43 @@ TEST(PsClientGrpcTest, AMalformedPullResponseIsDataLossNotAHang) {
   ASSERT_NE(server, nullptr);
   PsClientOptions options;
   options.worker_id = -1;
+  options.channels_per_server = GetParam();
   // No deadline: a client that waited for the rest of the stream would
   // hang, and the test time out.
   options.call_timeout = absl::InfiniteDuration();
   auto client = PsClient::Connect({absl::StrCat("127.0.0.1:", port)}, options);
   // 8 MiB: pulled over the stream, whose values the client reads into place.
-  ASSERT_TRUE(client->CreateVariables({Spec("big", {2 << 20}, 1, 0)}).ok());
+  ASSERT_TRUE(client->CreateVariables({TestVariable("big", {2 << 20}, 3, 0)}).ok());
   TensorMap out;
   const absl::Status pulled = client->Pull({"big"}, &out);
   EXPECT_EQ(pulled.code(), absl::StatusCode::kDataLoss) << pulled;
   EXPECT_THAT(pulled.message(), HasSubstr("malformed pull response"));
-  EXPECT_TRUE(service.cancelled.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(service.AwaitCancelled(GetParam()));
   server->Shutdown();
 }
+
+TEST_P(PsClientChannelsTest, LargeCallsArriveWhole) {
+  ParameterServer ps(TestServerConfig(ASYNC, 1));
+  auto server = PsGrpcServer::Start(&ps, "127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  PsClientOptions options;
+  options.channels_per_server = GetParam();
+  auto client = PsClient::Connect({absl::StrCat("127.0.0.1:", (*server)->port())}, options);
+  // 12 MiB in 5 shards: streamed, and over three channels split.
+  const Shape shape = {1536, 2048};
+  ASSERT_TRUE(client->CreateVariables({TestVariable("w", shape, 5, 1.0f)}).ok());
+  ASSERT_TRUE(client->Push({{"w", Filled(shape, 0.25f)}}).ok());
+  TensorMap out;
+  ASSERT_TRUE(client->Pull({}, &out).ok());
+  EXPECT_EQ(out["w"].values, std::vector<float>(NumElements(shape), 0.75f));
+  auto pushed = client->PushPull({{"w", Filled(shape, 0.25f)}}, {}, &out);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->applied, 5);
+  EXPECT_EQ(out["w"].values, std::vector<float>(NumElements(shape), 0.5f));
+  (*server)->Shutdown(absl::Now() + absl::Seconds(5));
+}
+
+INSTANTIATE_TEST_SUITE_P(Channels, PsClientChannelsTest, ::testing::Values(1, 3));
 
 }  // namespace
 }  // namespace fulcrum

@@ -98,6 +98,11 @@ ABSL_FLAG(std::string, wire_dtype, "float32",
           "How gradients and pulled weights travel: float32, bfloat16 or float16 (half the "
           "bytes; rounding error at most 0.39% or 0.049% of each value; float16 fails on "
           "values beyond 65504). The servers keep float32 either way.");
+ABSL_FLAG(int, channels_per_ps, 1,
+          "gRPC channels (TCP connections) to each parameter server. With more than one, a "
+          "pull or push of more than 4 MiB to a server is split by shard over them and sent "
+          "in parallel: for servers holding several large shards, where one connection is "
+          "the limit.");
 ABSL_FLAG(int, call_timeout_secs, 120,
           "Deadline of each call to a server, long polls included; servers not up yet are "
           "waited for this long.");
@@ -277,6 +282,10 @@ absl::Status Run() {
   if (!wire_dtype.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--wire_dtype: ", wire_dtype.status().message()));
   }
+  if (absl::GetFlag(FLAGS_channels_per_ps) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--channels_per_ps: must be >= 1, got ",
+                                                   absl::GetFlag(FLAGS_channels_per_ps)));
+  }
   auto optimizer = OptimizerFromFlags();
   if (!optimizer.ok()) return optimizer.status();
   auto hidden = ParseHidden(absl::GetFlag(FLAGS_hidden));
@@ -330,6 +339,7 @@ absl::Status Run() {
   options.worker_id = *replica;
   options.mode = *mode;
   options.wire_dtype = *wire_dtype;
+  options.channels_per_server = absl::GetFlag(FLAGS_channels_per_ps);
   options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_secs));
   options.retry_timeout = options.call_timeout;
   const std::vector<std::string> ps(cluster->cluster().ps().begin(), cluster->cluster().ps().end());

@@ -5,14 +5,16 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
-#include <deque>
 #include <memory>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/logging.h"
 #include "common/slices.h"
 #include "proto/tensor_bytes.h"
+#include "worker/parallel_ps_transport.h"
 
 namespace fulcrum {
 namespace {
@@ -27,36 +29,17 @@ void Prepare(absl::Time deadline, grpc::ClientContext* context) {
 
 // The push as stream messages of about kChunkBytes of gradients each; at
 // least one, which carries the worker and clock even with no gradients. The
-// messages borrow the push's slices instead of copying their bytes
-// (protobuf's temporary-ownership idiom), so they must not outlive it.
-class PushMessages {
- public:
-  explicit PushMessages(const PushRequest& push) {
-    for (const SliceRange& batch : BatchSlices(push.gradients(), kChunkBytes)) {
-      PushRequest& message = messages_.emplace_back();
-      message.set_worker_id(push.worker_id());
-      message.set_clock(push.clock());
-      message.set_incarnation(push.incarnation());
-      for (int i = batch.begin; i < batch.end; ++i) {
-        message.mutable_gradients()->UnsafeArenaAddAllocated(
-            const_cast<ShardSlice*>(&push.gradients(i)));
-      }
-    }
+// messages borrow the push's slices instead of copying their bytes.
+std::vector<std::shared_ptr<const PushRequest>> PushMessages(
+    const std::shared_ptr<const PushRequest>& push) {
+  std::vector<std::shared_ptr<const PushRequest>> messages;
+  for (const SliceRange& batch : BatchSlices(push->gradients(), kChunkBytes)) {
+    std::vector<int> slices(batch.end - batch.begin);
+    std::iota(slices.begin(), slices.end(), batch.begin);
+    messages.push_back(PushPart(push, slices));
   }
-  ~PushMessages() {
-    for (PushRequest& message : messages_) {
-      message.mutable_gradients()->UnsafeArenaExtractSubrange(0, message.gradients_size(),
-                                                              nullptr);
-    }
-  }
-  PushMessages(const PushMessages&) = delete;
-  PushMessages& operator=(const PushMessages&) = delete;
-
-  std::deque<PushRequest>& messages() { return messages_; }
-
- private:
-  std::deque<PushRequest> messages_;  // a deque: messages never move
-};
+  return messages;
+}
 
 // Reads a pull stream to its end, keeping the slices as they came.
 absl::StatusOr<PullResponse> ReadPull(grpc::ClientContext* context,
@@ -107,6 +90,9 @@ GrpcPsTransport::GrpcPsTransport(const std::string& address) : address_(address)
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // gRPC would share one connection among channels with equal arguments;
+  // several transports to one server are there for several connections.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   stub_ = PsService::NewStub(channel_);
 }
@@ -147,10 +133,9 @@ absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const PushReq
   Prepare(deadline, &context);
   PushResponse response;
   auto writer = stub_->Push(&context, &response);
-  PushMessages messages(*request);
-  for (const PushRequest& message : messages.messages()) {
-    LendTensorBytes lend(request);  // the gradients are sent from where they lie
-    if (!writer->Write(message)) break;  // the server ended the call; Finish says why
+  for (const std::shared_ptr<const PushRequest>& message : PushMessages(request)) {
+    LendTensorBytes lend(message);  // the gradients are sent from where they lie
+    if (!writer->Write(*message)) break;  // the server ended the call; Finish says why
   }
   writer->WritesDone();
   if (absl::Status s = Convert(writer->Finish()); !s.ok()) return s;
@@ -178,17 +163,15 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
   // `lent`.
   const auto lent = std::make_shared<const std::pair<std::shared_ptr<const PushRequest>,
                                                      PullRequest>>(std::move(push), pull);
-  const PushRequest& push_part = *lent->first;
   const PullRequest& pull_part = lent->second;
   grpc::ClientContext context;
   Prepare(deadline, &context);
   auto stream = stub_->PushPull(&context);
-  PushMessages messages(push_part);
-  std::deque<PushRequest>& parts = messages.messages();
+  const std::vector<std::shared_ptr<const PushRequest>> parts = PushMessages(lent->first);
   for (size_t i = 0; i < parts.size(); ++i) {
     // Lent to the message for the write, not copied into it.
     PushPullRequest message;
-    message.unsafe_arena_set_allocated_push(&parts[i]);
+    message.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(parts[i].get()));
     if (i + 1 == parts.size()) {
       message.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull_part));
     }
@@ -234,10 +217,18 @@ absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time dead
 }
 
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
-    const std::vector<std::string>& addresses) {
+    const std::vector<std::string>& addresses, int channels) {
+  CHECK(channels >= 1);
   std::vector<std::unique_ptr<PsTransport>> transports;
   for (const std::string& address : addresses) {
-    transports.push_back(std::make_unique<GrpcPsTransport>(address));
+    if (channels == 1) {
+      transports.push_back(std::make_unique<GrpcPsTransport>(address));
+      continue;
+    }
+    std::vector<std::unique_ptr<PsTransport>> lanes;
+    for (int i = 0; i < channels; ++i) lanes.push_back(std::make_unique<GrpcPsTransport>(address));
+    // Calls that fit one message each way stay whole: unary, and cheaper.
+    transports.push_back(std::make_unique<ParallelPsTransport>(std::move(lanes), kChunkBytes));
   }
   return transports;
 }

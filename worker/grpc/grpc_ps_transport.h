@@ -1,7 +1,8 @@
 // PsTransport over gRPC: streams shards in chunks of kChunkBytes (a pull or
 // push-pull within one chunk each way is a single unary call), raises
 // gRPC's message limits, and waits for a server that is not up yet until
-// each call's deadline (then UNAVAILABLE). Thread-safe.
+// each call's deadline (then UNAVAILABLE). Each transport has a connection
+// of its own, even beside another to the same address. Thread-safe.
 #ifndef FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
 #define FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
 
@@ -51,9 +52,12 @@ class GrpcPsTransport final : public PsTransport {
   std::unique_ptr<PsService::Stub> stub_;
 };
 
-// One transport per address, in order.
+// One transport per address, in order, each over `channels` channels of
+// its own (TCP connections): with more than one, a ParallelPsTransport
+// (worker/parallel_ps_transport.h) splits each streamed call by shard over
+// them.
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
-    const std::vector<std::string>& addresses);
+    const std::vector<std::string>& addresses, int channels = 1);
 
 }  // namespace fulcrum
 
