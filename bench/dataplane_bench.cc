@@ -183,6 +183,9 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
+// Rounds of each throughput measurement; the best counts.
+constexpr int kRounds = 3;
+
 std::string SizeName(int64_t bytes) {
   return bytes >= (1 << 20) ? absl::StrCat(bytes >> 20, "MiB") : absl::StrCat(bytes >> 10, "KiB");
 }
@@ -233,24 +236,37 @@ int Run() {
     const int capped = std::min(iterations, quick ? 200 : 1000);
     bench::Bytes request;
     request.set_data(std::string(size, 'x'));
-    const double echo_s = Percentile(Time(capped, [&] {
+    const auto echo_call = [&] {
       grpc::ClientContext context;
       bench::Bytes response;
       if (!echo->Echo(&context, request, &response).ok()) std::abort();
-    }), 0.5);
-    const double echo_mbs = 2.0 * size / echo_s / 1e6;
-    // Printed whole once measured: the servers log as they start.
+    };
+    std::vector<std::unique_ptr<Cluster>> clusters;
+    for (const Column& column : columns) {
+      clusters.push_back(
+          std::make_unique<Cluster>(column.num_ps, size, column.wire, column.channels));
+    }
+    // Rounds take turns over the echo and the columns, and each keeps its
+    // best round: as for iperf3's baseline, other load on a shared machine
+    // only ever lowers throughput.
+    double echo_mbs = 0;
+    std::vector<double> mbs(clusters.size(), 0.0);
+    for (int round = 0; round < kRounds; ++round) {
+      echo_mbs = std::max(echo_mbs, 2.0 * size / Percentile(Time(capped, echo_call), 0.5) / 1e6);
+      for (size_t c = 0; c < clusters.size(); ++c) {
+        // The tensor goes out and comes back.
+        const double seconds = Percentile(TimePushPull(*clusters[c], capped), 0.5);
+        mbs[c] = std::max(mbs[c], 2.0 * size / seconds / 1e6);
+      }
+    }
     std::string row = absl::StrFormat("%-8s %10.1f", SizeName(size), echo_mbs);
     double best_f32 = 0;
     std::string metrics;
-    for (const Column& column : columns) {
-      Cluster cluster(column.num_ps, size, column.wire, column.channels);
-      const double s = Percentile(TimePushPull(cluster, capped), 0.5);
-      const double mbs = 2.0 * size / s / 1e6;  // the tensor goes out and comes back
-      if (column.wire == DT_FLOAT) best_f32 = std::max(best_f32, mbs);
-      absl::StrAppendFormat(&row, " %10.1f", mbs);
-      absl::StrAppend(&metrics, "dense_", SizeName(size), "_pushpull_", column.metric, "_MBps=",
-                      absl::StrFormat("%.1f", mbs), "\n");
+    for (size_t c = 0; c < clusters.size(); ++c) {
+      if (columns[c].wire == DT_FLOAT) best_f32 = std::max(best_f32, mbs[c]);
+      absl::StrAppendFormat(&row, " %10.1f", mbs[c]);
+      absl::StrAppend(&metrics, "dense_", SizeName(size), "_pushpull_", columns[c].metric,
+                      "_MBps=", absl::StrFormat("%.1f", mbs[c]), "\n");
     }
     std::printf("%s %9.2f\n%s", row.c_str(), best_f32 / echo_mbs, metrics.c_str());
     std::printf("dense_%s_pushpull_vs_grpc_echo=%.2f\n", SizeName(size).c_str(),
