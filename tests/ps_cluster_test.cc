@@ -67,9 +67,9 @@ std::vector<std::string> Addresses(const std::vector<PsProcess>& servers) {
 
 constexpr int64_t kBigRows = 4200;
 
-VariableSpec BigVariable() {
-  // 4200 x 1024 floats (16.4 MiB) in 2 shards of 8.2 MiB: each travels in
-  // chunks, in 16-bit encodings too.
+VariableSpec BigVariable(int shards = 2) {
+  // 4200 x 1024 floats (16.4 MiB), by default in 2 shards of 8.2 MiB: each
+  // travels in chunks, in 16-bit encodings too.
   VariableSpec spec;
   spec.set_name("embedding");
   spec.add_shape(kBigRows);
@@ -78,14 +78,20 @@ VariableSpec BigVariable() {
   spec.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
   spec.mutable_initializer()->set_value(1.0f);
   spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
-  spec.mutable_partitioner()->set_num_shards(2);
+  spec.mutable_partitioner()->set_num_shards(shards);
   spec.mutable_optimizer()->set_learning_rate(1.0f);
   return spec;
 }
 
-// Over each wire encoding: the gradients and values here are small
-// integers and halves, which 16-bit encodings hold exactly.
-class SyncTrainingTest : public ::testing::TestWithParam<DataType> {};
+struct Wire {
+  DataType dtype;
+  int channels;  // per server; with more than one, each server holds that many shards
+};
+
+// Over each wire encoding, and over several channels: the gradients and
+// values here are small integers and halves, which 16-bit encodings hold
+// exactly.
+class SyncTrainingTest : public ::testing::TestWithParam<Wire> {};
 
 TEST_P(SyncTrainingTest, SyncTrainingAcrossTwoServerProcesses) {
   std::vector<PsProcess> servers;
@@ -98,9 +104,10 @@ TEST_P(SyncTrainingTest, SyncTrainingAcrossTwoServerProcesses) {
     PsClientOptions options;
     options.worker_id = w;
     options.mode = SYNC;
-    options.wire_dtype = GetParam();
+    options.wire_dtype = GetParam().dtype;
+    options.channels_per_server = GetParam().channels;
     clients.push_back(PsClient::Connect(Addresses(servers), options));
-    ASSERT_TRUE(clients[w]->CreateVariables({BigVariable()}).ok());
+    ASSERT_TRUE(clients[w]->CreateVariables({BigVariable(2 * GetParam().channels)}).ok());
   }
   const Shape shape = {kBigRows, 1024};
   std::vector<TensorMap> pulled(2);
@@ -131,9 +138,9 @@ TEST_P(SyncTrainingTest, SyncTrainingAcrossTwoServerProcesses) {
   ASSERT_TRUE(described.ok()) << described.status();
   for (const DescribeResponse& d : *described) {
     EXPECT_EQ(d.mode(), SYNC);
-    ASSERT_EQ(d.shards_size(), 1);  // one shard on each server
-    EXPECT_EQ(d.shards(0).version(), kSteps);
-    EXPECT_EQ(d.updates_applied(), kSteps);
+    ASSERT_EQ(d.shards_size(), GetParam().channels);  // as many shards on each server
+    for (const ShardInfo& shard : d.shards()) EXPECT_EQ(shard.version(), kSteps);
+    EXPECT_EQ(d.updates_applied(), kSteps * GetParam().channels);
   }
 
   // Worker 0 finishes and the chief says the job is done: the servers still
@@ -149,10 +156,47 @@ TEST_P(SyncTrainingTest, SyncTrainingAcrossTwoServerProcesses) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Wire, SyncTrainingTest,
-                         ::testing::Values(DT_FLOAT, DT_BFLOAT16, DT_FLOAT16),
-                         [](const ::testing::TestParamInfo<DataType>& info) {
-                           return DataType_Name(info.param);
+                         ::testing::Values(Wire{DT_FLOAT, 1}, Wire{DT_BFLOAT16, 1},
+                                           Wire{DT_FLOAT16, 1}, Wire{DT_FLOAT, 3}),
+                         [](const ::testing::TestParamInfo<Wire>& info) {
+                           return absl::StrCat(DataType_Name(info.param.dtype), "_",
+                                               info.param.channels, "channels");
                          });
+
+// A server killed and started again at its address has lost its
+// variables; a client whose calls to it are split over several channels
+// creates them there again and goes on.
+TEST(PsClusterTest, ARestartedServerIsRecoveredOverSeveralChannels) {
+  const int port = FreeLoopbackPorts(1)[0];
+  PsProcess ps = StartPs(0, 1, 1, {"--mode=async"}, port);
+  ASSERT_FALSE(ps.address.empty());
+  PsClientOptions options;
+  options.channels_per_server = 3;
+  auto client = PsClient::Connect({ps.address}, options);
+  ASSERT_TRUE(client->CreateVariables({BigVariable(6)}).ok());  // 6 slices of 2.7 MiB
+  const DenseTensor grad{{kBigRows, 1024}, std::vector<float>(kBigRows * 1024, 0.5f)};
+  TensorMap pulled;
+  auto before = client->PushPull({{"embedding", grad}}, {}, &pulled);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->applied, 6);
+  EXPECT_EQ(pulled["embedding"].values.back(), 0.5f);
+
+  ps.process->Signal(SIGKILL);
+  ASSERT_TRUE(ps.process->Wait(absl::Seconds(30)).has_value());
+  ps = StartPs(0, 1, 1, {"--mode=async"}, port);
+  ASSERT_FALSE(ps.address.empty());
+  // The push meant for the lost values is dropped; the values start again.
+  auto after = client->PushPull({{"embedding", grad}}, {}, &pulled);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->lost, 6);
+  EXPECT_EQ(after->applied, 0);
+  EXPECT_EQ(pulled["embedding"].values.front(), 1.0f);
+  EXPECT_EQ(pulled["embedding"].values.back(), 1.0f);
+  auto next = client->PushPull({{"embedding", grad}}, {}, &pulled);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->applied, 6);
+  EXPECT_EQ(pulled["embedding"].values.back(), 0.5f);
+}
 
 TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
   PsProcess ps = StartPs(0, 1, 1, {"--mode=async", "--max_message_mb=2"});
