@@ -218,7 +218,7 @@ absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time dead
 
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
     const std::vector<std::string>& addresses, int channels) {
-  CHECK(channels >= 1);
+  CHECK(channels >= 1 && "PsClientOptions::channels_per_server must be at least 1");
   std::vector<std::unique_ptr<PsTransport>> transports;
   for (const std::string& address : addresses) {
     if (channels == 1) {
