@@ -1,7 +1,8 @@
 // Data-plane benchmark: dense push+pull throughput for tensors from 4 KiB up,
 // with 1 parameter server (over 1 and 4 channels) and 4 on loopback,
 // against a bare gRPC bytes echo of the same size measured in the same run;
-// and the latency (p50, p99) of a 4 KiB pull and push-then-pull. Prints a table and `name=value` lines.
+// and the latency (p50, p99) of a 4 KiB pull and push-then-pull. Prints a
+// table and `name=value` lines.
 // Raw TCP (iperf3) is measured by bench/run.sh beside it.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>

@@ -60,6 +60,13 @@ std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_b
   return batches;
 }
 
+void AppendPullResponse(PullResponse& part, PullResponse* whole) {
+  for (ShardSlice& slice : *part.mutable_slices()) *whole->add_slices() = std::move(slice);
+  for (ShardPushResult& result : *part.mutable_push_results()) {
+    *whole->add_push_results() = std::move(result);
+  }
+}
+
 std::shared_ptr<const PushRequest> PushPart(std::shared_ptr<const PushRequest> whole,
                                             absl::Span<const int> slices) {
   auto* part = new PushRequest;

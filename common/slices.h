@@ -1,5 +1,6 @@
 // Shards on the wire as slices of rows: splitting a shard into slices that
-// fit a message, grouping slices into messages, and pushes of some slices.
+// fit a message, grouping slices into messages and joining them again, and
+// pushes of some slices.
 // Shared by the server and the client. Pure functions; thread-safe.
 #ifndef FULCRUM_COMMON_SLICES_H_
 #define FULCRUM_COMMON_SLICES_H_
@@ -46,6 +47,10 @@ struct SliceRange {
 // data (a larger slice travels alone), one per stream message. At least one
 // run, empty when there are no slices: a message carries more than slices.
 std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes);
+
+// Moves `part`'s slices and push results to the end of `whole`'s: one
+// response from the parts it came in (stream messages, parallel calls).
+void AppendPullResponse(PullResponse& part, PullResponse* whole);
 
 // A push of some of `whole`'s gradient slices (by index, in the order
 // given), with its worker, clock and incarnation. It borrows the slices

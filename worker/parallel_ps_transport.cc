@@ -59,13 +59,6 @@ std::vector<std::shared_ptr<const PushRequest>> PushParts(
   return parts;
 }
 
-void MergePull(PullResponse& part, PullResponse* merged) {
-  for (ShardSlice& slice : *part.mutable_slices()) *merged->add_slices() = std::move(slice);
-  for (ShardPushResult& result : *part.mutable_push_results()) {
-    *merged->add_push_results() = std::move(result);
-  }
-}
-
 void MergePush(PushResponse& part, PushResponse* merged) {
   for (ShardPushResult& result : *part.mutable_results()) {
     *merged->add_results() = std::move(result);
@@ -109,26 +102,27 @@ absl::StatusOr<Response> ParallelPsTransport::RunParts(const std::vector<Part>& 
 absl::StatusOr<PullResponse> ParallelPsTransport::Pull(const PullRequest& request,
                                                        int64_t response_bytes,
                                                        absl::Time deadline) {
+  // Small calls skip the dealing too: they are most calls.
+  if (response_bytes <= min_split_bytes_) return lanes_[0]->Pull(request, response_bytes, deadline);
   Dealer dealer(lanes());
   const std::vector<int> lane_of = dealer.Deal(request.shards());
-  if (response_bytes <= min_split_bytes_ || dealer.used() < 2) {
-    return lanes_[0]->Pull(request, response_bytes, deadline);
-  }
+  if (dealer.used() < 2) return lanes_[0]->Pull(request, response_bytes, deadline);
   return RunParts<PullResponse>(
       PullParts(request, lane_of, dealer.used()),
       [&](PsTransport& lane, const PullRequest& part) {
         return lane.Pull(part, response_bytes, deadline);
       },
-      MergePull);
+      AppendPullResponse);
 }
 
 absl::StatusOr<PushResponse> ParallelPsTransport::Push(std::shared_ptr<const PushRequest> request,
                                                        absl::Time deadline) {
-  Dealer dealer(lanes());
-  const std::vector<int> lane_of = dealer.Deal(request->gradients());
-  if (TensorBytes(request->gradients()) <= min_split_bytes_ || dealer.used() < 2) {
+  if (TensorBytes(request->gradients()) <= min_split_bytes_) {
     return lanes_[0]->Push(std::move(request), deadline);
   }
+  Dealer dealer(lanes());
+  const std::vector<int> lane_of = dealer.Deal(request->gradients());
+  if (dealer.used() < 2) return lanes_[0]->Push(std::move(request), deadline);
   return RunParts<PushResponse>(
       PushParts(request, lane_of, dealer.used()),
       [&](PsTransport& lane, const std::shared_ptr<const PushRequest>& part) {
@@ -141,12 +135,14 @@ absl::StatusOr<PullResponse> ParallelPsTransport::PushPull(std::shared_ptr<const
                                                            const PullRequest& pull,
                                                            int64_t response_bytes,
                                                            absl::Time deadline) {
+  if (std::max(TensorBytes(push->gradients()), response_bytes) <= min_split_bytes_) {
+    return lanes_[0]->PushPull(std::move(push), pull, response_bytes, deadline);
+  }
   // The pulled shards first: a pushed shard goes with its own pull.
   Dealer dealer(lanes());
   const std::vector<int> pull_lane_of = dealer.Deal(pull.shards());
   const std::vector<int> push_lane_of = dealer.Deal(push->gradients());
-  if (std::max(TensorBytes(push->gradients()), response_bytes) <= min_split_bytes_ ||
-      dealer.used() < 2) {
+  if (dealer.used() < 2) {
     return lanes_[0]->PushPull(std::move(push), pull, response_bytes, deadline);
   }
   const std::vector<PullRequest> pulls = PullParts(pull, pull_lane_of, dealer.used());
@@ -158,7 +154,7 @@ absl::StatusOr<PullResponse> ParallelPsTransport::PushPull(std::shared_ptr<const
       [&](PsTransport& lane, int part) {
         return lane.PushPull(pushes[part], pulls[part], response_bytes, deadline);
       },
-      MergePull);
+      AppendPullResponse);
 }
 
 absl::StatusOr<CreateShardsResponse> ParallelPsTransport::CreateShards(

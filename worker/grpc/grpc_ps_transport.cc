@@ -47,12 +47,7 @@ absl::StatusOr<PullResponse> ReadPull(grpc::ClientContext* context,
                                       const std::function<absl::Status()>& finish) {
   PullResponse response;
   PullResponse part;
-  while (reader->Read(&part)) {
-    for (ShardSlice& slice : *part.mutable_slices()) *response.add_slices() = std::move(slice);
-    for (ShardPushResult& result : *part.mutable_push_results()) {
-      *response.add_push_results() = std::move(result);
-    }
-  }
+  while (reader->Read(&part)) AppendPullResponse(part, &response);
   // A message that failed to parse also ends the reads; the server is not
   // done, and would wait for this reader until the deadline.
   if (PlaceTensorBytes::FailedOnThisThread()) context->TryCancel();
