@@ -4,11 +4,10 @@
 // and the latency (p50, p99) of a 4 KiB pull and push-then-pull. Prints a
 // table and `name=value` lines.
 // Raw TCP (iperf3) is measured by bench/run.sh beside it.
+#include <arpa/inet.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/server_builder.h>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -92,8 +91,7 @@ struct Cluster {
                              std::vector<float>(spec.shape(0) * spec.shape(1), 1e-3f)};
   }
   // Holding the variables of the worker's model, placed as the worker places them.
-  Cluster(int num_ps, const ModelConfig& model, DataType wire = DT_FLOAT)
-      : Cluster(num_ps, wire) {
+  Cluster(int num_ps, const ModelConfig& model, DataType wire = DT_FLOAT) : Cluster(num_ps, wire) {
     const std::vector<VariableSpec> specs = ModelVariables(model);
     if (!client->CreateVariables(specs).ok()) std::abort();
     for (const VariableSpec& spec : specs) {
@@ -208,8 +206,8 @@ int Run() {
       absl::StrCat("127.0.0.1:", echo_port), grpc::InsecureChannelCredentials(), args));
 
   std::vector<int64_t> sizes;
-  const int64_t max_size =
-      std::min<int64_t>(absl::GetFlag(FLAGS_max_size_mib), quick ? 64 : 256) << 20;
+  const int64_t max_size = std::min<int64_t>(absl::GetFlag(FLAGS_max_size_mib), quick ? 64 : 256)
+                           << 20;
   for (int64_t size : {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20}) {
     if (size <= max_size) sizes.push_back(size);
   }

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -49,9 +49,9 @@ absl::StatusOr<PsCheckpoint> LoadPsFile(FileSystem& fs, const std::string& dir,
   auto data = fs.ReadFile(path);
   if (!data.ok()) return data.status();
   if (static_cast<int64_t>(data->size()) != entry.bytes() || Crc32(*data) != entry.crc32()) {
-    return absl::DataLossError(absl::StrCat("'", path, "' does not match its manifest: ",
-                                            data->size(), " bytes, expected ", entry.bytes(),
-                                            " with another checksum"));
+    return absl::DataLossError(
+        absl::StrCat("'", path, "' does not match its manifest: ", data->size(),
+                     " bytes, expected ", entry.bytes(), " with another checksum"));
   }
   PsCheckpoint checkpoint;
   if (absl::Status s = UnframeMessage(*data, path, &checkpoint); !s.ok()) return s;
@@ -104,8 +104,8 @@ absl::Status UnframeMessage(absl::string_view data, const std::string& path,
     return absl::DataLossError(absl::StrCat("'", path, "' is corrupt: checksum mismatch"));
   }
   if (!out->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    return absl::DataLossError(absl::StrCat("'", path, "' does not parse as a ",
-                                            out->GetTypeName()));
+    return absl::DataLossError(
+        absl::StrCat("'", path, "' does not parse as a ", out->GetTypeName()));
   }
   return absl::OkStatus();
 }
@@ -173,9 +173,9 @@ absl::Status WriteManifest(FileSystem& fs, const std::string& root, int64_t step
   manifest.set_num_ps(num_ps);
   for (const ManifestFile& file : files) *manifest.add_files() = file;
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  return WriteFileAtomically(
-      fs, absl::StrCat(root, "/", CheckpointDirName(step), "/", kManifestName),
-      FrameMessage(manifest));
+  return WriteFileAtomically(fs,
+                             absl::StrCat(root, "/", CheckpointDirName(step), "/", kManifestName),
+                             FrameMessage(manifest));
 }
 
 absl::Status PruneCheckpoints(FileSystem& fs, const std::string& root, int keep) {

@@ -7,11 +7,11 @@
 #ifndef FULCRUM_COMMON_CHECKPOINT_H_
 #define FULCRUM_COMMON_CHECKPOINT_H_
 
+#include <google/protobuf/message.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/message.h>
 
 #include "absl/status/statusor.h"
 #include "common/file_system.h"
@@ -34,8 +34,8 @@ std::string FrameMessage(const google::protobuf::Message& message);
 absl::Status UnframeMessage(absl::string_view data, const std::string& path,
                             google::protobuf::Message* out);
 
-std::string CheckpointDirName(int64_t step);          // "ckpt-000000001234"
-std::string PsFileName(int ps_index, int num_ps);     // "ps-00001-of-00002.ckpt"
+std::string CheckpointDirName(int64_t step);       // "ckpt-000000001234"
+std::string PsFileName(int ps_index, int num_ps);  // "ps-00001-of-00002.ckpt"
 // A server's own checkpoint at shutdown, beside the checkpoint directories:
 // "final-ps-00001-of-00002.ckpt".
 std::string FinalFileName(int ps_index, int num_ps);

@@ -16,9 +16,8 @@ using ::testing::HasSubstr;
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", ::testing::UnitTest::GetInstance()
-                                                              ->current_test_info()
-                                                              ->name());
+    root_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_TRUE(fs_.RemoveAll(root_).ok());
     ASSERT_TRUE(fs_.MakeDirs(root_).ok());
   }
@@ -136,8 +135,8 @@ TEST_F(CheckpointTest, PruneKeepsTheNewestComplete) {
   ASSERT_TRUE(PruneCheckpoints(fs_, root_, 2).ok());
   auto names = *fs_.ListDir(root_);
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, std::vector<std::string>({CheckpointDirName(30), CheckpointDirName(40),
-                                             CheckpointDirName(50)}));
+  EXPECT_EQ(names, std::vector<std::string>(
+                       {CheckpointDirName(30), CheckpointDirName(40), CheckpointDirName(50)}));
 }
 
 TEST_F(CheckpointTest, UnwritableDirectoryIsNamed) {

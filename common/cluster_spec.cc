@@ -1,11 +1,11 @@
 #include "common/cluster_spec.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <vector>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -16,8 +16,8 @@
 namespace fulcrum {
 namespace {
 
-const google::protobuf::RepeatedPtrField<std::string>* JobHosts(
-    const ClusterDef& cluster, absl::string_view type) {
+const google::protobuf::RepeatedPtrField<std::string>* JobHosts(const ClusterDef& cluster,
+                                                                absl::string_view type) {
   if (type == "chief") return &cluster.chief();
   if (type == "worker") return &cluster.worker();
   if (type == "ps") return &cluster.ps();
@@ -69,8 +69,8 @@ absl::StatusOr<TfConfig> ResolveTfConfig(const ClusterSources& sources) {
     text << file.rdbuf();
     auto config = ParseTfConfig(text.str());
     if (!config.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--cluster_spec '", sources.cluster_spec_path, "': ", config.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("--cluster_spec '", sources.cluster_spec_path,
+                                                     "': ", config.status().message()));
     }
     return config;
   }
@@ -118,8 +118,8 @@ absl::Status ValidateTfConfig(const TfConfig& config) {
   const std::string& type = config.task().type();
   const auto* hosts = JobHosts(cluster, type);
   if (hosts == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.type: '", type, "' is not one of chief, worker, ps, evaluator"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task.type: '", type, "' is not one of chief, worker, ps, evaluator"));
   }
   const int index = config.task().index();
   // An evaluator may run outside the training cluster, as in TensorFlow.
@@ -135,9 +135,7 @@ absl::Status ValidateTfConfig(const TfConfig& config) {
   return absl::OkStatus();
 }
 
-int NumReplicas(const ClusterDef& cluster) {
-  return cluster.chief_size() + cluster.worker_size();
-}
+int NumReplicas(const ClusterDef& cluster) { return cluster.chief_size() + cluster.worker_size(); }
 
 absl::StatusOr<int> ReplicaId(const TfConfig& config) {
   if (config.task().type() == "chief") return 0;
@@ -151,8 +149,8 @@ absl::StatusOr<int> ReplicaId(const TfConfig& config) {
 absl::StatusOr<std::string> TaskAddress(const TfConfig& config) {
   const auto* hosts = JobHosts(config.cluster(), config.task().type());
   if (hosts == nullptr || config.task().index() >= hosts->size()) {
-    return absl::NotFoundError(absl::StrCat("task ", config.task().type(), ":",
-                                            config.task().index(), " has no address"));
+    return absl::NotFoundError(
+        absl::StrCat("task ", config.task().type(), ":", config.task().index(), " has no address"));
   }
   return (*hosts)[config.task().index()];
 }

@@ -6,9 +6,9 @@
 #define FULCRUM_COMMON_CLUSTER_SPEC_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/config.pb.h"
 
 namespace fulcrum {

@@ -32,11 +32,11 @@ TEST(ClusterSpecTest, ErrorsNameTheBadField) {
   auto bad_host = ParseTfConfig(
       R"({"cluster": {"worker": ["a:1", "nohost"]}, "task": {"type": "worker", "index": 0}})");
   EXPECT_THAT(bad_host.status().message(), HasSubstr("cluster.worker[1]"));
-  auto bad_index = ParseTfConfig(
-      R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}})");
+  auto bad_index =
+      ParseTfConfig(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}})");
   EXPECT_THAT(bad_index.status().message(), HasSubstr("task.index"));
-  auto bad_type = ParseTfConfig(
-      R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "master", "index": 0}})");
+  auto bad_type =
+      ParseTfConfig(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "master", "index": 0}})");
   EXPECT_THAT(bad_type.status().message(), HasSubstr("task.type"));
   auto duplicate = ParseTfConfig(
       R"({"cluster": {"worker": ["a:1"], "ps": ["a:1"]}, "task": {"type": "ps", "index": 0}})");

@@ -14,10 +14,14 @@ absl::StatusOr<ConsistencyMode> ParseConsistencyMode(absl::string_view name) {
 
 const char* ConsistencyModeName(ConsistencyMode mode) {
   switch (mode) {
-    case SYNC: return "sync";
-    case ASYNC: return "async";
-    case SSP: return "ssp";
-    default: return "unspecified";
+    case SYNC:
+      return "sync";
+    case ASYNC:
+      return "async";
+    case SSP:
+      return "ssp";
+    default:
+      return "unspecified";
   }
 }
 

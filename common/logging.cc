@@ -42,9 +42,9 @@ absl::Status InitLogging(absl::string_view role, int task_index, absl::string_vi
     spdlog::set_pattern(absl::StrCat("[%Y-%m-%d %H:%M:%S.%e] [", who, "] [%l] %v"));
   } else if (format == "json") {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
-    formatter->add_flag<JsonMessageFlag>('j').set_pattern(absl::StrCat(
-        R"({"time": "%Y-%m-%dT%H:%M:%S.%eZ", "role": ")", role, R"(", "task": )", task_index,
-        R"(, "level": "%l", "message": "%j"})"));
+    formatter->add_flag<JsonMessageFlag>('j').set_pattern(
+        absl::StrCat(R"({"time": "%Y-%m-%dT%H:%M:%S.%eZ", "role": ")", role, R"(", "task": )",
+                     task_index, R"(, "level": "%l", "message": "%j"})"));
     spdlog::set_formatter(std::move(formatter));
   } else {
     return absl::InvalidArgumentError(

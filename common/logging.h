@@ -40,8 +40,7 @@ namespace fulcrum {
 //   {"time": "2026-11-29T20:30:00.123Z", "role": "ps", "task": 1, "level": "info",
 //    "message": "listening on 127.0.0.1:4000"}
 // INVALID_ARGUMENT for another format.
-absl::Status InitLogging(absl::string_view role, int task_index,
-                         absl::string_view format = "text");
+absl::Status InitLogging(absl::string_view role, int task_index, absl::string_view format = "text");
 
 // Logs `message` at critical level with its source location and aborts.
 [[noreturn]] void CheckFailed(const char* file, int line, const char* message);
@@ -55,11 +54,11 @@ absl::Status InitLogging(absl::string_view role, int task_index,
 
 // Aborts when `condition` is false. Only for invariants of this program;
 // anything a peer, a file or a user sent gets an absl::Status instead.
-#define CHECK(condition)                                               \
-  do {                                                                 \
-    if (!(condition)) {                                                \
+#define CHECK(condition)                                                       \
+  do {                                                                         \
+    if (!(condition)) {                                                        \
       ::fulcrum::CheckFailed(__FILE__, __LINE__, "CHECK failed: " #condition); \
-    }                                                                  \
+    }                                                                          \
   } while (false)
 
 #endif  // FULCRUM_COMMON_LOGGING_H_

@@ -32,8 +32,9 @@ TEST_F(LoggingTest, JsonLinesEscapeTheMessage) {
   LOG_WARN("variable \"w\" at C:\\tmp\nnext");
   const std::string line = out_.str();
   EXPECT_TRUE(std::regex_match(
-      line, std::regex(R"re(\{"time": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", "role": "worker", )re"
-                       R"re("task": 1, "level": "warning", "message": "(.*)"\}\n)re")))
+      line,
+      std::regex(R"re(\{"time": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", "role": "worker", )re"
+                 R"re("task": 1, "level": "warning", "message": "(.*)"\}\n)re")))
       << line;
   EXPECT_THAT(line, HasSubstr(R"(variable \"w\" at C:\\tmp\u000anext)"));
 }

@@ -48,7 +48,13 @@ TEST(PartitionerTest, MinSizeKeepsShardsAboveTheMinimum) {
   // 100 rows x 10 floats = 4000 bytes: 4 shards of 1000 bytes.
   EXPECT_EQ(NumShards(Spec("v", {100, 10}, p)), 4);
   // 999 bytes: too small to split.
-  EXPECT_EQ(NumShards(Spec("v", {999, 1}, [&] { auto q = p; q.set_min_shard_bytes(4000); return q; }())), 1);
+  EXPECT_EQ(NumShards(Spec("v", {999, 1},
+                           [&] {
+                             auto q = p;
+                             q.set_min_shard_bytes(4000);
+                             return q;
+                           }())),
+            1);
   // Capped by max_shards.
   EXPECT_EQ(NumShards(Spec("v", {10000, 10}, p)), 8);
   // Defaults: 256 KiB minimum, one shard at most.
@@ -79,10 +85,10 @@ TEST(PartitionerTest, PlacesEqualShardsRoundRobin) {
   EXPECT_EQ(shards[2].ps, 0);
   EXPECT_EQ(shards[3].ps, 1);  // shard 2 (3 rows) on ps 0 made ps 1 lighter
   EXPECT_EQ(shards[4].ps, 1);  // ps 0: 3+3 rows, ps 1: 3+2 rows -> ps 1
-  EXPECT_THAT(std::vector<int64_t>({shards[0].row_offset, shards[1].row_offset,
-                                    shards[2].row_offset, shards[3].row_offset,
-                                    shards[4].row_offset}),
-              ElementsAre(0, 3, 6, 9, 11));
+  EXPECT_THAT(
+      std::vector<int64_t>({shards[0].row_offset, shards[1].row_offset, shards[2].row_offset,
+                            shards[3].row_offset, shards[4].row_offset}),
+      ElementsAre(0, 3, 6, 9, 11));
 }
 
 TEST(PartitionerTest, BalancesBytesAcrossVariables) {

@@ -41,7 +41,8 @@ int64_t SliceRows(const ShardSlice& slice) {
 
 int64_t TensorBytes(const SliceList& slices) {
   int64_t bytes = 0;
-  for (const ShardSlice& slice : slices) bytes += static_cast<int64_t>(slice.tensor().data().size());
+  for (const ShardSlice& slice : slices)
+    bytes += static_cast<int64_t>(slice.tensor().data().size());
   return bytes;
 }
 

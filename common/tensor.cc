@@ -35,9 +35,8 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
   }
   for (int64_t d : spec.shape()) {
     if (d < 1 || d > (int64_t{1} << 40)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": every dimension must be >= 1, got shape ",
-                       ShapeString(spec.shape())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": every dimension must be >= 1, got shape ", ShapeString(spec.shape())));
     }
   }
   if (NumElements(spec.shape()) > (int64_t{1} << 34)) {
@@ -45,8 +44,8 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
         absl::StrCat(where, ": shape ", ShapeString(spec.shape()), " is too large"));
   }
   if (spec.dtype() != DT_FLOAT) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": dtype must be DT_FLOAT, got ", DataType_Name(spec.dtype())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": dtype must be DT_FLOAT, got ", DataType_Name(spec.dtype())));
   }
   if (!InitializerSpec::Kind_IsValid(spec.initializer().kind()) ||
       !OptimizerSpec::Kind_IsValid(spec.optimizer().kind()) ||
@@ -57,8 +56,8 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
   const InitializerSpec& init = spec.initializer();
   if (!(init.stddev() >= 0) || !(init.minval() <= init.maxval()) || !std::isfinite(init.value()) ||
       !std::isfinite(init.mean())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": initializer needs finite values, stddev >= 0 and minval <= maxval"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": initializer needs finite values, stddev >= 0 and minval <= maxval"));
   }
   const OptimizerSpec& opt = spec.optimizer();
   if (!(opt.learning_rate() > 0) || !std::isfinite(opt.learning_rate())) {
@@ -67,13 +66,13 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
   }
   for (float v : {opt.momentum(), opt.beta1(), opt.beta2()}) {
     if (!(v >= 0 && v < 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": optimizer momentum, beta1 and beta2 must be in [0, 1), got ", v));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": optimizer momentum, beta1 and beta2 must be in [0, 1), got ", v));
     }
   }
   if (!(opt.epsilon() >= 0) || !(opt.initial_accumulator_value() >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": optimizer epsilon and initial_accumulator_value must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": optimizer epsilon and initial_accumulator_value must be >= 0"));
   }
   const PartitionerSpec& part = spec.partitioner();
   if (part.min_shard_bytes() < 0 || part.max_shards() < 0 || part.num_shards() < 0 ||
@@ -129,8 +128,7 @@ float FromBfloat16(uint16_t half) {
 // the CPU has them (every x86-64 since 2013), else by the compiler's
 // _Float16 conversions, which give the same bits far more slowly.
 #if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) void ToFloat16F16c(const float* in, uint16_t* out,
-                                                         size_t n) {
+__attribute__((target("avx,f16c"))) void ToFloat16F16c(const float* in, uint16_t* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
@@ -139,8 +137,7 @@ __attribute__((target("avx,f16c"))) void ToFloat16F16c(const float* in, uint16_t
   for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-__attribute__((target("avx,f16c"))) void FromFloat16F16c(const uint16_t* in, float* out,
-                                                           size_t n) {
+__attribute__((target("avx,f16c"))) void FromFloat16F16c(const uint16_t* in, float* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     _mm256_storeu_ps(out + i,
@@ -204,8 +201,8 @@ absl::Status EncodeFloatTensor(absl::Span<const int64_t> shape, absl::Span<const
     return absl::OkStatus();
   }
   if (!IsFloatEncoding(encoding)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", DataType_Name(encoding),
-                                                   " is not a float encoding"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", DataType_Name(encoding), " is not a float encoding"));
   }
   out->set_dtype(encoding);
   out->mutable_shape()->Assign(shape.begin(), shape.end());
@@ -222,9 +219,9 @@ absl::Status EncodeFloatTensor(absl::Span<const int64_t> shape, absl::Span<const
   for (size_t i = 0; i < values.size(); ++i) infinite |= (halves[i] & 0x7fffu) == 0x7c00u;
   for (size_t i = 0; infinite && i < values.size(); ++i) {
     if ((halves[i] & 0x7fffu) == 0x7c00u && std::isfinite(values[i])) {
-      return absl::OutOfRangeError(absl::StrCat(
-          what, ": element ", i, " is ", values[i],
-          ", beyond float16's range (65504); send bfloat16 or float32 instead"));
+      return absl::OutOfRangeError(
+          absl::StrCat(what, ": element ", i, " is ", values[i],
+                       ", beyond float16's range (65504); send bfloat16 or float32 instead"));
     }
   }
   return absl::OkStatus();
@@ -248,10 +245,9 @@ absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& ten
   const int64_t elements = NumElements(expected_shape);
   const size_t expected_bytes = elements * EncodedFloatBytes(tensor.dtype());
   if (tensor.data().size() != expected_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": shape ", ShapeString(expected_shape), " in ",
-                     DataType_Name(tensor.dtype()), " needs ", expected_bytes, " bytes, got ",
-                     tensor.data().size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": shape ", ShapeString(expected_shape), " in ", DataType_Name(tensor.dtype()),
+        " needs ", expected_bytes, " bytes, got ", tensor.data().size()));
   }
   if (tensor.dtype() == DT_FLOAT) return FloatValues(tensor);
   const auto* halves = reinterpret_cast<const uint16_t*>(tensor.data().data());

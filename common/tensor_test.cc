@@ -46,9 +46,9 @@ TEST(FloatEncodingTest, ErrorStaysWithinTheDocumentedBounds) {
   std::vector<float> wide, half_range, tiny;
   for (int i = 0; i < 20000; ++i) {
     const float s = sign(rng) ? -1.0f : 1.0f;
-    wide.push_back(s * std::ldexp(mantissa(rng), i % 200 - 100));       // 2^-100 .. 2^100
-    half_range.push_back(s * std::ldexp(mantissa(rng), i % 29 - 14));   // 2^-14 .. 2^15
-    tiny.push_back(s * std::ldexp(mantissa(rng), -(i % 10) - 15));      // below 2^-14
+    wide.push_back(s * std::ldexp(mantissa(rng), i % 200 - 100));      // 2^-100 .. 2^100
+    half_range.push_back(s * std::ldexp(mantissa(rng), i % 29 - 14));  // 2^-14 .. 2^15
+    tiny.push_back(s * std::ldexp(mantissa(rng), -(i % 10) - 15));     // below 2^-14
   }
   const std::vector<float> bf16 = RoundTrip(wide, DT_BFLOAT16);
   for (size_t i = 0; i < wide.size(); ++i) {
@@ -79,9 +79,9 @@ TEST(FloatEncodingTest, Float16MatchesTheCompilersConversion) {
     values.push_back(v);
   }
   TensorProto tensor;
-  ASSERT_TRUE(EncodeFloatTensor({static_cast<int64_t>(values.size())}, values, DT_FLOAT16, "t",
-                                &tensor)
-                  .ok());
+  ASSERT_TRUE(
+      EncodeFloatTensor({static_cast<int64_t>(values.size())}, values, DT_FLOAT16, "t", &tensor)
+          .ok());
   const auto* halves = reinterpret_cast<const uint16_t*>(tensor.data().data());
   for (size_t i = 0; i < values.size(); ++i) {
     const _Float16 expected = static_cast<_Float16>(values[i]);
@@ -109,9 +109,8 @@ TEST(FloatEncodingTest, NanAndInfinityKeepTheirKind) {
 TEST(FloatEncodingTest, Float16OverflowIsOutOfRangeNamingTheElement) {
   TensorProto tensor;
   // 65519 rounds down to 65504, float16's largest; 70000 cannot be encoded.
-  EXPECT_TRUE(EncodeFloatTensor({2}, std::vector<float>{65519.0f, -1.0f}, DT_FLOAT16, "g",
-                                &tensor)
-                  .ok());
+  EXPECT_TRUE(
+      EncodeFloatTensor({2}, std::vector<float>{65519.0f, -1.0f}, DT_FLOAT16, "g", &tensor).ok());
   absl::Status s =
       EncodeFloatTensor({3}, std::vector<float>{1.0f, -70000.0f, 2.0f}, DT_FLOAT16, "g", &tensor);
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
@@ -123,8 +122,8 @@ TEST(FloatEncodingTest, Float16OverflowIsOutOfRangeNamingTheElement) {
 
 TEST(FloatEncodingTest, DecodeChecksDtypeShapeAndSize) {
   TensorProto tensor;
-  ASSERT_TRUE(EncodeFloatTensor({2, 2}, std::vector<float>(4, 1.0f), DT_BFLOAT16, "t", &tensor)
-                  .ok());
+  ASSERT_TRUE(
+      EncodeFloatTensor({2, 2}, std::vector<float>(4, 1.0f), DT_BFLOAT16, "t", &tensor).ok());
   std::vector<float> storage;
   EXPECT_THAT(DecodeFloatTensor(tensor, {4}, "w", &storage).status().message(),
               HasSubstr("w: expected shape [4], got [2, 2]"));

@@ -94,15 +94,14 @@ int Status(const std::vector<std::string>& hosts) {
         d.stale_gradients_dropped(), d.job_done() ? "  JOB DONE" : "");
     for (const ShardInfo& s : d.shards()) {
       std::cout << absl::StrFormat("  shard %s/%d of %d  shape %s  version %d  pending %d  %s\n",
-                                   s.variable(), s.shard(), s.num_shards(),
-                                   ShapeString(s.shape()), s.version(), s.pending_gradients(),
-                                   s.optimizer());
+                                   s.variable(), s.shard(), s.num_shards(), ShapeString(s.shape()),
+                                   s.version(), s.pending_gradients(), s.optimizer());
     }
     for (const WorkerInfo& w : d.workers()) {
-      std::cout << absl::StrFormat(
-          "  worker %d  %s%s%s  clock %d  lease left %dms\n", w.worker_id(),
-          w.live() ? "live" : "dead", w.seen() ? "" : " (not seen)", w.finished() ? " finished" : "",
-          w.clock(), w.lease_remaining_ms());
+      std::cout << absl::StrFormat("  worker %d  %s%s%s  clock %d  lease left %dms\n",
+                                   w.worker_id(), w.live() ? "live" : "dead",
+                                   w.seen() ? "" : " (not seen)", w.finished() ? " finished" : "",
+                                   w.clock(), w.lease_remaining_ms());
     }
   }
   return 0;
@@ -157,7 +156,8 @@ int Checkpoint(const std::vector<std::string>& hosts) {
     }
   }
   auto fs = MakeLocalFileSystem();
-  Checkpointer checkpointer(client.get(), fs.get(), {absl::GetFlag(FLAGS_checkpoint_dir), 0, 0, 1 << 30});
+  Checkpointer checkpointer(client.get(), fs.get(),
+                            {absl::GetFlag(FLAGS_checkpoint_dir), 0, 0, 1 << 30});
   if (absl::Status s = checkpointer.Save(step); !s.ok()) {
     std::cerr << "fulcrumctl: " << s.message() << "\n";
     return 1;

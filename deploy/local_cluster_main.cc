@@ -215,9 +215,9 @@ int Run(const std::vector<std::string>& worker_args) {
     children.push_back(Spawn(absl::StrCat("ps ", i), argv,
                              TfConfig(placeholders_ps, placeholders_workers, "ps", i)));
     std::string address;
-    const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_start_timeout_secs));
-    while (address.empty() && !children.back().status && absl::Now() < deadline &&
-           !g_interrupted) {
+    const absl::Time deadline =
+        absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_start_timeout_secs));
+    while (address.empty() && !children.back().status && absl::Now() < deadline && !g_interrupted) {
       pollfd fd{children.back().out, POLLIN, 0};
       poll(&fd, 1, 100);
       for (const std::string& line : Drain(children.back())) {

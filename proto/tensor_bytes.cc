@@ -17,8 +17,8 @@
 namespace fulcrum {
 namespace {
 
-using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
 
 // The owner of the current thread's LendTensorBytes scope, or null.
 thread_local std::shared_ptr<const void> current_owner;
@@ -296,14 +296,14 @@ TensorPlacer* PlaceTensorBytes::CurrentPlacer() {
 
 }  // namespace fulcrum
 
-#define FULCRUM_TENSOR_SERIALIZER_IMPL(Message)                                              \
-  grpc::Status grpc::SerializationTraits<Message>::Serialize(                                  \
-      const Message& message, ByteBuffer* buffer, bool* own_buffer) {                          \
-    return fulcrum::Serialize(message, buffer, own_buffer);                                     \
-  }                                                                                            \
-  grpc::Status grpc::SerializationTraits<Message>::Deserialize(ByteBuffer* buffer,             \
-                                                               Message* message) {             \
-    return fulcrum::Deserialize(buffer, message);                                               \
+#define FULCRUM_TENSOR_SERIALIZER_IMPL(Message)                                    \
+  grpc::Status grpc::SerializationTraits<Message>::Serialize(                      \
+      const Message& message, ByteBuffer* buffer, bool* own_buffer) {              \
+    return fulcrum::Serialize(message, buffer, own_buffer);                        \
+  }                                                                                \
+  grpc::Status grpc::SerializationTraits<Message>::Deserialize(ByteBuffer* buffer, \
+                                                               Message* message) { \
+    return fulcrum::Deserialize(buffer, message);                                  \
   }
 
 FULCRUM_TENSOR_SERIALIZER_IMPL(fulcrum::PullResponse)

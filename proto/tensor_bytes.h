@@ -114,13 +114,12 @@ namespace grpc {
 // gRPC's serialisers for the messages that carry tensors: protobuf's, except
 // inside the scopes above. (Declared here, where the messages are
 // incomplete; defined in tensor_bytes.cc.)
-#define FULCRUM_TENSOR_SERIALIZER(Message)                                          \
-  template <>                                                                        \
-  class SerializationTraits<Message> {                                               \
-   public:                                                                           \
-    static Status Serialize(const Message& message, ByteBuffer* buffer,              \
-                            bool* own_buffer);                                       \
-    static Status Deserialize(ByteBuffer* buffer, Message* message);                 \
+#define FULCRUM_TENSOR_SERIALIZER(Message)                                                 \
+  template <>                                                                              \
+  class SerializationTraits<Message> {                                                     \
+   public:                                                                                 \
+    static Status Serialize(const Message& message, ByteBuffer* buffer, bool* own_buffer); \
+    static Status Deserialize(ByteBuffer* buffer, Message* message);                       \
   };
 
 FULCRUM_TENSOR_SERIALIZER(fulcrum::PullResponse)

@@ -1,9 +1,9 @@
 #include "proto/tensor_bytes.h"
 
+#include <gmock/gmock.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,7 +129,6 @@ TEST(LendTensorBytesTest, PushPullRequestsWithManySlicesRoundTrip) {
   ASSERT_TRUE(grpc::SerializationTraits<PushPullRequest>::Deserialize(&buffer, &parsed).ok());
   EXPECT_EQ(parsed.SerializeAsString(), request->SerializeAsString());
 }
-
 
 // Places DT_FLOAT data of variable "w" into `values`; everything else is left
 // in the message. Records what it was asked.

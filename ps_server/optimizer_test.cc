@@ -90,8 +90,7 @@ TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
   const absl::Span<const float> all(grad);
   const std::vector<absl::Span<const float>> parts = {
       all.subspan(0, 1), all.subspan(1, (size_t{1} << 20) + 3),
-      all.subspan((size_t{1} << 20) + 4, size_t{1} << 20),
-      all.subspan((size_t{2} << 20) + 4)};
+      all.subspan((size_t{1} << 20) + 4, size_t{1} << 20), all.subspan((size_t{2} << 20) + 4)};
   for (int step = 1; step <= 3; ++step) {
     ApplyGradient(opt, step, parts, absl::MakeSpan(big), big_slots);
     for (size_t begin = 0, p = 0; begin < n; begin += kPiece, ++p) {

@@ -89,9 +89,10 @@ absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) {
   if (final_used) {
     LOG_INFO("restoring this server's shards from its final checkpoint: nothing is lost");
   } else {
-    LOG_INFO("restoring from checkpoint {} ({} variables written by {} server(s)); updates "
-             "applied after it are lost",
-             CheckpointDirName(restored_step_), restored_.size(), chosen.front().num_ps());
+    LOG_INFO(
+        "restoring from checkpoint {} ({} variables written by {} server(s)); updates "
+        "applied after it are lost",
+        CheckpointDirName(restored_step_), restored_.size(), chosen.front().num_ps());
   }
   return absl::OkStatus();
 }
@@ -146,8 +147,8 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       response.set_created(response.created() + 1);
       if (restored != nullptr) response.set_restored(response.restored() + 1);
       LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}", spec.variable().name(),
-               spec.shard(), spec.num_shards(), spec.row_offset(),
-               spec.row_offset() + spec.rows(), restored ? " from the checkpoint" : "");
+               spec.shard(), spec.num_shards(), spec.row_offset(), spec.row_offset() + spec.rows(),
+               restored ? " from the checkpoint" : "");
     } else {
       response.set_existing(response.existing() + 1);
     }
@@ -155,8 +156,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
   return response;
 }
 
-absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request,
-                                                   absl::Time deadline,
+absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, absl::Time deadline,
                                                    int64_t max_slice_bytes) {
   const int worker = request.worker_id();
   if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
@@ -240,8 +240,9 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
     int64_t next_row = 0;
     for (const ShardSlice* slice : list) {
       const std::string what =
-          list.size() == 1 ? absl::StrCat(shard->label(), " gradient")
-                           : absl::StrCat(shard->label(), " gradient rows from ", slice->row_offset());
+          list.size() == 1
+              ? absl::StrCat(shard->label(), " gradient")
+              : absl::StrCat(shard->label(), " gradient rows from ", slice->row_offset());
       if (slice->row_offset() != next_row) {
         return absl::InvalidArgumentError(absl::StrCat(
             shard->label(), ": gradient ",
@@ -258,13 +259,12 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
       part_shape[0] = slice == list.back() || slice->tensor().shape_size() == 0
                           ? rows - next_row
                           : std::clamp<int64_t>(slice->tensor().shape(0), 0, rows - next_row);
-      auto decoded =
-          DecodeFloatTensor(slice->tensor(), part_shape, what, &widened->emplace_back());
+      auto decoded = DecodeFloatTensor(slice->tensor(), part_shape, what, &widened->emplace_back());
       if (!decoded.ok()) return decoded.status();
       if (int64_t bad = FirstNonFinite(*decoded); bad >= 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            shard->label(), ": gradient element ", next_row * RowElements(part_shape) + bad,
-            " is ", (*decoded)[bad], "; the push is rejected, nothing applied"));
+            shard->label(), ": gradient element ", next_row * RowElements(part_shape) + bad, " is ",
+            (*decoded)[bad], "; the push is rejected, nothing applied"));
       }
       grad.parts.push_back(*decoded);
       next_row += part_shape[0];
@@ -349,13 +349,14 @@ absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpoint(
   const std::string data = SnapshotFile(request.step(), &shards);
   const std::string dir =
       absl::StrCat(config_.checkpoint_dir(), "/", CheckpointDirName(request.step()));
-  response.set_file(PsFileName(config_.cluster().task().index(),
-                               config_.cluster().cluster().ps_size()));
+  response.set_file(
+      PsFileName(config_.cluster().task().index(), config_.cluster().cluster().ps_size()));
   response.set_bytes(static_cast<int64_t>(data.size()));
   response.set_crc32(Crc32(data));
   response.set_shards(shards);
   absl::Status status = fs_->MakeDirs(dir);
-  if (status.ok()) status = WriteFileAtomically(*fs_, absl::StrCat(dir, "/", response.file()), data);
+  if (status.ok())
+    status = WriteFileAtomically(*fs_, absl::StrCat(dir, "/", response.file()), data);
   if (!status.ok()) {
     LOG_ERROR("checkpoint {} failed: {}", CheckpointDirName(request.step()), status.message());
     return status;
@@ -380,8 +381,8 @@ absl::Status ParameterServer::SaveFinalCheckpoint() {
   if (fs_ == nullptr) return absl::OkStatus();
   int32_t shards = 0;
   const std::string data = SnapshotFile(-1, &shards);
-  const std::string name = FinalFileName(config_.cluster().task().index(),
-                                         config_.cluster().cluster().ps_size());
+  const std::string name =
+      FinalFileName(config_.cluster().task().index(), config_.cluster().cluster().ps_size());
   absl::Status status =
       WriteFileAtomically(*fs_, absl::StrCat(config_.checkpoint_dir(), "/", name), data);
   if (status.ok()) {

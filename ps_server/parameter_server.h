@@ -15,9 +15,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "proto/config.pb.h"
 #include "common/file_system.h"
 #include "proto/checkpoint.pb.h"
+#include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/restored_variables.h"
 #include "ps_server/variable_store.h"
@@ -67,8 +67,8 @@ class ParameterServer {
                                     int64_t max_slice_bytes);
 
   // Applies or accumulates gradients as the mode says. A shard's gradient
-  // may arrive as several slices of rows, which must tile it exactly. The request is checked whole first (worker, variables,
-  // shapes, dtypes, NaN/Inf, versions): on any error nothing is applied.
+  // may arrive as several slices of rows, which must tile it exactly. The request is checked whole
+  // first (worker, variables, shapes, dtypes, NaN/Inf, versions): on any error nothing is applied.
   absl::StatusOr<PushResponse> Push(const PushRequest& request);
 
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);

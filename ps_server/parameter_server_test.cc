@@ -84,8 +84,7 @@ ShardPushResult::Outcome PushOutcome(ParameterServer& ps, const PushRequest& req
 }
 
 absl::StatusOr<PullResponse> PullW(ParameterServer& ps, int worker, int64_t min_version = 0,
-                                   int64_t clock = -1,
-                                   absl::Duration wait = absl::Seconds(10)) {
+                                   int64_t clock = -1, absl::Duration wait = absl::Seconds(10)) {
   PullRequest request;
   request.set_worker_id(worker);
   request.set_clock(clock);
@@ -151,7 +150,8 @@ TEST(SyncModeTest, DuplicatePushOfOneWorkerCountsOnce) {
 TEST(SyncModeTest, ExpiredLeaseLetsTheStepCompleteWithTheLiveWorkers) {
   absl::Time fake_now = absl::Now();
   std::atomic<int64_t> offset_ms{0};
-  ParameterServer ps(Config(SYNC, 3), [&] { return fake_now + absl::Milliseconds(offset_ms.load()); });
+  ParameterServer ps(Config(SYNC, 3),
+                     [&] { return fake_now + absl::Milliseconds(offset_ms.load()); });
   Create(ps, WholeShard());
   EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::ACCUMULATED);
   EXPECT_EQ(PushOutcome(ps, Push(1, 0, 2.0f)), ShardPushResult::ACCUMULATED);
@@ -161,8 +161,18 @@ TEST(SyncModeTest, ExpiredLeaseLetsTheStepCompleteWithTheLiveWorkers) {
   std::thread waiter([&] { waited = PullW(ps, 0, /*min_version=*/1); });
 
   offset_ms = 150;  // workers 0 and 1 heartbeat; worker 2 stays silent
-  ASSERT_TRUE(ps.Heartbeat([] { HeartbeatRequest r; r.set_worker_id(0); return r; }()).ok());
-  ASSERT_TRUE(ps.Heartbeat([] { HeartbeatRequest r; r.set_worker_id(1); return r; }()).ok());
+  ASSERT_TRUE(ps.Heartbeat([] {
+                  HeartbeatRequest r;
+                  r.set_worker_id(0);
+                  return r;
+                }())
+                  .ok());
+  ASSERT_TRUE(ps.Heartbeat([] {
+                  HeartbeatRequest r;
+                  r.set_worker_id(1);
+                  return r;
+                }())
+                  .ok());
   ps.CheckLeases();
   EXPECT_EQ(ValueAndVersion(ps).second, 0);  // worker 2's lease has not run out yet
 
@@ -372,8 +382,8 @@ TEST_F(BadInputTest, WrongDtypeSaysExpectedAndGot) {
 TEST_F(BadInputTest, NanInASixteenBitGradientIsRejected) {
   for (DataType encoding : {DT_BFLOAT16, DT_FLOAT16}) {
     PushRequest push = Push(0, 0, 1.0f);
-    ASSERT_TRUE(EncodeFloatTensor({4}, std::vector<float>{1, 1, 1, std::nanf("")}, encoding,
-                                  "w", push.mutable_gradients(0)->mutable_tensor())
+    ASSERT_TRUE(EncodeFloatTensor({4}, std::vector<float>{1, 1, 1, std::nanf("")}, encoding, "w",
+                                  push.mutable_gradients(0)->mutable_tensor())
                     .ok());
     EXPECT_THAT(ps_.Push(push).status().message(), HasSubstr("element 3 is nan"));
     ExpectUntouched();
@@ -422,7 +432,8 @@ TEST_F(BadInputTest, SlicesThatDoNotTileTheShardAreRejected) {
       {{Slice("w", 0, 0, {1, 1})}, "expected shape [4], got [2]"},
       {{Slice("w", 0, 1, {1, 1, 1})}, "lacks rows from 0"},
       {{Slice("w", 0, 0, {1, 1}), Slice("w", 1, 2, {1, 1})}, "computed at version 1, the shard's"},
-      {{Slice("w", 0, 0, {1, 1}), Slice("w", 0, 2, {1})}, "rows from 2: expected shape [2], got [1]"},
+      {{Slice("w", 0, 0, {1, 1}), Slice("w", 0, 2, {1})},
+       "rows from 2: expected shape [2], got [1]"},
       {{Slice("w", 0, 0, {1, 1}), Slice("w", 0, 2, {1, std::nanf("")})}, "element 3 is nan"},
   };
   for (const Bad& bad : cases) {
@@ -535,7 +546,12 @@ TEST(JobDoneTest, WaitsForEveryWorkerToFinishOrDie) {
   EXPECT_TRUE(ps.Describe().job_done());
   EXPECT_FALSE(ps.WaitForJobDone(absl::ZeroDuration()));  // worker 1 still trains
   offset_ms = 100;
-  ASSERT_TRUE(ps.Heartbeat([] { HeartbeatRequest r; r.set_worker_id(1); return r; }()).ok());
+  ASSERT_TRUE(ps.Heartbeat([] {
+                  HeartbeatRequest r;
+                  r.set_worker_id(1);
+                  return r;
+                }())
+                  .ok());
   offset_ms = 250;  // only worker 1's renewed lease would still hold
   ps.CheckLeases();
   EXPECT_FALSE(ps.WaitForJobDone(absl::ZeroDuration()));

@@ -78,9 +78,9 @@ absl::StatusOr<PsServerConfig> ConfigFromFlags() {
   auto cluster = ResolveTfConfig(sources);
   if (!cluster.ok()) return cluster.status();
   if (cluster->task().type() != "ps") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task.type: ps_server runs ps tasks, the cluster spec says '", cluster->task().type(),
-        "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task.type: ps_server runs ps tasks, the cluster spec says '",
+                     cluster->task().type(), "'"));
   }
   auto address = TaskAddress(*cluster);
   if (!address.ok()) return address.status();
@@ -121,8 +121,8 @@ int Run() {
     std::cerr << "ps_server: " << config.status().message() << "\n(see --help)\n";
     return 2;
   }
-  if (absl::Status s = InitLogging("ps", config->cluster().task().index(),
-                                   absl::GetFlag(FLAGS_log_format));
+  if (absl::Status s =
+          InitLogging("ps", config->cluster().task().index(), absl::GetFlag(FLAGS_log_format));
       !s.ok()) {
     std::cerr << "ps_server: " << s.message() << "\n";
     return 2;
@@ -138,8 +138,8 @@ int Run() {
   std::unique_ptr<MetricsServer> metrics_server;
   std::optional<PsMetrics> metrics;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto started = MetricsServer::Start(absl::GetFlag(FLAGS_bind_host),
-                                        absl::GetFlag(FLAGS_metrics_port));
+    auto started =
+        MetricsServer::Start(absl::GetFlag(FLAGS_bind_host), absl::GetFlag(FLAGS_metrics_port));
     if (!started.ok()) {
       LOG_ERROR("{}", started.status().message());
       return 1;
@@ -150,8 +150,7 @@ int Run() {
     LOG_INFO("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_bind_host),
              metrics_server->port());
   }
-  auto server =
-      PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr);
+  auto server = PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr);
   if (!server.ok()) {
     LOG_ERROR("{}", server.status().message());
     return 1;

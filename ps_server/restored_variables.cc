@@ -1,9 +1,9 @@
 #include "ps_server/restored_variables.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <google/protobuf/util/message_differencer.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor.h"
@@ -17,8 +17,8 @@ absl::StatusOr<RestoredVariables> RegroupCheckpoint(const std::vector<PsCheckpoi
     for (const ShardCheckpoint& shard : file.shards()) {
       const ShardSpec& spec = shard.spec();
       const std::string& name = spec.variable().name();
-      const std::string where = absl::StrCat("checkpoint of variable '", name, "' shard ",
-                                             spec.shard());
+      const std::string where =
+          absl::StrCat("checkpoint of variable '", name, "' shard ", spec.shard());
       if (absl::Status s = ValidateVariableSpec(spec.variable()); !s.ok()) {
         return absl::DataLossError(absl::StrCat(where, ": ", s.message()));
       }
@@ -59,8 +59,8 @@ absl::StatusOr<RestoredVariables> RegroupCheckpoint(const std::vector<PsCheckpoi
   for (const auto& [name, variable] : out) {
     if (rows_filled[name] != variable.spec.shape(0)) {
       return absl::DataLossError(absl::StrCat("checkpoint of variable '", name, "' holds ",
-                                              rows_filled[name], " of its ",
-                                              variable.spec.shape(0), " rows"));
+                                              rows_filled[name], " of its ", variable.spec.shape(0),
+                                              " rows"));
     }
   }
   return out;
@@ -75,10 +75,10 @@ absl::Status CheckRestorable(const VariableSpec& restored, const VariableSpec& w
   a = CanonicalSpec(a);
   b = CanonicalSpec(b);
   if (!google::protobuf::util::MessageDifferencer::Equals(a, b)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "variable '", wanted.name(), "': the checkpoint holds {", a.ShortDebugString(),
-        "} but the job creates {", b.ShortDebugString(),
-        "}; use a new --checkpoint_dir or the same model"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("variable '", wanted.name(), "': the checkpoint holds {", a.ShortDebugString(),
+                     "} but the job creates {", b.ShortDebugString(),
+                     "}; use a new --checkpoint_dir or the same model"));
   }
   return absl::OkStatus();
 }

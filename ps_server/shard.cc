@@ -69,9 +69,9 @@ absl::Status Shard::CheckComputedAt(int64_t computed_at) const {
 
 absl::Status Shard::CheckNotFromFutureLocked(int64_t computed_at) const {
   if (computed_at > version_ || computed_at < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(label_, ": gradient computed at version ", computed_at,
-                     " but the shard is at version ", version_, " (was the server restarted?)"));
+    return absl::FailedPreconditionError(absl::StrCat(label_, ": gradient computed at version ",
+                                                      computed_at, " but the shard is at version ",
+                                                      version_, " (was the server restarted?)"));
   }
   return absl::OkStatus();
 }
@@ -91,8 +91,8 @@ void Shard::ApplyLocked(GradientParts grad) {
   ApplyGradient(spec_.variable().optimizer(), version_, grad, absl::MakeSpan(values_), slots_);
 }
 
-absl::StatusOr<ShardPushResult> Shard::ApplyNow(GradientParts grad,
-                                                int64_t computed_at, int64_t max_staleness) {
+absl::StatusOr<ShardPushResult> Shard::ApplyNow(GradientParts grad, int64_t computed_at,
+                                                int64_t max_staleness) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckNotFromFutureLocked(computed_at); !s.ok()) return s;
   const int64_t staleness = version_ - computed_at;

@@ -62,9 +62,8 @@ class Shard {
   // STALE; a second gradient of one worker for one step is DUPLICATE; the
   // `required`-th gradient of the step applies their mean and bumps the
   // version (APPLIED); earlier ones are ACCUMULATED.
-  absl::StatusOr<ShardPushResult> Accumulate(int worker, GradientParts grad,
-                                             int64_t computed_at, int required)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ShardPushResult> Accumulate(int worker, GradientParts grad, int64_t computed_at,
+                                             int required) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Sync: applies the pending mean when at least `required` gradients are in
   // (the live workers shrank). True when it applied.

@@ -19,18 +19,16 @@ absl::Status ValidateShardSpec(const ShardSpec& spec) {
       spec.shard() >= spec.num_shards() || spec.rows() < 1 || spec.row_offset() < 0 ||
       spec.row_offset() + spec.rows() > rows) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "variable '", spec.variable().name(), "': shard ", spec.shard(), " of ",
-        spec.num_shards(), " with rows [", spec.row_offset(), ", ",
-        spec.row_offset() + spec.rows(), ") does not fit shape ",
-        ShapeString(spec.variable().shape())));
+        "variable '", spec.variable().name(), "': shard ", spec.shard(), " of ", spec.num_shards(),
+        " with rows [", spec.row_offset(), ", ", spec.row_offset() + spec.rows(),
+        ") does not fit shape ", ShapeString(spec.variable().shape())));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw,
-                                           const RestoredVariable* restored) {
+absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredVariable* restored) {
   if (absl::Status s = ValidateShardSpec(raw); !s.ok()) return s;
   ShardSpec spec = raw;
   *spec.mutable_variable() = CanonicalSpec(raw.variable());

@@ -37,8 +37,7 @@ void WorkerTable::MarkFinished(int id) {
 
 bool WorkerTable::AllFinishedOrDead() const {
   absl::ReaderMutexLock lock(&mu_);
-  return std::none_of(workers_.begin(), workers_.end(),
-                      [](const Worker& w) { return w.active(); });
+  return std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.active(); });
 }
 
 bool WorkerTable::ExpireLeases() {

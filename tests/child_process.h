@@ -19,8 +19,7 @@ class ChildProcess {
   // Starts `argv[0]` with `argv` and `env` ("NAME=value") added to this
   // process's environment. Its output is echoed to this process's stderr,
   // each line prefixed with `label`.
-  ChildProcess(std::string label, std::vector<std::string> argv,
-               std::vector<std::string> env = {});
+  ChildProcess(std::string label, std::vector<std::string> argv, std::vector<std::string> env = {});
   ~ChildProcess();
 
   ChildProcess(const ChildProcess&) = delete;

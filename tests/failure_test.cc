@@ -3,13 +3,12 @@
 // same command; the job completes near an uninterrupted run's accuracy, and
 // every committed checkpoint stays readable.
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -54,10 +53,14 @@ class FailureTest : public ::testing::Test {
 
   std::unique_ptr<ChildProcess> StartWorker(int index, const std::string& mode,
                                             const std::string& label) {
-    std::vector<std::string> argv = {RunfilePath("worker/worker"), "--ps_hosts=" + ps_hosts_,
+    std::vector<std::string> argv = {RunfilePath("worker/worker"),
+                                     "--ps_hosts=" + ps_hosts_,
                                      "--worker_hosts=" + worker_hosts_,
-                                     absl::StrCat("--task_index=", index), "--mode=" + mode,
-                                     "--epochs=3", "--hidden=64", "--log_every_steps=50",
+                                     absl::StrCat("--task_index=", index),
+                                     "--mode=" + mode,
+                                     "--epochs=3",
+                                     "--hidden=64",
+                                     "--log_every_steps=50",
                                      "--device=cpu"};
     if (index == 0) {
       argv.push_back("--checkpoint_dir=" + dir_ + "/checkpoints");

@@ -29,10 +29,10 @@ std::vector<std::string> Launcher(std::vector<std::string> args) {
 TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
   const std::string summary = TempPath("summary.json");
   const std::string metrics = TempPath("metrics.jsonl");
-  ChildProcess cluster("cluster", Launcher({"--num_ps=2", "--num_workers=2", "--mode=async",
-                                            "--summary_json=" + summary,
-                                            "--metrics_jsonl=" + metrics, "--", "--epochs=1",
-                                            "--hidden=64", "--log_every_steps=100"}));
+  ChildProcess cluster("cluster",
+                       Launcher({"--num_ps=2", "--num_workers=2", "--mode=async",
+                                 "--summary_json=" + summary, "--metrics_jsonl=" + metrics, "--",
+                                 "--epochs=1", "--hidden=64", "--log_every_steps=100"}));
   ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
   EXPECT_TRUE(cluster.HasLine("[ps 1] "));
   EXPECT_TRUE(cluster.HasLine("[worker 1] "));
@@ -47,8 +47,8 @@ TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
   EXPECT_THAT(json, HasSubstr("\"num_ps\": 2"));
 
   const std::string svg = TempPath("curves.svg");
-  ChildProcess plot("plot", {"/usr/bin/python3", RunfilePath("deploy/plot_training_curves.py"),
-                             metrics, svg});
+  ChildProcess plot(
+      "plot", {"/usr/bin/python3", RunfilePath("deploy/plot_training_curves.py"), metrics, svg});
   ASSERT_EQ(plot.Wait(absl::Seconds(60)), 0);
   EXPECT_THAT(ReadWholeFile(svg), HasSubstr("test accuracy"));
   EXPECT_THAT(ReadWholeFile(svg), HasSubstr("<polyline"));
@@ -67,15 +67,15 @@ TEST(LocalClusterTest, TrainsWithBfloat16OnTheWire) {
 }
 
 TEST(LocalClusterTest, UnknownWireDtypeIsAFlagError) {
-  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--",
-                                            "--wire_dtype=fp8"}));
+  ChildProcess cluster("cluster",
+                       Launcher({"--num_ps=1", "--num_workers=1", "--", "--wire_dtype=fp8"}));
   EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 2);
   EXPECT_TRUE(cluster.HasLine("--wire_dtype: 'fp8' is not one of float32, bfloat16, float16"));
 }
 
 TEST(LocalClusterTest, NoChannelsIsAFlagError) {
-  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--",
-                                            "--channels_per_ps=0"}));
+  ChildProcess cluster("cluster",
+                       Launcher({"--num_ps=1", "--num_workers=1", "--", "--channels_per_ps=0"}));
   EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 2);
   EXPECT_TRUE(cluster.HasLine("--channels_per_ps: must be >= 1, got 0"));
 }
@@ -101,8 +101,7 @@ TEST(LocalClusterTest, WorkersServePrometheusMetrics) {
 
 TEST(LocalClusterTest, AFailingWorkerStopsTheClusterWithItsStatus) {
   // The workers reject the flag; the servers must not be left running.
-  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=2", "--",
-                                            "--model=cnn"}));
+  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=2", "--", "--model=cnn"}));
   EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 2);
   EXPECT_TRUE(cluster.HasLine("--model: 'cnn' is not one of mlp, softmax"));
   EXPECT_TRUE(cluster.HasLine("failed; stopping every process"));
@@ -111,8 +110,8 @@ TEST(LocalClusterTest, AFailingWorkerStopsTheClusterWithItsStatus) {
 
 TEST(LocalClusterTest, WorkerRefusesServersInAnotherMode) {
   // The workers are told async (the last --mode wins); the servers run sync.
-  ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--mode=sync", "--",
-                                            "--mode=async"}));
+  ChildProcess cluster(
+      "cluster", Launcher({"--num_ps=1", "--num_workers=1", "--mode=sync", "--", "--mode=async"}));
   EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 1);
   EXPECT_TRUE(cluster.HasLine("worker --mode=async but ps 0"));
   EXPECT_TRUE(cluster.HasLine("runs sync; start both with the same --mode"));

@@ -1,16 +1,15 @@
 // Real ps_server processes on 127.0.0.1, on ports they pick, driven by the
 // client library over gRPC.
 #include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gmock/gmock.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <memory>
 #include <regex>
@@ -238,7 +237,8 @@ TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
     done.WaitForNotification();
     return result;
   };
-  const grpc::Status garbled = raw_call("/fulcrum.PsService/CreateShards", "\xff\xff\xff\x07garbage");
+  const grpc::Status garbled =
+      raw_call("/fulcrum.PsService/CreateShards", "\xff\xff\xff\x07garbage");
   EXPECT_FALSE(garbled.ok());
   const grpc::Status oversize =
       raw_call("/fulcrum.PsService/CreateShards", std::string(3 << 20, '\x0a'));
@@ -337,9 +337,8 @@ TEST(PsClusterTest, PrometheusMetrics) {
   ASSERT_TRUE(client->CreateVariables({spec}).ok());
   TensorMap values;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(client->PushPull({{"w", DenseTensor{{8}, std::vector<float>(8, 1.0f)}}}, {},
-                                 &values)
-                    .ok());
+    ASSERT_TRUE(
+        client->PushPull({{"w", DenseTensor{{8}, std::vector<float>(8, 1.0f)}}}, {}, &values).ok());
   }
   const std::string metrics = HttpGet(port, "/metrics");
   // 3 pushes to both shards of w.
@@ -402,8 +401,8 @@ TEST(PsClusterTest, BadFlagsExitWithAClearError) {
 TEST(PsClusterTest, CustomLoopExampleTrainsAgainstARealServer) {
   PsProcess ps = StartPs(0, 1, 1, {"--mode=async"});
   ASSERT_FALSE(ps.address.empty());
-  ChildProcess example("custom_loop", {RunfilePath("examples/custom_loop"),
-                                        "--ps_hosts=" + ps.address});
+  ChildProcess example("custom_loop",
+                       {RunfilePath("examples/custom_loop"), "--ps_hosts=" + ps.address});
   EXPECT_EQ(example.Wait(absl::Seconds(120)), 0);
   EXPECT_TRUE(example.WaitForLine("final max weight error", absl::Seconds(1)));
   // The example is the chief: it ended the job, so the server exits 0.

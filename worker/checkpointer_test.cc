@@ -76,7 +76,8 @@ TEST_F(CheckpointerTest, TwoServersCheckpointRestoresOnThree) {
     ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
     // Two Adam steps, so values, slots and versions all differ from a fresh start.
     for (int step = 0; step < 2; ++step) {
-      ASSERT_TRUE(two.client->Push({{"w", DenseTensor{{12, 3}, std::vector<float>(36, 1.0f)}}}).ok());
+      ASSERT_TRUE(
+          two.client->Push({{"w", DenseTensor{{12, 3}, std::vector<float>(36, 1.0f)}}}).ok());
     }
     ASSERT_TRUE(two.client->Pull({}, &saved).ok());
     Checkpointer checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 2});

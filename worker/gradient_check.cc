@@ -41,8 +41,7 @@ void CheckDenseLayerGradients(Device* device) {
   DenseLayer layer(device, kIn, kOut, kRows);
   std::vector<float> x = RandomVector(kRows * kIn, gen), w = RandomVector(kIn * kOut, gen),
                      b = RandomVector(kOut, gen), r = RandomVector(kRows * kOut, gen);
-  DeviceArray<float> x_dev(device, x.size()), dy(device, r.size()),
-      dx(device, x.size());
+  DeviceArray<float> x_dev(device, x.size()), dy(device, r.size()), dx(device, x.size());
   // loss = sum(y * r), so dLoss/dy = r.
   auto loss = [&] {
     layer.kernel().CopyFrom(w.data(), w.size());
@@ -70,8 +69,7 @@ void CheckDenseLayerGradients(Device* device) {
 void CheckReluGradients(Device* device) {
   std::mt19937 gen(3);
   std::vector<float> x = {-1.5f, -0.2f, 0.3f, 2.0f}, r = RandomVector(4, gen);
-  DeviceArray<float> x_dev(device, 4), y(device, 4), dy(device, 4),
-      dx(device, 4);
+  DeviceArray<float> x_dev(device, 4), y(device, 4), dy(device, 4), dx(device, 4);
   auto loss = [&] {
     x_dev.CopyFrom(x.data(), 4);
     device->Relu(4, x_dev.data(), y.data());
@@ -95,14 +93,13 @@ void CheckSoftmaxCrossEntropyGradients(Device* device) {
   constexpr int64_t kRows = 4, kClasses = 3;
   std::vector<float> logits = RandomVector(kRows * kClasses, gen, 2.0f);
   std::vector<int32_t> labels = {0, 2, 1, 2};
-  DeviceArray<float> z(device, logits.size()), dz(device, logits.size()),
-      loss_dev(device, 1);
+  DeviceArray<float> z(device, logits.size()), dz(device, logits.size()), loss_dev(device, 1);
   DeviceArray<int32_t> labels_dev(device, kRows), correct(device, 1);
   labels_dev.CopyFrom(labels.data(), kRows);
   auto loss = [&] {
     z.CopyFrom(logits.data(), logits.size());
     device->SoftmaxCrossEntropy(kRows, kClasses, z.data(), labels_dev.data(), dz.data(),
-                                 loss_dev.data(), correct.data());
+                                loss_dev.data(), correct.data());
     float value = 0;
     loss_dev.CopyTo(&value, 1);
     return static_cast<double>(value);
@@ -151,8 +148,8 @@ void CheckModelGradients(Device* device) {
         return model.Evaluate(batch).loss;
       };
       // A small step, so that no ReLU input crosses zero between the two sides.
-      ExpectGradientMatches(tensor.values, grads[name].values, loss,
-                            std::string(kind) + " " + name, 1e-3f);
+      ExpectGradientMatches(tensor.values, grads[name].values, loss, std::string(kind) + " " + name,
+                            1e-3f);
     }
   }
 }

@@ -31,8 +31,8 @@ absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(std::shared_ptr<cons
   return pulled;
 }
 
-absl::StatusOr<HeartbeatResponse> InProcessPsTransport::Heartbeat(
-    const HeartbeatRequest& request, absl::Time) {
+absl::StatusOr<HeartbeatResponse> InProcessPsTransport::Heartbeat(const HeartbeatRequest& request,
+                                                                  absl::Time) {
   return ps_->Heartbeat(request);
 }
 

@@ -25,8 +25,8 @@ std::vector<int64_t> Widths(const ModelConfig& config) {
 absl::StatusOr<float> ScaleLearningRate(float base, const std::string& scaling,
                                         ConsistencyMode mode, int aggregated) {
   if (scaling != "sqrt" && scaling != "linear" && scaling != "none") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--learning_rate_scaling: '", scaling, "' is not one of sqrt, linear, none"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--learning_rate_scaling: '", scaling, "' is not one of sqrt, linear, none"));
   }
   if (mode != SYNC || scaling == "none" || aggregated <= 1) return base;
   return base * static_cast<float>(scaling == "sqrt" ? std::sqrt(aggregated) : aggregated);
@@ -93,7 +93,8 @@ void DenseLayer::Backward(const float* x, const float* dy, int64_t rows, float* 
   // dW = x^T dy, db = column sums of dy, dx = dy W^T.
   device_->Gemm(true, false, in_, out_, rows, 1.0f, x, dy, 0.0f, kernel_grad_.data());
   device_->ColumnSums(rows, out_, dy, bias_grad_.data());
-  if (dx != nullptr) device_->Gemm(false, true, rows, in_, out_, 1.0f, dy, kernel_.data(), 0.0f, dx);
+  if (dx != nullptr)
+    device_->Gemm(false, true, rows, in_, out_, 1.0f, dy, kernel_.data(), 0.0f, dx);
 }
 
 Mlp::Mlp(Device* device, const ModelConfig& config, int64_t max_batch)
@@ -124,9 +125,9 @@ absl::Status Mlp::SetParameters(const TensorMap& values) {
         return absl::NotFoundError(absl::StrCat("model variable '", name, "' was not pulled"));
       }
       if (static_cast<int64_t>(it->second.values.size()) != expected) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "model variable '", name, "': expected ", expected, " values, got ",
-            it->second.values.size(), " (shape ", ShapeString(it->second.shape), ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("model variable '", name, "': expected ", expected, " values, got ",
+                         it->second.values.size(), " (shape ", ShapeString(it->second.shape), ")"));
       }
       (kernel ? layer.kernel() : layer.bias()).CopyFrom(it->second.values.data(), expected);
     }

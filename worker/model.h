@@ -19,13 +19,13 @@
 namespace fulcrum {
 
 struct ModelConfig {
-  std::string kind = "mlp";            // mlp or softmax
+  std::string kind = "mlp";                  // mlp or softmax
   std::vector<int64_t> hidden = {256, 128};  // mlp: widths of the hidden layers
   int64_t input_dim = 784;
   int num_classes = 10;
-  OptimizerSpec optimizer;             // applied on the parameter servers
-  uint64_t seed = 0;                   // of the initializers
-  int num_ps = 1;                      // kernels are sharded over at most this many servers
+  OptimizerSpec optimizer;  // applied on the parameter servers
+  uint64_t seed = 0;        // of the initializers
+  int num_ps = 1;           // kernels are sharded over at most this many servers
 };
 
 // The learning rate for a step: in sync mode, whose update is the mean of

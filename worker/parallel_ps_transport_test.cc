@@ -17,8 +17,8 @@ namespace fulcrum {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::IsEmpty;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAreArray;
 
 // Holds each arrival until `n` have arrived (or a timeout passes): the
@@ -29,8 +29,7 @@ class Rendezvous {
   bool Arrive() {
     absl::MutexLock lock(&mu_);
     --left_;
-    return mu_.AwaitWithTimeout(absl::Condition(this, &Rendezvous::AllArrived),
-                                absl::Seconds(30));
+    return mu_.AwaitWithTimeout(absl::Condition(this, &Rendezvous::AllArrived), absl::Seconds(30));
   }
 
  private:
@@ -147,8 +146,8 @@ TEST_F(ParallelTest, DealsShardsRoundRobinAndMergesTheParts) {
   // A push-pull sends each shard's gradient over the lane that pulls it:
   // each shard's pull follows its own push.
   for (RecordingLane* lane : lanes_) lane->pulled.clear();
-  auto stats = client_->PushPull({{"w", Filled({8, 8}, 0.5f)}, {"b", Filled({8}, 2.0f)}}, {},
-                                 &pulled);
+  auto stats =
+      client_->PushPull({{"w", Filled({8, 8}, 0.5f)}, {"b", Filled({8}, 2.0f)}}, {}, &pulled);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->applied, 5);  // every shard's outcome, merged
   EXPECT_EQ(pulled["w"].values, std::vector<float>(64, 0.5f));

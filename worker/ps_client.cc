@@ -78,8 +78,8 @@ absl::Status PsClient::ForEachServer(
   for (int ps = 0; ps < num_servers(); ++ps) {
     if (!results[ps].ok()) {
       return absl::Status(results[ps].code(),
-                          absl::StrCat("ps ", ps, " (", servers_[ps]->address(), "): ", what,
-                                       ": ", results[ps].message()));
+                          absl::StrCat("ps ", ps, " (", servers_[ps]->address(), "): ", what, ": ",
+                                       results[ps].message()));
     }
   }
   return absl::OkStatus();
@@ -200,8 +200,7 @@ class PsClient::Placer final : public TensorPlacer {
     if (tensor.shape_size() != static_cast<int>(target.shape.size()) || rows < 1 ||
         rows > target.shape[0] || slice.row_offset() < 0 ||
         slice.row_offset() > target.shape[0] - rows ||
-        !std::equal(tensor.shape().begin() + 1, tensor.shape().end(),
-                    target.shape.begin() + 1) ||
+        !std::equal(tensor.shape().begin() + 1, tensor.shape().end(), target.shape.begin() + 1) ||
         bytes != static_cast<size_t>(rows * row_elems) * sizeof(float)) {
       return nullptr;
     }
@@ -280,9 +279,8 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
     const int64_t row_elems = RowElements(tensor.shape);
     for (const ShardPlacement& shard : variable->shards) {
       auto it = received.find({spec.name(), shard.shard});
-      const std::string what =
-          absl::StrCat("ps ", shard.ps, " (", servers_[shard.ps]->address(), "): variable '",
-                       spec.name(), "' shard ", shard.shard);
+      const std::string what = absl::StrCat("ps ", shard.ps, " (", servers_[shard.ps]->address(),
+                                            "): variable '", spec.name(), "' shard ", shard.shard);
       if (it == received.end()) {
         return absl::DataLossError(absl::StrCat(what, ": missing from the pull response"));
       }
@@ -296,10 +294,10 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
         const int64_t rows = SliceRows(*slice);
         if (slice->row_offset() != row || rows < 1 || row + rows > shard.rows ||
             slice->version() != version) {
-          return absl::DataLossError(absl::StrCat(
-              what, ": slice of ", rows, " rows at row ", slice->row_offset(), ", version ",
-              slice->version(), " does not continue rows [0, ", row, ") of ", shard.rows,
-              " at version ", version));
+          return absl::DataLossError(
+              absl::StrCat(what, ": slice of ", rows, " rows at row ", slice->row_offset(),
+                           ", version ", slice->version(), " does not continue rows [0, ", row,
+                           ") of ", shard.rows, " at version ", version));
         }
         if (placers[shard.ps].WasPlaced(*slice)) {
           row += rows;
@@ -319,8 +317,10 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
       }
       ShardState& state = shard_state_[{spec.name(), shard.shard}];
       if (version < state.pulled_version) {
-        LOG_WARN("{}: went back from version {} to {}: {} update(s) lost with its server's "
-                 "restart", what, state.pulled_version, version, state.pulled_version - version);
+        LOG_WARN(
+            "{}: went back from version {} to {}: {} update(s) lost with its server's "
+            "restart",
+            what, state.pulled_version, version, state.pulled_version - version);
       }
       state.pulled_version = version;
       step = std::min(step, state.pulled_version);
@@ -341,14 +341,12 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
   for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = pulls[ps].shards_size() > 0;
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "pull", [&](int ps, absl::Time deadline) {
-    auto pulled = CallPlacing(placers[ps], [&] {
-      return servers_[ps]->Pull(pulls[ps], response_bytes[ps], deadline);
-    });
+    auto pulled = CallPlacing(
+        placers[ps], [&] { return servers_[ps]->Pull(pulls[ps], response_bytes[ps], deadline); });
     if (LostState(pulled.status())) {
       recovered[ps] = true;
-      pulled = CallPlacing(placers[ps], [&] {
-        return RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline);
-      });
+      pulled = CallPlacing(
+          placers[ps], [&] { return RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline); });
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
@@ -374,10 +372,9 @@ absl::StatusOr<PsClient::Pushes> PsClient::BuildPushes(const TensorMap& gradient
     if (!std::equal(grad.shape.begin(), grad.shape.end(), spec.shape().begin(),
                     spec.shape().end()) ||
         static_cast<int64_t>(grad.values.size()) != NumElements(grad.shape)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradient of variable '", name, "': expected shape ",
-                       ShapeString(spec.shape()), ", got ", ShapeString(grad.shape), " with ",
-                       grad.values.size(), " values"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient of variable '", name, "': expected shape ", ShapeString(spec.shape()), ", got ",
+          ShapeString(grad.shape), " with ", grad.values.size(), " values"));
     }
     const int64_t row_elems = RowElements(grad.shape);
     for (const ShardPlacement& shard : (*found)->shards) {
@@ -413,11 +410,20 @@ PushStats PsClient::Summarize(const google::protobuf::RepeatedPtrField<ShardPush
                               PushStats stats) const {
   for (const ShardPushResult& result : results) {
     switch (result.outcome()) {
-      case ShardPushResult::APPLIED: ++stats.applied; break;
-      case ShardPushResult::ACCUMULATED: ++stats.accumulated; break;
-      case ShardPushResult::STALE: ++stats.stale; break;
-      case ShardPushResult::DUPLICATE: ++stats.duplicate; break;
-      default: break;
+      case ShardPushResult::APPLIED:
+        ++stats.applied;
+        break;
+      case ShardPushResult::ACCUMULATED:
+        ++stats.accumulated;
+        break;
+      case ShardPushResult::STALE:
+        ++stats.stale;
+        break;
+      case ShardPushResult::DUPLICATE:
+        ++stats.duplicate;
+        break;
+      default:
+        break;
     }
     stats.max_staleness = std::max(stats.max_staleness, result.staleness());
   }
@@ -474,8 +480,8 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    involved[ps] = pushes[ps]->gradients_size() > 0 || pulls[ps].shards_size() > 0 ||
-                   options_.mode == SSP;
+    involved[ps] =
+        pushes[ps]->gradients_size() > 0 || pulls[ps].shards_size() > 0 || options_.mode == SSP;
   }
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "push-pull", [&](int ps, absl::Time deadline) {
@@ -484,9 +490,8 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
     });
     if (LostState(pulled.status())) {
       recovered[ps] = true;  // the push is dropped
-      pulled = CallPlacing(placers[ps], [&] {
-        return RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline);
-      });
+      pulled = CallPlacing(
+          placers[ps], [&] { return RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline); });
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
@@ -511,15 +516,14 @@ absl::Status PsClient::Recover(int ps, absl::Time deadline) {
   auto created = servers_[ps]->CreateShards(create_requests_[ps], deadline);
   if (!created.ok()) return created.status();
   incarnations_[ps] = created->incarnation();
-  LOG_WARN("ps {} ({}) restarted: its {} shard(s) are created again{}", ps,
-           servers_[ps]->address(), create_requests_[ps].shards_size(),
+  LOG_WARN("ps {} ({}) restarted: its {} shard(s) are created again{}", ps, servers_[ps]->address(),
+           create_requests_[ps].shards_size(),
            created->restored() > 0 ? ", from its checkpoint" : "");
   return absl::OkStatus();
 }
 
 absl::StatusOr<PullResponse> PsClient::RecoverAndPull(int ps, PullRequest pull,
-                                                      int64_t response_bytes,
-                                                      absl::Time deadline) {
+                                                      int64_t response_bytes, absl::Time deadline) {
   if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
   // What the restarted server has, with no versions to wait for.
   pull.set_incarnation(incarnations_[ps]);
@@ -574,21 +578,20 @@ absl::StatusOr<std::vector<SaveCheckpointResponse>> PsClient::SaveCheckpoint(int
   SaveCheckpointRequest request;
   request.set_step(step);
   std::vector<SaveCheckpointResponse> responses(servers_.size());
-  absl::Status status = ForEachServer(std::vector<bool>(servers_.size(), true), "checkpoint",
-                                      [&](int ps, absl::Time deadline) {
-                                        auto saved = servers_[ps]->SaveCheckpoint(request, deadline);
-                                        if (saved.ok()) responses[ps] = *saved;
-                                        return saved.status();
-                                      });
+  absl::Status status = ForEachServer(
+      std::vector<bool>(servers_.size(), true), "checkpoint", [&](int ps, absl::Time deadline) {
+        auto saved = servers_[ps]->SaveCheckpoint(request, deadline);
+        if (saved.ok()) responses[ps] = *saved;
+        return saved.status();
+      });
   if (!status.ok()) return status;
   return responses;
 }
 
 absl::Status PsClient::JobDone(const std::string& reason) {
-  return ForEachServer(std::vector<bool>(servers_.size(), true), "job done",
-                       [&](int ps, absl::Time deadline) {
-                         return servers_[ps]->JobDone(reason, deadline);
-                       });
+  return ForEachServer(
+      std::vector<bool>(servers_.size(), true), "job done",
+      [&](int ps, absl::Time deadline) { return servers_[ps]->JobDone(reason, deadline); });
 }
 
 }  // namespace fulcrum

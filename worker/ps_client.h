@@ -54,8 +54,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/partitioner.h"
-#include "common/thread_pool.h"
 #include "common/tensor.h"
+#include "common/thread_pool.h"
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "worker/ps_transport.h"
@@ -198,8 +198,8 @@ class PsClient {
   // Checks that the responses cover every shard of `variables` and copies
   // the values not already placed into `out`, as PrepareOutputs sized it.
   absl::Status Assemble(const std::vector<const VariablePlacement*>& variables,
-                        std::vector<PullResponse>& responses,
-                        const std::vector<Placer>& placers, TensorMap* out);
+                        std::vector<PullResponse>& responses, const std::vector<Placer>& placers,
+                        TensorMap* out);
   void AfterPush(const Pushes& pushes, const std::vector<bool>& dropped);
   PushStats Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
                       PushStats stats) const;
@@ -221,9 +221,9 @@ class PsClient {
   const PsClientOptions options_;
   ThreadPool fan_out_;  // ForEachServer's calls beside the caller's own
   std::vector<VariablePlacement> placement_;
-  std::map<std::string, size_t> index_;                  // name -> placement_ index
-  std::vector<CreateShardsRequest> create_requests_;     // per server
-  std::vector<uint64_t> incarnations_;                   // per server, from CreateShards
+  std::map<std::string, size_t> index_;               // name -> placement_ index
+  std::vector<CreateShardsRequest> create_requests_;  // per server
+  std::vector<uint64_t> incarnations_;                // per server, from CreateShards
   std::map<std::pair<std::string, int>, ShardState> shard_state_;
   int64_t step_ = 0;
   int64_t clock_ = 0;

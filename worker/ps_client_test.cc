@@ -1,10 +1,9 @@
 #include "worker/ps_client.h"
 
 #include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
@@ -52,7 +51,9 @@ class Cluster {
 TEST(PsClientTest, ShardsAcrossServersAndAppliesPushes) {
   Cluster cluster(ASYNC, 1);
   PsClient& client = cluster.client(0);
-  ASSERT_TRUE(client.CreateVariables({TestVariable("w", {5, 2}, 3, 1.0f), TestVariable("b", {2}, 1, 0.0f)}).ok());
+  ASSERT_TRUE(
+      client.CreateVariables({TestVariable("w", {5, 2}, 3, 1.0f), TestVariable("b", {2}, 1, 0.0f)})
+          .ok());
   // Both servers hold something: 3 shards of w and b spread over 2 servers.
   EXPECT_GT(cluster.server(0).Describe().shards_size(), 0);
   EXPECT_GT(cluster.server(1).Describe().shards_size(), 0);
@@ -170,7 +171,8 @@ TEST(PsClientTest, BadGradientsAreRejectedBeforeSending) {
 TEST(PsClientTest, ConflictingCreateIsAlreadyExists) {
   Cluster cluster(ASYNC, 2);
   ASSERT_TRUE(cluster.client(0).CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());
-  ASSERT_TRUE(cluster.client(1).CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());  // idempotent
+  ASSERT_TRUE(
+      cluster.client(1).CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());  // idempotent
   absl::Status conflict = cluster.client(1).CreateVariables({TestVariable("w", {4}, 2, 7.0f)});
   EXPECT_EQ(conflict.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(conflict.message(), HasSubstr("ps "));
@@ -196,13 +198,11 @@ class FlakyTransport final : public PsTransport {
     if (pulled.ok() && mangle_pull) mangle_pull(&*pulled);
     return pulled;
   }
-  absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> r,
-                                    absl::Time d) override {
+  absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> r, absl::Time d) override {
     return inner_.Push(std::move(r), d);
   }
-  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> p,
-                                        const PullRequest& r, int64_t bytes,
-                                        absl::Time d) override {
+  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> p, const PullRequest& r,
+                                        int64_t bytes, absl::Time d) override {
     return inner_.PushPull(std::move(p), r, bytes, d);
   }
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& r, absl::Time d) override {

@@ -112,17 +112,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   TrainingSummary summary;
   TensorMap weights, grads;
   if (absl::Status s = client_->Pull({}, &weights); !s.ok()) return s;
-  const int64_t resume =
-      !options_.resume ? 0
-      : options_.mode == SYNC ? client_->step()
-                              : client_->step() / options_.num_workers;
+  const int64_t resume = !options_.resume        ? 0
+                         : options_.mode == SYNC ? client_->step()
+                                                 : client_->step() / options_.num_workers;
   Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
                            options_.epochs, options_.seed, /*prefetch=*/4, resume});
   const int64_t steps_per_epoch = batcher.steps_per_epoch();
   if (steps_per_epoch == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the training set (", train_.num_examples, " examples) is too small for ",
-        options_.num_workers, " workers with batches of ", options_.batch_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the training set (", train_.num_examples, " examples) is too small for ",
+                     options_.num_workers, " workers with batches of ", options_.batch_size));
   }
   const int64_t total_steps = steps_per_epoch * options_.epochs;
   LOG_INFO("training {} epochs x {} steps, batch {} on {} local replica(s), mode {}",
@@ -179,9 +178,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
                result->test_loss, result->test_accuracy, client_->step());
       AppendMetrics(absl::StrFormat(
           R"({"type": "epoch", "epoch": %d, "global_step": %d, "wall_seconds": %.3f, "test_loss": %.6f, "test_accuracy": %.6f})",
-          result->epoch, client_->step(),
-          absl::ToDoubleSeconds(absl::Now() - start), result->test_loss,
-          result->test_accuracy));
+          result->epoch, client_->step(), absl::ToDoubleSeconds(absl::Now() - start),
+          result->test_loss, result->test_accuracy));
       summary.epochs.push_back(*result);
     }
     if (options_.stop != nullptr && options_.stop->load()) {
@@ -235,8 +233,8 @@ absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
       "  \"device\": \"%s\"\n"
       "}\n",
       last.test_accuracy, last.test_loss, options_.epochs, summary.global_steps,
-      summary.examples_per_sec, ConsistencyModeName(options_.mode), options_.num_workers, options_.num_ps,
-      summary.stale_gradients_dropped, summary.wall_seconds, options_.batch_size,
+      summary.examples_per_sec, ConsistencyModeName(options_.mode), options_.num_workers,
+      options_.num_ps, summary.stale_gradients_dropped, summary.wall_seconds, options_.batch_size,
       replicas_.size(), options_.model_name, options_.device_name);
   out.close();
   if (!out) {

@@ -35,11 +35,11 @@ struct TrainerOptions {
   int shard_index = 0;  // this worker's share of the training set
   int num_workers = 1;
   int num_ps = 1;
-  std::string summary_json;   // chief: the run's summary, written at the end ("" = none)
-  std::string metrics_jsonl;  // chief: progress and per-epoch metrics ("" = none)
-  std::string model_name;     // for the summary
-  std::string device_name;    // for the summary
-  Checkpointer* checkpointer = nullptr;     // chief: saves checkpoints as it trains
+  std::string summary_json;              // chief: the run's summary, written at the end ("" = none)
+  std::string metrics_jsonl;             // chief: progress and per-epoch metrics ("" = none)
+  std::string model_name;                // for the summary
+  std::string device_name;               // for the summary
+  Checkpointer* checkpointer = nullptr;  // chief: saves checkpoints as it trains
   const std::atomic<bool>* stop = nullptr;  // set (SIGTERM): stop after the current step
   // The job is under way (this worker restarted, or the servers restored a
   // checkpoint): continue at the servers' step instead of from the start.
@@ -58,11 +58,11 @@ struct EpochResult {
 struct TrainingSummary {
   std::vector<EpochResult> epochs;  // chief only
   int64_t global_steps = 0;
-  int64_t examples = 0;             // this worker's
-  double examples_per_sec = 0;      // the cluster's: this worker's rate x workers
+  int64_t examples = 0;         // this worker's
+  double examples_per_sec = 0;  // the cluster's: this worker's rate x workers
   int64_t stale_gradients_dropped = 0;
   double wall_seconds = 0;
-  bool stopped = false;             // by `stop`, before the last step
+  bool stopped = false;  // by `stop`, before the last step
 };
 
 class Trainer {
@@ -70,8 +70,8 @@ class Trainer {
   // `replicas` (one per local device, all the same model), `reducer`,
   // `client` (variables created) and the data sets outlive the trainer.
   // `test` is needed by the chief only.
-  Trainer(PsClient* client, std::vector<Mlp*> replicas, LocalReducer* reducer,
-          const Dataset& train, const Dataset* test, TrainerOptions options);
+  Trainer(PsClient* client, std::vector<Mlp*> replicas, LocalReducer* reducer, const Dataset& train,
+          const Dataset* test, TrainerOptions options);
 
   absl::StatusOr<TrainingSummary> Run();
 

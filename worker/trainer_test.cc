@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -158,9 +158,9 @@ TEST_F(FashionMnistTest, InProcessSyncClusterTrainsPastTheBar) {
   std::ifstream summary_file(summary_path);
   std::string summary((std::istreambuf_iterator<char>(summary_file)),
                       std::istreambuf_iterator<char>());
-  for (const char* key : {"test_accuracy", "test_loss", "epochs", "global_steps",
-                          "examples_per_sec", "mode", "num_workers", "num_ps",
-                          "stale_gradients_dropped", "wall_seconds"}) {
+  for (const char* key :
+       {"test_accuracy", "test_loss", "epochs", "global_steps", "examples_per_sec", "mode",
+        "num_workers", "num_ps", "stale_gradients_dropped", "wall_seconds"}) {
     EXPECT_NE(summary.find(absl::StrCat("\"", key, "\"")), std::string::npos) << key;
   }
 }
@@ -219,7 +219,8 @@ TEST_F(FashionMnistTest, LocalReplicasMatchOneReplicaWithTheWholeBatch) {
   ASSERT_EQ(reduced.size(), expected.size());
   for (const auto& [name, tensor] : expected) {
     for (size_t i = 0; i < tensor.values.size(); ++i) {
-      ASSERT_NEAR(reduced[name].values[i], tensor.values[i], 1e-5 + 1e-4 * std::fabs(tensor.values[i]))
+      ASSERT_NEAR(reduced[name].values[i], tensor.values[i],
+                  1e-5 + 1e-4 * std::fabs(tensor.values[i]))
           << name << " [" << i << "]";
     }
   }

@@ -1,18 +1,17 @@
 // worker: trains a model on its share of the data, pulling variables from
 // and pushing gradients to the parameter servers. See README.md, "worker
 // flags".
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
-#include <optional>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <thread>
-
-#include <prometheus/counter.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -45,12 +44,12 @@ ABSL_FLAG(std::string, cluster_spec, "",
 ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of every parameter server.");
 ABSL_FLAG(std::string, worker_hosts, "", "Comma-separated host:port of every worker.");
 ABSL_FLAG(std::string, chief_host, "", "host:port of the chief, if the cluster has one.");
-ABSL_FLAG(std::string, task_type, "worker", "This task's type with the host flags: chief or worker.");
+ABSL_FLAG(std::string, task_type, "worker",
+          "This task's type with the host flags: chief or worker.");
 ABSL_FLAG(int, task_index, 0, "This task's index among its type's tasks.");
 ABSL_FLAG(std::string, mode, "sync",
           "Consistency mode, as the parameter servers run it: sync, async or ssp.");
-ABSL_FLAG(int64_t, staleness, -1,
-          "ssp: the bound k the servers must run with; -1 accepts theirs.");
+ABSL_FLAG(int64_t, staleness, -1, "ssp: the bound k the servers must run with; -1 accepts theirs.");
 ABSL_FLAG(int, replicas_to_aggregate, 0,
           "sync: the count the servers must run with; 0 accepts theirs.");
 ABSL_FLAG(std::string, model, "mlp", "mlp (ReLU hidden layers) or softmax (regression).");
@@ -87,8 +86,10 @@ ABSL_FLAG(int64_t, log_every_steps, 100, "Log progress every this many steps.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Chief: where the parameter servers write checkpoints (the same directory as their "
           "--checkpoint_dir); the chief writes each checkpoint's manifest there. \"\" = none.");
-ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "Chief: checkpoint every this many global steps; 0: not by steps.");
-ABSL_FLAG(int64_t, checkpoint_every_secs, 600, "Chief: checkpoint every this many seconds; 0: not by time.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
+          "Chief: checkpoint every this many global steps; 0: not by steps.");
+ABSL_FLAG(int64_t, checkpoint_every_secs, 600,
+          "Chief: checkpoint every this many seconds; 0: not by time.");
 ABSL_FLAG(int, keep_checkpoints, 5, "Chief: complete checkpoints kept; older ones are deleted.");
 ABSL_FLAG(int, metrics_port, -1,
           "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics; 0 picks a free "
@@ -235,9 +236,9 @@ absl::StatusOr<ServerState> CheckServers(PsClient& client, ConsistencyMode mode,
     }
     const int rta = absl::GetFlag(FLAGS_replicas_to_aggregate);
     if (mode == SYNC && rta > 0 && d.replicas_to_aggregate() != rta) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("worker --replicas_to_aggregate=", rta, " but ", where, " aggregates ",
-                       d.replicas_to_aggregate()));
+      return absl::FailedPreconditionError(absl::StrCat("worker --replicas_to_aggregate=", rta,
+                                                        " but ", where, " aggregates ",
+                                                        d.replicas_to_aggregate()));
     }
     const int64_t k = absl::GetFlag(FLAGS_staleness);
     if (mode == SSP && k >= 0 && d.staleness_bound() != k) {
@@ -280,7 +281,8 @@ absl::Status Run() {
   if (!mode.ok()) return mode.status();
   auto wire_dtype = ParseFloatEncoding(absl::GetFlag(FLAGS_wire_dtype));
   if (!wire_dtype.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--wire_dtype: ", wire_dtype.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--wire_dtype: ", wire_dtype.status().message()));
   }
   if (absl::GetFlag(FLAGS_channels_per_ps) < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--channels_per_ps: must be >= 1, got ",
@@ -316,8 +318,7 @@ absl::Status Run() {
     if (!loaded.ok()) return loaded.status();
     test = *std::move(loaded);
   }
-  LOG_INFO("data: {} training examples of {} features{}", train->num_examples,
-           train->feature_dim,
+  LOG_INFO("data: {} training examples of {} features{}", train->num_examples, train->feature_dim,
            test ? absl::StrCat(", ", test->num_examples, " test examples") : "");
 
   model.input_dim = train->feature_dim;
@@ -348,9 +349,9 @@ absl::Status Run() {
   auto servers = CheckServers(*client, *mode, *replica, ps);
   if (!servers.ok()) return servers.status();
   const int aggregated = servers->replicas_to_aggregate;
-  auto learning_rate = ScaleLearningRate(model.optimizer.learning_rate(),
-                                         absl::GetFlag(FLAGS_learning_rate_scaling), *mode,
-                                         aggregated);
+  auto learning_rate =
+      ScaleLearningRate(model.optimizer.learning_rate(), absl::GetFlag(FLAGS_learning_rate_scaling),
+                        *mode, aggregated);
   if (!learning_rate.ok()) return learning_rate.status();
   if (*learning_rate != model.optimizer.learning_rate()) {
     LOG_INFO("learning rate {} ({} scaling for {} gradients averaged per step)", *learning_rate,
@@ -378,10 +379,9 @@ absl::Status Run() {
   std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
   std::optional<Checkpointer> checkpointer;
   if (is_chief && !absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
-    CheckpointOptions checkpoint_options{absl::GetFlag(FLAGS_checkpoint_dir),
-                                         absl::GetFlag(FLAGS_checkpoint_every_steps),
-                                         absl::GetFlag(FLAGS_checkpoint_every_secs),
-                                         absl::GetFlag(FLAGS_keep_checkpoints)};
+    CheckpointOptions checkpoint_options{
+        absl::GetFlag(FLAGS_checkpoint_dir), absl::GetFlag(FLAGS_checkpoint_every_steps),
+        absl::GetFlag(FLAGS_checkpoint_every_secs), absl::GetFlag(FLAGS_keep_checkpoints)};
     if (checkpoint_options.keep < 1) {
       return absl::InvalidArgumentError("--keep_checkpoints: must be >= 1");
     }
@@ -406,13 +406,13 @@ absl::Status Run() {
                          .Help("Training examples this worker processed.")
                          .Register(registry)
                          .Add({});
-    auto& step_seconds = prometheus::BuildHistogram()
-                             .Name("fulcrum_worker_step_duration_seconds")
-                             .Help("Time of one step: compute, reduce, push and pull.")
-                             .Register(registry)
-                             .Add({}, prometheus::Histogram::BucketBoundaries{
-                                          1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25,
-                                          0.5, 1, 2.5, 5, 10});
+    auto& step_seconds =
+        prometheus::BuildHistogram()
+            .Name("fulcrum_worker_step_duration_seconds")
+            .Help("Time of one step: compute, reduce, push and pull.")
+            .Register(registry)
+            .Add({}, prometheus::Histogram::BucketBoundaries{1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
+                                                             0.1, 0.25, 0.5, 1, 2.5, 5, 10});
     auto& global_step = prometheus::BuildGauge()
                             .Name("fulcrum_worker_global_step")
                             .Help("The servers' step, as this worker last pulled it.")
@@ -430,13 +430,12 @@ absl::Status Run() {
       global_step.Set(static_cast<double>(step));
       rate.Set(static_cast<double>(n) / std::max(1e-9, absl::ToDoubleSeconds(time)));
     };
-    LOG_INFO("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_metrics_host),
-             metrics->port());
+    LOG_INFO("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_metrics_host), metrics->port());
   }
   trainer_options.stop = &g_stop;
   trainer_options.resume = servers->resume;
-  Trainer trainer(client.get(), replicas, devices->reducer.get(), *train,
-                  test ? &*test : nullptr, trainer_options);
+  Trainer trainer(client.get(), replicas, devices->reducer.get(), *train, test ? &*test : nullptr,
+                  trainer_options);
   auto summary = trainer.Run();
   if (!summary.ok()) return summary.status();
   if (summary->stopped) return absl::OkStatus();

@@ -29,9 +29,9 @@ absl::Status CountPushBytes(const PushRequest& part, int64_t max_bytes, int64_t*
     return absl::NotFoundError("this server holds no variables (did it restart?)");
   }
   if (*bytes > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "push carries over ", *bytes, " bytes of gradients; this server holds only ",
-        max_bytes, " bytes of variables"));
+    return absl::ResourceExhaustedError(absl::StrCat("push carries over ", *bytes,
+                                                     " bytes of gradients; this server holds only ",
+                                                     max_bytes, " bytes of variables"));
   }
   return absl::OkStatus();
 }
@@ -47,10 +47,10 @@ absl::Status MergePush(PushRequest* part, bool first, int64_t max_bytes, PushReq
     merged->set_incarnation(part->incarnation());
   } else if (part->worker_id() != merged->worker_id() || part->clock() != merged->clock() ||
              part->incarnation() != merged->incarnation()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push stream mixes worker/clock/incarnation (", merged->worker_id(), ", ",
-        merged->clock(), ", ", merged->incarnation(), ") and (", part->worker_id(), ", ",
-        part->clock(), ", ", part->incarnation(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push stream mixes worker/clock/incarnation (", merged->worker_id(), ", ",
+                     merged->clock(), ", ", merged->incarnation(), ") and (", part->worker_id(),
+                     ", ", part->clock(), ", ", part->incarnation(), ")"));
   }
   // Moved, not copied: the part is read afresh for the next message.
   for (ShardSlice& slice : *part->mutable_gradients()) *merged->add_gradients() = std::move(slice);
@@ -141,14 +141,13 @@ class PsGrpcServer::Service final : public PsService::Service {
                              PullResponse* response) override {
     RpcTimer timer(metrics_, "PushPullSmall");
     int64_t bytes = 0;
-    if (absl::Status s = CountPushBytes(request->push(), ps_->max_push_bytes(), &bytes);
-        !s.ok()) {
+    if (absl::Status s = CountPushBytes(request->push(), ps_->max_push_bytes(), &bytes); !s.ok()) {
       return ToGrpcStatus(s);
     }
     if (bytes > kChunkBytes) {
-      return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
-          "a small push-pull carries at most ", kChunkBytes, " bytes of gradients, this one ",
-          bytes, "; use PushPull")));
+      return ToGrpcStatus(absl::ResourceExhaustedError(
+          absl::StrCat("a small push-pull carries at most ", kChunkBytes,
+                       " bytes of gradients, this one ", bytes, "; use PushPull")));
     }
     if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
     auto pushed = ps_->Push(request->push());
@@ -219,10 +218,9 @@ class PsGrpcServer::Service final : public PsService::Service {
 
   // Writes the pulled shards as messages of about kChunkBytes; the
   // first (always at least one) carries `push_results`.
-  absl::Status PullAndWrite(
-      const PullRequest& request, absl::Time deadline,
-      const google::protobuf::RepeatedPtrField<ShardPushResult>& push_results,
-      grpc::internal::WriterInterface<PullResponse>* writer) {
+  absl::Status PullAndWrite(const PullRequest& request, absl::Time deadline,
+                            const google::protobuf::RepeatedPtrField<ShardPushResult>& push_results,
+                            grpc::internal::WriterInterface<PullResponse>* writer) {
     auto result = ps_->Pull(request, deadline, kChunkBytes);
     if (!result.ok()) return result.status();
     SliceList& slices = *result->mutable_slices();
@@ -269,8 +267,8 @@ absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServe
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 200);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
-                                               " (address in use or not local?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " (address in use or not local?)"));
   }
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   return server;

@@ -10,7 +10,8 @@ namespace fulcrum {
 namespace {
 
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
-  return {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  return {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
+          5e-2, 0.1,    0.25, 0.5,  1,      2.5,  5,    10};
 }
 
 prometheus::MetricFamily Family(const std::string& name, const std::string& help,
@@ -64,9 +65,9 @@ class StateCollector final : public prometheus::Collectable {
 
     // Staleness of accepted pushes, in versions; the last bucket of the
     // server's counts holds everything at or above its index.
-    prometheus::MetricFamily staleness =
-        Family("fulcrum_ps_gradient_staleness", "Versions between a shard gradient's pull and push.",
-               prometheus::MetricType::Histogram);
+    prometheus::MetricFamily staleness = Family(
+        "fulcrum_ps_gradient_staleness", "Versions between a shard gradient's pull and push.",
+        prometheus::MetricType::Histogram);
     prometheus::ClientMetric metric;
     uint64_t cumulative = 0;
     for (int i = 0; i < d.staleness_histogram_size(); ++i) {
@@ -113,8 +114,7 @@ PsMetrics::PsMetrics(ParameterServer* ps, prometheus::Registry& registry)
       state_(std::make_shared<StateCollector>(ps)) {}
 
 void PsMetrics::ObserveRpc(const std::string& method, absl::Duration latency) {
-  rpc_seconds_.Add({{"method", method}}, LatencyBuckets())
-      .Observe(absl::ToDoubleSeconds(latency));
+  rpc_seconds_.Add({{"method", method}}, LatencyBuckets()).Observe(absl::ToDoubleSeconds(latency));
 }
 
 }  // namespace fulcrum

@@ -62,9 +62,8 @@ class CpuDevice final : public Device {
     for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0 ? dy[i] : 0.0f;
   }
 
-  void SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits,
-                           const int32_t* labels, float* dlogits, float* loss,
-                           int32_t* correct) override {
+  void SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits, const int32_t* labels,
+                           float* dlogits, float* loss, int32_t* correct) override {
     double total = 0;
     int32_t right = 0;
     for (int64_t r = 0; r < rows; ++r) {

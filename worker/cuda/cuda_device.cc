@@ -15,36 +15,37 @@ namespace {
 
 // CUDA, cuBLAS and NCCL failures inside the math are device faults, not bad
 // input: they abort with the call and the error.
-#define CUDA_CHECK(call)                                                                 \
-  do {                                                                                   \
-    const cudaError_t err = (call);                                                      \
-    if (err != cudaSuccess) {                                                            \
-      ::fulcrum::CheckFailed(__FILE__, __LINE__,                                         \
+#define CUDA_CHECK(call)                                                                  \
+  do {                                                                                    \
+    const cudaError_t err = (call);                                                       \
+    if (err != cudaSuccess) {                                                             \
+      ::fulcrum::CheckFailed(__FILE__, __LINE__,                                          \
                              absl::StrCat(#call, ": ", cudaGetErrorString(err)).c_str()); \
-    }                                                                                    \
+    }                                                                                     \
   } while (false)
 
-#define CUBLAS_CHECK(call)                                                                 \
-  do {                                                                                     \
-    const cublasStatus_t status = (call);                                                  \
-    if (status != CUBLAS_STATUS_SUCCESS) {                                                 \
-      ::fulcrum::CheckFailed(__FILE__, __LINE__,                                           \
-                             absl::StrCat(#call, ": cuBLAS status ", status).c_str());     \
-    }                                                                                      \
+#define CUBLAS_CHECK(call)                                                             \
+  do {                                                                                 \
+    const cublasStatus_t status = (call);                                              \
+    if (status != CUBLAS_STATUS_SUCCESS) {                                             \
+      ::fulcrum::CheckFailed(__FILE__, __LINE__,                                       \
+                             absl::StrCat(#call, ": cuBLAS status ", status).c_str()); \
+    }                                                                                  \
   } while (false)
 
-#define NCCL_CHECK(call)                                                                    \
-  do {                                                                                      \
-    const ncclResult_t result = (call);                                                     \
-    if (result != ncclSuccess) {                                                            \
-      ::fulcrum::CheckFailed(__FILE__, __LINE__,                                            \
+#define NCCL_CHECK(call)                                                                     \
+  do {                                                                                       \
+    const ncclResult_t result = (call);                                                      \
+    if (result != ncclSuccess) {                                                             \
+      ::fulcrum::CheckFailed(__FILE__, __LINE__,                                             \
                              absl::StrCat(#call, ": ", ncclGetErrorString(result)).c_str()); \
-    }                                                                                       \
+    }                                                                                        \
   } while (false)
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, std::string gpu_name) : ordinal_(ordinal), gpu_name_(std::move(gpu_name)) {
+  CudaDevice(int ordinal, std::string gpu_name)
+      : ordinal_(ordinal), gpu_name_(std::move(gpu_name)) {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&blas_));
@@ -59,7 +60,9 @@ class CudaDevice final : public Device {
     cudaStreamDestroy(stream_);
   }
 
-  std::string name() const override { return absl::StrCat("cuda:", ordinal_, " (", gpu_name_, ")"); }
+  std::string name() const override {
+    return absl::StrCat("cuda:", ordinal_, " (", gpu_name_, ")");
+  }
   int ordinal() const { return ordinal_; }
   cudaStream_t stream() const { return stream_; }
 
@@ -119,9 +122,8 @@ class CudaDevice final : public Device {
     Use();
     cuda::ReluGrad(n, y, dy, dx, stream_);
   }
-  void SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits,
-                           const int32_t* labels, float* dlogits, float* loss,
-                           int32_t* correct) override {
+  void SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits, const int32_t* labels,
+                           float* dlogits, float* loss, int32_t* correct) override {
     Use();
     cuda::SoftmaxCrossEntropy(rows, cols, logits, labels, dlogits, loss, correct, stream_);
   }
@@ -203,9 +205,9 @@ absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice(int ordinal) {
   std::string why_not;
   const int count = CudaDeviceCount(&why_not);
   if (ordinal < 0 || ordinal >= count) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CUDA device ", ordinal, " is not available (", count, " device(s)",
-        why_not.empty() ? "" : ": " + why_not, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("CUDA device ", ordinal,
+                                                      " is not available (", count, " device(s)",
+                                                      why_not.empty() ? "" : ": " + why_not, ")"));
   }
   cudaDeviceProp props;
   CUDA_CHECK(cudaGetDeviceProperties(&props, ordinal));
@@ -216,8 +218,8 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> MakeNcclReducer(const std::vector<
   std::string why_not;
   const int count = CudaDeviceCount(&why_not);
   if (static_cast<int>(ordinals.size()) > count) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ordinals.size(), " local replicas on CUDA need as many GPUs; found ", count));
+    return absl::FailedPreconditionError(
+        absl::StrCat(ordinals.size(), " local replicas on CUDA need as many GPUs; found ", count));
   }
   return std::make_unique<NcclReducer>(ordinals);
 }

@@ -67,7 +67,8 @@ __global__ void ScaleKernel(int64_t n, float alpha, float* x) {
 }  // namespace
 
 void AddBias(int64_t rows, int64_t cols, const float* bias, float* x, cudaStream_t stream) {
-  if (rows * cols > 0) AddBiasKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(rows, cols, bias, x);
+  if (rows * cols > 0)
+    AddBiasKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(rows, cols, bias, x);
 }
 
 void ColumnSums(int64_t rows, int64_t cols, const float* x, float* out, cudaStream_t stream) {
@@ -88,7 +89,7 @@ void SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits, const 
   cudaMemsetAsync(correct, 0, sizeof(int32_t), stream);
   if (rows > 0) {
     SoftmaxCrossEntropyKernel<<<Blocks(rows), kThreads, 0, stream>>>(rows, cols, logits, labels,
-                                                                    dlogits, loss, correct);
+                                                                     dlogits, loss, correct);
   }
 }
 

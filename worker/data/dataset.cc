@@ -32,8 +32,7 @@ absl::StatusOr<std::string> ReadMaybeGzip(const std::string& path) {
   int code = Z_OK;
   const char* message = gzerror(file, &code);
   if (n < 0 || code != Z_OK) {
-    return absl::DataLossError(
-        absl::StrCat("'", path, "' is corrupt or truncated: ", message));
+    return absl::DataLossError(absl::StrCat("'", path, "' is corrupt or truncated: ", message));
   }
   return data;
 }
@@ -44,8 +43,8 @@ uint32_t BigEndian32(const std::string& data, size_t offset) {
 }
 
 // Checks the IDX header (magic and dims) and that the payload is complete.
-absl::Status CheckIdx(const std::string& path, const std::string& data, uint32_t magic,
-                      int dims, std::vector<uint32_t>* sizes) {
+absl::Status CheckIdx(const std::string& path, const std::string& data, uint32_t magic, int dims,
+                      std::vector<uint32_t>* sizes) {
   const size_t header = 4 + 4 * dims;
   if (data.size() < header) {
     return absl::DataLossError(absl::StrCat("'", path, "' is truncated: ", data.size(),
@@ -64,9 +63,9 @@ absl::Status CheckIdx(const std::string& path, const std::string& data, uint32_t
     payload *= sizes->back();
   }
   if (data.size() != header + payload) {
-    return absl::DataLossError(absl::StrCat("'", path, "' is truncated or has trailing bytes: ",
-                                            data.size() - header, " bytes of data, expected ",
-                                            payload));
+    return absl::DataLossError(
+        absl::StrCat("'", path, "' is truncated or has trailing bytes: ", data.size() - header,
+                     " bytes of data, expected ", payload));
   }
   return absl::OkStatus();
 }
@@ -83,8 +82,8 @@ absl::StatusOr<Dataset> LoadIdxSplit(const DataSource& source, const std::string
     std::string hint = source.kind == "fashion_mnist"
                            ? " (install it with: apt-get install dataset-fashion-mnist)"
                            : "";
-    return absl::NotFoundError(absl::StrCat("no ", prefix, " set in '", source.data_dir,
-                                            "': need ", images, " and ", labels, hint));
+    return absl::NotFoundError(absl::StrCat("no ", prefix, " set in '", source.data_dir, "': need ",
+                                            images, " and ", labels, hint));
   }
   return ReadIdx(images, labels, source.num_classes);
 }
@@ -125,8 +124,7 @@ absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::strin
   return data;
 }
 
-absl::StatusOr<Dataset> ReadLibsvm(const std::string& path, int num_classes,
-                                   int64_t feature_dim) {
+absl::StatusOr<Dataset> ReadLibsvm(const std::string& path, int num_classes, int64_t feature_dim) {
   std::ifstream file(path);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
   std::vector<std::vector<std::pair<int64_t, float>>> rows;
@@ -142,23 +140,22 @@ absl::StatusOr<Dataset> ReadLibsvm(const std::string& path, int num_classes,
     const std::string where = absl::StrCat("'", path, "' line ", line_no);
     int label = 0;
     if (!absl::SimpleAtoi(fields[0], &label) || label < 0 || label >= num_classes) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": label '", fields[0],
-                                                     "' is not an integer in [0, ", num_classes,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": label '", fields[0], "' is not an integer in [0, ", num_classes, ")"));
     }
     auto& row = rows.emplace_back();
     for (size_t f = 1; f < fields.size(); ++f) {
       std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(fields[f], ':');
       int64_t index = 0;
       float value = 0;
-      if (!absl::SimpleAtoi(kv.first, &index) || index < 1 || !absl::SimpleAtof(kv.second, &value)) {
+      if (!absl::SimpleAtoi(kv.first, &index) || index < 1 ||
+          !absl::SimpleAtof(kv.second, &value)) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": '", fields[f], "' is not index:value with index >= 1"));
       }
       if (feature_dim > 0 && index > feature_dim) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": index ", index,
-                                                       " exceeds the ", feature_dim,
-                                                       " features of the model"));
+        return absl::InvalidArgumentError(absl::StrCat(where, ": index ", index, " exceeds the ",
+                                                       feature_dim, " features of the model"));
       }
       max_index = std::max(max_index, index);
       row.emplace_back(index - 1, value);
@@ -180,8 +177,8 @@ absl::StatusOr<Dataset> LoadTrainingSet(const DataSource& source) {
     return ReadLibsvm(source.data_dir + "/train.libsvm", source.num_classes, source.feature_dim);
   }
   if (source.kind == "fashion_mnist" || source.kind == "idx") return LoadIdxSplit(source, "train");
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--dataset: '", source.kind, "' is not one of fashion_mnist, idx, libsvm"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--dataset: '", source.kind, "' is not one of fashion_mnist, idx, libsvm"));
 }
 
 absl::StatusOr<Dataset> LoadTestSet(const DataSource& source, int64_t feature_dim) {

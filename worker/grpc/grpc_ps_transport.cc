@@ -104,17 +104,21 @@ absl::Status GrpcPsTransport::Convert(const grpc::Status& status) const {
 
 absl::StatusOr<CreateShardsResponse> GrpcPsTransport::CreateShards(
     const CreateShardsRequest& request, absl::Time deadline) {
-  return Unary<CreateShardsResponse>(deadline, [&](auto* context, auto* response) {
-    return stub_->CreateShards(context, request, response);
-  }, [this](const grpc::Status& s) { return Convert(s); });
+  return Unary<CreateShardsResponse>(
+      deadline,
+      [&](auto* context, auto* response) {
+        return stub_->CreateShards(context, request, response);
+      },
+      [this](const grpc::Status& s) { return Convert(s); });
 }
 
 absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
                                                    int64_t response_bytes, absl::Time deadline) {
   if (response_bytes <= kChunkBytes) {
-    return Unary<PullResponse>(deadline, [&](auto* context, auto* response) {
-      return stub_->PullSmall(context, request, response);
-    }, [this](const grpc::Status& s) { return Convert(s); });
+    return Unary<PullResponse>(
+        deadline,
+        [&](auto* context, auto* response) { return stub_->PullSmall(context, request, response); },
+        [this](const grpc::Status& s) { return Convert(s); });
   }
   grpc::ClientContext context;
   Prepare(deadline, &context);
@@ -129,7 +133,7 @@ absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const PushReq
   PushResponse response;
   auto writer = stub_->Push(&context, &response);
   for (const std::shared_ptr<const PushRequest>& message : PushMessages(request)) {
-    LendTensorBytes lend(message);  // the gradients are sent from where they lie
+    LendTensorBytes lend(message);        // the gradients are sent from where they lie
     if (!writer->Write(*message)) break;  // the server ended the call; Finish says why
   }
   writer->WritesDone();
@@ -146,9 +150,12 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
     PushPullRequest request;
     request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(push.get()));
     request.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull));
-    auto result = Unary<PullResponse>(deadline, [&](auto* context, auto* response) {
-      return stub_->PushPullSmall(context, request, response);
-    }, [this](const grpc::Status& s) { return Convert(s); });
+    auto result = Unary<PullResponse>(
+        deadline,
+        [&](auto* context, auto* response) {
+          return stub_->PushPullSmall(context, request, response);
+        },
+        [this](const grpc::Status& s) { return Convert(s); });
     request.unsafe_arena_release_push();
     request.unsafe_arena_release_pull();
     return result;
@@ -156,8 +163,9 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
   // On the stream, the gradients are lent to gRPC, sent from where they lie
   // (LendTensorBytes), and so is the pull: the lent bytes must all belong to
   // `lent`.
-  const auto lent = std::make_shared<const std::pair<std::shared_ptr<const PushRequest>,
-                                                     PullRequest>>(std::move(push), pull);
+  const auto lent =
+      std::make_shared<const std::pair<std::shared_ptr<const PushRequest>, PullRequest>>(
+          std::move(push), pull);
   const PullRequest& pull_part = lent->second;
   grpc::ClientContext context;
   Prepare(deadline, &context);
@@ -185,30 +193,41 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Pus
 
 absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequest& request,
                                                              absl::Time deadline) {
-  return Unary<HeartbeatResponse>(deadline, [&](auto* context, auto* response) {
-    return stub_->Heartbeat(context, request, response);
-  }, [this](const grpc::Status& s) { return Convert(s); });
+  return Unary<HeartbeatResponse>(
+      deadline,
+      [&](auto* context, auto* response) { return stub_->Heartbeat(context, request, response); },
+      [this](const grpc::Status& s) { return Convert(s); });
 }
 
 absl::StatusOr<DescribeResponse> GrpcPsTransport::Describe(absl::Time deadline) {
-  return Unary<DescribeResponse>(deadline, [&](auto* context, auto* response) {
-    return stub_->Describe(context, DescribeRequest(), response);
-  }, [this](const grpc::Status& s) { return Convert(s); });
+  return Unary<DescribeResponse>(
+      deadline,
+      [&](auto* context, auto* response) {
+        return stub_->Describe(context, DescribeRequest(), response);
+      },
+      [this](const grpc::Status& s) { return Convert(s); });
 }
 
 absl::StatusOr<SaveCheckpointResponse> GrpcPsTransport::SaveCheckpoint(
     const SaveCheckpointRequest& request, absl::Time deadline) {
-  return Unary<SaveCheckpointResponse>(deadline, [&](auto* context, auto* response) {
-    return stub_->SaveCheckpoint(context, request, response);
-  }, [this](const grpc::Status& s) { return Convert(s); });
+  return Unary<SaveCheckpointResponse>(
+      deadline,
+      [&](auto* context, auto* response) {
+        return stub_->SaveCheckpoint(context, request, response);
+      },
+      [this](const grpc::Status& s) { return Convert(s); });
 }
 
 absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time deadline) {
   JobDoneRequest request;
   request.set_reason(reason);
-  return Unary<JobDoneResponse>(deadline, [&](auto* context, auto* response) {
-           return stub_->JobDone(context, request, response);
-         }, [this](const grpc::Status& s) { return Convert(s); }).status();
+  return Unary<JobDoneResponse>(
+             deadline,
+             [&](auto* context, auto* response) {
+               return stub_->JobDone(context, request, response);
+             },
+             [this](const grpc::Status& s) { return Convert(s); })
+      .status();
 }
 
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
