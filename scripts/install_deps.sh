@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   bazel-bootstrap bazel-rules-java bazel-platforms
-  g++ python3 python3-venv
+  g++ python3 python3-venv clang-format
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   libopenblas-dev zlib1g-dev dataset-fashion-mnist iproute2 nftables

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Fulcrum's whole test suite: installs what is missing, builds, runs
-# every test with Bazel, and ends with the line "N passed, M failed", where N
-# and M count test cases (each gtest case, each shell test).
+# every test with Bazel, checks the sources, and ends with the line
+# "N passed, M failed", where N and M count test cases (each gtest case, each
+# shell test, each source check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,14 @@ bazel test --keep_going //... 2>&1 | tee "$log"
 bazel_rc=${PIPESTATUS[0]}
 testlogs=$(bazel info bazel-testlogs 2>/dev/null)
 bazel shutdown
+
+# Source checks, each counted as one test case.
+check() {
+  local name=$1
+  shift
+  if "$@"; then echo "//checks:$name PASSED"; else echo "//checks:$name FAILED"; fi | tee -a "$log"
+}
+check format scripts/format.sh --check
 
 python3 scripts/summarize_tests.py "$log" "$testlogs"
 summary_rc=$?
