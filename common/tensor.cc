@@ -19,6 +19,26 @@ int64_t NumElements(absl::Span<const int64_t> shape) {
   return n;
 }
 
+absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape,
+                                           const std::string& what) {
+  if (shape.size() > static_cast<size_t>(kMaxRank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": shape ", ShapeString(shape), " has rank ", shape.size(), "; at most ", kMaxRank));
+  }
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": every dimension must be >= 1, got shape ", ShapeString(shape)));
+    }
+    if (__builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeString(shape),
+                                                     " has more than ", kMaxElements, " elements"));
+    }
+  }
+  return n;
+}
+
 std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -33,15 +53,8 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
   if (spec.shape_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": shape must have rank >= 1"));
   }
-  for (int64_t d : spec.shape()) {
-    if (d < 1 || d > (int64_t{1} << 40)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": every dimension must be >= 1, got shape ", ShapeString(spec.shape())));
-    }
-  }
-  if (NumElements(spec.shape()) > (int64_t{1} << 34)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": shape ", ShapeString(spec.shape()), " is too large"));
+  if (auto elements = CheckedNumElements(spec.shape(), where); !elements.ok()) {
+    return elements.status();
   }
   if (spec.dtype() != DT_FLOAT) {
     return absl::InvalidArgumentError(

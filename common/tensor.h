@@ -21,8 +21,20 @@ struct DenseTensor {
   std::vector<float> values;
 };
 
-// Product of dims; 1 for a scalar.
+// The most elements a variable may have (64 GiB of float32), and the most
+// dimensions. Every size derived from a shape within them fits an int64_t.
+constexpr int64_t kMaxElements = int64_t{1} << 34;
+constexpr int kMaxRank = 8;
+
+// Product of dims; 1 for a scalar. The shape must be checked
+// (CheckedNumElements or ValidateVariableSpec): the product is not.
 int64_t NumElements(absl::Span<const int64_t> shape);
+
+// Product of dims, computed without overflow; INVALID_ARGUMENT "<what>: ..."
+// when the rank exceeds kMaxRank, a dim is < 1, or the product exceeds
+// kMaxElements.
+absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape,
+                                           const std::string& what);
 
 // "[13, 4]".
 std::string ShapeString(absl::Span<const int64_t> shape);
@@ -30,7 +42,7 @@ std::string ShapeString(absl::Span<const int64_t> shape);
 // Elements in one row along axis 0 (product of the trailing dims).
 int64_t RowElements(absl::Span<const int64_t> shape);
 
-// Checks a variable spec: name, shape (rank >= 1, dims >= 1), dtype float32,
+// Checks a variable spec: name, shape (CheckedNumElements, rank >= 1), dtype float32,
 // optimizer hyper-parameters. Errors name the variable and the field.
 absl::Status ValidateVariableSpec(const VariableSpec& spec);
 

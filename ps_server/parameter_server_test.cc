@@ -470,6 +470,40 @@ TEST_F(BadInputTest, CreateIsIdempotentAndConflictsNameBothSpecs) {
   ExpectUntouched();
 }
 
+TEST_F(BadInputTest, OverflowingShapesAndRowRangesAreRejected) {
+  const int64_t big = int64_t{1} << 40;
+  struct Bad {
+    std::vector<int64_t> shape;
+    int64_t row_offset, rows;
+    const char* message;
+  };
+  const std::vector<Bad> cases = {
+      // The product wraps to 0 in 64 bits: once a segfault.
+      {{int64_t{1} << 24, big}, 0, 1, "more than 17179869184 elements"},
+      {{big, big, big}, 0, 1, "more than 17179869184 elements"},
+      {{4, -1}, 0, 4, "every dimension must be >= 1"},
+      {{1, 1, 1, 1, 1, 1, 1, 1, 1}, 0, 1, "has rank 9; at most 8"},
+      {{4}, std::numeric_limits<int64_t>::max(), 1, "does not fit shape [4]"},
+      {{4}, 3, std::numeric_limits<int64_t>::max(), "does not fit shape [4]"},
+      {{4}, -1, 1, "does not fit shape [4]"},
+  };
+  for (const Bad& bad : cases) {
+    CreateShardsRequest request;
+    ShardSpec* spec = request.add_shards();
+    *spec = WholeShard("x");
+    spec->mutable_variable()->clear_shape();
+    for (int64_t d : bad.shape) spec->mutable_variable()->add_shape(d);
+    spec->set_row_offset(bad.row_offset);
+    spec->set_rows(bad.rows);
+    auto created = ps_.CreateShards(request);
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << bad.message;
+    EXPECT_THAT(created.status().message(), HasSubstr(bad.message));
+  }
+  EXPECT_EQ(ps_.Describe().shards_size(), 2);
+  ExpectUntouched();
+  EXPECT_EQ(PushOutcome(ps_, Push(0, 1, 1.0f)), ShardPushResult::APPLIED);  // still serving
+}
+
 TEST(InitializerTest, ValuesDoNotDependOnSharding) {
   ParameterServer ps(Config(ASYNC, 1));
   VariableSpec spec;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor.h"
+#include "ps_server/variable_store.h"
 
 namespace fulcrum {
 
@@ -19,7 +20,7 @@ absl::StatusOr<RestoredVariables> RegroupCheckpoint(const std::vector<PsCheckpoi
       const std::string& name = spec.variable().name();
       const std::string where =
           absl::StrCat("checkpoint of variable '", name, "' shard ", spec.shard());
-      if (absl::Status s = ValidateVariableSpec(spec.variable()); !s.ok()) {
+      if (absl::Status s = ValidateShardSpec(spec); !s.ok()) {
         return absl::DataLossError(absl::StrCat(where, ": ", s.message()));
       }
       RestoredVariable& variable = out[name];
@@ -33,8 +34,7 @@ absl::StatusOr<RestoredVariables> RegroupCheckpoint(const std::vector<PsCheckpoi
       }
       const int64_t count = spec.rows() * variable.row_elems;
       const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-      bool sizes_ok = spec.row_offset() >= 0 && spec.row_offset() + spec.rows() <= rows &&
-                      shard.values().size() == bytes &&
+      bool sizes_ok = shard.values().size() == bytes &&
                       shard.slots_size() == static_cast<int>(variable.slots.size()) &&
                       std::equal(spec.variable().shape().begin(), spec.variable().shape().end(),
                                  variable.spec.shape().begin(), variable.spec.shape().end());

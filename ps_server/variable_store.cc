@@ -12,21 +12,22 @@ bool SameMessage(const google::protobuf::Message& a, const google::protobuf::Mes
   return google::protobuf::util::MessageDifferencer::Equals(a, b);
 }
 
+}  // namespace
+
 absl::Status ValidateShardSpec(const ShardSpec& spec) {
   if (absl::Status s = ValidateVariableSpec(spec.variable()); !s.ok()) return s;
   const int64_t rows = spec.variable().shape(0);
+  // Written so that nothing overflows: row_offset <= rows is checked first.
   if (spec.num_shards() < 1 || spec.num_shards() > rows || spec.shard() < 0 ||
       spec.shard() >= spec.num_shards() || spec.rows() < 1 || spec.row_offset() < 0 ||
-      spec.row_offset() + spec.rows() > rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "variable '", spec.variable().name(), "': shard ", spec.shard(), " of ", spec.num_shards(),
-        " with rows [", spec.row_offset(), ", ", spec.row_offset() + spec.rows(),
-        ") does not fit shape ", ShapeString(spec.variable().shape())));
+      spec.row_offset() > rows || spec.rows() > rows - spec.row_offset()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", spec.variable().name(), "': shard ", spec.shard(), " of ",
+                     spec.num_shards(), " with ", spec.rows(), " rows from row ", spec.row_offset(),
+                     " does not fit shape ", ShapeString(spec.variable().shape())));
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredVariable* restored) {
   if (absl::Status s = ValidateShardSpec(raw); !s.ok()) return s;

@@ -19,6 +19,10 @@
 
 namespace fulcrum {
 
+// Checks a shard spec: a valid variable spec, and a shard index and row
+// range within it. INVALID_ARGUMENT naming the variable.
+absl::Status ValidateShardSpec(const ShardSpec& spec);
+
 class VariableStore {
  public:
   // Creates the shard, or accepts it when the same shard already exists with
