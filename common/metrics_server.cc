@@ -63,47 +63,94 @@ void MetricsServer::Add(const std::shared_ptr<prometheus::Collectable>& collecta
 void MetricsServer::Serve() {
   while (true) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
-    if (fds[1].revents != 0) return;
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    if (fds[1].revents != 0) break;
     if ((fds[0].revents & POLLIN) == 0) continue;
-    const int connection = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    const int connection = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (connection < 0) continue;
-    Answer(connection);
-    close(connection);
+    bool accepted = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (connections_ < kMaxConnections) {
+        ++connections_;
+        accepted = true;
+      }
+    }
+    if (!accepted) {
+      static constexpr char kBusy[] =
+          "HTTP/1.0 503 Service Unavailable\r\nConnection: close\r\n\r\n";
+      send(connection, kBusy, sizeof(kBusy) - 1, MSG_NOSIGNAL);  // best effort
+      close(connection);
+      continue;
+    }
+    std::thread([this, connection] {
+      Answer(connection);
+      absl::MutexLock lock(&mu_);
+      --connections_;
+    }).detach();
   }
+  // The answering threads use this object: wait for them.
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* connections) { return *connections == 0; }, &connections_));
+}
+
+namespace {
+
+// Waits until `fd` is ready for `events` or `deadline` passes; false then.
+bool WaitFor(int fd, short events, absl::Time deadline) {
+  const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+  if (ms <= 0) return false;
+  pollfd pfd{fd, events, 0};
+  return poll(&pfd, 1, static_cast<int>(ms)) > 0;
+}
+
+}  // namespace
+
+std::string MetricsServer::Body() {
+  std::vector<prometheus::MetricFamily> families;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& collectable : collectables_) {
+      for (auto& family : collectable->Collect()) families.push_back(std::move(family));
+    }
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 void MetricsServer::Answer(int connection) {
-  // The request line is enough: GET /metrics. A slow client gets a second.
+  const absl::Time deadline = absl::Now() + kConnectionTimeout;
+  // The request line is enough: GET /metrics.
   std::string request;
   char buffer[2048];
   while (request.find("\r\n") == std::string::npos && request.size() < 8192) {
-    pollfd fd{connection, POLLIN, 0};
-    if (poll(&fd, 1, 1000) <= 0) return;
-    const ssize_t n = read(connection, buffer, sizeof(buffer));
-    if (n <= 0) return;
+    if (!WaitFor(connection, POLLIN, deadline)) break;
+    const ssize_t n = recv(connection, buffer, sizeof(buffer), 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) break;
     request.append(buffer, static_cast<size_t>(n));
   }
   std::string status = "404 Not Found", body = "only GET /metrics is served\n";
   if (request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0) {
-    std::vector<prometheus::MetricFamily> families;
-    {
-      absl::MutexLock lock(&mu_);
-      for (const auto& collectable : collectables_) {
-        for (auto& family : collectable->Collect()) families.push_back(std::move(family));
-      }
-    }
     status = "200 OK";
-    body = prometheus::TextSerializer().Serialize(families);
+    body = Body();
   }
   const std::string response =
       absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: text/plain; version=0.0.4\r\n",
                    "Content-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+  // MSG_NOSIGNAL: a client that reset the connection is an EPIPE here, not
+  // a SIGPIPE that ends the process.
   for (size_t done = 0; done < response.size();) {
-    const ssize_t n = write(connection, response.data() + done, response.size() - done);
-    if (n <= 0) return;
+    const ssize_t n =
+        send(connection, response.data() + done, response.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!WaitFor(connection, POLLOUT, deadline)) break;
+      continue;
+    }
+    if (n <= 0) break;
     done += static_cast<size_t>(n);
   }
+  close(connection);
 }
 
 }  // namespace fulcrum

@@ -188,6 +188,9 @@ int Run() {
 
 int main(int argc, char** argv) {
   fulcrum::KeepFreedMemoryForReuse();
+  // A peer that goes away mid-write is an error on that connection, never
+  // a signal that ends the process.
+  signal(SIGPIPE, SIG_IGN);
   absl::SetProgramUsageMessage(
       "Fulcrum parameter server.\n\n"
       "Holds shards of the model's variables, applies the optimizer to pushed gradients in "

@@ -452,6 +452,9 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   fulcrum::KeepFreedMemoryForReuse();
+  // A peer that goes away mid-write is an error on that connection, never
+  // a signal that ends the process.
+  signal(SIGPIPE, SIG_IGN);
   absl::SetProgramUsageMessage(
       "Fulcrum worker.\n\n"
       "Trains a model on its share of the training set: pulls the variables from the "
