@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "absl/time/clock.h"
@@ -114,22 +115,14 @@ bool ChildProcess::HasLine(const std::string& text) const {
   return false;
 }
 
-std::vector<int> FreeLoopbackPorts(int n) {
-  // All bound at once, so that the kernel hands out n different ports.
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(addr.sin_port));
-  }
-  for (int fd : fds) close(fd);
-  return ports;
+std::optional<int> WaitForPort(ChildProcess& process, const std::string& marker,
+                               absl::Duration timeout) {
+  const std::optional<std::string> line = process.WaitForLine(marker, timeout);
+  if (!line) return std::nullopt;
+  std::smatch match;
+  const std::string rest = line->substr(line->find(marker) + marker.size());
+  if (!std::regex_search(rest, match, std::regex(":(\\d+)"))) return std::nullopt;
+  return std::stoi(match[1]);
 }
 
 std::string ReadWholeFile(const std::string& path) {

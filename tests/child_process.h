@@ -57,9 +57,11 @@ class ChildProcess {
 // RunfilePath("ps_server/ps_server").
 std::string RunfilePath(const std::string& path);
 
-// `n` distinct loopback ports that were free a moment ago (for processes
-// that must come back at the same address after a restart).
-std::vector<int> FreeLoopbackPorts(int n);
+// The port a daemon reports it picked, from its first line holding `marker`
+// ("listening on", "metrics on") and then "host:port"; nothing when no such
+// line comes within `timeout`.
+std::optional<int> WaitForPort(ChildProcess& process, const std::string& marker,
+                               absl::Duration timeout);
 
 // The whole file, or "" when it cannot be read.
 std::string ReadWholeFile(const std::string& path);

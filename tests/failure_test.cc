@@ -27,34 +27,39 @@ namespace {
 constexpr double kAccuracyBar = 0.84 - 0.01;
 constexpr absl::Duration kJobTimeout = absl::Seconds(240);
 
-// Two servers on fixed ports (a restart must come back at the same
-// address) and two workers, all on 127.0.0.1, sharing a checkpoint dir.
+// Two servers on ports they pick (a restart comes back at its port) and two
+// workers, all on 127.0.0.1, sharing a checkpoint dir.
 class FailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    const std::vector<int> ports = FreeLoopbackPorts(2);
-    ps_hosts_ = absl::StrCat("127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]);
-    worker_hosts_ = "127.0.0.1:1,127.0.0.1:2";  // workers do not listen
   }
 
+  // Server `index`: first on a port it picks, after a restart on the same.
   std::unique_ptr<ChildProcess> StartPs(int index, const std::string& mode) {
     auto ps = std::make_unique<ChildProcess>(
         absl::StrCat("ps", index),
-        std::vector<std::string>{RunfilePath("ps_server/ps_server"), "--ps_hosts=" + ps_hosts_,
-                                 "--worker_hosts=" + worker_hosts_,
-                                 absl::StrCat("--task_index=", index), "--bind_host=127.0.0.1",
-                                 "--mode=" + mode, "--lease_timeout_ms=3000",
-                                 "--checkpoint_dir=" + dir_ + "/checkpoints"});
-    EXPECT_TRUE(ps->WaitForLine("listening on", absl::Seconds(30)));
+        std::vector<std::string>{
+            RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0,127.0.0.1:0",
+            "--worker_hosts=" + worker_hosts_, absl::StrCat("--task_index=", index),
+            absl::StrCat("--port=", ports_[index]), "--bind_host=127.0.0.1", "--mode=" + mode,
+            "--lease_timeout_ms=3000", "--checkpoint_dir=" + dir_ + "/checkpoints"});
+    const std::optional<int> port = WaitForPort(*ps, "listening on", absl::Seconds(30));
+    EXPECT_TRUE(port.has_value());
+    ports_[index] = port.value_or(0);
     return ps;
+  }
+
+  // The servers' addresses, once both have started.
+  std::string PsHosts() const {
+    return absl::StrCat("127.0.0.1:", ports_[0], ",127.0.0.1:", ports_[1]);
   }
 
   std::unique_ptr<ChildProcess> StartWorker(int index, const std::string& mode,
                                             const std::string& label) {
     std::vector<std::string> argv = {RunfilePath("worker/worker"),
-                                     "--ps_hosts=" + ps_hosts_,
+                                     "--ps_hosts=" + PsHosts(),
                                      "--worker_hosts=" + worker_hosts_,
                                      absl::StrCat("--task_index=", index),
                                      "--mode=" + mode,
@@ -109,7 +114,9 @@ class FailureTest : public ::testing::Test {
     }
   }
 
-  std::string dir_, ps_hosts_, worker_hosts_;
+  std::string dir_;
+  const std::string worker_hosts_ = "127.0.0.1:1,127.0.0.1:2";  // workers do not listen
+  int ports_[2] = {0, 0};
 };
 
 TEST_F(FailureTest, KilledServerRestoresAndTheJobCompletes) {
@@ -212,7 +219,7 @@ TEST_F(FailureTest, SigtermStopsAWorkerAfterItsStepAndTheJobWaitsForIt) {
 
 TEST_F(FailureTest, UnwritableCheckpointDirectoryFailsAtStart) {
   std::ofstream(dir_ + "-file") << "a file, not a directory";
-  ChildProcess ps("ps", {RunfilePath("ps_server/ps_server"), "--ps_hosts=" + ps_hosts_,
+  ChildProcess ps("ps", {RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0",
                          "--worker_hosts=" + worker_hosts_, "--bind_host=127.0.0.1",
                          "--checkpoint_dir=" + dir_ + "-file/checkpoints"});
   EXPECT_EQ(ps.Wait(absl::Seconds(30)), 1);

@@ -15,15 +15,18 @@
 namespace fulcrum {
 namespace {
 
-std::unique_ptr<ChildProcess> StartPs(int index, const std::string& ps_hosts,
-                                      const std::string& checkpoint_dir) {
+// Server `index` of two, on a port it picks: its address in *address.
+std::unique_ptr<ChildProcess> StartPs(int index, const std::string& checkpoint_dir,
+                                      std::string* address) {
   auto ps = std::make_unique<ChildProcess>(
       absl::StrCat("ps", index),
-      std::vector<std::string>{RunfilePath("ps_server/ps_server"), "--ps_hosts=" + ps_hosts,
-                               "--worker_hosts=127.0.0.1:1", absl::StrCat("--task_index=", index),
-                               "--bind_host=127.0.0.1", "--checkpoint_dir=" + checkpoint_dir,
-                               "--log_format=json"});
-  EXPECT_TRUE(ps->WaitForLine("listening on", absl::Seconds(30)));
+      std::vector<std::string>{
+          RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0,127.0.0.1:0",
+          "--worker_hosts=127.0.0.1:1", absl::StrCat("--task_index=", index), "--port=0",
+          "--bind_host=127.0.0.1", "--checkpoint_dir=" + checkpoint_dir, "--log_format=json"});
+  const std::optional<int> port = WaitForPort(*ps, "listening on", absl::Seconds(30));
+  EXPECT_TRUE(port.has_value());
+  *address = absl::StrCat("127.0.0.1:", port.value_or(0));
   return ps;
 }
 
@@ -36,12 +39,10 @@ int Ctl(std::vector<std::string> args, std::unique_ptr<ChildProcess>* out) {
 
 TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/checkpoints");
-  const std::vector<int> ports = FreeLoopbackPorts(2);
-  const std::vector<std::string> addresses = {absl::StrCat("127.0.0.1:", ports[0]),
-                                              absl::StrCat("127.0.0.1:", ports[1])};
+  std::vector<std::string> addresses(2);
+  auto ps0 = StartPs(0, dir, &addresses[0]);
+  auto ps1 = StartPs(1, dir, &addresses[1]);
   const std::string ps_hosts = absl::StrJoin(addresses, ",");
-  auto ps0 = StartPs(0, ps_hosts, dir);
-  auto ps1 = StartPs(1, ps_hosts, dir);
   // The servers log JSON, one object a line.
   EXPECT_TRUE(ps0->WaitForLine(R"({"time": )", absl::Seconds(1)));
   EXPECT_TRUE(ps0->HasLine(R"("role": "ps", "task": 0, "level": "info")"));

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <memory>
-#include <regex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +29,7 @@ using ::testing::HasSubstr;
 // A ps_server on 127.0.0.1 with a port it picked.
 struct PsProcess {
   std::unique_ptr<ChildProcess> process;
+  int port = 0;
   std::string address;
 };
 
@@ -50,11 +50,8 @@ PsProcess StartPs(int index, int num_ps, int workers, const std::vector<std::str
   argv.insert(argv.end(), flags.begin(), flags.end());
   PsProcess ps;
   ps.process = std::make_unique<ChildProcess>(absl::StrCat("ps", index), argv);
-  auto line = ps.process->WaitForLine("listening on", absl::Seconds(30));
-  std::smatch match;
-  if (line && std::regex_search(*line, match, std::regex("listening on (\\S+:\\d+)"))) {
-    ps.address = match[1];
-  }
+  ps.port = WaitForPort(*ps.process, "listening on", absl::Seconds(30)).value_or(0);
+  if (ps.port != 0) ps.address = absl::StrCat("127.0.0.1:", ps.port);
   return ps;
 }
 
@@ -166,9 +163,9 @@ INSTANTIATE_TEST_SUITE_P(Wire, SyncTrainingTest,
 // variables; a client whose calls to it are split over several channels
 // creates them there again and goes on.
 TEST(PsClusterTest, ARestartedServerIsRecoveredOverSeveralChannels) {
-  const int port = FreeLoopbackPorts(1)[0];
-  PsProcess ps = StartPs(0, 1, 1, {"--mode=async"}, port);
+  PsProcess ps = StartPs(0, 1, 1, {"--mode=async"});
   ASSERT_FALSE(ps.address.empty());
+  const int port = ps.port;
   PsClientOptions options;
   options.channels_per_server = 3;
   auto client = PsClient::Connect({ps.address}, options);
@@ -324,10 +321,8 @@ TEST(PsClusterTest, KeepServingAfterJobDoneUntilSigterm) {
 TEST(PsClusterTest, PrometheusMetrics) {
   PsProcess ps = StartPs(0, 1, 1, {"--mode=async", "--metrics_port=0"});
   ASSERT_FALSE(ps.address.empty());
-  auto line = ps.process->WaitForLine("metrics on", absl::Seconds(10));
-  std::smatch match;
-  ASSERT_TRUE(line && std::regex_search(*line, match, std::regex(":(\\d+)/metrics")));
-  const int port = std::stoi(match[1]);
+  const std::optional<int> port = WaitForPort(*ps.process, "metrics on", absl::Seconds(10));
+  ASSERT_TRUE(port.has_value());
 
   auto client = PsClient::Connect({ps.address}, PsClientOptions{});
   VariableSpec spec = BigVariable();
@@ -340,7 +335,7 @@ TEST(PsClusterTest, PrometheusMetrics) {
     ASSERT_TRUE(
         client->PushPull({{"w", DenseTensor{{8}, std::vector<float>(8, 1.0f)}}}, {}, &values).ok());
   }
-  const std::string metrics = HttpGet(port, "/metrics");
+  const std::string metrics = HttpGet(*port, "/metrics");
   // 3 pushes to both shards of w.
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_updates_applied_total 6"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_step 3"));
@@ -371,10 +366,14 @@ TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
 }
 
 TEST(PsClusterTest, ClientWaitsForAServerThatStartsLate) {
-  const int port = FreeLoopbackPorts(1)[0];
+  // A port this test's own server picked, then left.
+  PsProcess first = StartPs(0, 1, 1, {});
+  ASSERT_NE(first.port, 0);
+  first.process->Signal(SIGKILL);
+  ASSERT_TRUE(first.process->Wait(absl::Seconds(30)).has_value());
   PsClientOptions options;
   options.call_timeout = absl::Seconds(30);
-  auto client = PsClient::Connect({absl::StrCat("127.0.0.1:", port)}, options);
+  auto client = PsClient::Connect({first.address}, options);
   absl::Status created = absl::UnknownError("not run");
   absl::Notification done;
   std::thread worker([&] {
@@ -383,9 +382,29 @@ TEST(PsClusterTest, ClientWaitsForAServerThatStartsLate) {
   });
   // The worker is already waiting when the server comes up.
   EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
-  PsProcess ps = StartPs(0, 1, 1, {}, port);
+  PsProcess ps = StartPs(0, 1, 1, {}, first.port);
   worker.join();
   EXPECT_TRUE(created.ok()) << created;
+}
+
+// Two servers on one port would split the workers between them; the second
+// is refused instead. So is a taken metrics port.
+TEST(PsClusterTest, ASecondServerOnATakenPortExitsWithAClearError) {
+  PsProcess ps = StartPs(0, 1, 1, {"--metrics_port=0"});
+  ASSERT_NE(ps.port, 0);
+  const std::optional<int> metrics_port = WaitForPort(*ps.process, "metrics on", absl::Seconds(10));
+  ASSERT_TRUE(metrics_port.has_value());
+  PsProcess second = StartPs(0, 1, 1, {}, ps.port);
+  EXPECT_EQ(second.process->Wait(absl::Seconds(30)), 1);
+  EXPECT_TRUE(second.process->HasLine(
+      absl::StrCat("cannot listen on 127.0.0.1:", ps.port, ": the port is in use")));
+  PsProcess third = StartPs(0, 1, 1, {absl::StrCat("--metrics_port=", *metrics_port)});
+  EXPECT_EQ(third.process->Wait(absl::Seconds(30)), 1);
+  EXPECT_TRUE(third.process->HasLine(absl::StrCat(
+      "cannot serve metrics on 127.0.0.1:", *metrics_port, ": Address already in use")));
+  // The first server serves on, alone.
+  auto client = PsClient::Connect({ps.address}, PsClientOptions{});
+  EXPECT_TRUE(client->CreateVariables({BigVariable()}).ok());
 }
 
 TEST(PsClusterTest, BadFlagsExitWithAClearError) {

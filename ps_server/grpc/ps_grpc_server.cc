@@ -255,6 +255,10 @@ absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServe
       std::min<int64_t>(ps->config().max_message_bytes(), std::numeric_limits<int>::max()));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  // gRPC sets SO_REUSEPORT by default, so a second server on this address
+  // would bind too and the kernel would split the workers between two
+  // servers holding different variables. Without it the second bind fails.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   // Accept the clients' keepalive pings (every 2 s, with or without calls).
@@ -268,14 +272,16 @@ absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServe
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, " (address in use or not local?)"));
+        absl::StrCat("cannot listen on ", address,
+                     ": the port is in use (by another ps_server?) or the host is not an "
+                     "address of this machine"));
   }
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   return server;
 }
 
 void PsGrpcServer::Shutdown(absl::Time deadline) {
-  if (shut_down_) return;
+  if (shut_down_ || server_ == nullptr) return;  // never started: nothing to stop
   shut_down_ = true;
   server_->GetHealthCheckService()->SetServingStatus(false);
   ps_->CancelWaits();
