@@ -77,7 +77,7 @@ TEST(MetricsServerTest, SurvivesClientsThatResetMidResponse) {
               static_cast<ssize_t>(request.size()));
     char first;
     ASSERT_EQ(recv(fd, &first, 1, 0), 1);  // the server is writing now
-    const linger reset{1, 0};               // close with RST, not FIN
+    const linger reset{1, 0};              // close with RST, not FIN
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
     close(fd);
   }

@@ -25,6 +25,7 @@
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
+#include "common/memory_size.h"
 #include "common/tensor.h"
 #include "proto/health.grpc.pb.h"
 #include "worker/checkpointer.h"
@@ -88,10 +89,11 @@ int Status(const std::vector<std::string>& hosts) {
     bool serving = false;
     std::cout << absl::StrFormat(
         "ps %d %s  health %s  mode %s  incarnation %x  restored step %d  updates %d  stale "
-        "dropped %d%s\n",
+        "dropped %d  memory %s of %s%s\n",
         i, hosts[i], Health(hosts[i], absl::Seconds(absl::GetFlag(FLAGS_timeout_secs)), &serving),
         ConsistencyModeName(d.mode()), d.incarnation(), d.restored_step(), d.updates_applied(),
-        d.stale_gradients_dropped(), d.job_done() ? "  JOB DONE" : "");
+        d.stale_gradients_dropped(), FormatBytes(d.memory_bytes()),
+        FormatBytes(d.max_memory_bytes()), d.job_done() ? "  JOB DONE" : "");
     for (const ShardInfo& s : d.shards()) {
       std::cout << absl::StrFormat("  shard %s/%d of %d  shape %s  version %d  pending %d  %s\n",
                                    s.variable(), s.shard(), s.num_shards(), ShapeString(s.shape()),

@@ -9,17 +9,22 @@
 
 namespace fulcrum {
 
-OptimizerSlots MakeSlots(const OptimizerSpec& spec, int64_t num_elements) {
+int NumSlots(const OptimizerSpec& spec) {
   switch (spec.kind()) {
     case OptimizerSpec::MOMENTUM:
-      return OptimizerSlots(1, std::vector<float>(num_elements, 0.0f));
     case OptimizerSpec::ADAGRAD:
-      return OptimizerSlots(1, std::vector<float>(num_elements, spec.initial_accumulator_value()));
+      return 1;
     case OptimizerSpec::ADAM:
-      return OptimizerSlots(2, std::vector<float>(num_elements, 0.0f));
+      return 2;
     default:
-      return {};
+      return 0;
   }
+}
+
+OptimizerSlots MakeSlots(const OptimizerSpec& spec, int64_t num_elements) {
+  const float initial =
+      spec.kind() == OptimizerSpec::ADAGRAD ? spec.initial_accumulator_value() : 0.0f;
+  return OptimizerSlots(NumSlots(spec), std::vector<float>(num_elements, initial));
 }
 
 namespace {

@@ -17,6 +17,9 @@ namespace fulcrum {
 // each as large as the shard.
 using OptimizerSlots = std::vector<std::vector<float>>;
 
+// How many slots the optimizer keeps, each as large as the shard.
+int NumSlots(const OptimizerSpec& spec);
+
 // Slots for a shard of `num_elements`, initialised as the optimizer wants
 // (Adagrad's accumulators start at initial_accumulator_value). `spec` must be
 // canonical (CanonicalSpec).

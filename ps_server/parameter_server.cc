@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
 #include "common/logging.h"
+#include "common/memory_size.h"
 #include "common/tensor.h"
 
 namespace fulcrum {
@@ -35,6 +36,10 @@ absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("lease_timeout_ms: must be > 0, got ", config.lease_timeout_ms()));
   }
+  if (config.max_memory_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_memory_bytes: must be >= 0, got ", config.max_memory_bytes()));
+  }
   if (config.max_message_bytes() < (1 << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes: must be >= 1 MiB, got ", config.max_message_bytes()));
@@ -52,6 +57,8 @@ uint64_t NewIncarnation() {
 ParameterServer::ParameterServer(const PsServerConfig& config, std::function<absl::Time()> now)
     : config_(config),
       incarnation_(NewIncarnation()),
+      store_(config.max_memory_bytes() > 0 ? config.max_memory_bytes()
+                                           : UsableMemoryBytes() / 5 * 4),
       workers_(config.num_replicas(), absl::Milliseconds(config.lease_timeout_ms()),
                std::move(now)) {
   CHECK(ValidatePsServerConfig(config_).ok());
@@ -141,7 +148,8 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       if (absl::Status s = CheckRestorable(it->second.spec, spec.variable()); !s.ok()) return s;
       restored = &it->second;
     }
-    absl::StatusOr<bool> created = store_.Create(spec, restored);
+    // Sync keeps each shard's accumulated gradient: one float more per element.
+    absl::StatusOr<bool> created = store_.Create(spec, restored, config_.mode() == SYNC ? 1 : 0);
     if (!created.ok()) return created.status();
     if (*created) {
       response.set_created(response.created() + 1);
@@ -332,6 +340,8 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_shutting_down(job_done_.HasBeenNotified());
   response.set_incarnation(incarnation_);
   response.set_restored_step(restored_step_);
+  response.set_memory_bytes(store_.memory_bytes());
+  response.set_max_memory_bytes(store_.max_memory_bytes());
   return response;
 }
 

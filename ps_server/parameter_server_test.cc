@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/tensor.h"
 
@@ -502,6 +503,36 @@ TEST_F(BadInputTest, OverflowingShapesAndRowRangesAreRejected) {
   EXPECT_EQ(ps_.Describe().shards_size(), 2);
   ExpectUntouched();
   EXPECT_EQ(PushOutcome(ps_, Push(0, 1, 1.0f)), ShardPushResult::APPLIED);  // still serving
+}
+
+TEST(MemoryBudgetTest, ShardsPastTheBudgetAreRefusedAndNothingHeldIsLost) {
+  for (ConsistencyMode mode : {ASYNC, SYNC}) {
+    PsServerConfig config = Config(mode, 1);
+    config.set_max_memory_bytes(1 << 20);
+    ParameterServer ps(config);
+    Create(ps, WholeShard("w"));
+    EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::APPLIED);
+    // Legal, and 64 GiB.
+    CreateShardsRequest huge;
+    *huge.add_shards() = WholeShard("huge", kMaxElements);
+    auto created = ps.CreateShards(huge);
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kResourceExhausted);
+    const std::string message(created.status().message());
+    EXPECT_THAT(message, HasSubstr(absl::StrCat("variable 'huge' shard 0 (17179869184 of "
+                                                "[17179869184]) needs ",
+                                                mode == ASYNC ? "64.0" : "128.0", " GiB")));
+    EXPECT_THAT(message, HasSubstr("of its 1.0 MiB budget"));
+    // 64K floats with Adam's two slots: 768 KiB, or 1 MiB with sync's
+    // accumulator, which no longer fits beside w.
+    CreateShardsRequest adam;
+    *adam.add_shards() = WholeShard("adam", 65536);
+    adam.mutable_shards(0)->mutable_variable()->mutable_optimizer()->set_kind(OptimizerSpec::ADAM);
+    EXPECT_EQ(ps.CreateShards(adam).ok(), mode == ASYNC) << ConsistencyMode_Name(mode);
+    const DescribeResponse described = ps.Describe();
+    EXPECT_EQ(described.max_memory_bytes(), 1 << 20);
+    EXPECT_EQ(described.memory_bytes(), (mode == ASYNC ? 16 + 3 * (4 << 16) : 32));
+    EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-1.0f, int64_t{1}));
+  }
 }
 
 TEST(InitializerTest, ValuesDoNotDependOnSharding) {

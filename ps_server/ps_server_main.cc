@@ -19,6 +19,7 @@
 #include "common/file_system.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/memory_size.h"
 #include "common/metrics_server.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
@@ -53,6 +54,10 @@ ABSL_FLAG(int64_t, lease_timeout_ms, 10000,
           "A worker silent this long (milliseconds) is presumed dead: sync steps complete "
           "without it and ssp stops waiting for it. It rejoins when it calls again.");
 ABSL_FLAG(int64_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
+ABSL_FLAG(int64_t, max_memory_mb, 0,
+          "Memory the variables may take on this server, in MiB: values, optimizer slots and, "
+          "in sync mode, each step's accumulated gradients. Creating a variable past it fails "
+          "RESOURCE_EXHAUSTED. 0: 80% of the machine's memory (or the container's limit).");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Where checkpoints are written and restored from, shared with the other servers and "
           "the chief (a shared volume). On start the newest complete checkpoint is restored; "
@@ -99,7 +104,18 @@ absl::StatusOr<PsServerConfig> ConfigFromFlags() {
   config.set_max_staleness(absl::GetFlag(FLAGS_max_staleness));
   config.set_staleness_bound(absl::GetFlag(FLAGS_staleness));
   config.set_lease_timeout_ms(absl::GetFlag(FLAGS_lease_timeout_ms));
-  config.set_max_message_bytes(absl::GetFlag(FLAGS_max_message_mb) << 20);
+  const int64_t max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
+  if (max_message_mb < 1 || max_message_mb > 2047) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_mb: must be in [1, 2047], got ", max_message_mb));
+  }
+  config.set_max_message_bytes(max_message_mb << 20);
+  const int64_t max_memory_mb = absl::GetFlag(FLAGS_max_memory_mb);
+  if (max_memory_mb < 0 || max_memory_mb > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_memory_mb: must be in [0, 2^40], got ", max_memory_mb));
+  }
+  config.set_max_memory_bytes(max_memory_mb << 20);
   config.set_checkpoint_dir(absl::GetFlag(FLAGS_checkpoint_dir));
   config.set_keep_serving_after_job_done(absl::GetFlag(FLAGS_keep_serving_after_job_done));
   if (absl::Status s = ValidatePsServerConfig(config); !s.ok()) {
@@ -155,9 +171,12 @@ int Run() {
     LOG_ERROR("{}", server.status().message());
     return 1;
   }
-  LOG_INFO("listening on {}:{} mode={} workers={} replicas_to_aggregate={} staleness={}",
-           absl::GetFlag(FLAGS_bind_host), (*server)->port(), absl::GetFlag(FLAGS_mode),
-           config->num_replicas(), config->replicas_to_aggregate(), config->staleness_bound());
+  LOG_INFO(
+      "listening on {}:{} mode={} workers={} replicas_to_aggregate={} staleness={} "
+      "memory budget {}",
+      absl::GetFlag(FLAGS_bind_host), (*server)->port(), absl::GetFlag(FLAGS_mode),
+      config->num_replicas(), config->replicas_to_aggregate(), config->staleness_bound(),
+      FormatBytes(ps.Describe().max_memory_bytes()));
 
   // The job-done signal from the chief arrives as SIGUSR1 to this process.
   if (!config->keep_serving_after_job_done()) {

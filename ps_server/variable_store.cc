@@ -3,7 +3,9 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/memory_size.h"
 #include "common/tensor.h"
+#include "ps_server/optimizer.h"
 
 namespace fulcrum {
 namespace {
@@ -29,7 +31,8 @@ absl::Status ValidateShardSpec(const ShardSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredVariable* restored) {
+absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredVariable* restored,
+                                           int extra_floats_per_element) {
   if (absl::Status s = ValidateShardSpec(raw); !s.ok()) return s;
   ShardSpec spec = raw;
   *spec.mutable_variable() = CanonicalSpec(raw.variable());
@@ -51,11 +54,28 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
     }
     return false;
   }
+  // Checked sizes: at most 2^34 elements, each of a few floats.
+  const int64_t elements = spec.rows() * RowElements(spec.variable().shape());
+  const int64_t bytes = elements * static_cast<int64_t>(sizeof(float)) *
+                        (1 + NumSlots(spec.variable().optimizer()) + extra_floats_per_element);
+  if (bytes > max_memory_bytes_ - memory_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "variable '", name, "' shard ", spec.shard(), " (", spec.rows(), " of ",
+        ShapeString(spec.variable().shape()), ") needs ", FormatBytes(bytes),
+        " (values and optimizer slots); this server holds ", FormatBytes(memory_bytes_), " of its ",
+        FormatBytes(max_memory_bytes_), " budget (ps_server --max_memory_mb)"));
+  }
+  memory_bytes_ += bytes;
   variables_.emplace(name, spec.variable());
   auto shard = std::make_unique<Shard>(std::move(spec), restored);
   value_bytes_ += NumElements(shard->shape()) * static_cast<int64_t>(sizeof(float));
   shards_.emplace(key, std::move(shard));
   return true;
+}
+
+int64_t VariableStore::memory_bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return memory_bytes_;
 }
 
 absl::StatusOr<Shard*> VariableStore::Find(const std::string& variable, int shard) const {

@@ -25,12 +25,18 @@ absl::Status ValidateShardSpec(const ShardSpec& spec);
 
 class VariableStore {
  public:
+  // The shards together may take at most `max_memory_bytes`.
+  explicit VariableStore(int64_t max_memory_bytes) : max_memory_bytes_(max_memory_bytes) {}
+
   // Creates the shard, or accepts it when the same shard already exists with
   // an equal spec (true: created, false: existed). A different spec under the
   // same variable name is ALREADY_EXISTS naming both specs. Validates `spec`.
-  // A new shard takes its values from `restored` when given.
-  absl::StatusOr<bool> Create(const ShardSpec& spec, const RestoredVariable* restored)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // A new shard takes its values from `restored` when given. It takes its
+  // values and slots and `extra_floats_per_element` more floats per element
+  // of memory; RESOURCE_EXHAUSTED, with nothing allocated, when that would
+  // pass the budget.
+  absl::StatusOr<bool> Create(const ShardSpec& spec, const RestoredVariable* restored,
+                              int extra_floats_per_element) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The shard, or NOT_FOUND naming the variable and shard. Shards live as
   // long as the store.
@@ -42,10 +48,15 @@ class VariableStore {
 
   // Bytes of all shards' values (float32), excluding optimizer slots.
   int64_t value_bytes() const { return value_bytes_.load(); }
+  // Bytes the shards take, as Create counted them, and the budget.
+  int64_t memory_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t max_memory_bytes() const { return max_memory_bytes_; }
 
  private:
   using Key = std::pair<std::string, int>;
+  const int64_t max_memory_bytes_;
   mutable absl::Mutex mu_;
+  int64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<Key, std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> value_bytes_{0};
   // The spec every shard of a variable was created with.

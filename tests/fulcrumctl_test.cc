@@ -63,6 +63,8 @@ TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
   std::unique_ptr<ChildProcess> ctl;
   ASSERT_EQ(Ctl({"status", "--ps_hosts=" + ps_hosts}, &ctl), 0);
   EXPECT_TRUE(ctl->HasLine("health SERVING  mode async"));
+  // 5 x 4 floats on each server, with SGD: no slots.
+  EXPECT_TRUE(ctl->HasLine("memory 80 B of "));
   EXPECT_TRUE(ctl->HasLine("shard embedding/1 of 2  shape [5, 4]  version 1"));
   EXPECT_TRUE(ctl->HasLine("worker 0  live  clock 0"));
 

@@ -62,6 +62,12 @@ class StateCollector final : public prometheus::Collectable {
                          prometheus::MetricType::Gauge, static_cast<double>(active)));
     out.push_back(Single("fulcrum_ps_shards", "Shards this server holds.",
                          prometheus::MetricType::Gauge, static_cast<double>(d.shards_size())));
+    out.push_back(Single("fulcrum_ps_memory_bytes",
+                         "Memory the shards take: values, optimizer slots, sync accumulators.",
+                         prometheus::MetricType::Gauge, static_cast<double>(d.memory_bytes())));
+    out.push_back(Single("fulcrum_ps_memory_budget_bytes",
+                         "The most memory the shards may take (--max_memory_mb).",
+                         prometheus::MetricType::Gauge, static_cast<double>(d.max_memory_bytes())));
 
     // Staleness of accepted pushes, in versions; the last bucket of the
     // server's counts holds everything at or above its index.
