@@ -1,6 +1,5 @@
 #include "worker/trainer.h"
 
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -39,7 +38,8 @@ Trainer::Trainer(PsClient* client, std::vector<Mlp*> replicas, LocalReducer* red
       reducer_(reducer),
       train_(train),
       test_(test),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      log_(options_.metrics_jsonl, options_.summary_json) {
   CHECK(!replicas_.empty());
   CHECK(!options_.is_chief || test_ != nullptr);
 }
@@ -96,12 +96,6 @@ absl::StatusOr<EpochResult> Trainer::Evaluate(int64_t epoch, const TensorMap& we
   return result;
 }
 
-void Trainer::AppendMetrics(const std::string& json_line) {
-  if (options_.metrics_jsonl.empty()) return;
-  std::ofstream out(options_.metrics_jsonl, std::ios::app);
-  out << json_line << "\n";
-}
-
 absl::StatusOr<TrainingSummary> Trainer::Run() {
   const int64_t split = static_cast<int64_t>(replicas_.size());
   if (options_.batch_size < split) {
@@ -131,8 +125,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     LOG_INFO("the servers are at step {}: resuming at step {} of {} (epoch {})", client_->step(),
              std::min(resume, total_steps), total_steps,
              std::min(resume, total_steps) / steps_per_epoch + 1);
-  } else if (!options_.metrics_jsonl.empty()) {
-    std::ofstream(options_.metrics_jsonl, std::ios::trunc);
+  } else if (absl::Status s = log_.StartAfresh(); !s.ok()) {
+    return s;
   }
 
   double window_loss = 0;
@@ -164,9 +158,15 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       LOG_INFO("epoch {}/{} step {}/{} loss {:.4f} accuracy {:.4f} examples/s {:.0f} ETA {}",
                batch->epoch + 1, options_.epochs, steps_done, total_steps, loss, accuracy, rate,
                FormatEta(elapsed / (steps_done - first_step) * (total_steps - steps_done)));
-      AppendMetrics(absl::StrFormat(
-          R"({"type": "progress", "epoch": %d, "step": %d, "wall_seconds": %.3f, "train_loss": %.6f, "train_accuracy": %.6f, "examples_per_sec": %.1f})",
-          batch->epoch + 1, steps_done, elapsed, loss, accuracy, rate));
+      ProgressRecord progress;
+      progress.set_type("progress");
+      progress.set_epoch(static_cast<int32_t>(batch->epoch + 1));
+      progress.set_step(static_cast<double>(steps_done));
+      progress.set_wall_seconds(elapsed);
+      progress.set_train_loss(loss);
+      progress.set_train_accuracy(accuracy);
+      progress.set_examples_per_sec(rate);
+      log_.Append(progress);
       window_loss = 0;
       window_correct = window_examples = 0;
       window_start = absl::Now();
@@ -176,10 +176,14 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       if (!result.ok()) return result.status();
       LOG_INFO("epoch {} test loss {:.4f} test accuracy {:.4f} (global step {})", result->epoch,
                result->test_loss, result->test_accuracy, client_->step());
-      AppendMetrics(absl::StrFormat(
-          R"({"type": "epoch", "epoch": %d, "global_step": %d, "wall_seconds": %.3f, "test_loss": %.6f, "test_accuracy": %.6f})",
-          result->epoch, client_->step(), absl::ToDoubleSeconds(absl::Now() - start),
-          result->test_loss, result->test_accuracy));
+      EpochRecord record;
+      record.set_type("epoch");
+      record.set_epoch(static_cast<int32_t>(result->epoch));
+      record.set_global_step(static_cast<double>(client_->step()));
+      record.set_wall_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+      record.set_test_loss(result->test_loss);
+      record.set_test_accuracy(result->test_accuracy);
+      log_.Append(record);
       summary.epochs.push_back(*result);
     }
     if (options_.stop != nullptr && options_.stop->load()) {
@@ -212,37 +216,23 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
 }
 
 absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
-  if (options_.summary_json.empty()) return absl::OkStatus();
   const EpochResult last = summary.epochs.empty() ? EpochResult{} : summary.epochs.back();
-  std::ofstream out(options_.summary_json, std::ios::trunc);
-  out << absl::StrFormat(
-      "{\n"
-      "  \"test_accuracy\": %.6f,\n"
-      "  \"test_loss\": %.6f,\n"
-      "  \"epochs\": %d,\n"
-      "  \"global_steps\": %d,\n"
-      "  \"examples_per_sec\": %.1f,\n"
-      "  \"mode\": \"%s\",\n"
-      "  \"num_workers\": %d,\n"
-      "  \"num_ps\": %d,\n"
-      "  \"stale_gradients_dropped\": %d,\n"
-      "  \"wall_seconds\": %.3f,\n"
-      "  \"batch_size\": %d,\n"
-      "  \"local_replicas\": %d,\n"
-      "  \"model\": \"%s\",\n"
-      "  \"device\": \"%s\"\n"
-      "}\n",
-      last.test_accuracy, last.test_loss, options_.epochs, summary.global_steps,
-      summary.examples_per_sec, ConsistencyModeName(options_.mode), options_.num_workers,
-      options_.num_ps, summary.stale_gradients_dropped, summary.wall_seconds, options_.batch_size,
-      replicas_.size(), options_.model_name, options_.device_name);
-  out.close();
-  if (!out) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write --summary_json '", options_.summary_json, "'"));
-  }
-  LOG_INFO("summary written to {}", options_.summary_json);
-  return absl::OkStatus();
+  SummaryRecord record;
+  record.set_test_accuracy(last.test_accuracy);
+  record.set_test_loss(last.test_loss);
+  record.set_epochs(static_cast<int32_t>(options_.epochs));
+  record.set_global_steps(static_cast<double>(summary.global_steps));
+  record.set_examples_per_sec(summary.examples_per_sec);
+  record.set_mode(ConsistencyModeName(options_.mode));
+  record.set_num_workers(options_.num_workers);
+  record.set_num_ps(options_.num_ps);
+  record.set_stale_gradients_dropped(static_cast<double>(summary.stale_gradients_dropped));
+  record.set_wall_seconds(summary.wall_seconds);
+  record.set_batch_size(static_cast<double>(options_.batch_size));
+  record.set_local_replicas(static_cast<int32_t>(replicas_.size()));
+  record.set_model(options_.model_name);
+  record.set_device(options_.device_name);
+  return log_.WriteSummary(record);
 }
 
 }  // namespace fulcrum

@@ -22,6 +22,7 @@
 #include "worker/local_reducer.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
+#include "worker/training_log.h"
 
 namespace fulcrum {
 
@@ -82,7 +83,6 @@ class Trainer {
   absl::StatusOr<BatchStats> ComputeStep(const Batch& batch, const TensorMap& weights,
                                          TensorMap* grads);
   absl::StatusOr<EpochResult> Evaluate(int64_t epoch, const TensorMap& weights);
-  void AppendMetrics(const std::string& json_line);
   absl::Status WriteSummary(const TrainingSummary& summary);
 
   PsClient* const client_;
@@ -91,6 +91,7 @@ class Trainer {
   const Dataset& train_;
   const Dataset* const test_;
   const TrainerOptions options_;
+  TrainingLog log_;
 };
 
 }  // namespace fulcrum

@@ -150,8 +150,8 @@ TEST_F(FashionMnistTest, InProcessSyncClusterTrainsPastTheBar) {
   std::ifstream metrics_file(metrics);
   int progress = 0, epochs = 0;
   for (std::string line; std::getline(metrics_file, line);) {
-    progress += line.find("\"type\": \"progress\"") != std::string::npos;
-    epochs += line.find("\"type\": \"epoch\"") != std::string::npos;
+    progress += line.find("\"type\":\"progress\"") != std::string::npos;
+    epochs += line.find("\"type\":\"epoch\"") != std::string::npos;
   }
   EXPECT_GE(progress, 6);
   EXPECT_EQ(epochs, 2);
