@@ -24,6 +24,17 @@ Batch SubBatch(const Batch& batch, int64_t offset, int64_t rows) {
   return part;
 }
 
+// "gradient of 'dense_0/kernel' element 17 is nan", or "" when every
+// gradient is finite.
+std::string NonFiniteGradient(const TensorMap& grads) {
+  for (const auto& [name, grad] : grads) {
+    if (const int64_t bad = FirstNonFinite(grad.values); bad >= 0) {
+      return absl::StrCat("gradient of '", name, "' element ", bad, " is ", grad.values[bad]);
+    }
+  }
+  return "";
+}
+
 std::string FormatEta(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds);
   return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60) : absl::StrFormat("%ds", s);
@@ -131,30 +142,52 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
 
   double window_loss = 0;
   int64_t window_correct = 0, window_examples = 0, steps_done = std::min(resume, total_steps);
+  int consecutive_skips = 0;
   const int64_t first_step = steps_done;
   absl::Time window_start = absl::Now();
   while (std::optional<Batch> batch = batcher.Next()) {
     const absl::Time step_start = absl::Now();
     auto stats = ComputeStep(*batch, weights, &grads);
     if (!stats.ok()) return stats.status();
-    auto pushed = client_->PushPull(grads, {}, &weights);
-    if (!pushed.ok()) return pushed.status();
-    summary.stale_gradients_dropped += pushed->stale;
+    const std::string nonfinite = NonFiniteGradient(grads);
+    if (nonfinite.empty()) {
+      consecutive_skips = 0;
+      auto pushed = client_->PushPull(grads, {}, &weights);
+      if (!pushed.ok()) return pushed.status();
+      summary.stale_gradients_dropped += pushed->stale;
+      window_loss += stats->loss * batch->size;
+      window_correct += stats->correct;
+      window_examples += batch->size;
+    } else {
+      // Pushed, it would be refused and end this worker; skipped, the
+      // next batch takes its place (in sync mode, in the same step).
+      ++summary.nonfinite_gradients_skipped;
+      LOG_WARN("step {}: {}; this batch's push is skipped ({} skipped so far)", steps_done + 1,
+               nonfinite, summary.nonfinite_gradients_skipped);
+      if (++consecutive_skips >= options_.max_consecutive_skips) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the gradients were not finite in ", consecutive_skips,
+            " steps in a row (last: ", nonfinite, "); lower the learning rate or check the data"));
+      }
+      if (absl::Status s = client_->Pull({}, &weights); !s.ok()) return s;
+    }
     ++steps_done;
-    if (options_.on_step) options_.on_step(batch->size, absl::Now() - step_start, client_->step());
+    if (options_.on_step) {
+      options_.on_step(
+          {batch->size, absl::Now() - step_start, client_->step(), !nonfinite.empty()});
+    }
     if (options_.checkpointer != nullptr) options_.checkpointer->MaybeSave(client_->step());
     summary.examples += batch->size;
-    window_loss += stats->loss * batch->size;
-    window_correct += stats->correct;
-    window_examples += batch->size;
 
     const bool epoch_end = batch->step_in_epoch + 1 == steps_per_epoch;
     if (steps_done % options_.log_every_steps == 0 || epoch_end) {
       const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
       const double window_secs = absl::ToDoubleSeconds(absl::Now() - window_start);
       const double rate = window_examples / std::max(window_secs, 1e-9);
-      const double loss = window_loss / window_examples;
-      const double accuracy = static_cast<double>(window_correct) / window_examples;
+      // Over the batches pushed: a skipped one's loss is not a number.
+      const double loss = window_loss / std::max<int64_t>(window_examples, 1);
+      const double accuracy =
+          static_cast<double>(window_correct) / std::max<int64_t>(window_examples, 1);
       LOG_INFO("epoch {}/{} step {}/{} loss {:.4f} accuracy {:.4f} examples/s {:.0f} ETA {}",
                batch->epoch + 1, options_.epochs, steps_done, total_steps, loss, accuracy, rate,
                FormatEta(elapsed / (steps_done - first_step) * (total_steps - steps_done)));
@@ -232,6 +265,7 @@ absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
   record.set_local_replicas(static_cast<int32_t>(replicas_.size()));
   record.set_model(options_.model_name);
   record.set_device(options_.device_name);
+  record.set_nonfinite_gradients_skipped(static_cast<double>(summary.nonfinite_gradients_skipped));
   return log_.WriteSummary(record);
 }
 

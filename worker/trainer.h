@@ -26,6 +26,14 @@
 
 namespace fulcrum {
 
+// One step, as TrainerOptions::on_step sees it.
+struct StepInfo {
+  int64_t examples = 0;
+  absl::Duration time;
+  int64_t global_step = 0;  // the servers' step after it
+  bool skipped = false;     // its gradients were not finite: not pushed
+};
+
 struct TrainerOptions {
   ConsistencyMode mode = SYNC;
   int64_t epochs = 10;
@@ -45,9 +53,12 @@ struct TrainerOptions {
   // The job is under way (this worker restarted, or the servers restored a
   // checkpoint): continue at the servers' step instead of from the start.
   bool resume = false;
-  // Called after every step with its examples, its duration and the
-  // servers' global step (for metrics).
-  std::function<void(int64_t examples, absl::Duration step_time, int64_t global_step)> on_step;
+  // A batch whose gradients are not finite (NaN, infinity) is not pushed:
+  // it is logged, counted and skipped. This many in a row end the run
+  // (FAILED_PRECONDITION): the model has diverged.
+  int max_consecutive_skips = 100;
+  // Called after every step (for metrics).
+  std::function<void(const StepInfo& step)> on_step;
 };
 
 struct EpochResult {
@@ -62,6 +73,7 @@ struct TrainingSummary {
   int64_t examples = 0;         // this worker's
   double examples_per_sec = 0;  // the cluster's: this worker's rate x workers
   int64_t stale_gradients_dropped = 0;
+  int64_t nonfinite_gradients_skipped = 0;  // this worker's batches not pushed
   double wall_seconds = 0;
   bool stopped = false;  // by `stop`, before the last step
 };

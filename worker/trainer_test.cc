@@ -2,6 +2,7 @@
 // process over the in-process transport, training on real Fashion-MNIST.
 #include "worker/trainer.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,7 +65,8 @@ struct ClusterShape {
 absl::StatusOr<TrainingSummary> TrainInProcess(const ClusterShape& shape, int64_t epochs,
                                                const Dataset& train, const Dataset& test,
                                                const std::string& metrics = "",
-                                               const std::string& summary = "") {
+                                               const std::string& summary = "",
+                                               int max_consecutive_skips = 100) {
   PsServerConfig server_config;
   server_config.set_mode(shape.mode);
   server_config.set_num_replicas(shape.workers);
@@ -113,6 +115,7 @@ absl::StatusOr<TrainingSummary> TrainInProcess(const ClusterShape& shape, int64_
       options.shard_index = w;
       options.num_workers = shape.workers;
       options.num_ps = shape.servers;
+      options.max_consecutive_skips = max_consecutive_skips;
       if (w == 0) {
         options.metrics_jsonl = metrics;
         options.summary_json = summary;
@@ -163,6 +166,32 @@ TEST_F(FashionMnistTest, InProcessSyncClusterTrainsPastTheBar) {
         "num_workers", "num_ps", "stale_gradients_dropped", "wall_seconds"}) {
     EXPECT_NE(summary.find(absl::StrCat("\"", key, "\"")), std::string::npos) << key;
   }
+}
+
+// A NaN in one example makes its batch's gradients NaN: that batch is
+// skipped, not pushed (the servers would refuse it), and training goes on.
+TEST_F(FashionMnistTest, BatchesWithNonFiniteGradientsAreSkippedAndTrainingGoesOn) {
+  Dataset train = *train_;
+  train.features[100 * train.feature_dim + 300] = std::nanf("");
+  for (ConsistencyMode mode : {ASYNC, SYNC}) {
+    auto result = TrainInProcess({mode, 2, 1, 1}, 1, train, *test_);
+    ASSERT_TRUE(result.ok()) << result.status();
+    // Worker 0 holds example 100 in one batch of the epoch.
+    EXPECT_EQ(result->nonfinite_gradients_skipped, 1) << ConsistencyMode_Name(mode);
+    EXPECT_GT(result->epochs.back().test_accuracy, 0.75);
+    EXPECT_TRUE(std::isfinite(result->epochs.back().test_loss));
+  }
+}
+
+// Gradients that are never finite end the run with a clear error, not a
+// flag error.
+TEST_F(FashionMnistTest, GradientsThatStayNonFiniteEndTheRun) {
+  Dataset train = *train_;
+  std::fill(train.features.begin(), train.features.end(), std::nanf(""));
+  auto result = TrainInProcess({ASYNC, 1, 1, 1}, 1, train, *test_, "", "", 5);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(result.status().message()),
+              ::testing::HasSubstr("not finite in 5 steps in a row"));
 }
 
 TEST_F(FashionMnistTest, AsyncWorkerWithTwoLocalReplicasTrains) {

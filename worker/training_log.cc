@@ -51,8 +51,8 @@ void TrainingLog::Append(const google::protobuf::Message& record) {
 
 absl::Status TrainingLog::WriteSummary(const SummaryRecord& summary) {
   if (summary_json_.empty()) return absl::OkStatus();
-  if (absl::Status s = WriteText(summary_json_, Json(summary, true), std::ios::trunc,
-                                 "--summary_json");
+  if (absl::Status s =
+          WriteText(summary_json_, Json(summary, true), std::ios::trunc, "--summary_json");
       !s.ok()) {
     return s;
   }

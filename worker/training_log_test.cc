@@ -1,7 +1,7 @@
 #include "worker/training_log.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <gmock/gmock.h>
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
 #include <cmath>

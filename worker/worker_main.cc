@@ -255,7 +255,9 @@ absl::StatusOr<ServerState> CheckServers(PsClient& client, ConsistencyMode mode,
   return state;
 }
 
-absl::Status Run() {
+// Sets *configured once the flags are checked and the run begins: errors
+// after that are the run's, not the flags'.
+absl::Status Run(bool* configured) {
   ClusterSources sources;
   sources.cluster_spec_path = absl::GetFlag(FLAGS_cluster_spec);
   sources.flags = {absl::GetFlag(FLAGS_ps_hosts), absl::GetFlag(FLAGS_worker_hosts),
@@ -423,17 +425,25 @@ absl::Status Run() {
                      .Help("This worker's examples per second over its last step.")
                      .Register(registry)
                      .Add({});
-    trainer_options.on_step = [&](int64_t n, absl::Duration time, int64_t step) {
+    auto& skipped = prometheus::BuildCounter()
+                        .Name("fulcrum_worker_nonfinite_gradients_skipped_total")
+                        .Help("Batches whose gradients were not finite, so not pushed.")
+                        .Register(registry)
+                        .Add({});
+    trainer_options.on_step = [&](const StepInfo& step) {
       steps.Increment();
-      examples.Increment(static_cast<double>(n));
-      step_seconds.Observe(absl::ToDoubleSeconds(time));
-      global_step.Set(static_cast<double>(step));
-      rate.Set(static_cast<double>(n) / std::max(1e-9, absl::ToDoubleSeconds(time)));
+      examples.Increment(static_cast<double>(step.examples));
+      if (step.skipped) skipped.Increment();
+      step_seconds.Observe(absl::ToDoubleSeconds(step.time));
+      global_step.Set(static_cast<double>(step.global_step));
+      rate.Set(static_cast<double>(step.examples) /
+               std::max(1e-9, absl::ToDoubleSeconds(step.time)));
     };
     LOG_INFO("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_metrics_host), metrics->port());
   }
   trainer_options.stop = &g_stop;
   trainer_options.resume = servers->resume;
+  *configured = true;
   Trainer trainer(client.get(), replicas, devices->reducer.get(), *train, test ? &*test : nullptr,
                   trainer_options);
   auto summary = trainer.Run();
@@ -468,11 +478,13 @@ int main(int argc, char** argv) {
   action.sa_handler = fulcrum::OnStopSignal;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
-  const absl::Status status = fulcrum::Run();
+  bool configured = false;
+  const absl::Status status = fulcrum::Run(&configured);
   if (!status.ok()) {
     spdlog::error("{}", status.ToString());
     std::cerr << "worker: " << status.message() << "\n";
-    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    // 2: the flags (or cluster spec) are wrong; 1: the run failed.
+    return !configured && status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   return 0;
 }
