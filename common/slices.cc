@@ -68,12 +68,23 @@ void AppendPullResponse(PullResponse& part, PullResponse* whole) {
   }
 }
 
+void CopyPushHeader(const PushRequest& from, PushRequest* to) {
+  if (from.has_worker_id()) to->set_worker_id(from.worker_id());
+  if (from.has_clock()) to->set_clock(from.clock());
+  to->set_incarnation(from.incarnation());
+  to->set_push_id(from.push_id());
+}
+
+bool SamePushHeader(const PushRequest& a, const PushRequest& b) {
+  return a.has_worker_id() == b.has_worker_id() && a.worker_id() == b.worker_id() &&
+         a.has_clock() == b.has_clock() && a.clock() == b.clock() &&
+         a.incarnation() == b.incarnation() && a.push_id() == b.push_id();
+}
+
 std::shared_ptr<const PushRequest> PushPart(std::shared_ptr<const PushRequest> whole,
                                             absl::Span<const int> slices) {
   auto* part = new PushRequest;
-  part->set_worker_id(whole->worker_id());
-  part->set_clock(whole->clock());
-  part->set_incarnation(whole->incarnation());
+  CopyPushHeader(*whole, part);
   for (int i : slices) {
     part->mutable_gradients()->UnsafeArenaAddAllocated(
         const_cast<ShardSlice*>(&whole->gradients(i)));

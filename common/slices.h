@@ -52,8 +52,15 @@ std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_b
 // response from the parts it came in (stream messages, parallel calls).
 void AppendPullResponse(PullResponse& part, PullResponse* whole);
 
+// Copies a push's header (worker, clock, incarnation, push id; with their
+// presence) from `from` to `to`.
+void CopyPushHeader(const PushRequest& from, PushRequest* to);
+
+// True when two pushes' headers are equal, presence included.
+bool SamePushHeader(const PushRequest& a, const PushRequest& b);
+
 // A push of some of `whole`'s gradient slices (by index, in the order
-// given), with its worker, clock and incarnation. It borrows the slices
+// given), with its header. It borrows the slices
 // instead of copying their bytes (protobuf's unsafe-arena idiom) and keeps
 // `whole` alive while it lives; neither may change meanwhile.
 std::shared_ptr<const PushRequest> PushPart(std::shared_ptr<const PushRequest> whole,

@@ -15,23 +15,13 @@
 namespace fulcrum {
 
 absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
-  if (config.mode() != ASYNC && config.mode() != SYNC && config.mode() != SSP) {
-    return absl::InvalidArgumentError("mode: must be async, sync or ssp");
-  }
+  auto mode = FindMode(config.mode());
+  if (!mode.ok()) return mode.status();
   if (config.num_replicas() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_replicas: must be >= 1, got ", config.num_replicas()));
   }
-  if (config.mode() == SYNC && (config.replicas_to_aggregate() < 1 ||
-                                config.replicas_to_aggregate() > config.num_replicas())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("replicas_to_aggregate: must be in [1, ", config.num_replicas(),
-                     "] (the training workers), got ", config.replicas_to_aggregate()));
-  }
-  if (config.staleness_bound() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("staleness: must be >= 0, got ", config.staleness_bound()));
-  }
+  if (absl::Status s = (*mode)->validate(config); !s.ok()) return s;
   if (config.lease_timeout_ms() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("lease_timeout_ms: must be > 0, got ", config.lease_timeout_ms()));
@@ -62,6 +52,7 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
       workers_(config.num_replicas(), absl::Milliseconds(config.lease_timeout_ms()),
                std::move(now)) {
   CHECK(ValidatePsServerConfig(config_).ok());
+  policy_ = (*FindMode(config_.mode()))->make(PolicyContext{&config_, &store_, &workers_});
   const absl::Duration period = std::max(absl::Milliseconds(5), workers_.lease_timeout() / 4);
   lease_thread_ = std::thread([this, period] {
     while (!stop_lease_thread_.WaitForNotificationWithTimeout(period)) CheckLeases();
@@ -148,8 +139,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       if (absl::Status s = CheckRestorable(it->second.spec, spec.variable()); !s.ok()) return s;
       restored = &it->second;
     }
-    // Sync keeps each shard's accumulated gradient: one float more per element.
-    absl::StatusOr<bool> created = store_.Create(spec, restored, config_.mode() == SYNC ? 1 : 0);
+    absl::StatusOr<bool> created = store_.Create(spec, restored, policy_->ExtraFloatsPerElement());
     if (!created.ok()) return created.status();
     if (*created) {
       response.set_created(response.created() + 1);
@@ -166,11 +156,10 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
 
 absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, absl::Time deadline,
                                                    int64_t max_slice_bytes) {
-  const int worker = request.worker_id();
   if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
-  if (worker != -1) {
-    if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
-    workers_.Renew(worker);
+  if (request.has_worker_id()) {
+    if (absl::Status s = workers_.CheckWorkerId(request.worker_id()); !s.ok()) return s;
+    Renew(request.worker_id());
   }
   const DataType encoding = request.wire_dtype() == DT_INVALID ? DT_FLOAT : request.wire_dtype();
   if (!IsFloatEncoding(encoding)) {
@@ -183,15 +172,7 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, a
     if (!shard.ok()) return shard.status();
     shards.push_back(*shard);
   }
-  if (config_.mode() == SSP && worker != -1 && request.clock() >= 0) {
-    const int64_t min_clock = request.clock() - config_.staleness_bound();
-    if (!workers_.AwaitMinClock(min_clock, deadline)) {
-      if (workers_.cancelled()) return absl::UnavailableError("server is shutting down");
-      return absl::DeadlineExceededError(absl::StrCat(
-          "ssp: worker ", worker, " at clock ", request.clock(), " waits for worker(s) ",
-          absl::StrJoin(workers_.WorkersBehind(min_clock), ", "), " to reach clock ", min_clock));
-    }
-  }
+  if (absl::Status s = policy_->AwaitPull(request, deadline); !s.ok()) return s;
   PullResponse response;
   for (size_t i = 0; i < shards.size(); ++i) {
     if (absl::Status s = shards[i]->Read(request.shards(i).min_version(), deadline, encoding,
@@ -203,8 +184,8 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, a
   return response;
 }
 
-int ParameterServer::RequiredReplicas() const {
-  return std::max(1, std::min(config_.replicas_to_aggregate(), workers_.ActiveCount()));
+void ParameterServer::Renew(int worker) {
+  if (workers_.Renew(worker)) OnWorkersChanged();
 }
 
 void ParameterServer::RecordOutcome(const ShardPushResult& result) {
@@ -232,7 +213,10 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
     absl::StatusOr<Shard*> found = store_.Find(grad.variable(), grad.shard());
     if (!found.ok()) return found.status();
     std::vector<const ShardSlice*>& list = slices[*found];
-    if (list.empty()) pushed.push_back({*found, grad.version(), {}});
+    if (list.empty()) {
+      pushed.push_back(
+          {*found, ShardGradient{request.worker_id(), request.push_id(), grad.version(), {}}});
+    }
     list.push_back(&grad);
   }
   for (PushedShard& grad : pushed) {
@@ -257,10 +241,10 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
             slice->row_offset() < next_row ? "slices overlap at row " : "lacks rows from ",
             std::min(next_row, slice->row_offset()), "; a push must cover whole shards"));
       }
-      if (slice->version() != grad.version) {
+      if (slice->version() != grad.gradient.computed_at) {
         return absl::InvalidArgumentError(
             absl::StrCat(what, ": computed at version ", slice->version(),
-                         ", the shard's other slices at ", grad.version));
+                         ", the shard's other slices at ", grad.gradient.computed_at));
       }
       // The last slice must hold the rows left; the others, any of them.
       Shape part_shape = shard->shape();
@@ -274,23 +258,23 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
             shard->label(), ": gradient element ", next_row * RowElements(part_shape) + bad, " is ",
             (*decoded)[bad], "; the push is rejected, nothing applied"));
       }
-      grad.parts.push_back(*decoded);
+      grad.gradient.parts.push_back(*decoded);
       next_row += part_shape[0];
     }
-    if (absl::Status s = shard->CheckComputedAt(grad.version); !s.ok()) return s;
+    if (absl::Status s = shard->CheckComputedAt(grad.gradient.computed_at); !s.ok()) return s;
   }
   return pushed;
 }
 
 absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
-  const int worker = request.worker_id();
   if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
-  if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
-  if (config_.mode() == SSP && request.clock() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ssp: the push of worker ", worker, " carries no clock"));
+  if (!request.has_worker_id()) {
+    return absl::InvalidArgumentError("push: carries no worker_id; only workers push");
   }
-  workers_.Renew(worker);
+  const int worker = request.worker_id();
+  if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
+  if (absl::Status s = policy_->CheckPush(request); !s.ok()) return s;
+  Renew(worker);
 
   // Check the whole request before touching any shard.
   std::deque<std::vector<float>> widened;  // of 16-bit encodings; never moves
@@ -298,22 +282,21 @@ absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
   if (!pushed.ok()) return pushed.status();
   PushResponse response;
   for (const PushedShard& grad : *pushed) {
-    absl::StatusOr<ShardPushResult> result =
-        config_.mode() == SYNC
-            ? grad.shard->Accumulate(worker, grad.parts, grad.version, RequiredReplicas())
-            : grad.shard->ApplyNow(grad.parts, grad.version,
-                                   config_.mode() == ASYNC ? config_.max_staleness() : -1);
+    absl::StatusOr<ShardPushResult> result = policy_->PushShard(*grad.shard, grad.gradient);
     if (!result.ok()) return result.status();
     RecordOutcome(*result);
     *response.add_results() = *std::move(result);
   }
-  if (config_.mode() == SSP) workers_.AdvanceClock(worker, request.clock());
+  policy_->AfterPush(request);
   return response;
 }
 
 absl::StatusOr<HeartbeatResponse> ParameterServer::Heartbeat(const HeartbeatRequest& request) {
+  if (!request.has_worker_id()) {
+    return absl::InvalidArgumentError("heartbeat: carries no worker_id");
+  }
   if (absl::Status s = workers_.CheckWorkerId(request.worker_id()); !s.ok()) return s;
-  workers_.Renew(request.worker_id());
+  Renew(request.worker_id());
   if (request.finished()) {
     LOG_INFO("worker {} finished training", request.worker_id());
     workers_.MarkFinished(request.worker_id());
@@ -329,10 +312,9 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_mode(config_.mode());
   response.set_ps_index(config_.cluster().task().index());
   response.set_num_ps(config_.cluster().cluster().ps_size());
-  response.set_replicas_to_aggregate(config_.replicas_to_aggregate());
-  response.set_staleness_bound(config_.staleness_bound());
   for (const Shard* shard : store_.All()) *response.add_shards() = shard->Describe();
   for (const WorkerInfo& info : workers_.Describe()) *response.add_workers() = info;
+  policy_->Describe(&response);
   response.set_updates_applied(updates_applied_.load());
   response.set_stale_gradients_dropped(stale_dropped_.load());
   for (const auto& bucket : staleness_histogram_) response.add_staleness_histogram(bucket.load());
@@ -414,7 +396,7 @@ bool ParameterServer::WaitForJobDone(absl::Duration timeout) const {
 }
 
 void ParameterServer::CancelWaits() {
-  workers_.Cancel();
+  policy_->Cancel();
   for (Shard* shard : store_.All()) shard->Cancel();
 }
 
@@ -426,14 +408,7 @@ void ParameterServer::CheckLeases() {
 }
 
 void ParameterServer::OnWorkersChanged() {
-  if (config_.mode() == SYNC) {
-    const int required = RequiredReplicas();
-    for (Shard* shard : store_.All()) {
-      if (shard->CompleteIfReady(required)) {
-        LOG_INFO("{}: step completed with {} active worker(s)", shard->label(), required);
-      }
-    }
-  }
+  policy_->OnWorkersChanged();
   if (job_done_requested_.load() && workers_.AllFinishedOrDead() &&
       !job_done_notified_.exchange(true)) {
     job_done_.Notify();

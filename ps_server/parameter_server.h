@@ -19,6 +19,7 @@
 #include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
+#include "ps_server/consistency/policy.h"
 #include "ps_server/restored_variables.h"
 #include "ps_server/variable_store.h"
 #include "ps_server/worker_table.h"
@@ -60,13 +61,14 @@ class ParameterServer {
   absl::Status SaveFinalCheckpoint();
 
   // Reads the requested shards, each as slices of at most max_slice_bytes.
-  // Waits (until `deadline`) for each shard's min_version and, in SSP mode,
-  // for the slowest live worker to come within staleness_bound of the clock.
-  // worker_id -1 reads without a lease or clock (tools, evaluators).
+  // Waits (until `deadline`) for each shard's min_version and for what the
+  // mode's policy waits for (SSP: the slowest active worker to come within
+  // staleness_bound of the pull's clock). Without a worker_id it reads
+  // without a lease or clock (tools, evaluators).
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline,
                                     int64_t max_slice_bytes);
 
-  // Applies or accumulates gradients as the mode says. A shard's gradient
+  // Applies or accumulates gradients as the mode's policy says. A shard's gradient
   // may arrive as several slices of rows, which must tile it exactly. The request is checked whole
   // first (worker, variables, shapes, dtypes, NaN/Inf, versions): on any error nothing is applied.
   absl::StatusOr<PushResponse> Push(const PushRequest& request);
@@ -102,17 +104,17 @@ class ParameterServer {
   // in row order, which tile the shard.
   struct PushedShard {
     Shard* shard;
-    int64_t version;  // the gradient was computed from
-    std::vector<absl::Span<const float>> parts;
+    ShardGradient gradient;
   };
   // Checks every gradient of `request` (variables, shapes, dtypes, tiling,
   // NaN/Inf, versions) and decodes it; 16-bit values are widened into
   // `widened`, which the parts point into.
   absl::StatusOr<std::vector<PushedShard>> DecodePush(
       const PushRequest& request, std::deque<std::vector<float>>* widened) const;
-  int RequiredReplicas() const;
-  // After workers died or finished: completes the sync steps the remaining
-  // active workers have finished, and the job if it is done.
+  // Renews `worker`'s lease; OnWorkersChanged when it arrived.
+  void Renew(int worker);
+  // After workers arrived, died or finished: the policy's reaction, and the
+  // end of the job if it is done.
   void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
@@ -132,6 +134,7 @@ class ParameterServer {
   int64_t restored_step_ = -1;
   VariableStore store_;
   WorkerTable workers_;
+  std::unique_ptr<ConsistencyPolicy> policy_;  // of config_.mode(), over store_ and workers_
 
   std::atomic<int64_t> updates_applied_{0};
   std::atomic<int64_t> stale_dropped_{0};

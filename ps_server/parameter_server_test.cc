@@ -73,7 +73,7 @@ ShardSlice Slice(const std::string& name, int64_t version, int64_t row_offset,
 PushRequest Push(int worker, int64_t version, float value, int64_t clock = -1) {
   PushRequest request;
   request.set_worker_id(worker);
-  request.set_clock(clock);
+  if (clock >= 0) request.set_clock(clock);
   *request.add_gradients() = Gradient("w", version, std::vector<float>(kRows, value));
   return request;
 }
@@ -87,8 +87,8 @@ ShardPushResult::Outcome PushOutcome(ParameterServer& ps, const PushRequest& req
 absl::StatusOr<PullResponse> PullW(ParameterServer& ps, int worker, int64_t min_version = 0,
                                    int64_t clock = -1, absl::Duration wait = absl::Seconds(10)) {
   PullRequest request;
-  request.set_worker_id(worker);
-  request.set_clock(clock);
+  if (worker >= 0) request.set_worker_id(worker);
+  if (clock >= 0) request.set_clock(clock);
   ShardRef* ref = request.add_shards();
   ref->set_variable("w");
   ref->set_min_version(min_version);
@@ -136,106 +136,6 @@ TEST(SyncModeTest, BackupWorkerPushIsDroppedAsStaleAndCounted) {
   EXPECT_EQ(info.updates_applied(), 5);
   EXPECT_EQ(info.stale_gradients_dropped(), 5);
   EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-15.0f, int64_t{5}));  // the 100s never landed
-}
-
-TEST(SyncModeTest, DuplicatePushOfOneWorkerCountsOnce) {
-  ParameterServer ps(Config(SYNC, 2));
-  Create(ps, WholeShard());
-  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::ACCUMULATED);
-  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::DUPLICATE);
-  EXPECT_EQ(ValueAndVersion(ps).second, 0);
-  EXPECT_EQ(PushOutcome(ps, Push(1, 0, 3.0f)), ShardPushResult::APPLIED);
-  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-2.0f, int64_t{1}));
-}
-
-TEST(SyncModeTest, ExpiredLeaseLetsTheStepCompleteWithTheLiveWorkers) {
-  absl::Time fake_now = absl::Now();
-  std::atomic<int64_t> offset_ms{0};
-  ParameterServer ps(Config(SYNC, 3),
-                     [&] { return fake_now + absl::Milliseconds(offset_ms.load()); });
-  Create(ps, WholeShard());
-  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::ACCUMULATED);
-  EXPECT_EQ(PushOutcome(ps, Push(1, 0, 2.0f)), ShardPushResult::ACCUMULATED);
-
-  // Worker 0 waits for step 1, as a sync worker's next pull does.
-  absl::StatusOr<PullResponse> waited;
-  std::thread waiter([&] { waited = PullW(ps, 0, /*min_version=*/1); });
-
-  offset_ms = 150;  // workers 0 and 1 heartbeat; worker 2 stays silent
-  ASSERT_TRUE(ps.Heartbeat([] {
-                  HeartbeatRequest r;
-                  r.set_worker_id(0);
-                  return r;
-                }())
-                  .ok());
-  ASSERT_TRUE(ps.Heartbeat([] {
-                  HeartbeatRequest r;
-                  r.set_worker_id(1);
-                  return r;
-                }())
-                  .ok());
-  ps.CheckLeases();
-  EXPECT_EQ(ValueAndVersion(ps).second, 0);  // worker 2's lease has not run out yet
-
-  offset_ms = 250;  // worker 2's lease (200 ms from start) has run out
-  ps.CheckLeases();
-  waiter.join();
-  ASSERT_TRUE(waited.ok()) << waited.status();
-  EXPECT_EQ(waited->slices(0).version(), 1);
-  EXPECT_FLOAT_EQ(FloatValues(waited->slices(0).tensor())[0], -1.5f);  // mean of 1 and 2
-  const DescribeResponse info = ps.Describe();
-  EXPECT_FALSE(info.workers(2).live());
-  EXPECT_TRUE(info.workers(0).live());
-
-  // Worker 2 comes back: its old gradient is stale, and it rejoins at step 1.
-  EXPECT_EQ(PushOutcome(ps, Push(2, 0, 50.0f)), ShardPushResult::STALE);
-  EXPECT_EQ(PushOutcome(ps, Push(0, 1, 1.0f)), ShardPushResult::ACCUMULATED);
-  EXPECT_EQ(PushOutcome(ps, Push(1, 1, 1.0f)), ShardPushResult::ACCUMULATED);
-  EXPECT_EQ(PushOutcome(ps, Push(2, 1, 4.0f)), ShardPushResult::APPLIED);
-  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-3.5f, int64_t{2}));
-}
-
-TEST(SyncModeTest, PullForAFutureVersionTimesOutWithAClearError) {
-  ParameterServer ps(Config(SYNC, 2));
-  Create(ps, WholeShard());
-  auto pulled = PullW(ps, 0, /*min_version=*/1, -1, absl::Milliseconds(50));
-  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(pulled.status().message(), HasSubstr("waiting for 1"));
-}
-
-TEST(SspModeTest, FastWorkerBlocksWhenKPlusOneClocksAheadUntilSlowOneAdvances) {
-  constexpr int kBound = 2;
-  ParameterServer ps(Config(SSP, 2, 0, kBound));
-  Create(ps, WholeShard());
-  // The fast worker runs clocks 0..k without waiting for the slow one.
-  for (int clock = 0; clock <= kBound; ++clock) {
-    ASSERT_TRUE(PullW(ps, 0, 0, clock).ok()) << "clock " << clock;
-    EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f, clock)), ShardPushResult::APPLIED);
-  }
-  // At clock k+1 it is k+1 ahead of the slow worker (clock 0) and must wait.
-  auto blocked = PullW(ps, 0, 0, kBound + 1, absl::Milliseconds(50));
-  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(blocked.status().message(), HasSubstr("worker(s) 1"));
-
-  absl::Notification pulled;
-  absl::Status status;
-  std::thread fast([&] {
-    status = PullW(ps, 0, 0, kBound + 1).status();
-    pulled.Notify();
-  });
-  EXPECT_FALSE(pulled.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
-  // The slow worker finishes clock 0: the fast one may go on.
-  EXPECT_EQ(PushOutcome(ps, Push(1, 0, 1.0f, 0)), ShardPushResult::APPLIED);
-  fast.join();
-  EXPECT_TRUE(status.ok()) << status;
-  EXPECT_EQ(ps.Describe().workers(1).clock(), 1);
-}
-
-TEST(SspModeTest, PushWithoutClockIsRejected) {
-  ParameterServer ps(Config(SSP, 1));
-  Create(ps, WholeShard());
-  auto pushed = ps.Push(Push(0, 0, 1.0f, /*clock=*/-1));
-  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(AsyncModeTest, ConcurrentPushesLoseNoUpdate) {
@@ -338,7 +238,6 @@ TEST_F(BadInputTest, UnknownVariableIsNotFound) {
   PullRequest pull;
   pull.add_shards()->set_variable("w");
   pull.mutable_shards(0)->set_shard(3);
-  pull.set_worker_id(-1);
   auto pulled = ps_.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
   EXPECT_EQ(pulled.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(pulled.status().message(), HasSubstr("shard 3"));
@@ -371,7 +270,6 @@ TEST_F(BadInputTest, WrongDtypeSaysExpectedAndGot) {
   EXPECT_THAT(ps_.Push(push).status().message(), HasSubstr("in DT_BFLOAT16 needs 8 bytes, got 16"));
   // Pulls may ask only for a float encoding.
   PullRequest pull;
-  pull.set_worker_id(-1);
   pull.add_shards()->set_variable("w");
   pull.set_wire_dtype(DT_INT64);
   auto pulled = ps_.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
@@ -403,7 +301,6 @@ TEST_F(BadInputTest, NanOrInfGradientIsRejectedAndNothingApplied) {
     EXPECT_THAT(pushed.status().message(), HasSubstr("element 2"));
     ExpectUntouched();
     PullRequest pull;
-    pull.set_worker_id(-1);
     pull.add_shards()->set_variable("b");
     auto b = ps_.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
     ASSERT_TRUE(b.ok());
@@ -413,6 +310,19 @@ TEST_F(BadInputTest, NanOrInfGradientIsRejectedAndNothingApplied) {
 
 TEST_F(BadInputTest, WorkerOutOfRangeAndFutureVersionsAreRejected) {
   EXPECT_THAT(ps_.Push(Push(7, 0, 1.0f)).status().message(), HasSubstr("worker_id 7"));
+  // An unset worker_id is no worker, not worker 0.
+  PushRequest anonymous = Push(0, 0, 1.0f);
+  anonymous.clear_worker_id();
+  EXPECT_THAT(std::string(ps_.Push(anonymous).status().message()),
+              HasSubstr("carries no worker_id"));
+  EXPECT_EQ(ps_.Heartbeat(HeartbeatRequest()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ps_.Describe().workers(0).seen() && ps_.Describe().workers(1).seen());
+  EXPECT_EQ(PullW(ps_, -1).status().code(), absl::StatusCode::kOk);  // a reader
+  PullRequest negative;
+  negative.set_worker_id(-1);  // set, and out of range
+  negative.add_shards()->set_variable("w");
+  EXPECT_THAT(std::string(ps_.Pull(negative, absl::Now(), 1 << 20).status().message()),
+              HasSubstr("worker_id -1 is out of range"));
   auto future = ps_.Push(Push(0, 5, 1.0f));
   EXPECT_EQ(future.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(future.status().message(), HasSubstr("version 5"));
@@ -561,7 +471,6 @@ TEST(InitializerTest, ValuesDoNotDependOnSharding) {
     Create(ps, part);
   }
   PullRequest pull;
-  pull.set_worker_id(-1);
   pull.add_shards()->set_variable("e");
   pull.add_shards()->set_variable("e2");
   pull.add_shards()->set_variable("e2");

@@ -91,15 +91,25 @@ void Shard::ApplyLocked(GradientParts grad) {
   ApplyGradient(spec_.variable().optimizer(), version_, grad, absl::MakeSpan(values_), slots_);
 }
 
-absl::StatusOr<ShardPushResult> Shard::ApplyNow(GradientParts grad, int64_t computed_at,
-                                                int64_t max_staleness) {
+bool Shard::SeenPushLocked(const ShardGradient& grad) {
+  if (grad.push_id == 0) return false;
+  if (static_cast<size_t>(grad.worker) >= last_push_ids_.size()) {
+    last_push_ids_.resize(grad.worker + 1, 0);
+  }
+  if (last_push_ids_[grad.worker] == grad.push_id) return true;
+  last_push_ids_[grad.worker] = grad.push_id;
+  return false;
+}
+
+absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64_t max_staleness) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckNotFromFutureLocked(computed_at); !s.ok()) return s;
-  const int64_t staleness = version_ - computed_at;
+  if (absl::Status s = CheckNotFromFutureLocked(grad.computed_at); !s.ok()) return s;
+  const int64_t staleness = version_ - grad.computed_at;
   if (max_staleness >= 0 && staleness > max_staleness) {
     return ResultLocked(ShardPushResult::STALE, staleness);
   }
-  ApplyLocked(grad);
+  if (SeenPushLocked(grad)) return ResultLocked(ShardPushResult::DUPLICATE, staleness);
+  ApplyLocked(grad.parts);
   return ResultLocked(ShardPushResult::APPLIED, staleness);
 }
 
@@ -112,30 +122,30 @@ void Shard::ApplyAccumulatedLocked() {
   accumulated_from_.clear();
 }
 
-absl::StatusOr<ShardPushResult> Shard::Accumulate(int worker, GradientParts grad,
-                                                  int64_t computed_at, int required) {
+absl::StatusOr<ShardPushResult> Shard::Accumulate(const ShardGradient& grad, int required) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckNotFromFutureLocked(computed_at); !s.ok()) return s;
-  const int64_t staleness = version_ - computed_at;
+  if (absl::Status s = CheckNotFromFutureLocked(grad.computed_at); !s.ok()) return s;
+  const int64_t staleness = version_ - grad.computed_at;
   if (staleness > 0) return ResultLocked(ShardPushResult::STALE, staleness);
-  if (std::find(accumulated_from_.begin(), accumulated_from_.end(), worker) !=
-      accumulated_from_.end()) {
+  if (std::find(accumulated_from_.begin(), accumulated_from_.end(), grad.worker) !=
+          accumulated_from_.end() ||
+      SeenPushLocked(grad)) {
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
   if (accumulated_.empty()) {
-    for (absl::Span<const float> part : grad) {
+    for (absl::Span<const float> part : grad.parts) {
       accumulated_.insert(accumulated_.end(), part.begin(), part.end());
     }
   } else {
     // Raw pointers: Span's bounds-checked [] keeps the loop from vectorising.
     float* sum = accumulated_.data();
-    for (absl::Span<const float> part : grad) {
+    for (absl::Span<const float> part : grad.parts) {
       const float* g = part.data();
       for (size_t i = 0; i < part.size(); ++i) sum[i] += g[i];
       sum += part.size();
     }
   }
-  accumulated_from_.push_back(worker);
+  accumulated_from_.push_back(grad.worker);
   if (static_cast<int>(accumulated_from_.size()) < required) {
     return ResultLocked(ShardPushResult::ACCUMULATED, 0);
   }

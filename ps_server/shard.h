@@ -20,6 +20,15 @@
 
 namespace fulcrum {
 
+// One shard's gradient in a push, checked by the caller: its parts are as
+// long as the shard.
+struct ShardGradient {
+  int worker = 0;
+  uint64_t push_id = 0;                        // the push's idempotency key; 0: none
+  int64_t computed_at = 0;                     // the version the gradient was computed from
+  std::vector<absl::Span<const float>> parts;  // the shard's rows, in order
+};
+
 class Shard {
  public:
   // `spec` must be valid with a canonical variable spec. The values come
@@ -50,22 +59,22 @@ class Shard {
                     google::protobuf::RepeatedPtrField<ShardSlice>* out) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The gradients below are checked by the caller: their parts are as long
-  // as the shard.
+  // A gradient whose push_id this shard already took from its worker is
+  // DUPLICATE below, whatever else it is: a retried push applies once.
 
-  // Async and SSP: applies `grad` (computed from version `computed_at`) now,
-  // unless max_staleness >= 0 and it is staler than that (then STALE).
-  absl::StatusOr<ShardPushResult> ApplyNow(GradientParts grad, int64_t computed_at,
-                                           int64_t max_staleness) ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies `grad` now, unless max_staleness >= 0 and it is staler than
+  // that (then STALE).
+  absl::StatusOr<ShardPushResult> ApplyNow(const ShardGradient& grad, int64_t max_staleness)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Sync: a gradient from `worker` for step `computed_at`. Older steps are
+  // Adds `grad` to the step being accumulated. Gradients of older steps are
   // STALE; a second gradient of one worker for one step is DUPLICATE; the
   // `required`-th gradient of the step applies their mean and bumps the
   // version (APPLIED); earlier ones are ACCUMULATED.
-  absl::StatusOr<ShardPushResult> Accumulate(int worker, GradientParts grad, int64_t computed_at,
-                                             int required) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ShardPushResult> Accumulate(const ShardGradient& grad, int required)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Sync: applies the pending mean when at least `required` gradients are in
+  // Applies the accumulated mean when at least `required` gradients are in
   // (the live workers shrank). True when it applied.
   bool CompleteIfReady(int required) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -82,6 +91,8 @@ class Shard {
   ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ApplyLocked(GradientParts grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when `grad` is a push this shard already took; else remembers it.
+  bool SeenPushLocked(const ShardGradient& grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardSpec spec_;
@@ -92,9 +103,11 @@ class Shard {
   std::vector<float> values_ ABSL_GUARDED_BY(mu_);
   OptimizerSlots slots_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  // Sync: sum of the gradients for step version_, and who sent them.
+  // Sum of the gradients accumulated for step version_, and who sent them.
   std::vector<float> accumulated_ ABSL_GUARDED_BY(mu_);
   std::vector<int> accumulated_from_ ABSL_GUARDED_BY(mu_);
+  // The push_id of each worker's last gradient taken here (by worker id).
+  std::vector<uint64_t> last_push_ids_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -21,13 +21,15 @@ absl::Status WorkerTable::CheckWorkerId(int id) const {
   return absl::OkStatus();
 }
 
-void WorkerTable::Renew(int id) {
+bool WorkerTable::Renew(int id) {
   const absl::Time expiry = now_() + lease_timeout_;
   absl::MutexLock lock(&mu_);
   Worker& w = workers_[id];
+  const bool arrived = !w.live || !w.seen;
   w.lease_expiry = expiry;
   w.live = true;
   w.seen = true;
+  return arrived;
 }
 
 void WorkerTable::MarkFinished(int id) {
@@ -59,44 +61,11 @@ int WorkerTable::ActiveCount() const {
       std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.active(); }));
 }
 
-void WorkerTable::AdvanceClock(int id, int64_t clock) {
-  absl::MutexLock lock(&mu_);
-  workers_[id].clock = std::max(workers_[id].clock, clock + 1);
-}
-
-bool WorkerTable::MinClockReachedLocked(int64_t min_clock) const {
-  for (const Worker& w : workers_) {
-    if (w.active() && w.clock < min_clock) return false;
-  }
-  return true;
-}
-
-bool WorkerTable::AwaitMinClock(int64_t min_clock, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto ready = [this, min_clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return cancelled_ || MinClockReachedLocked(min_clock);
-  };
-  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-  return !cancelled_ && MinClockReachedLocked(min_clock);
-}
-
-void WorkerTable::Cancel() {
-  absl::MutexLock lock(&mu_);
-  cancelled_ = true;
-}
-
-bool WorkerTable::cancelled() const {
+std::vector<bool> WorkerTable::Active() const {
   absl::ReaderMutexLock lock(&mu_);
-  return cancelled_;
-}
-
-std::vector<int> WorkerTable::WorkersBehind(int64_t min_clock) const {
-  absl::ReaderMutexLock lock(&mu_);
-  std::vector<int> behind;
-  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
-    if (workers_[i].active() && workers_[i].clock < min_clock) behind.push_back(i);
-  }
-  return behind;
+  std::vector<bool> active(workers_.size());
+  for (size_t i = 0; i < workers_.size(); ++i) active[i] = workers_[i].active();
+  return active;
 }
 
 std::vector<WorkerInfo> WorkerTable::Describe() const {
@@ -110,7 +79,6 @@ std::vector<WorkerInfo> WorkerTable::Describe() const {
     info.set_live(w.live);
     info.set_seen(w.seen);
     info.set_finished(w.finished);
-    info.set_clock(w.clock);
     info.set_lease_remaining_ms(
         std::max<int64_t>(0, absl::ToInt64Milliseconds(w.lease_expiry - now)));
     out.push_back(info);

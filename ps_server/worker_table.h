@@ -1,5 +1,5 @@
-// Leases and SSP clocks of the training workers, as one parameter server sees
-// them. Thread-safe.
+// The training workers' leases, as one parameter server sees them: which
+// are live, which have finished. Thread-safe.
 #ifndef FULCRUM_PS_SERVER_WORKER_TABLE_H_
 #define FULCRUM_PS_SERVER_WORKER_TABLE_H_
 
@@ -29,7 +29,8 @@ class WorkerTable {
   absl::Status CheckWorkerId(int id) const;
 
   // Renews `id`'s lease; a dead worker becomes live again (it rejoins).
-  void Renew(int id) ABSL_LOCKS_EXCLUDED(mu_);
+  // True when the worker arrived: first seen, or back from the dead.
+  bool Renew(int id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // `id` has finished training: it no longer counts as an active worker.
   void MarkFinished(int id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -44,20 +45,8 @@ class WorkerTable {
   // SSP wait count.
   int ActiveCount() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // SSP: `id` finished the step computed at `clock`; its clock becomes at
-  // least clock + 1.
-  void AdvanceClock(int id, int64_t clock) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // SSP: waits until every active worker's clock is >= min_clock, the
-  // deadline passes, or Cancel. True when the condition holds.
-  bool AwaitMinClock(int64_t min_clock, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Wakes every waiter; AwaitMinClock returns false from now on.
-  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
-  bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Active workers whose clock is below min_clock (for error messages).
-  std::vector<int> WorkersBehind(int64_t min_clock) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether each worker is active, by id.
+  std::vector<bool> Active() const ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<WorkerInfo> Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -67,17 +56,13 @@ class WorkerTable {
     bool live = true;
     bool seen = false;
     bool finished = false;
-    int64_t clock = 0;
     bool active() const { return live && !finished; }
   };
-
-  bool MinClockReachedLocked(int64_t min_clock) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const absl::Duration lease_timeout_;
   const std::function<absl::Time()> now_;
   mutable absl::Mutex mu_;
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace fulcrum

@@ -22,13 +22,12 @@ std::vector<int64_t> Widths(const ModelConfig& config) {
 
 }  // namespace
 
-absl::StatusOr<float> ScaleLearningRate(float base, const std::string& scaling,
-                                        ConsistencyMode mode, int aggregated) {
+absl::StatusOr<float> ScaleLearningRate(float base, const std::string& scaling, int aggregated) {
   if (scaling != "sqrt" && scaling != "linear" && scaling != "none") {
     return absl::InvalidArgumentError(
         absl::StrCat("--learning_rate_scaling: '", scaling, "' is not one of sqrt, linear, none"));
   }
-  if (mode != SYNC || scaling == "none" || aggregated <= 1) return base;
+  if (scaling == "none" || aggregated <= 1) return base;
   return base * static_cast<float>(scaling == "sqrt" ? std::sqrt(aggregated) : aggregated);
 }
 

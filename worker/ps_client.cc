@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <set>
 #include <tuple>
 
@@ -28,9 +29,12 @@ bool LostState(const absl::Status& status) {
 PsClient::PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options)
     : servers_(std::move(servers)),
       options_(options),
+      policy_(MakeClientPolicy(options.mode).value_or(nullptr)),
       fan_out_(static_cast<int>(servers_.size()) - 1),
-      incarnations_(servers_.size(), 0) {
+      incarnations_(servers_.size(), 0),
+      push_ids_(std::random_device()()) {
   CHECK(!servers_.empty());
+  CHECK(policy_ != nullptr && "PsClientOptions::mode must be ASYNC, SYNC or SSP");
 }
 
 PsClient::~PsClient() {
@@ -154,8 +158,8 @@ std::vector<PullRequest> PsClient::BuildPulls(
   std::vector<PullRequest> pulls(servers_.size());
   response_bytes->assign(servers_.size(), 0);
   for (size_t ps = 0; ps < pulls.size(); ++ps) {
-    pulls[ps].set_worker_id(options_.worker_id);
-    pulls[ps].set_clock(options_.mode == SSP ? clock_ : -1);
+    if (options_.worker_id >= 0) pulls[ps].set_worker_id(options_.worker_id);
+    if (options_.worker_id >= 0 && policy_->CarriesClock()) pulls[ps].set_clock(clock_);
     pulls[ps].set_incarnation(incarnations_[ps]);
     pulls[ps].set_wire_dtype(options_.wire_dtype);
   }
@@ -166,10 +170,8 @@ std::vector<PullRequest> PsClient::BuildPulls(
       ref->set_shard(shard.shard);
       (*response_bytes)[shard.ps] +=
           shard.rows * RowElements(variable->spec.shape()) * EncodedFloatBytes(options_.wire_dtype);
-      if (options_.mode == SYNC) {
-        auto it = shard_state_.find({variable->spec.name(), shard.shard});
-        if (it != shard_state_.end()) ref->set_min_version(it->second.min_version);
-      }
+      auto it = shard_state_.find({variable->spec.name(), shard.shard});
+      if (it != shard_state_.end()) ref->set_min_version(it->second.min_version);
     }
   }
   return pulls;
@@ -356,13 +358,21 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
   return Assemble(*variables, responses, placers, out);
 }
 
-absl::StatusOr<PsClient::Pushes> PsClient::BuildPushes(const TensorMap& gradients) const {
+absl::StatusOr<PsClient::Pushes> PsClient::BuildPushes(const TensorMap& gradients) {
+  if (options_.worker_id < 0) {
+    return absl::FailedPreconditionError(
+        "this client reads only (worker_id -1): pushes need a worker's replica id");
+  }
+  // The push's idempotency key: the same on every retry and every part.
+  uint64_t push_id = 0;
+  while (push_id == 0) push_id = push_ids_();
   // New each step: a transport may still be sending the last step's bytes.
   Pushes per_ps(servers_.size());
   for (size_t ps = 0; ps < per_ps.size(); ++ps) {
     per_ps[ps] = std::make_shared<PushRequest>();
     per_ps[ps]->set_worker_id(options_.worker_id);
-    per_ps[ps]->set_clock(options_.mode == SSP ? clock_ : -1);
+    if (policy_->CarriesClock()) per_ps[ps]->set_clock(clock_);
+    per_ps[ps]->set_push_id(push_id);
     per_ps[ps]->set_incarnation(incarnations_[ps]);
   }
   for (const auto& [name, grad] : gradients) {
@@ -400,10 +410,10 @@ void PsClient::AfterPush(const Pushes& pushes, const std::vector<bool>& dropped)
     if (dropped[ps]) continue;
     for (const ShardSlice& slice : pushes[ps]->gradients()) {
       ShardState& state = shard_state_[{slice.variable(), slice.shard()}];
-      state.min_version = state.pulled_version + 1;
+      state.min_version = policy_->MinVersionAfterPush(state.pulled_version);
     }
   }
-  if (options_.mode == SSP) ++clock_;
+  ++clock_;
 }
 
 PushStats PsClient::Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
@@ -437,8 +447,7 @@ absl::StatusOr<PushStats> PsClient::Push(const TensorMap& gradients) {
   std::vector<PushResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    // SSP: every server keeps this worker's clock, so every server hears of it.
-    involved[ps] = pushes[ps]->gradients_size() > 0 || options_.mode == SSP;
+    involved[ps] = pushes[ps]->gradients_size() > 0 || policy_->PushReachesEveryServer();
   }
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "push", [&](int ps, absl::Time deadline) {
@@ -480,8 +489,8 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    involved[ps] =
-        pushes[ps]->gradients_size() > 0 || pulls[ps].shards_size() > 0 || options_.mode == SSP;
+    involved[ps] = pushes[ps]->gradients_size() > 0 || pulls[ps].shards_size() > 0 ||
+                   policy_->PushReachesEveryServer();
   }
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "push-pull", [&](int ps, absl::Time deadline) {
@@ -544,6 +553,9 @@ absl::Status PsClient::Heartbeat() { return SendHeartbeat(false); }
 absl::Status PsClient::Finish() { return SendHeartbeat(true); }
 
 absl::Status PsClient::SendHeartbeat(bool finished) {
+  if (options_.worker_id < 0) {
+    return absl::FailedPreconditionError("this client reads only (worker_id -1): it has no lease");
+  }
   HeartbeatRequest request;
   request.set_worker_id(options_.worker_id);
   request.set_finished(finished);

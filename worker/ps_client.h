@@ -46,6 +46,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,6 +59,7 @@
 #include "common/thread_pool.h"
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
+#include "worker/consistency/policy.h"
 #include "worker/ps_transport.h"
 
 namespace fulcrum {
@@ -162,8 +164,10 @@ class PsClient {
   // The lowest version among the shards of the last pull: the global step in
   // sync mode.
   int64_t step() const { return step_; }
-  // SSP: pushes made so far.
+  // Pushes made so far: the clock SSP calls carry.
   int64_t clock() const { return clock_; }
+  // The consistency mode's client side.
+  const ClientConsistencyPolicy& policy() const { return *policy_; }
 
   const std::vector<VariablePlacement>& placement() const { return placement_; }
   int num_servers() const { return static_cast<int>(servers_.size()); }
@@ -171,7 +175,7 @@ class PsClient {
  private:
   struct ShardState {
     int64_t pulled_version = 0;
-    int64_t min_version = 0;  // sync: the next pull waits for this
+    int64_t min_version = 0;  // the next pull waits for this (the policy says)
   };
 
   absl::StatusOr<const VariablePlacement*> Find(const std::string& name) const;
@@ -179,7 +183,7 @@ class PsClient {
       const std::vector<std::string>& names) const;
   // Each server's part of the push of `gradients`.
   using Pushes = std::vector<std::shared_ptr<PushRequest>>;
-  absl::StatusOr<Pushes> BuildPushes(const TensorMap& gradients) const;
+  absl::StatusOr<Pushes> BuildPushes(const TensorMap& gradients);
   // The pull of `variables` from each server, and the tensor bytes each
   // answers with.
   std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables,
@@ -219,6 +223,7 @@ class PsClient {
 
   const std::vector<std::unique_ptr<PsTransport>> servers_;
   const PsClientOptions options_;
+  const std::unique_ptr<ClientConsistencyPolicy> policy_;  // of options_.mode
   ThreadPool fan_out_;  // ForEachServer's calls beside the caller's own
   std::vector<VariablePlacement> placement_;
   std::map<std::string, size_t> index_;               // name -> placement_ index
@@ -227,6 +232,7 @@ class PsClient {
   std::map<std::pair<std::string, int>, ShardState> shard_state_;
   int64_t step_ = 0;
   int64_t clock_ = 0;
+  std::mt19937_64 push_ids_;
 
   absl::Notification stop_heartbeats_;
   std::thread heartbeat_thread_;

@@ -2,9 +2,8 @@
 // local replicas, local reduce, push, with the consistency mode's semantics
 // (kept by PsClient). The chief also evaluates on the test set after every
 // epoch, saves checkpoints, writes the metrics and the summary, and ends the
-// job. With `resume`, a worker continues where the servers are, at step S:
-// sync steps are global, so it skips its first S batches; async and ssp
-// steps are shared among the workers, so S / workers.
+// job. With `resume`, a worker continues where the servers are, skipping
+// the batches the mode says it has done (ClientConsistencyPolicy).
 #ifndef FULCRUM_WORKER_TRAINER_H_
 #define FULCRUM_WORKER_TRAINER_H_
 
@@ -35,7 +34,6 @@ struct StepInfo {
 };
 
 struct TrainerOptions {
-  ConsistencyMode mode = SYNC;
   int64_t epochs = 10;
   int64_t batch_size = 64;  // per worker; split over the local replicas
   uint64_t seed = 0;        // of the per-epoch shuffles

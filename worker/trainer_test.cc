@@ -107,7 +107,6 @@ absl::StatusOr<TrainingSummary> TrainInProcess(const ClusterShape& shape, int64_
       }
       auto reducer = MakeHostReducer();
       TrainerOptions options;
-      options.mode = shape.mode;
       options.epochs = epochs;
       options.batch_size = 32;
       options.log_every_steps = 50;

@@ -215,39 +215,35 @@ absl::StatusOr<Devices> MakeDevices(const std::string& kind, int replicas) {
 }
 
 struct ServerState {
-  int replicas_to_aggregate = 0;
+  int gradients_per_update = 1;  // averaged in one update of the servers
   // The job is under way already: the servers know this worker (it
   // restarted) or restored a checkpoint.
   bool resume = false;
 };
 
 // The servers must run the mode (and bounds) this worker was told.
-absl::StatusOr<ServerState> CheckServers(PsClient& client, ConsistencyMode mode, int replica,
+absl::StatusOr<ServerState> CheckServers(PsClient& client, int replica,
                                          const std::vector<std::string>& ps) {
   auto described = client.Describe();
   if (!described.ok()) return described.status();
+  const ClientConsistencyPolicy& policy = client.policy();
+  const ModeBounds expected{absl::GetFlag(FLAGS_replicas_to_aggregate),
+                            absl::GetFlag(FLAGS_staleness)};
   for (size_t i = 0; i < described->size(); ++i) {
     const DescribeResponse& d = (*described)[i];
     const std::string where = absl::StrCat("ps ", i, " (", ps[i], ")");
-    if (d.mode() != mode) {
+    if (d.mode() != policy.mode()) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker --mode=", absl::GetFlag(FLAGS_mode), " but ", where, " runs ",
                        ConsistencyModeName(d.mode()), "; start both with the same --mode"));
     }
-    const int rta = absl::GetFlag(FLAGS_replicas_to_aggregate);
-    if (mode == SYNC && rta > 0 && d.replicas_to_aggregate() != rta) {
-      return absl::FailedPreconditionError(absl::StrCat("worker --replicas_to_aggregate=", rta,
-                                                        " but ", where, " aggregates ",
-                                                        d.replicas_to_aggregate()));
-    }
-    const int64_t k = absl::GetFlag(FLAGS_staleness);
-    if (mode == SSP && k >= 0 && d.staleness_bound() != k) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker --staleness=", k, " but ", where, " runs with staleness ", d.staleness_bound()));
+    if (absl::Status s = policy.CheckServer(d, expected); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, ": ", s.message(), "; see --replicas_to_aggregate, --staleness"));
     }
   }
   ServerState state;
-  state.replicas_to_aggregate = described->front().replicas_to_aggregate();
+  state.gradients_per_update = policy.GradientsPerUpdate(described->front());
   for (const DescribeResponse& d : *described) {
     const bool seen = replica < d.workers_size() && d.workers(replica).seen();
     state.resume = state.resume || seen || d.restored_step() >= 0;
@@ -348,12 +344,11 @@ absl::Status Run(bool* configured) {
   const std::vector<std::string> ps(cluster->cluster().ps().begin(), cluster->cluster().ps().end());
   auto client = PsClient::Connect(ps, options);
   LOG_INFO("waiting for {} parameter server(s): {}", ps.size(), absl::StrJoin(ps, ", "));
-  auto servers = CheckServers(*client, *mode, *replica, ps);
+  auto servers = CheckServers(*client, *replica, ps);
   if (!servers.ok()) return servers.status();
-  const int aggregated = servers->replicas_to_aggregate;
-  auto learning_rate =
-      ScaleLearningRate(model.optimizer.learning_rate(), absl::GetFlag(FLAGS_learning_rate_scaling),
-                        *mode, aggregated);
+  const int aggregated = servers->gradients_per_update;
+  auto learning_rate = ScaleLearningRate(model.optimizer.learning_rate(),
+                                         absl::GetFlag(FLAGS_learning_rate_scaling), aggregated);
   if (!learning_rate.ok()) return learning_rate.status();
   if (*learning_rate != model.optimizer.learning_rate()) {
     LOG_INFO("learning rate {} ({} scaling for {} gradients averaged per step)", *learning_rate,
@@ -364,7 +359,6 @@ absl::Status Run(bool* configured) {
   client->StartHeartbeats(absl::Seconds(1));
 
   TrainerOptions trainer_options;
-  trainer_options.mode = *mode;
   trainer_options.epochs = absl::GetFlag(FLAGS_epochs);
   trainer_options.batch_size = absl::GetFlag(FLAGS_batch_size);
   trainer_options.seed = absl::GetFlag(FLAGS_seed);

@@ -42,15 +42,13 @@ absl::Status MergePush(PushRequest* part, bool first, int64_t max_bytes, PushReq
                        int64_t* bytes) {
   if (absl::Status s = CountPushBytes(*part, max_bytes, bytes); !s.ok()) return s;
   if (first) {
-    merged->set_worker_id(part->worker_id());
-    merged->set_clock(part->clock());
-    merged->set_incarnation(part->incarnation());
-  } else if (part->worker_id() != merged->worker_id() || part->clock() != merged->clock() ||
-             part->incarnation() != merged->incarnation()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("push stream mixes worker/clock/incarnation (", merged->worker_id(), ", ",
-                     merged->clock(), ", ", merged->incarnation(), ") and (", part->worker_id(),
-                     ", ", part->clock(), ", ", part->incarnation(), ")"));
+    CopyPushHeader(*part, merged);
+  } else if (!SamePushHeader(*part, *merged)) {
+    PushRequest a, b;  // the headers alone, without the tensors
+    CopyPushHeader(*merged, &a);
+    CopyPushHeader(*part, &b);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push stream mixes headers {", a.ShortDebugString(), "} and {", b.ShortDebugString(), "}"));
   }
   // Moved, not copied: the part is read afresh for the next message.
   for (ShardSlice& slice : *part->mutable_gradients()) *merged->add_gradients() = std::move(slice);
@@ -115,7 +113,6 @@ class PsGrpcServer::Service final : public PsService::Service {
     PushRequest merged;
     // Without a pull part, only the push's outcome is sent back.
     PullRequest pull;
-    pull.set_worker_id(-1);
     PushPullRequest part;
     int64_t bytes = 0;
     for (bool first = true; stream->Read(&part); first = false) {
@@ -152,8 +149,8 @@ class PsGrpcServer::Service final : public PsService::Service {
     if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
     auto pushed = ps_->Push(request->push());
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
-    PullRequest pull = request->pull();
-    if (!request->has_pull()) pull.set_worker_id(-1);  // only the push's outcome
+    // Without a pull part (an empty pull), only the push's outcome.
+    const PullRequest& pull = request->pull();
     if (absl::Status s = PullOne(pull, Deadline(context), response); !s.ok()) {
       return ToGrpcStatus(s);
     }
