@@ -15,9 +15,9 @@
 // as it does the parts of one push that go to different servers. So an
 // error in one part (a NaN gradient, say) rejects that part's shards while
 // the others apply; and where one part fails UNAVAILABLE while the others
-// got through, PsClient retries the whole push, so in async and SSP mode
-// the shards that got through apply twice (sync: DUPLICATE, dropped) --
-// as one call's can when its connection breaks after the server applied it.
+// got through, PsClient retries the whole push: the shards that got
+// through answer DUPLICATE (the retry carries the push's push_id), so
+// nothing applies twice.
 #ifndef FULCRUM_WORKER_PARALLEL_PS_TRANSPORT_H_
 #define FULCRUM_WORKER_PARALLEL_PS_TRANSPORT_H_
 

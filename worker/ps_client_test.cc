@@ -179,13 +179,16 @@ TEST(PsClientTest, ConflictingCreateIsAlreadyExists) {
 }
 
 // Fails UNAVAILABLE a number of times, then passes calls through, pulls in
-// slices of `max_slice_bytes` and changed by `mangle_pull`, if set.
+// slices of `max_slice_bytes` and changed by `mangle_pull`, if set. The
+// first `lost_push_responses` pushes reach the server and then fail
+// UNAVAILABLE, as when a connection breaks after the server applied them.
 class FlakyTransport final : public PsTransport {
  public:
   FlakyTransport(ParameterServer* ps, int failures,
                  int64_t max_slice_bytes = std::numeric_limits<int64_t>::max())
       : inner_(ps, max_slice_bytes), failures_(failures) {}
   std::function<void(PullResponse*)> mangle_pull;
+  int lost_push_responses = 0;
   std::string address() const override { return "flaky"; }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& r,
                                                     absl::Time d) override {
@@ -199,11 +202,15 @@ class FlakyTransport final : public PsTransport {
     return pulled;
   }
   absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> r, absl::Time d) override {
-    return inner_.Push(std::move(r), d);
+    auto pushed = inner_.Push(std::move(r), d);
+    if (lost_push_responses-- > 0) return absl::UnavailableError("connection reset");
+    return pushed;
   }
   absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> p, const PullRequest& r,
                                         int64_t bytes, absl::Time d) override {
-    return inner_.PushPull(std::move(p), r, bytes, d);
+    auto pulled = inner_.PushPull(std::move(p), r, bytes, d);
+    if (lost_push_responses-- > 0) return absl::UnavailableError("connection reset");
+    return pulled;
   }
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& r, absl::Time d) override {
     return inner_.Heartbeat(r, d);
@@ -245,6 +252,34 @@ TEST(PsClientTest, RetriesUnavailableWithBackoffThenGivesUpNamingTheServer) {
   absl::Status status = gives_up.CreateVariables({TestVariable("w", {2}, 1, 0.0f)});
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr("ps 0 (flaky): create variables"));
+}
+
+// A push whose response was lost is retried, and the retry, which carries
+// the same push_id, is not applied again.
+TEST(PsClientTest, ARetriedPushAppliesOnce) {
+  for (ConsistencyMode mode : {ASYNC, SSP}) {
+    ParameterServer ps(TestServerConfig(mode, 1));
+    PsClientOptions options;
+    options.mode = mode;
+    options.initial_backoff = absl::Milliseconds(1);
+    std::vector<std::unique_ptr<PsTransport>> transports;
+    auto flaky = std::make_unique<FlakyTransport>(&ps, 0);
+    FlakyTransport* transport = flaky.get();
+    transports.push_back(std::move(flaky));
+    PsClient client(std::move(transports), options);
+    ASSERT_TRUE(client.CreateVariables({TestVariable("w", {2}, 1, 0.0f)}).ok());
+    transport->lost_push_responses = 1;
+    auto pushed = client.Push({{"w", Filled({2}, 1.0f)}});
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    EXPECT_EQ(pushed->duplicate, 1) << ConsistencyMode_Name(mode);
+    TensorMap out;
+    transport->lost_push_responses = 1;
+    auto again = client.PushPull({{"w", Filled({2}, 1.0f)}}, {}, &out);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->duplicate, 1);
+    EXPECT_EQ(out["w"].values, std::vector<float>(2, -2.0f));  // two pushes, each once
+    EXPECT_EQ(ps.Describe().updates_applied(), 2);
+  }
 }
 
 // A pull that arrives in many slices is put together in place; slices that

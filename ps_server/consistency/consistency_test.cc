@@ -45,8 +45,7 @@ class Cluster {
   // A push of `value` everywhere from `worker`, computed at `version`, at
   // `clock` (-1: none), with `push_id`: its outcome, with the staleness
   // after a '/' when there is any, or the error code.
-  std::string Push(int worker, int64_t version, float value, int64_t clock,
-                   uint64_t push_id = 0) {
+  std::string Push(int worker, int64_t version, float value, int64_t clock, uint64_t push_id = 0) {
     PushRequest request;
     request.set_worker_id(worker);
     if (clock >= 0) request.set_clock(clock);
@@ -79,8 +78,8 @@ class Cluster {
                  ? absl::StrCat("waiting: ", pulled.status().message())
                  : absl::StatusCodeToString(pulled.status().code());
     }
-    return absl::StrCat("v", pulled->slices(0).version(), " w=",
-                        FloatValues(pulled->slices(0).tensor())[0]);
+    return absl::StrCat("v", pulled->slices(0).version(),
+                        " w=", FloatValues(pulled->slices(0).tensor())[0]);
   }
 
   // What a reader sees now.
@@ -186,12 +185,12 @@ std::string ClientPolicy(ConsistencyMode mode) {
   CHECK(policy.ok());
   DescribeResponse server;
   server.set_replicas_to_aggregate(3);
-  return Join({absl::StrCat("after pushing from v5 pull v", (*policy)->MinVersionAfterPush(5)),
-               (*policy)->CarriesClock() ? "clock" : "no clock",
-               (*policy)->PushReachesEveryServer() ? "every server" : "servers with gradients",
-               absl::StrCat("resume at step 100 of 4 workers: batch ",
-                            (*policy)->ResumedBatches(100, 4)),
-               absl::StrCat("gradients per update ", (*policy)->GradientsPerUpdate(server))});
+  return Join(
+      {absl::StrCat("after pushing from v5 pull v", (*policy)->MinVersionAfterPush(5)),
+       (*policy)->CarriesClock() ? "clock" : "no clock",
+       (*policy)->PushReachesEveryServer() ? "every server" : "servers with gradients",
+       absl::StrCat("resume at step 100 of 4 workers: batch ", (*policy)->ResumedBatches(100, 4)),
+       absl::StrCat("gradients per update ", (*policy)->GradientsPerUpdate(server))});
 }
 
 struct Row {
@@ -240,10 +239,8 @@ const Row kRows[] = {
      "APPLIED | APPLIED | waiting: ssp: worker 0 at clock 2 waits for worker(s) 1 to reach "
      "clock 1 | v2 w=-2"},
 
-    {"the slow worker catches up", ASYNC,
-     "APPLIED | APPLIED/1 | v2 w=-2 | APPLIED/2 | v3 w=-3"},
-    {"the slow worker catches up", SYNC,
-     "ACCUMULATED | DUPLICATE | v0 w=0 | APPLIED | v1 w=-1"},
+    {"the slow worker catches up", ASYNC, "APPLIED | APPLIED/1 | v2 w=-2 | APPLIED/2 | v3 w=-3"},
+    {"the slow worker catches up", SYNC, "ACCUMULATED | DUPLICATE | v0 w=0 | APPLIED | v1 w=-1"},
     {"the slow worker catches up", SSP,
      "APPLIED | APPLIED/1 | waiting: ssp: worker 0 at clock 2 waits for worker(s) 1 to reach "
      "clock 1 | APPLIED/2 | v3 w=-3"},
@@ -289,7 +286,9 @@ std::string RunScenario(const Row& row) {
 
 class ConsistencyTest : public ::testing::TestWithParam<Row> {};
 
-TEST_P(ConsistencyTest, TraceMatchesTheTable) { EXPECT_EQ(RunScenario(GetParam()), GetParam().expected); }
+TEST_P(ConsistencyTest, TraceMatchesTheTable) {
+  EXPECT_EQ(RunScenario(GetParam()), GetParam().expected);
+}
 
 INSTANTIATE_TEST_SUITE_P(Modes, ConsistencyTest, ::testing::ValuesIn(kRows),
                          [](const ::testing::TestParamInfo<Row>& info) {

@@ -22,10 +22,9 @@ class SspClientPolicy final : public ClientConsistencyPolicy {
   absl::Status CheckServer(const DescribeResponse& server,
                            const ModeBounds& expected) const override {
     if (expected.staleness >= 0 && server.staleness_bound() != expected.staleness) {
-      return absl::FailedPreconditionError(absl::StrCat("this worker expects staleness ",
-                                                        expected.staleness,
-                                                        " but the server runs with staleness ",
-                                                        server.staleness_bound()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("this worker expects staleness ", expected.staleness,
+                       " but the server runs with staleness ", server.staleness_bound()));
     }
     return absl::OkStatus();
   }

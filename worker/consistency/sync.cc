@@ -11,9 +11,7 @@ class SyncClientPolicy final : public ClientConsistencyPolicy {
  public:
   ConsistencyMode mode() const override { return SYNC; }
 
-  int64_t MinVersionAfterPush(int64_t pulled_version) const override {
-    return pulled_version + 1;
-  }
+  int64_t MinVersionAfterPush(int64_t pulled_version) const override { return pulled_version + 1; }
 
   int64_t ResumedBatches(int64_t global_step, int num_workers) const override {
     return global_step;
@@ -28,9 +26,8 @@ class SyncClientPolicy final : public ClientConsistencyPolicy {
     if (expected.replicas_to_aggregate > 0 &&
         server.replicas_to_aggregate() != expected.replicas_to_aggregate) {
       return absl::FailedPreconditionError(
-          absl::StrCat("this worker expects replicas_to_aggregate ",
-                       expected.replicas_to_aggregate, " but the server aggregates ",
-                       server.replicas_to_aggregate()));
+          absl::StrCat("this worker expects replicas_to_aggregate ", expected.replicas_to_aggregate,
+                       " but the server aggregates ", server.replicas_to_aggregate()));
     }
     return absl::OkStatus();
   }
