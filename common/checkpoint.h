@@ -1,7 +1,7 @@
-// Checkpoint files on disk: framing with a checksum, names, manifests, and
-// finding the newest complete checkpoint. A checkpoint is a directory
-// `<root>/ckpt-<step>/` holding one file per parameter server and, once
-// every server has written its file, the chief's MANIFEST listing them: a
+// Checkpoints on disk: names, manifests, and finding the newest complete
+// checkpoint. A checkpoint is a directory `<root>/ckpt-<step>/` holding one
+// file per parameter server (common/checkpoint_file.h) and, once every
+// server has written its file, the chief's MANIFEST listing them: a
 // checkpoint is complete exactly when its manifest is there and valid.
 // Thread-compatible free functions.
 #ifndef FULCRUM_COMMON_CHECKPOINT_H_
@@ -10,29 +10,19 @@
 #include <google/protobuf/message.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/checkpoint_file.h"
 #include "common/file_system.h"
 #include "proto/checkpoint.pb.h"
 
 namespace fulcrum {
 
-// The file format this build writes and reads.
-constexpr uint32_t kCheckpointFormatVersion = 1;
 constexpr char kManifestName[] = "MANIFEST";
-
-uint32_t Crc32(absl::string_view data);
-
-// magic "FULCKPT\n", format version (u32), payload length (u64) and CRC-32
-// (u32), little-endian, then the serialized message.
-std::string FrameMessage(const google::protobuf::Message& message);
-
-// Checks and parses a framed file; errors name `path` and the fault: not a
-// checkpoint file, another format version, truncated, checksum mismatch.
-absl::Status UnframeMessage(absl::string_view data, const std::string& path,
-                            google::protobuf::Message* out);
 
 std::string CheckpointDirName(int64_t step);       // "ckpt-000000001234"
 std::string PsFileName(int ps_index, int num_ps);  // "ps-00001-of-00002.ckpt"
@@ -53,13 +43,18 @@ struct CheckpointInfo {
 std::vector<CheckpointInfo> ListCompleteCheckpoints(FileSystem& fs, const std::string& root,
                                                     std::vector<std::string>* problems);
 
+// The servers' files of a checkpoint, opened and verified.
+using CheckpointFiles = std::vector<std::shared_ptr<const CheckpointFile>>;
+
 // Every server's file of the newest complete checkpoint whose files all
-// verify against its manifest; older checkpoints are tried when a newer
-// one has a missing, truncated or corrupt file (each reported in
-// `problems`). NOT_FOUND when there is none.
-absl::StatusOr<std::vector<PsCheckpoint>> LoadNewestCheckpoint(FileSystem& fs,
-                                                               const std::string& root,
-                                                               std::vector<std::string>* problems);
+// verify against its manifest and that `accept` accepts (the caller's
+// check that it can use them); older checkpoints are tried when a newer
+// one has a missing, truncated or corrupt file or is not accepted (each
+// reported in `problems`). NOT_FOUND when there is none.
+absl::StatusOr<CheckpointFiles> LoadNewestCheckpoint(
+    FileSystem& fs, const std::string& root,
+    const std::function<absl::Status(const CheckpointFiles&)>& accept,
+    std::vector<std::string>* problems);
 
 // The chief's second phase: writes the manifest of checkpoint `step` from
 // the servers' files, atomically.

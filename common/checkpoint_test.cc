@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,29 @@ namespace {
 
 using ::testing::HasSubstr;
 
+absl::Status AcceptAll(const CheckpointFiles&) { return absl::OkStatus(); }
+
+FaultyFileSystem::Faults ShortWrites() {
+  FaultyFileSystem::Faults faults;
+  faults.short_writes = true;
+  return faults;
+}
+FaultyFileSystem::Faults FailedSyncs() {
+  FaultyFileSystem::Faults faults;
+  faults.fail_syncs = true;
+  return faults;
+}
+FaultyFileSystem::Faults FailedRenames() {
+  FaultyFileSystem::Faults faults;
+  faults.fail_renames = true;
+  return faults;
+}
+FaultyFileSystem::Faults DiskFullAfter(int64_t bytes) {
+  FaultyFileSystem::Faults faults;
+  faults.disk_full_after_bytes = bytes;
+  return faults;
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -22,24 +46,41 @@ class CheckpointTest : public ::testing::Test {
     ASSERT_TRUE(fs_.MakeDirs(root_).ok());
   }
 
-  // Writes checkpoint `step` from `num_ps` servers, each file holding one
-  // shard whose version is `step`; the manifest only if `complete`.
+  // Writes checkpoint `step` from `num_ps` servers, each file holding its
+  // two rows of w [2 * num_ps, 3], at version `step`; the manifest only if
+  // `complete`.
   void WriteCheckpoint(int64_t step, int num_ps, bool complete = true) {
     const std::string dir = absl::StrCat(root_, "/", CheckpointDirName(step));
     ASSERT_TRUE(fs_.MakeDirs(dir).ok());
     std::vector<ManifestFile> files;
     for (int ps = 0; ps < num_ps; ++ps) {
-      PsCheckpoint checkpoint;
-      checkpoint.set_ps_index(ps);
-      checkpoint.set_num_ps(num_ps);
-      checkpoint.set_step(step);
-      checkpoint.add_shards()->set_version(step);
-      const std::string data = FrameMessage(checkpoint);
+      PsCheckpointHeader header;
+      header.set_ps_index(ps);
+      header.set_num_ps(num_ps);
+      header.set_step(step);
+      auto writer = CheckpointFileWriter::Open(fs_, PsPath(step, ps, num_ps), header);
+      ASSERT_TRUE(writer.ok()) << writer.status();
+      ShardCheckpoint shard;
+      VariableSpec* v = shard.mutable_spec()->mutable_variable();
+      v->set_name("w");
+      v->add_shape(2 * num_ps);
+      v->add_shape(3);
+      v->set_dtype(DT_FLOAT);
+      v->mutable_optimizer()->set_learning_rate(1);
+      shard.mutable_spec()->set_shard(ps);
+      shard.mutable_spec()->set_num_shards(num_ps);
+      shard.mutable_spec()->set_row_offset(2 * ps);
+      shard.mutable_spec()->set_rows(2);
+      shard.set_version(step);
+      const std::vector<float> values(6, static_cast<float>(step));
+      // A fault the test injected fails the shard or the commit.
+      if (!(*writer)->AddShard(shard, values, {}).ok()) return;
+      auto written = (*writer)->Commit();
+      if (!written.ok()) return;
       ManifestFile& file = files.emplace_back();
       file.set_name(PsFileName(ps, num_ps));
-      file.set_bytes(static_cast<int64_t>(data.size()));
-      file.set_crc32(Crc32(data));
-      ASSERT_TRUE(WriteFileAtomically(fs_, absl::StrCat(dir, "/", file.name()), data).ok());
+      file.set_bytes(written->bytes);
+      file.set_crc32(written->crc32);
     }
     if (complete) ASSERT_TRUE(WriteManifest(fs_, root_, step, num_ps, files).ok());
   }
@@ -48,38 +89,35 @@ class CheckpointTest : public ::testing::Test {
     return absl::StrCat(root_, "/", CheckpointDirName(step), "/", PsFileName(ps, num_ps));
   }
 
+  int64_t NewestStep(std::vector<std::string>* problems) {
+    auto loaded = LoadNewestCheckpoint(fs_, root_, AcceptAll, problems);
+    return loaded.ok() ? (*loaded)[0]->header().step() : -1;
+  }
+
   FaultyFileSystem fs_;
   std::string root_;
 };
 
-TEST_F(CheckpointTest, FramingRoundTripsAndNamesEveryFault) {
-  PsCheckpoint checkpoint;
-  checkpoint.set_step(42);
-  const std::string data = FrameMessage(checkpoint);
-  PsCheckpoint back;
+TEST_F(CheckpointTest, ManifestFramingRoundTripsAndNamesEveryFault) {
+  CheckpointManifest manifest;
+  manifest.set_step(42);
+  const std::string data = *FrameMessage(manifest);
+  CheckpointManifest back;
   ASSERT_TRUE(UnframeMessage(data, "f", &back).ok());
   EXPECT_EQ(back.step(), 42);
 
-  EXPECT_THAT(UnframeMessage("garbage", "f1", &back).message(), HasSubstr("'f1' is not a Fulcrum"));
+  auto message = [&](absl::string_view bytes, const std::string& path) {
+    return std::string(UnframeMessage(bytes, path, &back).message());
+  };
+  EXPECT_THAT(message("garbage", "f1"), HasSubstr("'f1' is not a Fulcrum manifest"));
   std::string version = data;
   version[8] = 9;
-  EXPECT_THAT(UnframeMessage(version, "f2", &back).message(),
+  EXPECT_THAT(message(version, "f2"),
               HasSubstr("'f2' has format version 9; this build reads version 1"));
-  EXPECT_THAT(UnframeMessage(data.substr(0, data.size() - 1), "f3", &back).message(),
-              HasSubstr("'f3' is truncated"));
+  EXPECT_THAT(message(data.substr(0, data.size() - 1), "f3"), HasSubstr("'f3' is truncated"));
   std::string corrupt = data;
   corrupt.back() ^= 0x40;
-  EXPECT_THAT(UnframeMessage(corrupt, "f4", &back).message(), HasSubstr("'f4' is corrupt"));
-}
-
-TEST_F(CheckpointTest, AtomicWriteLeavesTheOldFileWhenTheDiskIsFull) {
-  const std::string path = root_ + "/file";
-  ASSERT_TRUE(WriteFileAtomically(fs_, path, "old contents").ok());
-  fs_.fault = FaultyFileSystem::Fault::kDiskFull;
-  absl::Status status = WriteFileAtomically(fs_, path, "new contents that do not fit");
-  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(*fs_.ReadFile(path), "old contents");
-  EXPECT_EQ(fs_.ListDir(root_)->size(), 1u);  // no temporary file left behind
+  EXPECT_THAT(message(corrupt, "f4"), HasSubstr("'f4' is corrupt"));
 }
 
 TEST_F(CheckpointTest, NewestCompleteCheckpointLoads) {
@@ -87,10 +125,11 @@ TEST_F(CheckpointTest, NewestCompleteCheckpointLoads) {
   WriteCheckpoint(20, 2);
   WriteCheckpoint(30, 2, /*complete=*/false);  // a server wrote, the chief never did
   std::vector<std::string> problems;
-  auto loaded = LoadNewestCheckpoint(fs_, root_, &problems);
+  auto loaded = LoadNewestCheckpoint(fs_, root_, AcceptAll, &problems);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_EQ(loaded->size(), 2u);
-  EXPECT_EQ((*loaded)[0].step(), 20);
+  EXPECT_EQ((*loaded)[0]->header().step(), 20);
+  EXPECT_EQ((*loaded)[1]->shards()[0].meta.version(), 20);
   EXPECT_TRUE(problems.empty());
 }
 
@@ -98,33 +137,69 @@ TEST_F(CheckpointTest, CorruptOrTruncatedFilesFallBackToThePreviousCheckpoint) {
   WriteCheckpoint(10, 2);
   WriteCheckpoint(20, 2);
   // Flip a byte of one server's file of the newest checkpoint.
-  std::string data = *fs_.ReadFile(PsPath(20, 1, 2));
+  std::string data = *ReadFile(fs_, PsPath(20, 1, 2));
   data[data.size() / 2] ^= 0x01;
-  ASSERT_TRUE(fs_.WriteFile(PsPath(20, 1, 2), data).ok());
+  ASSERT_TRUE(WriteFile(fs_, PsPath(20, 1, 2), data).ok());
   std::vector<std::string> problems;
-  auto loaded = LoadNewestCheckpoint(fs_, root_, &problems);
-  ASSERT_TRUE(loaded.ok());
-  EXPECT_EQ((*loaded)[0].step(), 10);
+  EXPECT_EQ(NewestStep(&problems), 10);
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_THAT(problems[0], HasSubstr(PsFileName(1, 2)));
   EXPECT_THAT(problems[0], HasSubstr("falling back"));
 
   // A short write that reported success is caught the same way.
-  fs_.fault = FaultyFileSystem::Fault::kShortWrite;
+  fs_.SetFaults(ShortWrites());
   WriteCheckpoint(30, 1);
-  fs_.fault = FaultyFileSystem::Fault::kNone;
+  fs_.SetFaults({});
   problems.clear();
-  loaded = LoadNewestCheckpoint(fs_, root_, &problems);
-  ASSERT_TRUE(loaded.ok());
-  EXPECT_EQ((*loaded)[0].step(), 10);
+  EXPECT_EQ(NewestStep(&problems), 10);
   EXPECT_EQ(problems.size(), 2u);  // 30's manifest is short, 20's file is corrupt
+}
+
+// Files that verify but that the caller cannot use (they do not regroup)
+// fall back as a corrupt one does.
+TEST_F(CheckpointTest, ACheckpointTheCallerRefusesFallsBack) {
+  WriteCheckpoint(10, 2);
+  WriteCheckpoint(20, 2);
+  std::vector<std::string> problems;
+  auto loaded = LoadNewestCheckpoint(
+      fs_, root_,
+      [](const CheckpointFiles& files) {
+        return files[0]->header().step() == 20 ? absl::DataLossError("rows do not tile")
+                                               : absl::OkStatus();
+      },
+      &problems);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ((*loaded)[0]->header().step(), 10);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0], "rows do not tile; falling back to an older checkpoint");
+}
+
+// A crash at any point of a checkpoint leaves the newest complete one
+// readable: a checkpoint is complete only once everything it holds is
+// durable.
+TEST_F(CheckpointTest, ACrashMidCheckpointLosesOnlyThatCheckpoint) {
+  WriteCheckpoint(10, 2);
+  for (const FaultyFileSystem::Faults& faults :
+       {FailedSyncs(), FailedRenames(), DiskFullAfter(100)}) {
+    fs_.SetFaults(faults);
+    WriteCheckpoint(20, 2);
+    fs_.DropUnsyncedData();
+    std::vector<std::string> problems;
+    EXPECT_EQ(NewestStep(&problems), 10);
+    EXPECT_TRUE(problems.empty()) << problems[0];
+  }
+  // Without faults, checkpoint 20 is durable: a crash keeps it.
+  WriteCheckpoint(20, 2);
+  fs_.DropUnsyncedData();
+  std::vector<std::string> problems;
+  EXPECT_EQ(NewestStep(&problems), 20);
 }
 
 TEST_F(CheckpointTest, NothingToLoadIsNotFound) {
   std::vector<std::string> problems;
-  EXPECT_EQ(LoadNewestCheckpoint(fs_, root_, &problems).status().code(),
+  EXPECT_EQ(LoadNewestCheckpoint(fs_, root_, AcceptAll, &problems).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(LoadNewestCheckpoint(fs_, root_ + "/missing", &problems).status().code(),
+  EXPECT_EQ(LoadNewestCheckpoint(fs_, root_ + "/missing", AcceptAll, &problems).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -137,16 +212,6 @@ TEST_F(CheckpointTest, PruneKeepsTheNewestComplete) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, std::vector<std::string>(
                        {CheckpointDirName(30), CheckpointDirName(40), CheckpointDirName(50)}));
-}
-
-TEST_F(CheckpointTest, UnwritableDirectoryIsNamed) {
-  ASSERT_TRUE(fs_.WriteFile(root_ + "/a-file", "x").ok());
-  absl::Status status = CheckWritableDir(fs_, root_ + "/a-file/checkpoints");
-  EXPECT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), HasSubstr("a-file/checkpoints"));
-  EXPECT_TRUE(CheckWritableDir(fs_, root_ + "/new/dir").ok());
-  fs_.fault = FaultyFileSystem::Fault::kDiskFull;
-  EXPECT_THAT(CheckWritableDir(fs_, root_).message(), HasSubstr("is not writable"));
 }
 
 }  // namespace

@@ -1,51 +1,81 @@
-// A FileSystem for tests: the local one, with faults injected into
-// WriteFile on demand (a full disk, a short write that reports success).
+// A FileSystem for tests, after leveldb's fault-injection environment: the
+// local file system, with faults injected on demand (a full disk, writes
+// that lie, failed renames and syncs) and a simulated crash that loses
+// everything not made durable: file data after the file's last Sync, and
+// directory entries created or renamed since the directory's last SyncDir.
+// Thread-safe.
 #ifndef FULCRUM_COMMON_FAULTY_FILE_SYSTEM_H_
 #define FULCRUM_COMMON_FAULTY_FILE_SYSTEM_H_
 
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/file_system.h"
 
 namespace fulcrum {
 
-// The local file system with faults injected into WriteFile.
 class FaultyFileSystem final : public FileSystem {
  public:
-  enum class Fault { kNone, kDiskFull, kShortWrite };
-  Fault fault = Fault::kNone;
+  struct Faults {
+    // Appends past this many bytes (counted from SetFaults) write what fits
+    // and fail RESOURCE_EXHAUSTED, as a full disk does; -1: no limit.
+    int64_t disk_full_after_bytes = -1;
+    bool short_writes = false;  // appends write half their data and report success
+    bool fail_renames = false;
+    bool fail_syncs = false;  // Sync and SyncDir fail
+  };
 
-  absl::Status WriteFile(const std::string& path, absl::string_view data) override {
-    switch (fault) {
-      case Fault::kDiskFull:
-        // A real full disk leaves a partial file behind.
-        local_->WriteFile(path, data.substr(0, data.size() / 3)).IgnoreError();
-        return absl::ResourceExhaustedError(
-            absl::StrCat("cannot write '", path, "': No space left on device"));
-      case Fault::kShortWrite:
-        return local_->WriteFile(path, data.substr(0, data.size() / 2));  // and says OK
-      default:
-        return local_->WriteFile(path, data);
-    }
+  void SetFaults(Faults faults) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A crash and restart: every file written here is cut back to what its
+  // last successful Sync made durable, and every entry created or renamed
+  // into a directory since its last successful SyncDir is undone (a
+  // renamed-over file comes back). Faults are cleared.
+  void DropUnsyncedData() ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path) override {
+    return local_->NewRandomAccessFile(path);
   }
-  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
-    return local_->ReadFile(path);
-  }
-  absl::Status Rename(const std::string& from, const std::string& to) override {
-    return local_->Rename(from, to);
-  }
-  absl::Status SyncDir(const std::string& dir) override { return local_->SyncDir(dir); }
+  absl::Status Rename(const std::string& from, const std::string& to) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SyncDir(const std::string& dir) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) override {
     return local_->ListDir(dir);
   }
   absl::Status MakeDirs(const std::string& dir) override { return local_->MakeDirs(dir); }
-  absl::Status RemoveAll(const std::string& path) override { return local_->RemoveAll(path); }
+  absl::Status RemoveAll(const std::string& path) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  std::unique_ptr<FileSystem> local_ = MakeLocalFileSystem();
+  class File;
+  // An entry of a directory that a crash would undo, and what it replaced.
+  struct NewEntry {
+    std::optional<std::string> replaced;  // the old file's contents, if there was one
+  };
+
+  // Bytes an append of `n` may write now: n, fewer when the disk fills.
+  // Sets *full when it does.
+  size_t Admit(size_t n, bool* full) ABSL_LOCKS_EXCLUDED(mu_);
+  void Synced(const std::string& path, int64_t size) ABSL_LOCKS_EXCLUDED(mu_);
+  void AddEntryLocked(const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Faults faults() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::unique_ptr<FileSystem> local_ = MakeLocalFileSystem();
+  mutable absl::Mutex mu_;
+  Faults faults_ ABSL_GUARDED_BY(mu_);
+  int64_t written_since_faults_ ABSL_GUARDED_BY(mu_) = 0;
+  // The durable size of every file written here, by its current path.
+  std::map<std::string, int64_t> synced_sizes_ ABSL_GUARDED_BY(mu_);
+  // Entries a crash would undo, by path.
+  std::map<std::string, NewEntry> new_entries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fulcrum

@@ -35,6 +35,21 @@ absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t v
   return absl::OkStatus();
 }
 
+absl::Status ValidateShardSpec(const ShardSpec& spec) {
+  if (absl::Status s = ValidateVariableSpec(spec.variable()); !s.ok()) return s;
+  const int64_t rows = spec.variable().shape(0);
+  // Written so that nothing overflows: row_offset <= rows is checked first.
+  if (spec.num_shards() < 1 || spec.num_shards() > rows || spec.shard() < 0 ||
+      spec.shard() >= spec.num_shards() || spec.rows() < 1 || spec.row_offset() < 0 ||
+      spec.row_offset() > rows || spec.rows() > rows - spec.row_offset()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", spec.variable().name(), "': shard ", spec.shard(), " of ",
+                     spec.num_shards(), " with ", spec.rows(), " rows from row ", spec.row_offset(),
+                     " does not fit shape ", ShapeString(spec.variable().shape())));
+  }
+  return absl::OkStatus();
+}
+
 int64_t SliceRows(const ShardSlice& slice) {
   return slice.tensor().shape_size() > 0 ? slice.tensor().shape(0) : 0;
 }

@@ -23,6 +23,10 @@ constexpr int64_t kChunkBytes = 4 << 20;
 
 using SliceList = google::protobuf::RepeatedPtrField<ShardSlice>;
 
+// Checks a shard spec: a valid variable spec, and a shard index and row
+// range within it. INVALID_ARGUMENT naming the variable.
+absl::Status ValidateShardSpec(const ShardSpec& spec);
+
 // Appends `values` (a shard of `shard_shape`) to `out` in float `encoding`
 // (common/tensor.h) as slices of at most max_slice_bytes each, one row at
 // the least. Fails only for values that float16 cannot encode.

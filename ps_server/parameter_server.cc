@@ -70,19 +70,32 @@ absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) {
   CHECK(fs_ == nullptr && !dir.empty());
   if (absl::Status s = CheckWritableDir(*fs, dir); !s.ok()) return s;
   fs_ = fs;
+  // A checkpoint is used when its files, this server's final file in place
+  // of its own where newer, regroup into whole variables.
+  bool final_used = false;
+  CheckpointFiles chosen;
+  auto use = [&](const CheckpointFiles& files) {
+    CheckpointFiles candidate = files;
+    const bool final_file = UseFinalCheckpoint(*fs, &candidate);
+    auto restored = RegroupCheckpoint(candidate);
+    if (!restored.ok()) return restored.status();
+    restored_ = *std::move(restored);
+    chosen = std::move(candidate);
+    final_used = final_file;
+    return absl::OkStatus();
+  };
   std::vector<std::string> problems;
-  auto files = LoadNewestCheckpoint(*fs, dir, &problems);
+  auto loaded = LoadNewestCheckpoint(*fs, dir, use, &problems);
   for (const std::string& problem : problems) LOG_ERROR("checkpoint: {}", problem);
-  std::vector<PsCheckpoint> chosen = files.ok() ? *std::move(files) : std::vector<PsCheckpoint>();
-  const bool final_used = UseFinalCheckpoint(*fs, &chosen);
+  if (!loaded.ok()) {
+    // No complete checkpoint: a single server's final file alone will do.
+    if (absl::Status s = use({}); !s.ok()) LOG_ERROR("checkpoint: {}", s.message());
+  }
   if (chosen.empty()) {
     LOG_INFO("no complete checkpoint in {}: starting from the initializers", dir);
     return absl::OkStatus();
   }
-  auto restored = RegroupCheckpoint(chosen);
-  if (!restored.ok()) return restored.status();
-  restored_ = *std::move(restored);
-  for (const PsCheckpoint& file : chosen) restored_step_ = std::max(restored_step_, file.step());
+  for (const auto& file : chosen) restored_step_ = std::max(restored_step_, file->header().step());
   restored_step_ = std::max<int64_t>(restored_step_, 0);  // a final file alone has no step
   if (final_used) {
     LOG_INFO("restoring this server's shards from its final checkpoint: nothing is lost");
@@ -90,34 +103,35 @@ absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) {
     LOG_INFO(
         "restoring from checkpoint {} ({} variables written by {} server(s)); updates "
         "applied after it are lost",
-        CheckpointDirName(restored_step_), restored_.size(), chosen.front().num_ps());
+        CheckpointDirName(restored_step_), restored_.size(), chosen.front()->header().num_ps());
   }
   return absl::OkStatus();
 }
 
-bool ParameterServer::UseFinalCheckpoint(FileSystem& fs, std::vector<PsCheckpoint>* files) const {
+bool ParameterServer::UseFinalCheckpoint(FileSystem& fs, CheckpointFiles* files) const {
   const int index = config_.cluster().task().index();
   const int num_ps = config_.cluster().cluster().ps_size();
   const std::string path =
       absl::StrCat(config_.checkpoint_dir(), "/", FinalFileName(index, num_ps));
-  auto data = fs.ReadFile(path);
-  if (!data.ok()) return false;
-  PsCheckpoint final_file;
-  if (absl::Status s = UnframeMessage(*data, path, &final_file); !s.ok()) {
-    LOG_ERROR("checkpoint: {}; not using it", s.message());
+  auto final_file = CheckpointFile::Open(fs, path);
+  if (!final_file.ok()) {
+    if (final_file.status().code() != absl::StatusCode::kNotFound) {
+      LOG_ERROR("checkpoint: {}; not using it", final_file.status().message());
+    }
     return false;
   }
   // The final file replaces this server's part of the complete checkpoint
   // when newer; alone, it must hold whole variables (one server).
-  for (PsCheckpoint& file : *files) {
-    if (file.ps_index() == index && file.num_ps() == num_ps) {
-      if (file.created_unix_ms() >= final_file.created_unix_ms()) return false;
-      file = std::move(final_file);
+  for (std::shared_ptr<const CheckpointFile>& file : *files) {
+    const PsCheckpointHeader& header = file->header();
+    if (header.ps_index() == index && header.num_ps() == num_ps) {
+      if (header.created_unix_ms() >= (*final_file)->header().created_unix_ms()) return false;
+      file = *std::move(final_file);
       return true;
     }
   }
   if (!files->empty() || num_ps != 1) return false;
-  files->push_back(std::move(final_file));
+  files->push_back(*std::move(final_file));
   return true;
 }
 
@@ -336,53 +350,58 @@ absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpoint(
     return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", request.step(), " < 0"));
   }
   const absl::Time start = absl::Now();
-  SaveCheckpointResponse response;
-  int32_t shards = 0;
-  const std::string data = SnapshotFile(request.step(), &shards);
   const std::string dir =
       absl::StrCat(config_.checkpoint_dir(), "/", CheckpointDirName(request.step()));
+  SaveCheckpointResponse response;
   response.set_file(
       PsFileName(config_.cluster().task().index(), config_.cluster().cluster().ps_size()));
-  response.set_bytes(static_cast<int64_t>(data.size()));
-  response.set_crc32(Crc32(data));
-  response.set_shards(shards);
-  absl::Status status = fs_->MakeDirs(dir);
-  if (status.ok())
-    status = WriteFileAtomically(*fs_, absl::StrCat(dir, "/", response.file()), data);
-  if (!status.ok()) {
-    LOG_ERROR("checkpoint {} failed: {}", CheckpointDirName(request.step()), status.message());
-    return status;
+  absl::StatusOr<CheckpointFileWriter::Written> written;
+  if (absl::Status made = fs_->MakeDirs(dir); made.ok()) {
+    written = WriteCheckpointFile(absl::StrCat(dir, "/", response.file()), request.step());
+  } else {
+    written = made;
   }
-  LOG_INFO("checkpoint {}: wrote {} shards, {} bytes in {}", CheckpointDirName(request.step()),
-           response.shards(), response.bytes(), absl::FormatDuration(absl::Now() - start));
+  if (!written.ok()) {
+    LOG_ERROR("checkpoint {} failed: {}", CheckpointDirName(request.step()),
+              written.status().message());
+    return written.status();
+  }
+  response.set_bytes(written->bytes);
+  response.set_crc32(written->crc32);
+  response.set_shards(written->shards);
+  LOG_INFO("checkpoint {}: wrote {} shards, {} in {}", CheckpointDirName(request.step()),
+           response.shards(), FormatBytes(response.bytes()),
+           absl::FormatDuration(absl::Now() - start));
   return response;
 }
 
-std::string ParameterServer::SnapshotFile(int64_t step, int32_t* shards) const {
-  PsCheckpoint checkpoint;
-  checkpoint.set_ps_index(config_.cluster().task().index());
-  checkpoint.set_num_ps(config_.cluster().cluster().ps_size());
-  checkpoint.set_step(step);
-  checkpoint.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  for (const Shard* shard : store_.All()) *checkpoint.add_shards() = shard->Snapshot();
-  *shards = checkpoint.shards_size();
-  return FrameMessage(checkpoint);
+absl::StatusOr<CheckpointFileWriter::Written> ParameterServer::WriteCheckpointFile(
+    const std::string& path, int64_t step) const {
+  PsCheckpointHeader header;
+  header.set_ps_index(config_.cluster().task().index());
+  header.set_num_ps(config_.cluster().cluster().ps_size());
+  header.set_step(step);
+  header.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  auto writer = CheckpointFileWriter::Open(*fs_, path, header);
+  if (!writer.ok()) return writer.status();
+  for (const Shard* shard : store_.All()) {
+    if (absl::Status s = shard->WriteCheckpoint(**writer); !s.ok()) return s;
+  }
+  return (*writer)->Commit();
 }
 
 absl::Status ParameterServer::SaveFinalCheckpoint() {
   if (fs_ == nullptr) return absl::OkStatus();
-  int32_t shards = 0;
-  const std::string data = SnapshotFile(-1, &shards);
   const std::string name =
       FinalFileName(config_.cluster().task().index(), config_.cluster().cluster().ps_size());
-  absl::Status status =
-      WriteFileAtomically(*fs_, absl::StrCat(config_.checkpoint_dir(), "/", name), data);
-  if (status.ok()) {
-    LOG_INFO("final checkpoint {}: {} shards, {} bytes", name, shards, data.size());
-  } else {
-    LOG_ERROR("final checkpoint {} failed: {}", name, status.message());
+  auto written = WriteCheckpointFile(absl::StrCat(config_.checkpoint_dir(), "/", name), -1);
+  if (!written.ok()) {
+    LOG_ERROR("final checkpoint {} failed: {}", name, written.status().message());
+    return written.status();
   }
-  return status;
+  LOG_INFO("final checkpoint {}: {} shards, {}", name, written->shards,
+           FormatBytes(written->bytes));
+  return absl::OkStatus();
 }
 
 void ParameterServer::JobDone(const std::string& reason) {

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/checkpoint.h"
 #include "common/file_system.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
@@ -121,9 +122,10 @@ class ParameterServer {
   // Puts this server's final checkpoint in place of its file in `files`
   // when it is newer (or, on a single server, when there is no complete
   // checkpoint). True when it did.
-  bool UseFinalCheckpoint(FileSystem& fs, std::vector<PsCheckpoint>* files) const;
-  // This server's shards, as of now, framed for a checkpoint file.
-  std::string SnapshotFile(int64_t step, int32_t* shards) const;
+  bool UseFinalCheckpoint(FileSystem& fs, CheckpointFiles* files) const;
+  // Writes this server's shards, as of now, to a checkpoint file at `path`.
+  absl::StatusOr<CheckpointFileWriter::Written> WriteCheckpointFile(const std::string& path,
+                                                                    int64_t step) const;
   // ABORTED when the caller learned its versions from another incarnation.
   absl::Status CheckIncarnation(uint64_t incarnation) const;
 

@@ -3,63 +3,80 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor.h"
-#include "ps_server/variable_store.h"
 
 namespace fulcrum {
 
-absl::StatusOr<RestoredVariables> RegroupCheckpoint(const std::vector<PsCheckpoint>& files) {
-  RestoredVariables out;
-  std::map<std::string, int64_t> rows_filled;
-  for (const PsCheckpoint& file : files) {
-    for (const ShardCheckpoint& shard : file.shards()) {
-      const ShardSpec& spec = shard.spec();
-      const std::string& name = spec.variable().name();
-      const std::string where =
-          absl::StrCat("checkpoint of variable '", name, "' shard ", spec.shard());
-      if (absl::Status s = ValidateShardSpec(spec); !s.ok()) {
-        return absl::DataLossError(absl::StrCat(where, ": ", s.message()));
+absl::Status RestoredVariable::Read(int64_t first_row, int64_t rows, ShardContents* out) const {
+  const int64_t end_row = first_row + rows;
+  out->version = 0;
+  for (const Piece& piece : pieces) {
+    const ShardSpec& spec = piece.shard->meta.spec();
+    const int64_t from = std::max(first_row, spec.row_offset());
+    const int64_t to = std::min(end_row, spec.row_offset() + spec.rows());
+    if (from >= to) continue;
+    // Rows regrouped from shards of different versions take the newest.
+    out->version = std::max(out->version, piece.shard->meta.version());
+    const size_t begin = static_cast<size_t>((from - first_row) * row_elems);
+    const size_t count = static_cast<size_t>((to - from) * row_elems);
+    for (int tensor = 0; tensor <= num_slots; ++tensor) {
+      std::vector<float>& into = tensor == 0 ? out->values : out->slots[tensor - 1];
+      if (absl::Status s = piece.file->ReadRows(*piece.shard, static_cast<uint32_t>(tensor),
+                                                from - spec.row_offset(),
+                                                absl::MakeSpan(into).subspan(begin, count));
+          !s.ok()) {
+        return s;
       }
-      RestoredVariable& variable = out[name];
-      const int64_t rows = spec.variable().shape(0);
-      if (variable.values.empty()) {
-        variable.spec = spec.variable();
-        variable.row_elems = RowElements(spec.variable().shape());
-        variable.values.assign(rows * variable.row_elems, 0.0f);
-        variable.row_versions.assign(rows, -1);
-        variable.slots.assign(shard.slots_size(), std::vector<float>(variable.values.size()));
-      }
-      const int64_t count = spec.rows() * variable.row_elems;
-      const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-      bool sizes_ok = shard.values().size() == bytes &&
-                      shard.slots_size() == static_cast<int>(variable.slots.size()) &&
-                      std::equal(spec.variable().shape().begin(), spec.variable().shape().end(),
-                                 variable.spec.shape().begin(), variable.spec.shape().end());
-      for (const std::string& slot : shard.slots()) sizes_ok = sizes_ok && slot.size() == bytes;
-      if (!sizes_ok) {
-        return absl::DataLossError(absl::StrCat(where, ": sizes do not match its spec"));
-      }
-      const int64_t first = spec.row_offset() * variable.row_elems;
-      for (int64_t r = spec.row_offset(); r < spec.row_offset() + spec.rows(); ++r) {
-        if (variable.row_versions[r] >= 0) {
-          return absl::DataLossError(absl::StrCat(where, ": row ", r, " is held twice"));
-        }
-        variable.row_versions[r] = shard.version();
-      }
-      std::memcpy(&variable.values[first], shard.values().data(), bytes);
-      for (int s = 0; s < shard.slots_size(); ++s) {
-        std::memcpy(&variable.slots[s][first], shard.slots(s).data(), bytes);
-      }
-      rows_filled[name] += spec.rows();
     }
   }
-  for (const auto& [name, variable] : out) {
-    if (rows_filled[name] != variable.spec.shape(0)) {
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RestoredVariables> RegroupCheckpoint(const CheckpointFiles& files) {
+  RestoredVariables out;
+  for (const std::shared_ptr<const CheckpointFile>& file : files) {
+    for (const CheckpointShard& shard : file->shards()) {
+      const ShardSpec& spec = shard.meta.spec();
+      const std::string& name = spec.variable().name();
+      RestoredVariable& variable = out[name];
+      if (variable.pieces.empty()) {
+        variable.spec = spec.variable();
+        variable.row_elems = shard.row_elems;
+        variable.num_slots = shard.meta.num_slots();
+      } else if (!std::equal(spec.variable().shape().begin(), spec.variable().shape().end(),
+                             variable.spec.shape().begin(), variable.spec.shape().end()) ||
+                 shard.meta.num_slots() != variable.num_slots) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint of variable '", name, "': shard ", spec.shard(), " in '",
+                         file->path(), "' has shape ", ShapeString(spec.variable().shape()),
+                         " and ", shard.meta.num_slots(), " slots; another has ",
+                         ShapeString(variable.spec.shape()), " and ", variable.num_slots));
+      }
+      variable.pieces.push_back({file, &shard});
+    }
+  }
+  for (auto& [name, variable] : out) {
+    std::sort(variable.pieces.begin(), variable.pieces.end(),
+              [](const RestoredVariable::Piece& a, const RestoredVariable::Piece& b) {
+                return a.shard->meta.spec().row_offset() < b.shard->meta.spec().row_offset();
+              });
+    int64_t next_row = 0;
+    for (const RestoredVariable::Piece& piece : variable.pieces) {
+      const ShardSpec& spec = piece.shard->meta.spec();
+      if (spec.row_offset() != next_row) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint of variable '", name,
+                         "': ", spec.row_offset() < next_row ? "row " : "rows from ",
+                         std::min(next_row, spec.row_offset()),
+                         spec.row_offset() < next_row ? " is held twice" : " are missing"));
+      }
+      next_row += spec.rows();
+    }
+    if (next_row != variable.spec.shape(0)) {
       return absl::DataLossError(absl::StrCat("checkpoint of variable '", name, "' holds ",
-                                              rows_filled[name], " of its ", variable.spec.shape(0),
+                                              next_row, " of its ", variable.spec.shape(0),
                                               " rows"));
     }
   }

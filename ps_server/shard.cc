@@ -17,27 +17,36 @@ Shape ShardShape(const ShardSpec& spec) {
 
 }  // namespace
 
-Shard::Shard(ShardSpec spec, const RestoredVariable* restored)
+absl::StatusOr<ShardContents> NewShardContents(const ShardSpec& spec,
+                                               const RestoredVariable* restored) {
+  const int64_t n = spec.rows() * RowElements(spec.variable().shape());
+  const OptimizerSpec& optimizer = spec.variable().optimizer();
+  ShardContents contents;
+  contents.values.resize(n);
+  contents.slots = MakeSlots(optimizer, n);
+  if (restored == nullptr) {
+    InitializeRows(spec.variable(), spec.row_offset(), spec.rows(),
+                   absl::MakeSpan(contents.values));
+    return contents;
+  }
+  if (restored->num_slots != NumSlots(optimizer) || restored->row_elems * spec.rows() != n) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint of variable '", spec.variable().name(), "' has ", restored->num_slots,
+        " slots of rows of ", restored->row_elems, "; its optimizer keeps ", NumSlots(optimizer)));
+  }
+  if (absl::Status s = restored->Read(spec.row_offset(), spec.rows(), &contents); !s.ok()) {
+    return s;
+  }
+  return contents;
+}
+
+Shard::Shard(ShardSpec spec, ShardContents contents)
     : spec_(std::move(spec)),
       shape_(ShardShape(spec_)),
-      label_(absl::StrCat("variable '", spec_.variable().name(), "' shard ", spec_.shard())) {
-  const int64_t n = NumElements(shape_);
-  slots_ = MakeSlots(spec_.variable().optimizer(), n);
-  if (restored == nullptr) {
-    values_.resize(n);
-    InitializeRows(spec_.variable(), spec_.row_offset(), spec_.rows(), absl::MakeSpan(values_));
-    return;
-  }
-  const int64_t first = spec_.row_offset() * restored->row_elems;
-  values_.assign(restored->values.begin() + first, restored->values.begin() + first + n);
-  for (size_t s = 0; s < slots_.size() && s < restored->slots.size(); ++s) {
-    slots_[s].assign(restored->slots[s].begin() + first, restored->slots[s].begin() + first + n);
-  }
-  // Rows regrouped from shards of different versions take the newest.
-  for (int64_t r = spec_.row_offset(); r < spec_.row_offset() + spec_.rows(); ++r) {
-    version_ = std::max(version_, restored->row_versions[r]);
-  }
-}
+      label_(absl::StrCat("variable '", spec_.variable().name(), "' shard ", spec_.shard())),
+      values_(std::move(contents.values)),
+      slots_(std::move(contents.slots)),
+      version_(contents.version) {}
 
 int64_t Shard::version() const {
   absl::ReaderMutexLock lock(&mu_);
@@ -167,17 +176,15 @@ void Shard::Cancel() {
   cancelled_ = true;
 }
 
-ShardCheckpoint Shard::Snapshot() const {
+absl::Status Shard::WriteCheckpoint(CheckpointFileWriter& writer) const {
   absl::ReaderMutexLock lock(&mu_);
-  ShardCheckpoint out;
-  *out.mutable_spec() = spec_;
-  out.set_version(version_);
-  auto bytes = [](const std::vector<float>& v) {
-    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-  };
-  out.set_values(bytes(values_));
-  for (const std::vector<float>& slot : slots_) out.add_slots(bytes(slot));
-  return out;
+  ShardCheckpoint meta;
+  *meta.mutable_spec() = spec_;
+  meta.set_version(version_);
+  meta.set_num_slots(static_cast<int>(slots_.size()));
+  std::vector<absl::Span<const float>> slots;
+  for (const std::vector<float>& slot : slots_) slots.push_back(slot);
+  return writer.AddShard(meta, values_, slots);
 }
 
 ShardInfo Shard::Describe() const {

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/checkpoint_file.h"
 #include "common/tensor.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/ps_service.pb.h"
@@ -29,12 +30,18 @@ struct ShardGradient {
   std::vector<absl::Span<const float>> parts;  // the shard's rows, in order
 };
 
+// The contents of a new shard of `spec` (valid, with a canonical variable
+// spec): its rows of the checkpointed variable `restored`, with slots and
+// version, when given (DATA_LOSS naming the file when they cannot be read),
+// else the spec's initializer.
+absl::StatusOr<ShardContents> NewShardContents(const ShardSpec& spec,
+                                               const RestoredVariable* restored);
+
 class Shard {
  public:
-  // `spec` must be valid with a canonical variable spec. The values come
-  // from `restored` (its rows of a checkpointed variable, with slots and
-  // version) when given, else from the spec's initializer.
-  Shard(ShardSpec spec, const RestoredVariable* restored);
+  // `spec` must be valid with a canonical variable spec, and `contents` its
+  // size (NewShardContents).
+  Shard(ShardSpec spec, ShardContents contents);
 
   const ShardSpec& spec() const { return spec_; }
   // [rows of this shard, trailing dims of the variable].
@@ -83,8 +90,9 @@ class Shard {
 
   ShardInfo Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Spec, version, values and slots, as of one moment.
-  ShardCheckpoint Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds spec, version, values and slots, as of one moment, to `writer`.
+  // Pulls go on meanwhile; pushes to this shard wait.
+  absl::Status WriteCheckpoint(CheckpointFileWriter& writer) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Status CheckNotFromFutureLocked(int64_t computed_at) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

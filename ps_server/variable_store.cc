@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/memory_size.h"
+#include "common/slices.h"
 #include "common/tensor.h"
 #include "ps_server/optimizer.h"
 
@@ -15,21 +16,6 @@ bool SameMessage(const google::protobuf::Message& a, const google::protobuf::Mes
 }
 
 }  // namespace
-
-absl::Status ValidateShardSpec(const ShardSpec& spec) {
-  if (absl::Status s = ValidateVariableSpec(spec.variable()); !s.ok()) return s;
-  const int64_t rows = spec.variable().shape(0);
-  // Written so that nothing overflows: row_offset <= rows is checked first.
-  if (spec.num_shards() < 1 || spec.num_shards() > rows || spec.shard() < 0 ||
-      spec.shard() >= spec.num_shards() || spec.rows() < 1 || spec.row_offset() < 0 ||
-      spec.row_offset() > rows || spec.rows() > rows - spec.row_offset()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("variable '", spec.variable().name(), "': shard ", spec.shard(), " of ",
-                     spec.num_shards(), " with ", spec.rows(), " rows from row ", spec.row_offset(),
-                     " does not fit shape ", ShapeString(spec.variable().shape())));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredVariable* restored,
                                            int extra_floats_per_element) {
@@ -65,9 +51,11 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
         " (values and optimizer slots); this server holds ", FormatBytes(memory_bytes_), " of its ",
         FormatBytes(max_memory_bytes_), " budget (ps_server --max_memory_mb)"));
   }
+  auto contents = NewShardContents(spec, restored);
+  if (!contents.ok()) return contents.status();
   memory_bytes_ += bytes;
   variables_.emplace(name, spec.variable());
-  auto shard = std::make_unique<Shard>(std::move(spec), restored);
+  auto shard = std::make_unique<Shard>(std::move(spec), *std::move(contents));
   value_bytes_ += NumElements(shard->shape()) * static_cast<int64_t>(sizeof(float));
   shards_.emplace(key, std::move(shard));
   return true;

@@ -19,10 +19,6 @@
 
 namespace fulcrum {
 
-// Checks a shard spec: a valid variable spec, and a shard index and row
-// range within it. INVALID_ARGUMENT naming the variable.
-absl::Status ValidateShardSpec(const ShardSpec& spec);
-
 class VariableStore {
  public:
   // The shards together may take at most `max_memory_bytes`.

@@ -105,11 +105,8 @@ class FailureTest : public ::testing::Test {
     for (const CheckpointInfo& info : complete) {
       for (const ManifestFile& entry : info.manifest.files()) {
         const std::string path = absl::StrCat(info.dir, "/", entry.name());
-        auto data = fs->ReadFile(path);
-        ASSERT_TRUE(data.ok()) << data.status();
-        EXPECT_EQ(Crc32(*data), entry.crc32()) << path;
-        PsCheckpoint checkpoint;
-        EXPECT_TRUE(UnframeMessage(*data, path, &checkpoint).ok()) << path;
+        auto file = CheckpointFile::Open(*fs, path, &entry);
+        EXPECT_TRUE(file.ok()) << file.status();
       }
     }
   }

@@ -76,7 +76,8 @@ TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
   EXPECT_TRUE(ctl->HasLine("checkpoint 1 complete"));
   auto fs = MakeLocalFileSystem();
   std::vector<std::string> problems;
-  auto loaded = LoadNewestCheckpoint(*fs, dir, &problems);
+  auto loaded = LoadNewestCheckpoint(
+      *fs, dir, [](const CheckpointFiles&) { return absl::OkStatus(); }, &problems);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->size(), 2u);
 

@@ -64,6 +64,14 @@ struct Cluster {
 
 class CheckpointerTest : public ::testing::Test {
  protected:
+  // The step of the newest complete checkpoint, or -1.
+  int64_t NewestStep() {
+    std::vector<std::string> problems;
+    auto loaded = LoadNewestCheckpoint(
+        fs_, dir_, [](const CheckpointFiles&) { return absl::OkStatus(); }, &problems);
+    return loaded.ok() ? (*loaded)[0]->header().step() : -1;
+  }
+
   std::string dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   FaultyFileSystem fs_;
@@ -121,18 +129,72 @@ TEST_F(CheckpointerTest, FullDiskLeavesThePreviousCheckpointAndTrainingGoesOn) {
   ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
   Checkpointer checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 3});
   ASSERT_TRUE(checkpointer.Save(1).ok());
-  fs_.fault = FaultyFileSystem::Fault::kDiskFull;
+  FaultyFileSystem::Faults full;
+  full.disk_full_after_bytes = 100;
+  fs_.SetFaults(full);
   absl::Status status = checkpointer.Save(2);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
-  fs_.fault = FaultyFileSystem::Fault::kNone;
+  fs_.SetFaults({});
   // Training goes on, and the newest complete checkpoint is still 1.
   EXPECT_TRUE(two.client->Push({{"w", DenseTensor{{12, 3}, std::vector<float>(36, 1.0f)}}}).ok());
-  std::vector<std::string> problems;
-  auto loaded = LoadNewestCheckpoint(fs_, dir_, &problems);
-  ASSERT_TRUE(loaded.ok());
-  EXPECT_EQ((*loaded)[0].step(), 1);
+  EXPECT_EQ(NewestStep(), 1);
   ASSERT_TRUE(checkpointer.Save(3).ok());  // the disk has room again
-  EXPECT_EQ((*LoadNewestCheckpoint(fs_, dir_, &problems))[0].step(), 3);
+  EXPECT_EQ(NewestStep(), 3);
+}
+
+// A machine that crashes while a checkpoint is written (its syncs failing
+// first) comes back to the previous complete one.
+TEST_F(CheckpointerTest, ACrashMidCheckpointComesBackToThePreviousOne) {
+  {
+    Cluster two(2, dir_, &fs_);
+    ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
+    Checkpointer checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 3});
+    ASSERT_TRUE(checkpointer.Save(1).ok());
+    ASSERT_TRUE(two.client->Push({{"w", DenseTensor{{12, 3}, std::vector<float>(36, 1.0f)}}}).ok());
+    FaultyFileSystem::Faults failing;
+    failing.fail_syncs = true;
+    fs_.SetFaults(failing);
+    EXPECT_FALSE(checkpointer.Save(2).ok());
+    fs_.DropUnsyncedData();
+  }
+  Cluster restarted(2, dir_, &fs_);
+  EXPECT_EQ(restarted.servers[0]->Describe().restored_step(), 1);
+  ASSERT_TRUE(restarted.client->CreateVariables({Spec(2)}).ok());
+  TensorMap values;
+  ASSERT_TRUE(restarted.client->Pull({}, &values).ok());
+  EXPECT_EQ(restarted.client->step(), 0);  // the push after checkpoint 1 is lost
+}
+
+// Files that verify but do not make whole variables (here two servers both
+// wrote rows 0-5 of w) are skipped for the checkpoint before, instead of
+// stopping the servers.
+TEST_F(CheckpointerTest, ACheckpointThatDoesNotRegroupFallsBack) {
+  {
+    Cluster two(2, dir_, &fs_);
+    ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
+    ASSERT_TRUE(Checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 3}).Save(1).ok());
+    ASSERT_TRUE(Checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 3}).Save(2).ok());
+  }
+  const std::string dir2 = absl::StrCat(dir_, "/", CheckpointDirName(2));
+  const std::string first = absl::StrCat(dir2, "/", PsFileName(0, 2));
+  ASSERT_TRUE(fs_.Rename(first, absl::StrCat(dir2, "/", PsFileName(1, 2))).ok());
+  ASSERT_TRUE(
+      WriteFile(fs_, first, *ReadFile(fs_, absl::StrCat(dir2, "/", PsFileName(1, 2)))).ok());
+  // The manifest lists both files with their new contents.
+  std::vector<ManifestFile> files;
+  for (int ps = 0; ps < 2; ++ps) {
+    auto opened = CheckpointFile::Open(fs_, absl::StrCat(dir2, "/", PsFileName(ps, 2)));
+    ASSERT_TRUE(opened.ok());
+    const std::string data = *ReadFile(fs_, (*opened)->path());
+    ManifestFile& file = files.emplace_back();
+    file.set_name(PsFileName(ps, 2));
+    file.set_bytes(static_cast<int64_t>(data.size()));
+    file.set_crc32(Crc32(data));
+  }
+  ASSERT_TRUE(WriteManifest(fs_, dir_, 2, 2, files).ok());
+  Cluster restarted(2, dir_, &fs_);
+  EXPECT_EQ(restarted.servers[0]->Describe().restored_step(), 1);
+  EXPECT_TRUE(restarted.client->CreateVariables({Spec(2)}).ok());
 }
 
 }  // namespace
