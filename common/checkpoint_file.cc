@@ -71,10 +71,11 @@ absl::StatusOr<std::string> FrameMessage(const google::protobuf::Message& messag
 
 absl::Status UnframeMessage(absl::string_view data, const std::string& path,
                             google::protobuf::Message* out) {
-  if (data.size() < kFramedHeaderBytes || std::memcmp(data.data(), kManifestMagic, sizeof(kManifestMagic)) != 0) {
-    return absl::DataLossError(absl::StrCat("'", path, "' is not a Fulcrum manifest (",
-                                            data.size() < kFramedHeaderBytes ? "too short" : "bad magic",
-                                            ")"));
+  if (data.size() < kFramedHeaderBytes ||
+      std::memcmp(data.data(), kManifestMagic, sizeof(kManifestMagic)) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("'", path, "' is not a Fulcrum manifest (",
+                     data.size() < kFramedHeaderBytes ? "too short" : "bad magic", ")"));
   }
   const uint32_t version = Get<uint32_t>(data, 8);
   if (version != kManifestFormatVersion) {
@@ -155,8 +156,8 @@ absl::Status CheckpointFileWriter::AddMessage(uint32_t kind,
   std::string payload;
   if (!message.SerializeToString(&payload) || payload.size() > kMaxMessageRecordBytes) {
     failed_ = absl::InternalError(absl::StrCat("checkpoint '", path_, "': cannot serialize its ",
-                                               message.GetTypeName(), " (",
-                                               message.ByteSizeLong(), " bytes)"));
+                                               message.GetTypeName(), " (", message.ByteSizeLong(),
+                                               " bytes)"));
     return failed_;
   }
   return AddRecord(kind, {payload});
@@ -370,7 +371,8 @@ absl::Status CheckpointFile::ReadRows(const CheckpointShard& shard, uint32_t ten
     auto read = file_->Read(data.offset - kDataPrefixBytes, scratch.size(), scratch.data());
     if (!read.ok()) return read.status();
     if (read->size() != scratch.size() || Crc32(*read) != data.crc32) {
-      return absl::DataLossError(absl::StrCat("'", path_, "' changed since it was verified: "
+      return absl::DataLossError(absl::StrCat("'", path_,
+                                              "' changed since it was verified: "
                                               "variable '",
                                               shard.meta.spec().variable().name(), "' shard ",
                                               shard.meta.spec().shard(), " fails its checksum"));

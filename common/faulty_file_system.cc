@@ -61,7 +61,8 @@ size_t FaultyFileSystem::Admit(size_t n, bool* full) {
   absl::MutexLock lock(&mu_);
   size_t admitted = n;
   if (faults_.disk_full_after_bytes >= 0) {
-    const int64_t room = std::max<int64_t>(0, faults_.disk_full_after_bytes - written_since_faults_);
+    const int64_t room =
+        std::max<int64_t>(0, faults_.disk_full_after_bytes - written_since_faults_);
     admitted = std::min<size_t>(n, static_cast<size_t>(room));
   }
   *full = admitted < n;

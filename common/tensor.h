@@ -1,4 +1,5 @@
-// Shapes, specs and float32 tensors on the wire. Thread-compatible.
+// Shapes, specs and float32 tensors on the wire (the tensor types
+// themselves are the public API's, fulcrum/tensor.h). Thread-compatible.
 #ifndef FULCRUM_COMMON_TENSOR_H_
 #define FULCRUM_COMMON_TENSOR_H_
 
@@ -9,17 +10,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "fulcrum/tensor.h"
 #include "proto/tensor.pb.h"
 
 namespace fulcrum {
-
-using Shape = std::vector<int64_t>;
-
-// A dense float32 tensor in host memory, row-major.
-struct DenseTensor {
-  Shape shape;
-  std::vector<float> values;
-};
 
 // The most elements a variable may have (64 GiB of float32), and the most
 // dimensions. Every size derived from a shape within them fits an int64_t.

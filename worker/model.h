@@ -10,11 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fulcrum/tensor.h"
 #include "proto/config.pb.h"
 #include "proto/tensor.pb.h"
 #include "worker/data/batcher.h"
 #include "worker/device.h"
-#include "worker/ps_client.h"
 
 namespace fulcrum {
 

@@ -64,9 +64,6 @@
 
 namespace fulcrum {
 
-// Whole variables by name.
-using TensorMap = std::map<std::string, DenseTensor>;
-
 struct PsClientOptions {
   // This worker's replica id (ReplicaId of the cluster spec); -1 for a
   // read-only client (evaluator, tools) that may only pull.

@@ -1,0 +1,28 @@
+// Fulcrum's public C++ API: dense tensors in host memory, as a client pulls
+// variables into them and pushes gradients from them. Plain types with no
+// dependencies. Include as "fulcrum/tensor.h". Thread-compatible.
+#ifndef FULCRUM_API_TENSOR_H_
+#define FULCRUM_API_TENSOR_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fulcrum {
+
+// Dimensions, outermost first.
+using Shape = std::vector<int64_t>;
+
+// A dense float32 tensor, row-major: values.size() is the product of shape.
+struct DenseTensor {
+  Shape shape;
+  std::vector<float> values;
+};
+
+// Whole variables (or their gradients) by name.
+using TensorMap = std::map<std::string, DenseTensor>;
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_API_TENSOR_H_
