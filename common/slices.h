@@ -23,6 +23,20 @@ constexpr int64_t kChunkBytes = 4 << 20;
 
 using SliceList = google::protobuf::RepeatedPtrField<ShardSlice>;
 
+// Where the float32 values of pulled slices go: a transport that receives
+// a slice of DT_FLOAT data asks, and writes the bytes straight there.
+// Implementations are thread-safe: the parts of one pull may be read on
+// several threads at once.
+class SlicePlacer {
+ public:
+  virtual ~SlicePlacer() = default;
+  // Called for each slice whose data holds `bytes` bytes of DT_FLOAT values,
+  // with the slice's other fields (its tensor's dtype and shape too) known.
+  // Returns where the bytes go -- room for `bytes` bytes -- or null to leave
+  // them in the slice. A placed slice arrives with empty data.
+  virtual float* Place(const ShardSlice& slice, size_t bytes) = 0;
+};
+
 // Checks a shard spec: a valid variable spec, and a shard index and row
 // range within it. INVALID_ARGUMENT naming the variable.
 absl::Status ValidateShardSpec(const ShardSpec& spec);

@@ -9,7 +9,7 @@
 
 #include "common/checkpoint.h"
 #include "common/faulty_file_system.h"
-#include "worker/in_process_ps_transport.h"
+#include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
 namespace {

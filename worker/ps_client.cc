@@ -11,8 +11,6 @@
 #include "common/logging.h"
 #include "common/slices.h"
 #include "common/thread_pool.h"
-#include "proto/tensor_bytes.h"
-#include "worker/grpc/grpc_ps_transport.h"
 
 namespace fulcrum {
 
@@ -40,12 +38,6 @@ PsClient::PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOp
 PsClient::~PsClient() {
   stop_heartbeats_.Notify();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-}
-
-std::unique_ptr<PsClient> PsClient::Connect(const std::vector<std::string>& addresses,
-                                            PsClientOptions options) {
-  return std::make_unique<PsClient>(MakeGrpcTransports(addresses, options.channels_per_server),
-                                    options);
 }
 
 absl::Status PsClient::ForEachServer(
@@ -177,7 +169,7 @@ std::vector<PullRequest> PsClient::BuildPulls(
   return pulls;
 }
 
-class PsClient::Placer final : public TensorPlacer {
+class PsClient::Placer final : public SlicePlacer {
  public:
   // Rows [0, rows) of shard `shard` of `variable`, of `shape`, go to
   // `first_row` onwards.
@@ -250,16 +242,6 @@ std::vector<PsClient::Placer> PsClient::PrepareOutputs(
     }
   }
   return placers;
-}
-
-absl::StatusOr<PullResponse> PsClient::CallPlacing(
-    Placer& placer, const std::function<absl::StatusOr<PullResponse>()>& call) {
-  placer.Reset();
-  PlaceTensorBytes place(&placer);
-  absl::StatusOr<PullResponse> result = call();
-  // gRPC reports a response that failed to parse only as a missing message.
-  if (!place.error().empty()) return absl::DataLossError(place.error());
-  return result;
 }
 
 absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& variables,
@@ -343,12 +325,11 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
   for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = pulls[ps].shards_size() > 0;
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "pull", [&](int ps, absl::Time deadline) {
-    auto pulled = CallPlacing(
-        placers[ps], [&] { return servers_[ps]->Pull(pulls[ps], response_bytes[ps], deadline); });
+    placers[ps].Reset();  // this may be a retry
+    auto pulled = servers_[ps]->Pull(pulls[ps], response_bytes[ps], deadline, &placers[ps]);
     if (LostState(pulled.status())) {
       recovered[ps] = true;
-      pulled = CallPlacing(
-          placers[ps], [&] { return RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline); });
+      pulled = RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]);
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
@@ -494,13 +475,12 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   }
   std::vector<bool> recovered(servers_.size());
   absl::Status status = ForEachServer(involved, "push-pull", [&](int ps, absl::Time deadline) {
-    auto pulled = CallPlacing(placers[ps], [&] {
-      return servers_[ps]->PushPull(pushes[ps], pulls[ps], response_bytes[ps], deadline);
-    });
+    placers[ps].Reset();  // this may be a retry
+    auto pulled =
+        servers_[ps]->PushPull(pushes[ps], pulls[ps], response_bytes[ps], deadline, &placers[ps]);
     if (LostState(pulled.status())) {
       recovered[ps] = true;  // the push is dropped
-      pulled = CallPlacing(
-          placers[ps], [&] { return RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline); });
+      pulled = RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]);
     }
     if (pulled.ok()) responses[ps] = *std::move(pulled);
     return pulled.status();
@@ -532,12 +512,14 @@ absl::Status PsClient::Recover(int ps, absl::Time deadline) {
 }
 
 absl::StatusOr<PullResponse> PsClient::RecoverAndPull(int ps, PullRequest pull,
-                                                      int64_t response_bytes, absl::Time deadline) {
+                                                      int64_t response_bytes, absl::Time deadline,
+                                                      Placer* placer) {
   if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
   // What the restarted server has, with no versions to wait for.
   pull.set_incarnation(incarnations_[ps]);
   for (ShardRef& ref : *pull.mutable_shards()) ref.set_min_version(0);
-  return servers_[ps]->Pull(pull, response_bytes, deadline);
+  placer->Reset();
+  return servers_[ps]->Pull(pull, response_bytes, deadline, placer);
 }
 
 void PsClient::ForgetVersions(const std::vector<bool>& recovered) {

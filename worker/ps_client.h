@@ -60,7 +60,7 @@
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "worker/consistency/policy.h"
-#include "worker/ps_transport.h"
+#include "worker/transport/ps_transport.h"
 
 namespace fulcrum {
 
@@ -86,7 +86,7 @@ struct PsClientOptions {
   DataType wire_dtype = DT_FLOAT;
   // Connect: gRPC channels (TCP connections) to each server. With more
   // than one, each call of more than kChunkBytes is split by shard over
-  // them and sent in parallel (worker/parallel_ps_transport.h says what
+  // them and sent in parallel (worker/transport/parallel_ps_transport.h says what
   // that changes); at least 1.
   int channels_per_server = 1;
 };
@@ -108,7 +108,8 @@ class PsClient {
   ~PsClient();
 
   // A client over gRPC to the servers at `addresses` ("host:port", in task
-  // order). Connects lazily.
+  // order). Connects lazily. Defined by the gRPC transport
+  // (worker/transport/grpc_ps_transport.cc): link //worker/transport:grpc.
   static std::unique_ptr<PsClient> Connect(const std::vector<std::string>& addresses,
                                            PsClientOptions options);
 
@@ -185,17 +186,13 @@ class PsClient {
   // answers with.
   std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables,
                                       std::vector<int64_t>* response_bytes) const;
-  // Where a server's pulled float32 values go in the output tensors: a
-  // gRPC transport reads them from the socket's buffers straight into place
-  // (proto/tensor_bytes.h). Defined in ps_client.cc.
+  // Where a server's pulled float32 values go in the output tensors: the
+  // transport reads them straight into place (a gRPC transport from the
+  // socket's buffers). Defined in ps_client.cc.
   class Placer;
   // Sizes `out` for `variables`; one placer per server into it.
   std::vector<Placer> PrepareOutputs(const std::vector<const VariablePlacement*>& variables,
                                      TensorMap* out) const;
-  // The call to server `ps` made by `call`, with its pulled values placed
-  // by `placer` where its transport can.
-  absl::StatusOr<PullResponse> CallPlacing(
-      Placer& placer, const std::function<absl::StatusOr<PullResponse>()>& call);
   // Checks that the responses cover every shard of `variables` and copies
   // the values not already placed into `out`, as PrepareOutputs sized it.
   absl::Status Assemble(const std::vector<const VariablePlacement*>& variables,
@@ -205,16 +202,16 @@ class PsClient {
   PushStats Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
                       PushStats stats) const;
 
-  // Runs call(ps) for every server with work (`involved`), in parallel;
-  // retries UNAVAILABLE with backoff; the first error, named by server.
   absl::Status SendHeartbeat(bool finished);
   // Creates this client's variables on server `ps` again after it lost them.
   absl::Status Recover(int ps, absl::Time deadline);
-  // Recover(ps), then `pull` from it afresh.
+  // Recover(ps), then `pull` from it afresh, its values placed by `placer`.
   absl::StatusOr<PullResponse> RecoverAndPull(int ps, PullRequest pull, int64_t response_bytes,
-                                              absl::Time deadline);
+                                              absl::Time deadline, Placer* placer);
   // Forgets the versions learned from the servers in `recovered`.
   void ForgetVersions(const std::vector<bool>& recovered);
+  // Runs call(ps) for every server with work (`involved`), in parallel;
+  // retries UNAVAILABLE with backoff; the first error, named by server.
   absl::Status ForEachServer(const std::vector<bool>& involved, const std::string& what,
                              const std::function<absl::Status(int ps, absl::Time deadline)>& call);
 

@@ -14,7 +14,8 @@
 #include "proto/ps_service.grpc.pb.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "worker/client_test_util.h"
-#include "worker/in_process_ps_transport.h"
+#include "worker/transport/forwarding_ps_transport.h"
+#include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
 namespace {
@@ -182,50 +183,44 @@ TEST(PsClientTest, ConflictingCreateIsAlreadyExists) {
 // slices of `max_slice_bytes` and changed by `mangle_pull`, if set. The
 // first `lost_push_responses` pushes reach the server and then fail
 // UNAVAILABLE, as when a connection breaks after the server applied them.
-class FlakyTransport final : public PsTransport {
+class FlakyTransport final : public ForwardingPsTransport {
  public:
   FlakyTransport(ParameterServer* ps, int failures,
                  int64_t max_slice_bytes = std::numeric_limits<int64_t>::max())
-      : inner_(ps, max_slice_bytes), failures_(failures) {}
+      : ForwardingPsTransport(std::make_unique<InProcessPsTransport>(ps, max_slice_bytes)),
+        failures_(failures) {}
   std::function<void(PullResponse*)> mangle_pull;
   int lost_push_responses = 0;
+
   std::string address() const override { return "flaky"; }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& r,
                                                     absl::Time d) override {
     if (Fail()) return absl::UnavailableError("connection refused");
-    return inner_.CreateShards(r, d);
+    return ForwardingPsTransport::CreateShards(r, d);
   }
-  absl::StatusOr<PullResponse> Pull(const PullRequest& r, int64_t bytes, absl::Time d) override {
+  // A mangled pull is not placed: the client takes the values from it.
+  absl::StatusOr<PullResponse> Pull(const PullRequest& r, int64_t bytes, absl::Time d,
+                                    SlicePlacer* sink) override {
     if (Fail()) return absl::UnavailableError("connection refused");
-    auto pulled = inner_.Pull(r, bytes, d);
+    auto pulled = ForwardingPsTransport::Pull(r, bytes, d, mangle_pull ? nullptr : sink);
     if (pulled.ok() && mangle_pull) mangle_pull(&*pulled);
     return pulled;
   }
   absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> r, absl::Time d) override {
-    auto pushed = inner_.Push(std::move(r), d);
+    auto pushed = ForwardingPsTransport::Push(std::move(r), d);
     if (lost_push_responses-- > 0) return absl::UnavailableError("connection reset");
     return pushed;
   }
   absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> p, const PullRequest& r,
-                                        int64_t bytes, absl::Time d) override {
-    auto pulled = inner_.PushPull(std::move(p), r, bytes, d);
+                                        int64_t bytes, absl::Time d, SlicePlacer* sink) override {
+    auto pulled = ForwardingPsTransport::PushPull(std::move(p), r, bytes, d, sink);
     if (lost_push_responses-- > 0) return absl::UnavailableError("connection reset");
     return pulled;
   }
-  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& r, absl::Time d) override {
-    return inner_.Heartbeat(r, d);
-  }
-  absl::StatusOr<DescribeResponse> Describe(absl::Time d) override { return inner_.Describe(d); }
-  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& r,
-                                                        absl::Time d) override {
-    return inner_.SaveCheckpoint(r, d);
-  }
-  absl::Status JobDone(const std::string& r, absl::Time d) override { return inner_.JobDone(r, d); }
   int calls() const { return calls_; }
 
  private:
   bool Fail() { return ++calls_ <= failures_; }
-  InProcessPsTransport inner_;
   const int failures_;
   std::atomic<int> calls_{0};
 };

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/batcher.h"
-#include "worker/in_process_ps_transport.h"
+#include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
 namespace {

@@ -8,10 +8,10 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/tensor_bytes.h"
 #include "common/slices.h"
-#include "proto/tensor_bytes.h"
 
 namespace fulcrum {
 namespace {

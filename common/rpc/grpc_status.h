@@ -1,6 +1,6 @@
 // The one place where absl::Status and grpc::Status are converted.
-#ifndef FULCRUM_COMMON_GRPC_STATUS_H_
-#define FULCRUM_COMMON_GRPC_STATUS_H_
+#ifndef FULCRUM_COMMON_RPC_GRPC_STATUS_H_
+#define FULCRUM_COMMON_RPC_GRPC_STATUS_H_
 
 #include <grpcpp/support/status.h>
 
@@ -13,4 +13,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_COMMON_GRPC_STATUS_H_
+#endif  // FULCRUM_COMMON_RPC_GRPC_STATUS_H_

@@ -1,8 +1,26 @@
-#include "worker/in_process_ps_transport.h"
+#include "worker/transport/in_process_ps_transport.h"
 
+#include <cstring>
 #include <utility>
 
 namespace fulcrum {
+namespace {
+
+// Gives the sink the float32 values it places, as a gRPC transport reads
+// them into place: those slices are left without data.
+void Place(SlicePlacer* sink, PullResponse* response) {
+  if (sink == nullptr) return;
+  for (ShardSlice& slice : *response->mutable_slices()) {
+    TensorProto* tensor = slice.mutable_tensor();
+    if (tensor->dtype() != DT_FLOAT) continue;
+    float* place = sink->Place(slice, tensor->data().size());
+    if (place == nullptr) continue;
+    std::memcpy(place, tensor->data().data(), tensor->data().size());
+    tensor->clear_data();
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<CreateShardsResponse> InProcessPsTransport::CreateShards(
     const CreateShardsRequest& request, absl::Time) {
@@ -10,8 +28,10 @@ absl::StatusOr<CreateShardsResponse> InProcessPsTransport::CreateShards(
 }
 
 absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& request, int64_t,
-                                                        absl::Time deadline) {
-  return ps_->Pull(request, deadline, max_slice_bytes_);
+                                                        absl::Time deadline, SlicePlacer* sink) {
+  auto pulled = ps_->Pull(request, deadline, max_slice_bytes_);
+  if (pulled.ok()) Place(sink, &*pulled);
+  return pulled;
 }
 
 absl::StatusOr<PushResponse> InProcessPsTransport::Push(std::shared_ptr<const PushRequest> request,
@@ -22,10 +42,11 @@ absl::StatusOr<PushResponse> InProcessPsTransport::Push(std::shared_ptr<const Pu
 absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(std::shared_ptr<const PushRequest> push,
                                                             const PullRequest& pull,
                                                             int64_t response_bytes,
-                                                            absl::Time deadline) {
+                                                            absl::Time deadline,
+                                                            SlicePlacer* sink) {
   auto pushed = Push(std::move(push), deadline);
   if (!pushed.ok()) return pushed.status();
-  auto pulled = Pull(pull, response_bytes, deadline);
+  auto pulled = Pull(pull, response_bytes, deadline, sink);
   if (!pulled.ok()) return pulled.status();
   *pulled->mutable_push_results() = std::move(*pushed->mutable_results());
   return pulled;

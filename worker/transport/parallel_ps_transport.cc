@@ -1,13 +1,11 @@
-#include "worker/parallel_ps_transport.h"
+#include "worker/transport/parallel_ps_transport.h"
 
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <utility>
 
 #include "common/logging.h"
 #include "common/slices.h"
-#include "proto/tensor_bytes.h"
 
 namespace fulcrum {
 namespace {
@@ -79,18 +77,8 @@ template <typename Response, typename Part, typename Call, typename Merge>
 absl::StatusOr<Response> ParallelPsTransport::RunParts(const std::vector<Part>& parts, Call call,
                                                        Merge merge) {
   std::vector<absl::StatusOr<Response>> results(parts.size(), absl::UnknownError("not run"));
-  TensorPlacer* const placer = PlaceTensorBytes::CurrentPlacer();
-  ParallelFor(pool_, static_cast<int>(parts.size()), [&](int i) {
-    // A part run on a pool thread places pulled values there too, and
-    // reports a response that failed to parse as its error; on the
-    // caller's thread, the caller's scope sees it.
-    std::optional<PlaceTensorBytes> place;
-    if (placer != nullptr && PlaceTensorBytes::CurrentPlacer() == nullptr) place.emplace(placer);
-    results[i] = call(*lanes_[i], parts[i]);
-    if (place.has_value() && !place->error().empty()) {
-      results[i] = absl::DataLossError(place->error());
-    }
-  });
+  ParallelFor(pool_, static_cast<int>(parts.size()),
+              [&](int i) { results[i] = call(*lanes_[i], parts[i]); });
   Response merged;
   for (absl::StatusOr<Response>& result : results) {
     if (!result.ok()) return result.status();
@@ -100,17 +88,19 @@ absl::StatusOr<Response> ParallelPsTransport::RunParts(const std::vector<Part>& 
 }
 
 absl::StatusOr<PullResponse> ParallelPsTransport::Pull(const PullRequest& request,
-                                                       int64_t response_bytes,
-                                                       absl::Time deadline) {
+                                                       int64_t response_bytes, absl::Time deadline,
+                                                       SlicePlacer* sink) {
   // Small calls skip the dealing too: they are most calls.
-  if (response_bytes <= min_split_bytes_) return lanes_[0]->Pull(request, response_bytes, deadline);
+  if (response_bytes <= min_split_bytes_) {
+    return lanes_[0]->Pull(request, response_bytes, deadline, sink);
+  }
   Dealer dealer(lanes());
   const std::vector<int> lane_of = dealer.Deal(request.shards());
-  if (dealer.used() < 2) return lanes_[0]->Pull(request, response_bytes, deadline);
+  if (dealer.used() < 2) return lanes_[0]->Pull(request, response_bytes, deadline, sink);
   return RunParts<PullResponse>(
       PullParts(request, lane_of, dealer.used()),
       [&](PsTransport& lane, const PullRequest& part) {
-        return lane.Pull(part, response_bytes, deadline);
+        return lane.Pull(part, response_bytes, deadline, sink);
       },
       AppendPullResponse);
 }
@@ -134,16 +124,16 @@ absl::StatusOr<PushResponse> ParallelPsTransport::Push(std::shared_ptr<const Pus
 absl::StatusOr<PullResponse> ParallelPsTransport::PushPull(std::shared_ptr<const PushRequest> push,
                                                            const PullRequest& pull,
                                                            int64_t response_bytes,
-                                                           absl::Time deadline) {
+                                                           absl::Time deadline, SlicePlacer* sink) {
   if (std::max(TensorBytes(push->gradients()), response_bytes) <= min_split_bytes_) {
-    return lanes_[0]->PushPull(std::move(push), pull, response_bytes, deadline);
+    return lanes_[0]->PushPull(std::move(push), pull, response_bytes, deadline, sink);
   }
   // The pulled shards first: a pushed shard goes with its own pull.
   Dealer dealer(lanes());
   const std::vector<int> pull_lane_of = dealer.Deal(pull.shards());
   const std::vector<int> push_lane_of = dealer.Deal(push->gradients());
   if (dealer.used() < 2) {
-    return lanes_[0]->PushPull(std::move(push), pull, response_bytes, deadline);
+    return lanes_[0]->PushPull(std::move(push), pull, response_bytes, deadline, sink);
   }
   const std::vector<PullRequest> pulls = PullParts(pull, pull_lane_of, dealer.used());
   const auto pushes = PushParts(push, push_lane_of, dealer.used());
@@ -152,7 +142,7 @@ absl::StatusOr<PullResponse> ParallelPsTransport::PushPull(std::shared_ptr<const
   return RunParts<PullResponse>(
       parts,
       [&](PsTransport& lane, int part) {
-        return lane.PushPull(pushes[part], pulls[part], response_bytes, deadline);
+        return lane.PushPull(pushes[part], pulls[part], response_bytes, deadline, sink);
       },
       AppendPullResponse);
 }

@@ -1,7 +1,9 @@
-#include "worker/grpc/grpc_ps_transport.h"
+#include "worker/transport/grpc_ps_transport.h"
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <grpcpp/impl/codegen/sync_stream.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
@@ -10,11 +12,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/tensor_bytes.h"
 #include "common/slices.h"
-#include "proto/tensor_bytes.h"
-#include "worker/parallel_ps_transport.h"
+#include "worker/ps_client.h"
+#include "worker/transport/parallel_ps_transport.h"
 
 namespace fulcrum {
 namespace {
@@ -41,16 +44,37 @@ std::vector<std::shared_ptr<const PushRequest>> PushMessages(
   return messages;
 }
 
-// Reads a pull stream to its end, keeping the slices as they came.
-absl::StatusOr<PullResponse> ReadPull(grpc::ClientContext* context,
-                                      grpc::internal::ReaderInterface<PullResponse>* reader,
-                                      const std::function<absl::Status()>& finish) {
+// A push-pull message lending `push` and, if not null, `pull`, serialised
+// with their tensor bytes lent to gRPC on behalf of `owner`.
+grpc::ByteBuffer PushPullMessage(const PushRequest& push, const PullRequest* pull,
+                                 std::shared_ptr<const void> owner) {
+  PushPullRequest message;
+  message.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push));
+  if (pull != nullptr) message.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(pull));
+  grpc::ByteBuffer buffer = SerializeLending(message, std::move(owner));
+  message.unsafe_arena_release_push();
+  message.unsafe_arena_release_pull();
+  return buffer;
+}
+
+// Reads a stream of pull responses to its end, their values placed by
+// `sink`, keeping the slices as they came. A message that does not parse
+// cancels the call (the server would otherwise wait for this reader until
+// the deadline) and is DATA_LOSS.
+template <typename Reader, typename Finish>
+absl::StatusOr<PullResponse> ReadPulls(grpc::ClientContext* context, Reader* reader,
+                                       SlicePlacer* sink, Finish finish) {
   PullResponse response;
-  PullResponse part;
-  while (reader->Read(&part)) AppendPullResponse(part, &response);
-  // A message that failed to parse also ends the reads; the server is not
-  // done, and would wait for this reader until the deadline.
-  if (PlaceTensorBytes::FailedOnThisThread()) context->TryCancel();
+  grpc::ByteBuffer buffer;
+  while (reader->Read(&buffer)) {
+    PullResponse part;
+    if (absl::Status s = ParsePullResponse(&buffer, sink, &part); !s.ok()) {
+      context->TryCancel();
+      finish().IgnoreError();
+      return s;
+    }
+    AppendPullResponse(part, &response);
+  }
   if (absl::Status s = finish(); !s.ok()) return s;
   return response;
 }
@@ -90,7 +114,23 @@ GrpcPsTransport::GrpcPsTransport(const std::string& address) : address_(address)
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   stub_ = PsService::NewStub(channel_);
+  // The calls that carry tensors are made with raw byte buffers, which this
+  // transport serialises (lending tensor bytes) and parses (placing them)
+  // itself: gRPC's typed calls would pass everything through protobuf.
+  using grpc::internal::RpcMethod;
+  pull_ =
+      std::make_unique<RpcMethod>("/fulcrum.PsService/Pull", RpcMethod::SERVER_STREAMING, channel_);
+  push_ =
+      std::make_unique<RpcMethod>("/fulcrum.PsService/Push", RpcMethod::CLIENT_STREAMING, channel_);
+  push_pull_ = std::make_unique<RpcMethod>("/fulcrum.PsService/PushPull", RpcMethod::BIDI_STREAMING,
+                                           channel_);
+  pull_small_ =
+      std::make_unique<RpcMethod>("/fulcrum.PsService/PullSmall", RpcMethod::NORMAL_RPC, channel_);
+  push_pull_small_ = std::make_unique<RpcMethod>("/fulcrum.PsService/PushPullSmall",
+                                                 RpcMethod::NORMAL_RPC, channel_);
 }
+
+GrpcPsTransport::~GrpcPsTransport() = default;
 
 absl::Status GrpcPsTransport::Convert(const grpc::Status& status) const {
   // A call that timed out without ever connecting found no server.
@@ -100,6 +140,15 @@ absl::Status GrpcPsTransport::Convert(const grpc::Status& status) const {
         absl::StrCat("cannot connect to ", address_, " before the call's deadline"));
   }
   return FromGrpcStatus(status);
+}
+
+absl::StatusOr<PullResponse> GrpcPsTransport::ParseUnaryPull(const grpc::Status& status,
+                                                             grpc::ByteBuffer* buffer,
+                                                             SlicePlacer* sink) const {
+  if (absl::Status s = Convert(status); !s.ok()) return s;
+  PullResponse response;
+  if (absl::Status s = ParsePullResponse(buffer, sink, &response); !s.ok()) return s;
+  return response;
 }
 
 absl::StatusOr<CreateShardsResponse> GrpcPsTransport::CreateShards(
@@ -113,82 +162,72 @@ absl::StatusOr<CreateShardsResponse> GrpcPsTransport::CreateShards(
 }
 
 absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
-                                                   int64_t response_bytes, absl::Time deadline) {
-  if (response_bytes <= kChunkBytes) {
-    return Unary<PullResponse>(
-        deadline,
-        [&](auto* context, auto* response) { return stub_->PullSmall(context, request, response); },
-        [this](const grpc::Status& s) { return Convert(s); });
-  }
+                                                   int64_t response_bytes, absl::Time deadline,
+                                                   SlicePlacer* sink) {
   grpc::ClientContext context;
   Prepare(deadline, &context);
-  auto reader = stub_->Pull(&context, request);
-  return ReadPull(&context, reader.get(), [&] { return Convert(reader->Finish()); });
+  if (response_bytes <= kChunkBytes) {
+    grpc::ByteBuffer buffer;
+    const grpc::Status status = grpc::internal::BlockingUnaryCall<PullRequest, grpc::ByteBuffer>(
+        channel_.get(), *pull_small_, &context, request, &buffer);
+    return ParseUnaryPull(status, &buffer, sink);
+  }
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), *pull_,
+                                                                    &context, request));
+  return ReadPulls(&context, reader.get(), sink, [&] { return Convert(reader->Finish()); });
 }
 
 absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const PushRequest> request,
                                                    absl::Time deadline) {
   grpc::ClientContext context;
   Prepare(deadline, &context);
-  PushResponse response;
-  auto writer = stub_->Push(&context, &response);
+  grpc::ByteBuffer response_buffer;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), *push_,
+                                                                    &context, &response_buffer));
   for (const std::shared_ptr<const PushRequest>& message : PushMessages(request)) {
-    LendTensorBytes lend(message);        // the gradients are sent from where they lie
-    if (!writer->Write(*message)) break;  // the server ended the call; Finish says why
+    // The gradients are sent from where they lie.
+    if (!writer->Write(SerializeLending(*message, message))) break;  // Finish says why
   }
   writer->WritesDone();
   if (absl::Status s = Convert(writer->Finish()); !s.ok()) return s;
+  PushResponse response;
+  if (!grpc::SerializationTraits<PushResponse>::Deserialize(&response_buffer, &response).ok()) {
+    return absl::DataLossError("malformed push response");
+  }
   return response;
 }
 
 absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const PushRequest> push,
                                                        const PullRequest& pull,
-                                                       int64_t response_bytes,
-                                                       absl::Time deadline) {
+                                                       int64_t response_bytes, absl::Time deadline,
+                                                       SlicePlacer* sink) {
+  grpc::ClientContext context;
+  Prepare(deadline, &context);
   if (TensorBytes(push->gradients()) <= kChunkBytes && response_bytes <= kChunkBytes) {
-    // The push and pull are lent to the request for the call, not copied.
-    PushPullRequest request;
-    request.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(push.get()));
-    request.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull));
-    auto result = Unary<PullResponse>(
-        deadline,
-        [&](auto* context, auto* response) {
-          return stub_->PushPullSmall(context, request, response);
-        },
-        [this](const grpc::Status& s) { return Convert(s); });
-    request.unsafe_arena_release_push();
-    request.unsafe_arena_release_pull();
-    return result;
+    grpc::ByteBuffer buffer;
+    const grpc::Status status =
+        grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+            channel_.get(), *push_pull_small_, &context, PushPullMessage(*push, &pull, push),
+            &buffer);
+    return ParseUnaryPull(status, &buffer, sink);
   }
-  // On the stream, the gradients are lent to gRPC, sent from where they lie
-  // (LendTensorBytes), and so is the pull: the lent bytes must all belong to
-  // `lent`.
+  // On the stream, the gradients are lent to gRPC, sent from where they
+  // lie, and so is the pull: the lent bytes must all belong to `lent`.
   const auto lent =
       std::make_shared<const std::pair<std::shared_ptr<const PushRequest>, PullRequest>>(
           std::move(push), pull);
-  const PullRequest& pull_part = lent->second;
-  grpc::ClientContext context;
-  Prepare(deadline, &context);
-  auto stream = stub_->PushPull(&context);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel_.get(), *push_pull_, &context));
   const std::vector<std::shared_ptr<const PushRequest>> parts = PushMessages(lent->first);
   for (size_t i = 0; i < parts.size(); ++i) {
-    // Lent to the message for the write, not copied into it.
-    PushPullRequest message;
-    message.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(parts[i].get()));
-    if (i + 1 == parts.size()) {
-      message.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(&pull_part));
-    }
-    bool written = false;
-    {
-      LendTensorBytes lend(lent);
-      written = stream->Write(message);
-    }
-    message.unsafe_arena_release_push();
-    message.unsafe_arena_release_pull();
-    if (!written) break;  // the server ended the call; Finish says why
+    const PullRequest* pull_part = i + 1 == parts.size() ? &lent->second : nullptr;
+    if (!stream->Write(PushPullMessage(*parts[i], pull_part, lent))) break;  // Finish says why
   }
   stream->WritesDone();
-  return ReadPull(&context, stream.get(), [&] { return Convert(stream->Finish()); });
+  return ReadPulls(&context, stream.get(), sink, [&] { return Convert(stream->Finish()); });
 }
 
 absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequest& request,
@@ -245,6 +284,12 @@ std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
     transports.push_back(std::make_unique<ParallelPsTransport>(std::move(lanes), kChunkBytes));
   }
   return transports;
+}
+
+std::unique_ptr<PsClient> PsClient::Connect(const std::vector<std::string>& addresses,
+                                            PsClientOptions options) {
+  return std::make_unique<PsClient>(MakeGrpcTransports(addresses, options.channels_per_server),
+                                    options);
 }
 
 }  // namespace fulcrum

@@ -1,4 +1,4 @@
-#include "worker/parallel_ps_transport.h"
+#include "worker/transport/parallel_ps_transport.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/client_test_util.h"
-#include "worker/in_process_ps_transport.h"
 #include "worker/ps_client.h"
+#include "worker/transport/forwarding_ps_transport.h"
+#include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
 namespace {
@@ -41,9 +42,10 @@ class Rendezvous {
 
 // An in-process transport that records the shards of each call made over
 // it, and can fail them.
-class RecordingLane final : public PsTransport {
+class RecordingLane final : public ForwardingPsTransport {
  public:
-  explicit RecordingLane(ParameterServer* ps) : inner_(ps) {}
+  explicit RecordingLane(ParameterServer* ps)
+      : ForwardingPsTransport(std::make_unique<InProcessPsTransport>(ps)) {}
 
   std::vector<std::string> pulled;  // "variable/shard" of each pulled shard
   std::vector<std::string> pushed;  // ... of each pushed slice
@@ -51,40 +53,21 @@ class RecordingLane final : public PsTransport {
   absl::Status fail;                // returned instead when not OK
   std::function<void()> on_call;    // run at the start of each call
 
-  std::string address() const override { return "recording"; }
-  absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
-                                                    absl::Time deadline) override {
-    return inner_.CreateShards(request, deadline);
-  }
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
-                                    absl::Time deadline) override {
+                                    absl::Time deadline, SlicePlacer* sink) override {
     if (absl::Status s = Record(nullptr, &request); !s.ok()) return s;
-    return inner_.Pull(request, response_bytes, deadline);
+    return ForwardingPsTransport::Pull(request, response_bytes, deadline, sink);
   }
   absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
                                     absl::Time deadline) override {
     if (absl::Status s = Record(request.get(), nullptr); !s.ok()) return s;
-    return inner_.Push(std::move(request), deadline);
+    return ForwardingPsTransport::Push(std::move(request), deadline);
   }
   absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
                                         const PullRequest& pull, int64_t response_bytes,
-                                        absl::Time deadline) override {
+                                        absl::Time deadline, SlicePlacer* sink) override {
     if (absl::Status s = Record(push.get(), &pull); !s.ok()) return s;
-    return inner_.PushPull(std::move(push), pull, response_bytes, deadline);
-  }
-  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
-                                              absl::Time deadline) override {
-    return inner_.Heartbeat(request, deadline);
-  }
-  absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override {
-    return inner_.Describe(deadline);
-  }
-  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request,
-                                                        absl::Time deadline) override {
-    return inner_.SaveCheckpoint(request, deadline);
-  }
-  absl::Status JobDone(const std::string& reason, absl::Time deadline) override {
-    return inner_.JobDone(reason, deadline);
+    return ForwardingPsTransport::PushPull(std::move(push), pull, response_bytes, deadline, sink);
   }
 
  private:
@@ -103,8 +86,6 @@ class RecordingLane final : public PsTransport {
     }
     return fail;
   }
-
-  InProcessPsTransport inner_;
 };
 
 // One server, reached by a client over three recording lanes that split

@@ -1,9 +1,10 @@
 // The calls a worker makes to one parameter server, independent of how they
-// travel: over gRPC (grpc/grpc_ps_transport.h) or to a server in this
-// process (in_process_ps_transport.h), so trainer tests need no sockets.
-// Implementations are thread-safe.
-#ifndef FULCRUM_WORKER_PS_TRANSPORT_H_
-#define FULCRUM_WORKER_PS_TRANSPORT_H_
+// travel: over gRPC (grpc_ps_transport.h), split over several connections
+// (parallel_ps_transport.h), or to a server in this process
+// (in_process_ps_transport.h, for tests), so PsClient and the trainer know
+// nothing of gRPC. Implementations are thread-safe.
+#ifndef FULCRUM_WORKER_TRANSPORT_PS_TRANSPORT_H_
+#define FULCRUM_WORKER_TRANSPORT_PS_TRANSPORT_H_
 
 #include <cstdint>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/slices.h"
 #include "proto/ps_service.pb.h"
 
 namespace fulcrum {
@@ -28,9 +30,11 @@ class PsTransport {
   // The response holds each requested shard as one or more slices of rows
   // that together cover it. `response_bytes` is the tensor data the caller
   // expects back (the shards' size in the request's wire_dtype): a
-  // transport may make a cheaper call for small transfers.
+  // transport may make a cheaper call for small transfers. DT_FLOAT values
+  // go where `sink` (if not null) places them, and such slices arrive
+  // without data. A response that does not parse is DATA_LOSS.
   virtual absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
-                                            absl::Time deadline) = 0;
+                                            absl::Time deadline, SlicePlacer* sink) = 0;
 
   // The gradients may hold a shard as several slices of rows that together
   // cover it. A transport may keep the push after returning, until its
@@ -40,10 +44,11 @@ class PsTransport {
                                             absl::Time deadline) = 0;
 
   // Push, then pull, in one round trip. The response's push_results hold the
-  // push's outcome; `push` as for Push, `response_bytes` as for Pull.
+  // push's outcome; `push` as for Push, `response_bytes` and `sink` as for
+  // Pull.
   virtual absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
                                                 const PullRequest& pull, int64_t response_bytes,
-                                                absl::Time deadline) = 0;
+                                                absl::Time deadline, SlicePlacer* sink) = 0;
 
   virtual absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                                       absl::Time deadline) = 0;
@@ -58,4 +63,4 @@ class PsTransport {
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_WORKER_PS_TRANSPORT_H_
+#endif  // FULCRUM_WORKER_TRANSPORT_PS_TRANSPORT_H_

@@ -18,8 +18,8 @@
 // got through, PsClient retries the whole push: the shards that got
 // through answer DUPLICATE (the retry carries the push's push_id), so
 // nothing applies twice.
-#ifndef FULCRUM_WORKER_PARALLEL_PS_TRANSPORT_H_
-#define FULCRUM_WORKER_PARALLEL_PS_TRANSPORT_H_
+#ifndef FULCRUM_WORKER_TRANSPORT_PARALLEL_PS_TRANSPORT_H_
+#define FULCRUM_WORKER_TRANSPORT_PARALLEL_PS_TRANSPORT_H_
 
 #include <cstdint>
 #include <memory>
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "common/thread_pool.h"
-#include "worker/ps_transport.h"
+#include "worker/transport/ps_transport.h"
 
 namespace fulcrum {
 
@@ -44,12 +44,12 @@ class ParallelPsTransport final : public PsTransport {
                                                     absl::Time deadline) override;
   // Each part is told the whole's response_bytes, a bound on its own.
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
-                                    absl::Time deadline) override;
+                                    absl::Time deadline, SlicePlacer* sink) override;
   absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
                                     absl::Time deadline) override;
   absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
                                         const PullRequest& pull, int64_t response_bytes,
-                                        absl::Time deadline) override;
+                                        absl::Time deadline, SlicePlacer* sink) override;
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override;
   absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;
@@ -59,7 +59,7 @@ class ParallelPsTransport final : public PsTransport {
 
  private:
   // Runs call(lane, part) for each part on its own transport, in parallel,
-  // with the caller's placer of pulled values (proto/tensor_bytes.h), and
+  // with the caller's placer of pulled values (common/rpc/tensor_bytes.h), and
   // merges the results in part order; the first error, if any.
   template <typename Response, typename Part, typename Call, typename Merge>
   absl::StatusOr<Response> RunParts(const std::vector<Part>& parts, Call call, Merge merge);
@@ -71,4 +71,4 @@ class ParallelPsTransport final : public PsTransport {
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_WORKER_PARALLEL_PS_TRANSPORT_H_
+#endif  // FULCRUM_WORKER_TRANSPORT_PARALLEL_PS_TRANSPORT_H_

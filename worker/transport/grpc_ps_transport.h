@@ -1,19 +1,23 @@
 // PsTransport over gRPC: streams shards in chunks of kChunkBytes (a pull or
-// push-pull within one chunk each way is a single unary call), raises
-// gRPC's message limits, and waits for a server that is not up yet until
-// each call's deadline (then UNAVAILABLE). Each transport has a connection
-// of its own, even beside another to the same address. Thread-safe.
-#ifndef FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
-#define FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
+// push-pull within one chunk each way is a single unary call), lends
+// gradient bytes to gRPC and reads pulled values straight into the sink's
+// place (common/rpc/tensor_bytes.h), raises gRPC's message limits, and
+// waits for a server that is not up yet until each call's deadline (then
+// UNAVAILABLE). Each transport has a connection of its own, even beside
+// another to the same address. Also defines PsClient::Connect. Thread-safe.
+#ifndef FULCRUM_WORKER_TRANSPORT_GRPC_PS_TRANSPORT_H_
+#define FULCRUM_WORKER_TRANSPORT_GRPC_PS_TRANSPORT_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/impl/codegen/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "proto/ps_service.grpc.pb.h"
-#include "worker/ps_transport.h"
+#include "worker/transport/ps_transport.h"
 
 namespace fulcrum {
 
@@ -24,17 +28,18 @@ class GrpcPsTransport final : public PsTransport {
  public:
   // Connects lazily: an unreachable server makes calls fail UNAVAILABLE.
   explicit GrpcPsTransport(const std::string& address);
+  ~GrpcPsTransport() override;
 
   std::string address() const override { return address_; }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
                                                     absl::Time deadline) override;
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
-                                    absl::Time deadline) override;
+                                    absl::Time deadline, SlicePlacer* sink) override;
   absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
                                     absl::Time deadline) override;
   absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
                                         const PullRequest& pull, int64_t response_bytes,
-                                        absl::Time deadline) override;
+                                        absl::Time deadline, SlicePlacer* sink) override;
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override;
   absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;
@@ -46,19 +51,25 @@ class GrpcPsTransport final : public PsTransport {
   // DEADLINE_EXCEEDED without a connection becomes UNAVAILABLE; the rest
   // converts as is.
   absl::Status Convert(const grpc::Status& status) const;
+  // The response of a unary pull, its values placed by `sink`.
+  absl::StatusOr<PullResponse> ParseUnaryPull(const grpc::Status& status, grpc::ByteBuffer* buffer,
+                                              SlicePlacer* sink) const;
 
   const std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<PsService::Stub> stub_;
+  std::unique_ptr<PsService::Stub> stub_;  // the calls without tensors
+  // The calls with tensors, made on raw byte buffers.
+  std::unique_ptr<grpc::internal::RpcMethod> pull_, push_, push_pull_, pull_small_,
+      push_pull_small_;
 };
 
 // One transport per address, in order, each over `channels` channels of
 // its own (TCP connections): with more than one, a ParallelPsTransport
-// (worker/parallel_ps_transport.h) splits each streamed call by shard over
+// (worker/transport/parallel_ps_transport.h) splits each streamed call by shard over
 // them.
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
     const std::vector<std::string>& addresses, int channels = 1);
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_WORKER_GRPC_GRPC_PS_TRANSPORT_H_
+#endif  // FULCRUM_WORKER_TRANSPORT_GRPC_PS_TRANSPORT_H_

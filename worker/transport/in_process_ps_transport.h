@@ -1,13 +1,13 @@
-// A PsTransport that calls a ParameterServer in this process directly.
-// Thread-safe.
-#ifndef FULCRUM_WORKER_IN_PROCESS_PS_TRANSPORT_H_
-#define FULCRUM_WORKER_IN_PROCESS_PS_TRANSPORT_H_
+// A PsTransport that calls a ParameterServer in this process directly, for
+// tests: pulled values are placed through the sink as over gRPC. Thread-safe.
+#ifndef FULCRUM_WORKER_TRANSPORT_IN_PROCESS_PS_TRANSPORT_H_
+#define FULCRUM_WORKER_TRANSPORT_IN_PROCESS_PS_TRANSPORT_H_
 
 #include <cstdint>
 #include <limits>
 
 #include "ps_server/parameter_server.h"
-#include "worker/ps_transport.h"
+#include "worker/transport/ps_transport.h"
 
 namespace fulcrum {
 
@@ -23,12 +23,12 @@ class InProcessPsTransport final : public PsTransport {
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
                                                     absl::Time deadline) override;
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
-                                    absl::Time deadline) override;
+                                    absl::Time deadline, SlicePlacer* sink) override;
   absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
                                     absl::Time deadline) override;
   absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
                                         const PullRequest& pull, int64_t response_bytes,
-                                        absl::Time deadline) override;
+                                        absl::Time deadline, SlicePlacer* sink) override;
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override;
   absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;
@@ -43,4 +43,4 @@ class InProcessPsTransport final : public PsTransport {
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_WORKER_IN_PROCESS_PS_TRANSPORT_H_
+#endif  // FULCRUM_WORKER_TRANSPORT_IN_PROCESS_PS_TRANSPORT_H_

@@ -1,4 +1,4 @@
-#include "proto/tensor_bytes.h"
+#include "common/rpc/tensor_bytes.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream.h>
@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/slices.h"
 #include "proto/ps_service.pb.h"
 
 namespace fulcrum {
@@ -22,8 +24,6 @@ using google::protobuf::io::CodedInputStream;
 
 // The owner of the current thread's LendTensorBytes scope, or null.
 thread_local std::shared_ptr<const void> current_owner;
-// The current thread's PlaceTensorBytes scope, or null.
-thread_local PlaceTensorBytes* current_place = nullptr;
 
 // Bytes of each buffer given to protobuf for what is not lent (tags,
 // lengths, small fields): protobuf lends a byte field only when it does not
@@ -86,31 +86,13 @@ class LendingStream final : public google::protobuf::io::ZeroCopyOutputStream {
   int64_t bytes_ = 0;
 };
 
-template <typename Message>
-grpc::Status Serialize(const Message& message, grpc::ByteBuffer* buffer, bool* own_buffer) {
-  if (current_owner == nullptr) {
-    return grpc::GenericSerialize<grpc::ProtoBufferWriter, Message>(message, buffer, own_buffer);
-  }
-  *own_buffer = true;
-  message.ByteSizeLong();  // caches the sizes SerializeWithCachedSizes writes
-  LendingStream stream(current_owner);
-  {
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.EnableAliasing(true);
-    message.SerializeWithCachedSizes(&coded);
-    if (coded.HadError()) return grpc::Status(grpc::StatusCode::INTERNAL, "serialization failed");
-  }  // returns protobuf's unused buffer space
-  stream.MoveTo(buffer);
-  return grpc::Status::OK;
-}
-
 // A PullResponse parser that reads DT_FLOAT tensor data where a placer
 // says, and everything else as protobuf would (ps_service.proto,
 // tensor.proto): fields by number and wire type; unknown fields are
 // skipped, not kept.
 class PlacingParser {
  public:
-  PlacingParser(CodedInputStream* in, TensorPlacer* placer) : in_(in), placer_(placer) {}
+  PlacingParser(CodedInputStream* in, SlicePlacer* placer) : in_(in), placer_(placer) {}
 
   bool Response(PullResponse* response) {
     while (const uint32_t tag = in_->ReadTag()) {
@@ -213,7 +195,7 @@ class PlacingParser {
       } else if (tag == Tag(3, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
         int length = 0;
         ok = ReadLength(&length);
-        float* place = ok && tensor->dtype() == DT_FLOAT
+        float* place = ok && placer_ != nullptr && tensor->dtype() == DT_FLOAT
                            ? placer_->Place(*slice, static_cast<size_t>(length))
                            : nullptr;
         if (place != nullptr) {
@@ -232,45 +214,43 @@ class PlacingParser {
   }
 
   CodedInputStream* const in_;
-  TensorPlacer* const placer_;
+  SlicePlacer* const placer_;  // null: nothing is placed
 };
 
-template <typename Message>
-grpc::Status Deserialize(grpc::ByteBuffer* buffer, Message* message) {
-  return grpc::GenericDeserialize<grpc::ProtoBufferReader, Message>(buffer, message);
-}
-
 }  // namespace
 
-// A friend of PlaceTensorBytes: parses with its placer, records a failure.
-grpc::Status DeserializePlacing(grpc::ByteBuffer* buffer, PullResponse* message) {
-  PlaceTensorBytes* const place = current_place;
-  if (place == nullptr || buffer == nullptr) {
-    return grpc::GenericDeserialize<grpc::ProtoBufferReader, PullResponse>(buffer, message);
-  }
-  grpc::Status status;
+grpc::ByteBuffer SerializeLending(const google::protobuf::MessageLite& message,
+                                  std::shared_ptr<const void> owner) {
+  message.ByteSizeLong();  // caches the sizes SerializeWithCachedSizes writes
+  LendingStream stream(owner);
+  {
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.EnableAliasing(true);
+    message.SerializeWithCachedSizes(&coded);
+  }  // returns protobuf's unused buffer space
+  grpc::ByteBuffer buffer;
+  stream.MoveTo(&buffer);
+  return buffer;
+}
+
+absl::Status ParsePullResponse(grpc::ByteBuffer* buffer, SlicePlacer* placer, PullResponse* out) {
+  bool parsed = false;
   {
     grpc::ProtoBufferReader reader(buffer);
-    if (!reader.status().ok()) return reader.status();
-    CodedInputStream in(&reader);
-    message->Clear();
-    if (!PlacingParser(&in, place->placer_).Response(message)) {
-      status = grpc::Status(grpc::StatusCode::INTERNAL,
-                            "malformed pull response (not protobuf, or fields out of order)");
-      if (place->error_.empty()) place->error_ = status.error_message();
+    if (!reader.status().ok()) {
+      return absl::DataLossError(
+          absl::StrCat("unreadable pull response: ", reader.status().error_message()));
     }
+    CodedInputStream in(&reader);
+    out->Clear();
+    parsed = PlacingParser(&in, placer).Response(out);
   }
   buffer->Clear();
-  return status;
+  if (!parsed) {
+    return absl::DataLossError("malformed pull response (not protobuf, or fields out of order)");
+  }
+  return absl::OkStatus();
 }
-
-namespace {
-
-grpc::Status Deserialize(grpc::ByteBuffer* buffer, PullResponse* message) {
-  return DeserializePlacing(buffer, message);
-}
-
-}  // namespace
 
 LendTensorBytes::LendTensorBytes(std::shared_ptr<const void> owner) {
   CHECK(current_owner == nullptr && owner != nullptr && "LendTensorBytes scopes do not nest");
@@ -279,33 +259,19 @@ LendTensorBytes::LendTensorBytes(std::shared_ptr<const void> owner) {
 
 LendTensorBytes::~LendTensorBytes() { current_owner.reset(); }
 
-PlaceTensorBytes::PlaceTensorBytes(TensorPlacer* placer) : placer_(placer) {
-  CHECK(current_place == nullptr && placer != nullptr && "PlaceTensorBytes scopes do not nest");
-  current_place = this;
-}
-
-PlaceTensorBytes::~PlaceTensorBytes() { current_place = nullptr; }
-
-bool PlaceTensorBytes::FailedOnThisThread() {
-  return current_place != nullptr && !current_place->error_.empty();
-}
-
-TensorPlacer* PlaceTensorBytes::CurrentPlacer() {
-  return current_place == nullptr ? nullptr : current_place->placer_;
-}
-
 }  // namespace fulcrum
 
-#define FULCRUM_TENSOR_SERIALIZER_IMPL(Message)                                    \
-  grpc::Status grpc::SerializationTraits<Message>::Serialize(                      \
-      const Message& message, ByteBuffer* buffer, bool* own_buffer) {              \
-    return fulcrum::Serialize(message, buffer, own_buffer);                        \
-  }                                                                                \
-  grpc::Status grpc::SerializationTraits<Message>::Deserialize(ByteBuffer* buffer, \
-                                                               Message* message) { \
-    return fulcrum::Deserialize(buffer, message);                                  \
+grpc::Status grpc::SerializationTraits<fulcrum::PullResponse>::Serialize(
+    const fulcrum::PullResponse& message, ByteBuffer* buffer, bool* own_buffer) {
+  if (fulcrum::current_owner == nullptr) {
+    return GenericSerialize<ProtoBufferWriter, fulcrum::PullResponse>(message, buffer, own_buffer);
   }
+  *own_buffer = true;
+  *buffer = fulcrum::SerializeLending(message, fulcrum::current_owner);
+  return Status::OK;
+}
 
-FULCRUM_TENSOR_SERIALIZER_IMPL(fulcrum::PullResponse)
-FULCRUM_TENSOR_SERIALIZER_IMPL(fulcrum::PushRequest)
-FULCRUM_TENSOR_SERIALIZER_IMPL(fulcrum::PushPullRequest)
+grpc::Status grpc::SerializationTraits<fulcrum::PullResponse>::Deserialize(
+    ByteBuffer* buffer, fulcrum::PullResponse* message) {
+  return GenericDeserialize<ProtoBufferReader, fulcrum::PullResponse>(buffer, message);
+}

@@ -1,4 +1,4 @@
-#include "proto/tensor_bytes.h"
+#include "common/rpc/tensor_bytes.h"
 
 #include <gmock/gmock.h>
 #include <google/protobuf/io/coded_stream.h>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/slices.h"
 #include "proto/ps_service.pb.h"
 
 namespace fulcrum {
@@ -109,7 +110,7 @@ TEST(LendTensorBytesTest, AMessageEndingInLentBytesRoundTrips) {
   EXPECT_TRUE(Bytes(buffer) == message->SerializeAsString());
 }
 
-// Push messages lend as pull responses do, however many slices they carry.
+// Any message lends as a pull response does, however many slices it holds.
 TEST(LendTensorBytesTest, PushPullRequestsWithManySlicesRoundTrip) {
   auto request = std::make_shared<PushPullRequest>();
   request->mutable_push()->set_worker_id(2);
@@ -117,22 +118,14 @@ TEST(LendTensorBytesTest, PushPullRequestsWithManySlicesRoundTrip) {
     *request->mutable_push()->add_gradients() = Response(10000 + 1000 * i)->slices(0);
   }
   request->mutable_pull()->add_shards()->set_variable("w");
-  grpc::ByteBuffer buffer;
-  bool own = false;
-  {
-    LendTensorBytes lend(request);
-    ASSERT_TRUE(
-        grpc::SerializationTraits<PushPullRequest>::Serialize(*request, &buffer, &own).ok());
-  }
+  grpc::ByteBuffer buffer = SerializeLending(*request, request);
   EXPECT_EQ(request.use_count(), 1 + 5);  // one reference per lent field
-  PushPullRequest parsed;
-  ASSERT_TRUE(grpc::SerializationTraits<PushPullRequest>::Deserialize(&buffer, &parsed).ok());
-  EXPECT_EQ(parsed.SerializeAsString(), request->SerializeAsString());
+  EXPECT_EQ(Bytes(buffer), request->SerializeAsString());
 }
 
 // Places DT_FLOAT data of variable "w" into `values`; everything else is left
 // in the message. Records what it was asked.
-class TestPlacer final : public TensorPlacer {
+class TestPlacer final : public SlicePlacer {
  public:
   explicit TestPlacer(size_t floats) : values(floats, -1.0f) {}
   float* Place(const ShardSlice& slice, size_t bytes) override {
@@ -153,9 +146,9 @@ grpc::ByteBuffer Buffer(const std::string& bytes) {
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-grpc::Status Parse(const std::string& bytes, PullResponse* response) {
+absl::Status Parse(const std::string& bytes, SlicePlacer* placer, PullResponse* response) {
   grpc::ByteBuffer buffer = Buffer(bytes);
-  return grpc::SerializationTraits<PullResponse>::Deserialize(&buffer, response);
+  return ParsePullResponse(&buffer, placer, response);
 }
 
 // A float32 slice of `floats` values 0.5, 1.5, ..., of variable `name`.
@@ -186,14 +179,11 @@ PullResponse Mixed() {
   return response;
 }
 
-TEST(PlaceTensorBytesTest, PlacedFloatDataSkipsTheMessage) {
+TEST(ParsePullResponseTest, PlacedFloatDataSkipsTheMessage) {
   const PullResponse sent = Mixed();
   TestPlacer placer(3000);
   PullResponse received;
-  {
-    PlaceTensorBytes place(&placer);
-    ASSERT_TRUE(Parse(sent.SerializeAsString(), &received).ok());
-  }
+  ASSERT_TRUE(Parse(sent.SerializeAsString(), &placer, &received).ok());
   // Asked only for float32 data: w and b, not the bfloat16 slice.
   EXPECT_EQ(placer.asked, (std::vector<std::string>{"w@3", "b@0"}));
   EXPECT_EQ(0, std::memcmp(placer.values.data(), sent.slices(0).tensor().data().data(),
@@ -204,16 +194,13 @@ TEST(PlaceTensorBytesTest, PlacedFloatDataSkipsTheMessage) {
   EXPECT_TRUE(received.SerializeAsString() == expected.SerializeAsString());
 }
 
-TEST(PlaceTensorBytesTest, WithoutPlacingItParsesAsProtobufDoes) {
+TEST(ParsePullResponseTest, WithoutPlacingItParsesAsProtobufDoes) {
   const PullResponse sent = Mixed();
   std::string bytes = sent.SerializeAsString();
   bytes += std::string("\x98\x06\x07", 3);  // an unknown varint field 99, skipped
   TestPlacer refuses(0);                    // places nothing
   PullResponse received;
-  {
-    PlaceTensorBytes place(&refuses);
-    ASSERT_TRUE(Parse(bytes, &received).ok());
-  }
+  ASSERT_TRUE(Parse(bytes, &refuses, &received).ok());
   PullResponse by_protobuf;
   ASSERT_TRUE(by_protobuf.ParseFromString(bytes));
   by_protobuf.DiscardUnknownFields();  // which the placing parser skips
@@ -223,7 +210,7 @@ TEST(PlaceTensorBytesTest, WithoutPlacingItParsesAsProtobufDoes) {
 
 // Protobuf writes a slice's data last; a field after placed data could
 // change where the data belonged, so such a message is refused.
-TEST(PlaceTensorBytesTest, AFieldAfterPlacedDataFailsTheParse) {
+TEST(ParsePullResponseTest, AFieldAfterPlacedDataFailsTheParse) {
   ShardSlice slice = FloatSlice("w", 0, 100);
   slice.clear_row_offset();
   std::string slice_bytes = slice.SerializeAsString() + std::string("\x18\x05", 2);  // row 5
@@ -238,20 +225,18 @@ TEST(PlaceTensorBytesTest, AFieldAfterPlacedDataFailsTheParse) {
   }
   TestPlacer placer(100);
   PullResponse received;
-  {
-    PlaceTensorBytes place(&placer);
-    EXPECT_EQ(Parse(bytes, &received).error_code(), grpc::StatusCode::INTERNAL);
-  }
+  const absl::Status refused = Parse(bytes, &placer, &received);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("malformed pull response"));
   // Unplaced, the same bytes are a valid message: row 5 wins.
   TestPlacer refuses(0);
-  PlaceTensorBytes place(&refuses);
-  ASSERT_TRUE(Parse(bytes, &received).ok());
+  ASSERT_TRUE(Parse(bytes, &refuses, &received).ok());
   EXPECT_EQ(received.slices(0).row_offset(), 5);
 }
 
 // A newer server's fields, which protobuf writes after the data, do not
-// stop placement; a failed parse is recorded in the scope.
-TEST(PlaceTensorBytesTest, UnknownFieldsAfterPlacedDataAreSkipped) {
+// stop placement.
+TEST(ParsePullResponseTest, UnknownFieldsAfterPlacedDataAreSkipped) {
   PullResponse sent;
   *sent.add_slices() = FloatSlice("w", 0, 100);
   TensorProto* tensor = sent.mutable_slices(0)->mutable_tensor();
@@ -259,31 +244,25 @@ TEST(PlaceTensorBytesTest, UnknownFieldsAfterPlacedDataAreSkipped) {
   ShardSlice* slice = sent.mutable_slices(0);
   slice->GetReflection()->MutableUnknownFields(slice)->AddVarint(6, 1);
   TestPlacer placer(100);
-  PlaceTensorBytes place(&placer);
   PullResponse received;
-  ASSERT_TRUE(Parse(sent.SerializeAsString(), &received).ok());
+  ASSERT_TRUE(Parse(sent.SerializeAsString(), &placer, &received).ok());
   EXPECT_TRUE(received.slices(0).tensor().data().empty());  // placed
   EXPECT_EQ(placer.values[99], 99.5f);
-  EXPECT_TRUE(place.error().empty());
-  EXPECT_FALSE(PlaceTensorBytes::FailedOnThisThread());
-  EXPECT_FALSE(Parse("\x0a\x05\x0a", &received).ok());  // truncated
-  EXPECT_THAT(place.error(), ::testing::HasSubstr("malformed pull response"));
-  EXPECT_TRUE(PlaceTensorBytes::FailedOnThisThread());
+  EXPECT_FALSE(Parse("\x0a\x05\x0a", &placer, &received).ok());  // truncated
 }
 
-TEST(PlaceTensorBytesTest, TruncatedMessagesFailWithoutReadingPastTheEnd) {
+TEST(ParsePullResponseTest, TruncatedMessagesFailWithoutReadingPastTheEnd) {
   const std::string bytes = Mixed().SerializeAsString();
   TestPlacer placer(3000);
-  PlaceTensorBytes place(&placer);
   for (size_t cut : {size_t{1}, size_t{5}, size_t{40}, bytes.size() / 2, bytes.size() - 1}) {
     PullResponse received;
-    EXPECT_FALSE(Parse(bytes.substr(0, cut), &received).ok()) << "cut at " << cut;
+    EXPECT_FALSE(Parse(bytes.substr(0, cut), &placer, &received).ok()) << "cut at " << cut;
   }
 }
 
 // Corrupted bytes from a broken or hostile server fail or parse, but never
 // read or write out of bounds (run under ASan to see that).
-TEST(PlaceTensorBytesTest, CorruptedMessagesNeverOverrun) {
+TEST(ParsePullResponseTest, CorruptedMessagesNeverOverrun) {
   const std::string bytes = Mixed().SerializeAsString();
   std::mt19937 random(7);
   int parsed = 0;
@@ -293,9 +272,8 @@ TEST(PlaceTensorBytesTest, CorruptedMessagesNeverOverrun) {
       corrupt[random() % corrupt.size()] = static_cast<char>(random());
     }
     TestPlacer placer(3000);
-    PlaceTensorBytes place(&placer);
     PullResponse received;
-    parsed += Parse(corrupt, &received).ok();
+    parsed += Parse(corrupt, &placer, &received).ok();
   }
   EXPECT_GT(parsed, 0);  // flips inside tensor data still parse
 }
