@@ -79,7 +79,7 @@ std::vector<std::pair<int64_t, uint32_t>> Fingerprint(ParameterServer& ps) {
     ShardRef* ref = pull.add_shards();
     ref->set_variable("big");
     ref->set_shard(i);
-    auto pulled = ps.Pull(pull, absl::Now() + absl::Minutes(5), 64 << 20);
+    auto pulled = ps.Pull(pull, absl::Now() + absl::Minutes(5), {64 << 20});
     EXPECT_TRUE(pulled.ok()) << pulled.status();
     if (!pulled.ok()) return out;
     uint32_t crc = 0;

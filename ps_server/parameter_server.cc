@@ -169,7 +169,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
 }
 
 absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, absl::Time deadline,
-                                                   int64_t max_slice_bytes) {
+                                                   const CallLimits& limits) {
   if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
   if (request.has_worker_id()) {
     if (absl::Status s = workers_.CheckWorkerId(request.worker_id()); !s.ok()) return s;
@@ -186,11 +186,22 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, a
     if (!shard.ok()) return shard.status();
     shards.push_back(*shard);
   }
+  // Checked before waiting or copying anything: the answer's size follows
+  // from the shards asked for.
+  int64_t bytes = 0;
+  for (const Shard* shard : shards) {
+    bytes += NumElements(shard->shape()) * EncodedFloatBytes(encoding);
+  }
+  if (bytes > limits.max_pull_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pull: answers ", bytes, " bytes of tensors; this call carries at most ",
+                     limits.max_pull_bytes, " (larger transfers stream)"));
+  }
   if (absl::Status s = policy_->AwaitPull(request, deadline); !s.ok()) return s;
   PullResponse response;
   for (size_t i = 0; i < shards.size(); ++i) {
     if (absl::Status s = shards[i]->Read(request.shards(i).min_version(), deadline, encoding,
-                                         max_slice_bytes, response.mutable_slices());
+                                         limits.max_slice_bytes, response.mutable_slices());
         !s.ok()) {
       return s;
     }
@@ -280,7 +291,29 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
   return pushed;
 }
 
-absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request) {
+absl::Status ParameterServer::AdmitPushBytes(int64_t bytes) const {
+  const int64_t held = store_.value_bytes();
+  if (held == 0 && bytes > 0) {
+    // Said before the bound, so that a client can tell a restart and recover.
+    return absl::NotFoundError("this server holds no variables (did it restart?)");
+  }
+  if (bytes > held) {
+    return absl::ResourceExhaustedError(absl::StrCat("push carries over ", bytes,
+                                                     " bytes of gradients; this server holds only ",
+                                                     held, " bytes of variables"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request,
+                                                   const CallLimits& limits) {
+  const int64_t bytes = TensorBytes(request.gradients());
+  if (absl::Status s = AdmitPushBytes(bytes); !s.ok()) return s;
+  if (bytes > limits.max_push_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("push carries ", bytes, " bytes of gradients; this call carries at most ",
+                     limits.max_push_bytes, " (larger transfers stream)"));
+  }
   if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
   if (!request.has_worker_id()) {
     return absl::InvalidArgumentError("push: carries no worker_id; only workers push");

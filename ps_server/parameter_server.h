@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "absl/types/span.h"
 #include "common/checkpoint.h"
 #include "common/file_system.h"
+#include "common/slices.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
@@ -29,6 +31,22 @@ namespace fulcrum {
 
 // Checks a server config; errors name the field.
 absl::Status ValidatePsServerConfig(const PsServerConfig& config);
+
+// What one call may carry, as the way it travels sets it; ParameterServer
+// enforces them, so every transport meets the same limits. Pulled shards
+// travel in slices of at most max_slice_bytes (one row at the least); a
+// push carries at most max_push_bytes of gradients and a pull answers at
+// most max_pull_bytes of tensor data, else RESOURCE_EXHAUSTED.
+struct CallLimits {
+  int64_t max_slice_bytes = kChunkBytes;
+  int64_t max_push_bytes = std::numeric_limits<int64_t>::max();
+  int64_t max_pull_bytes = std::numeric_limits<int64_t>::max();
+};
+
+// A streamed call's: slices of a message each, any total.
+inline CallLimits StreamedCallLimits() { return CallLimits(); }
+// A unary call's: one message of at most kChunkBytes each way.
+inline CallLimits SmallCallLimits() { return {kChunkBytes, kChunkBytes, kChunkBytes}; }
 
 class ParameterServer {
  public:
@@ -61,18 +79,28 @@ class ParameterServer {
   // is newer than the newest complete checkpoint, losing nothing.
   absl::Status SaveFinalCheckpoint();
 
-  // Reads the requested shards, each as slices of at most max_slice_bytes.
-  // Waits (until `deadline`) for each shard's min_version and for what the
-  // mode's policy waits for (SSP: the slowest active worker to come within
+  // Reads the requested shards, in slices, within `limits`. Waits (until
+  // `deadline`) for each shard's min_version and for what the mode's policy
+  // waits for (SSP: the slowest active worker to come within
   // staleness_bound of the pull's clock). Without a worker_id it reads
   // without a lease or clock (tools, evaluators).
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline,
-                                    int64_t max_slice_bytes);
+                                    const CallLimits& limits = StreamedCallLimits());
 
-  // Applies or accumulates gradients as the mode's policy says. A shard's gradient
-  // may arrive as several slices of rows, which must tile it exactly. The request is checked whole
-  // first (worker, variables, shapes, dtypes, NaN/Inf, versions): on any error nothing is applied.
-  absl::StatusOr<PushResponse> Push(const PushRequest& request);
+  // Applies or accumulates gradients as the mode's policy says. A shard's
+  // gradient may arrive as several slices of rows, which must tile it
+  // exactly. The request is checked whole first (its bytes against
+  // `limits` and AdmitPushBytes, worker, variables, shapes, dtypes,
+  // NaN/Inf, versions): on any error nothing is applied.
+  absl::StatusOr<PushResponse> Push(const PushRequest& request,
+                                    const CallLimits& limits = StreamedCallLimits());
+
+  // Whether a push of `bytes` of gradients may go on arriving: at most every
+  // shard here once (RESOURCE_EXHAUSTED), and nothing to a server that holds
+  // no variables (NOT_FOUND, so that a client can tell a restart). A
+  // transport that receives a push in parts asks as they come, before
+  // buffering more.
+  absl::Status AdmitPushBytes(int64_t bytes) const;
 
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
 
@@ -94,9 +122,6 @@ class ParameterServer {
   void CheckLeases();
 
   const PsServerConfig& config() const { return config_; }
-
-  // The most tensor bytes one push can rightly carry: every shard here once.
-  int64_t max_push_bytes() const { return store_.value_bytes(); }
 
  private:
   static constexpr int kStalenessBuckets = 16;

@@ -92,7 +92,7 @@ absl::StatusOr<PullResponse> PullW(ParameterServer& ps, int worker, int64_t min_
   ShardRef* ref = request.add_shards();
   ref->set_variable("w");
   ref->set_min_version(min_version);
-  return ps.Pull(request, absl::Now() + wait, 1 << 20);
+  return ps.Pull(request, absl::Now() + wait, {1 << 20});
 }
 
 // The value of w's first element and w's version, as a pull sees them.
@@ -238,7 +238,7 @@ TEST_F(BadInputTest, UnknownVariableIsNotFound) {
   PullRequest pull;
   pull.add_shards()->set_variable("w");
   pull.mutable_shards(0)->set_shard(3);
-  auto pulled = ps_.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
+  auto pulled = ps_.Pull(pull, absl::Now() + absl::Seconds(1), {1 << 20});
   EXPECT_EQ(pulled.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(pulled.status().message(), HasSubstr("shard 3"));
   ExpectUntouched();
@@ -272,7 +272,7 @@ TEST_F(BadInputTest, WrongDtypeSaysExpectedAndGot) {
   PullRequest pull;
   pull.add_shards()->set_variable("w");
   pull.set_wire_dtype(DT_INT64);
-  auto pulled = ps_.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
+  auto pulled = ps_.Pull(pull, absl::Now() + absl::Seconds(1), {1 << 20});
   EXPECT_EQ(pulled.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(pulled.status().message(), HasSubstr("wire_dtype DT_INT64"));
   ExpectUntouched();
@@ -302,7 +302,7 @@ TEST_F(BadInputTest, NanOrInfGradientIsRejectedAndNothingApplied) {
     ExpectUntouched();
     PullRequest pull;
     pull.add_shards()->set_variable("b");
-    auto b = ps_.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
+    auto b = ps_.Pull(pull, absl::Now() + absl::Seconds(1), {1 << 20});
     ASSERT_TRUE(b.ok());
     EXPECT_EQ(b->slices(0).version(), 0);
   }
@@ -321,12 +321,14 @@ TEST_F(BadInputTest, WorkerOutOfRangeAndFutureVersionsAreRejected) {
   PullRequest negative;
   negative.set_worker_id(-1);  // set, and out of range
   negative.add_shards()->set_variable("w");
-  EXPECT_THAT(std::string(ps_.Pull(negative, absl::Now(), 1 << 20).status().message()),
+  EXPECT_THAT(std::string(ps_.Pull(negative, absl::Now(), {1 << 20}).status().message()),
               HasSubstr("worker_id -1 is out of range"));
   auto future = ps_.Push(Push(0, 5, 1.0f));
   EXPECT_EQ(future.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(future.status().message(), HasSubstr("version 5"));
-  PushRequest twice = Push(0, 0, 1.0f);
+  PushRequest twice;
+  twice.set_worker_id(0);
+  *twice.add_gradients() = Gradient("b", 0, {1, 1});
   *twice.add_gradients() = twice.gradients(0);
   EXPECT_THAT(ps_.Push(twice).status().message(), HasSubstr("slices overlap at row 0"));
   ExpectUntouched();
@@ -415,6 +417,30 @@ TEST_F(BadInputTest, OverflowingShapesAndRowRangesAreRejected) {
   EXPECT_EQ(PushOutcome(ps_, Push(0, 1, 1.0f)), ShardPushResult::APPLIED);  // still serving
 }
 
+// The limits a call's transport sets are the server's to enforce, so the
+// in-process transport meets the same ones as gRPC.
+TEST_F(BadInputTest, CallLimitsAndPushBytesAreEnforcedByTheServer) {
+  CallLimits small = SmallCallLimits();
+  small.max_pull_bytes = 8;  // w is 16 bytes
+  PullRequest pull;
+  pull.add_shards()->set_variable("w");
+  auto pulled = ps_.Pull(pull, absl::Now(), small);
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(pulled.status().message()),
+              HasSubstr("answers 16 bytes of tensors; this call carries at most 8"));
+  small.max_push_bytes = 8;
+  auto pushed = ps_.Push(Push(0, 1, 1.0f), small);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kResourceExhausted);
+  // Never more than every shard here once (w and b: 24 bytes), whatever
+  // the call; nothing at all to a server with no variables.
+  EXPECT_THAT(std::string(ps_.AdmitPushBytes(25).message()), HasSubstr("holds only 24 bytes"));
+  EXPECT_TRUE(ps_.AdmitPushBytes(24).ok());
+  ParameterServer empty(Config(ASYNC, 1));
+  EXPECT_EQ(empty.AdmitPushBytes(4).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(empty.Push(Push(0, 0, 1.0f)).status().code(), absl::StatusCode::kNotFound);
+  ExpectUntouched();
+}
+
 TEST(MemoryBudgetTest, ShardsPastTheBudgetAreRefusedAndNothingHeldIsLost) {
   for (ConsistencyMode mode : {ASYNC, SYNC}) {
     PsServerConfig config = Config(mode, 1);
@@ -475,7 +501,7 @@ TEST(InitializerTest, ValuesDoNotDependOnSharding) {
   pull.add_shards()->set_variable("e2");
   pull.add_shards()->set_variable("e2");
   pull.mutable_shards(2)->set_shard(1);
-  auto pulled = ps.Pull(pull, absl::Now() + absl::Seconds(1), 1 << 20);
+  auto pulled = ps.Pull(pull, absl::Now() + absl::Seconds(1), {1 << 20});
   ASSERT_TRUE(pulled.ok()) << pulled.status();
   auto whole_values = FloatValues(pulled->slices(0).tensor());
   std::vector<float> joined(FloatValues(pulled->slices(1).tensor()).begin(),

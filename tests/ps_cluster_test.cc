@@ -287,7 +287,8 @@ TEST(PsClusterTest, SmallCallsRefuseLargeTransfers) {
   grpc::ClientContext pull_context;
   const grpc::Status pulled = stub->PullSmall(&pull_context, pull, &response);
   EXPECT_EQ(pulled.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(pulled.error_message(), HasSubstr("use Pull"));
+  EXPECT_THAT(pulled.error_message(),
+              HasSubstr("this call carries at most 4194304 (larger transfers stream)"));
 
   PushPullRequest push_pull;
   push_pull.mutable_push()->set_worker_id(0);
@@ -297,7 +298,8 @@ TEST(PsClusterTest, SmallCallsRefuseLargeTransfers) {
   grpc::ClientContext push_context;
   const grpc::Status pushed = stub->PushPullSmall(&push_context, push_pull, &response);
   EXPECT_EQ(pushed.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(pushed.error_message(), HasSubstr("use PushPull"));
+  EXPECT_THAT(pushed.error_message(),
+              HasSubstr("this call carries at most 4194304 (larger transfers stream)"));
 
   auto described = client->Describe();
   ASSERT_TRUE(described.ok());

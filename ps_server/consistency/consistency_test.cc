@@ -72,7 +72,7 @@ class Cluster {
     ShardRef* ref = request.add_shards();
     ref->set_variable("w");
     ref->set_min_version(min_version);
-    auto pulled = ps_.Pull(request, absl::Now() + wait, 1 << 20);
+    auto pulled = ps_.Pull(request, absl::Now() + wait, {1 << 20});
     if (!pulled.ok()) {
       return pulled.status().code() == absl::StatusCode::kDeadlineExceeded
                  ? absl::StrCat("waiting: ", pulled.status().message())

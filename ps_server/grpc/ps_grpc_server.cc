@@ -20,27 +20,12 @@ absl::Time Deadline(const grpc::ServerContext* context) {
   return absl::FromChrono(context->deadline());
 }
 
-// Adds the tensor bytes of `part` to `bytes`, refusing a push that carries
-// more than `max_bytes` in all.
-absl::Status CountPushBytes(const PushRequest& part, int64_t max_bytes, int64_t* bytes) {
-  *bytes += TensorBytes(part.gradients());
-  if (max_bytes == 0 && *bytes > 0) {
-    // Said before the bound, so that a client can tell a restart and recover.
-    return absl::NotFoundError("this server holds no variables (did it restart?)");
-  }
-  if (*bytes > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("push carries over ", *bytes,
-                                                     " bytes of gradients; this server holds only ",
-                                                     max_bytes, " bytes of variables"));
-  }
-  return absl::OkStatus();
-}
-
-// Merges the messages of a streamed push into one push,
-// refusing a stream that carries more than `max_bytes` of tensor data.
-absl::Status MergePush(PushRequest* part, bool first, int64_t max_bytes, PushRequest* merged,
-                       int64_t* bytes) {
-  if (absl::Status s = CountPushBytes(*part, max_bytes, bytes); !s.ok()) return s;
+// Merges the messages of a streamed push into one push, asking the server
+// whether it takes the bytes so far before buffering more.
+absl::Status MergePush(const ParameterServer& ps, PushRequest* part, bool first,
+                       PushRequest* merged, int64_t* bytes) {
+  *bytes += TensorBytes(part->gradients());
+  if (absl::Status s = ps.AdmitPushBytes(*bytes); !s.ok()) return s;
   if (first) {
     CopyPushHeader(*part, merged);
   } else if (!SamePushHeader(*part, *merged)) {
@@ -97,8 +82,7 @@ class PsGrpcServer::Service final : public PsService::Service {
     PushRequest part;
     int64_t bytes = 0;
     for (bool first = true; reader->Read(&part); first = false) {
-      if (absl::Status s = MergePush(&part, first, ps_->max_push_bytes(), &merged, &bytes);
-          !s.ok()) {
+      if (absl::Status s = MergePush(*ps_, &part, first, &merged, &bytes); !s.ok()) {
         return ToGrpcStatus(s);
       }
     }
@@ -116,9 +100,7 @@ class PsGrpcServer::Service final : public PsService::Service {
     PushPullRequest part;
     int64_t bytes = 0;
     for (bool first = true; stream->Read(&part); first = false) {
-      if (absl::Status s =
-              MergePush(part.mutable_push(), first, ps_->max_push_bytes(), &merged, &bytes);
-          !s.ok()) {
+      if (absl::Status s = MergePush(*ps_, part.mutable_push(), first, &merged, &bytes); !s.ok()) {
         return ToGrpcStatus(s);
       }
       if (part.has_pull()) pull = part.pull();
@@ -137,21 +119,11 @@ class PsGrpcServer::Service final : public PsService::Service {
   grpc::Status PushPullSmall(grpc::ServerContext* context, const PushPullRequest* request,
                              PullResponse* response) override {
     RpcTimer timer(metrics_, "PushPullSmall");
-    int64_t bytes = 0;
-    if (absl::Status s = CountPushBytes(request->push(), ps_->max_push_bytes(), &bytes); !s.ok()) {
-      return ToGrpcStatus(s);
-    }
-    if (bytes > kChunkBytes) {
-      return ToGrpcStatus(absl::ResourceExhaustedError(
-          absl::StrCat("a small push-pull carries at most ", kChunkBytes,
-                       " bytes of gradients, this one ", bytes, "; use PushPull")));
-    }
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
-    auto pushed = ps_->Push(request->push());
+    auto pushed = ps_->Push(request->push(), SmallCallLimits());
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(TensorBytes(request->push().gradients()));
     // Without a pull part (an empty pull), only the push's outcome.
-    const PullRequest& pull = request->pull();
-    if (absl::Status s = PullOne(pull, Deadline(context), response); !s.ok()) {
+    if (absl::Status s = PullOne(request->pull(), Deadline(context), response); !s.ok()) {
       return ToGrpcStatus(s);
     }
     *response->mutable_push_results() = std::move(*pushed->mutable_results());
@@ -200,15 +172,9 @@ class PsGrpcServer::Service final : public PsService::Service {
 
   // The pulled shards in one message, of at most kChunkBytes of tensor data.
   absl::Status PullOne(const PullRequest& request, absl::Time deadline, PullResponse* response) {
-    auto result = ps_->Pull(request, deadline, kChunkBytes);
+    auto result = ps_->Pull(request, deadline, SmallCallLimits());
     if (!result.ok()) return result.status();
-    const int64_t bytes = TensorBytes(result->slices());
-    if (bytes > kChunkBytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("a small pull answers at most ", kChunkBytes,
-                                                       " bytes of tensors, this one ", bytes,
-                                                       "; use Pull"));
-    }
-    if (metrics_ != nullptr) metrics_->AddPulledBytes(bytes);
+    if (metrics_ != nullptr) metrics_->AddPulledBytes(TensorBytes(result->slices()));
     *response->mutable_slices() = std::move(*result->mutable_slices());
     return absl::OkStatus();
   }
@@ -218,7 +184,7 @@ class PsGrpcServer::Service final : public PsService::Service {
   absl::Status PullAndWrite(const PullRequest& request, absl::Time deadline,
                             const google::protobuf::RepeatedPtrField<ShardPushResult>& push_results,
                             grpc::internal::WriterInterface<PullResponse>* writer) {
-    auto result = ps_->Pull(request, deadline, kChunkBytes);
+    auto result = ps_->Pull(request, deadline, StreamedCallLimits());
     if (!result.ok()) return result.status();
     SliceList& slices = *result->mutable_slices();
     const std::vector<SliceRange> batches = BatchSlices(slices, kChunkBytes);

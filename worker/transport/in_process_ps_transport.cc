@@ -1,5 +1,6 @@
 #include "worker/transport/in_process_ps_transport.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -27,16 +28,23 @@ absl::StatusOr<CreateShardsResponse> InProcessPsTransport::CreateShards(
   return ps_->CreateShards(request);
 }
 
-absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& request, int64_t,
-                                                        absl::Time deadline, SlicePlacer* sink) {
-  auto pulled = ps_->Pull(request, deadline, max_slice_bytes_);
+absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& request,
+                                                        int64_t response_bytes, absl::Time deadline,
+                                                        SlicePlacer* sink) {
+  auto pulled = ps_->Pull(request, deadline, Limits(response_bytes <= kChunkBytes));
   if (pulled.ok()) Place(sink, &*pulled);
   return pulled;
 }
 
 absl::StatusOr<PushResponse> InProcessPsTransport::Push(std::shared_ptr<const PushRequest> request,
                                                         absl::Time) {
-  return ps_->Push(*request);
+  return ps_->Push(*request, Limits(false));
+}
+
+CallLimits InProcessPsTransport::Limits(bool small) const {
+  CallLimits limits = small ? SmallCallLimits() : StreamedCallLimits();
+  limits.max_slice_bytes = std::min(limits.max_slice_bytes, max_slice_bytes_);
+  return limits;
 }
 
 absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(std::shared_ptr<const PushRequest> push,
@@ -44,9 +52,12 @@ absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(std::shared_ptr<cons
                                                             int64_t response_bytes,
                                                             absl::Time deadline,
                                                             SlicePlacer* sink) {
-  auto pushed = Push(std::move(push), deadline);
+  // One call each way, as over gRPC: small when both halves are.
+  const bool small = TensorBytes(push->gradients()) <= kChunkBytes && response_bytes <= kChunkBytes;
+  auto pushed = ps_->Push(*push, Limits(small));
   if (!pushed.ok()) return pushed.status();
-  auto pulled = Pull(pull, response_bytes, deadline, sink);
+  auto pulled = ps_->Pull(pull, deadline, Limits(small));
+  if (pulled.ok()) Place(sink, &*pulled);
   if (!pulled.ok()) return pulled.status();
   *pulled->mutable_push_results() = std::move(*pushed->mutable_results());
   return pulled;

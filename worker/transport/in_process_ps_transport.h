@@ -13,10 +13,10 @@ namespace fulcrum {
 
 class InProcessPsTransport final : public PsTransport {
  public:
-  // `ps` must outlive the transport. Pulls return each shard in slices of at
-  // most max_slice_bytes, as a stream over the wire would.
-  explicit InProcessPsTransport(ParameterServer* ps,
-                                int64_t max_slice_bytes = std::numeric_limits<int64_t>::max())
+  // `ps` must outlive the transport. Calls meet the limits they would over
+  // gRPC (unary within one chunk each way, else streamed); pulls return
+  // each shard in slices of at most max_slice_bytes besides.
+  explicit InProcessPsTransport(ParameterServer* ps, int64_t max_slice_bytes = kChunkBytes)
       : ps_(ps), max_slice_bytes_(max_slice_bytes) {}
 
   std::string address() const override { return "in-process"; }
@@ -37,6 +37,9 @@ class InProcessPsTransport final : public PsTransport {
   absl::Status JobDone(const std::string& reason, absl::Time deadline) override;
 
  private:
+  // The limits of a small (unary) call, or a streamed one.
+  CallLimits Limits(bool small) const;
+
   ParameterServer* const ps_;
   const int64_t max_slice_bytes_;
 };
