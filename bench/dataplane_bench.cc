@@ -25,9 +25,9 @@
 #include "absl/time/clock.h"
 #include "bench/echo.grpc.pb.h"
 #include "common/malloc_tuning.h"
+#include "fulcrum/ps_client.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "worker/model.h"
-#include "worker/ps_client.h"
 
 ABSL_FLAG(bool, quick, false, "Fewer sizes and iterations: a run of about a minute.");
 ABSL_FLAG(int64_t, max_size_mib, 256,

@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/malloc_tuning.h"
+#include "fulcrum/ps_client.h"
 #include "ps_server/grpc/ps_grpc_server.h"
-#include "worker/ps_client.h"
 
 ABSL_FLAG(bool, quick, false, "Shorter runs.");
 ABSL_FLAG(int, compute_ms, 20, "Simulated compute per step, in milliseconds.");

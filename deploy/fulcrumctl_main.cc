@@ -27,9 +27,9 @@
 #include "common/file_system.h"
 #include "common/memory_size.h"
 #include "common/tensor.h"
+#include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
 #include "worker/checkpointer.h"
-#include "worker/ps_client.h"
 
 ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of every parameter server.");
 ABSL_FLAG(std::string, address, "", "health: the host:port to probe.");

@@ -21,7 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
-#include "worker/ps_client.h"
+#include "fulcrum/ps_client.h"
 
 ABSL_FLAG(std::string, ps_hosts, "127.0.0.1:2222", "Comma-separated host:port of the servers.");
 ABSL_FLAG(std::string, mode, "async", "The servers' mode: async, sync or ssp.");

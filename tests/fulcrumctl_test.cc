@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
+#include "fulcrum/ps_client.h"
 #include "tests/child_process.h"
-#include "worker/ps_client.h"
 
 namespace fulcrum {
 namespace {

@@ -16,10 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/tensor.h"
+#include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "tests/child_process.h"
-#include "worker/ps_client.h"
 
 namespace fulcrum {
 namespace {

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/file_system.h"
-#include "worker/ps_client.h"
+#include "fulcrum/ps_client.h"
 
 namespace fulcrum {
 

@@ -9,6 +9,7 @@
 
 #include "common/checkpoint.h"
 #include "common/faulty_file_system.h"
+#include "worker/ps_client.h"
 #include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
@@ -56,7 +57,7 @@ struct Cluster {
       EXPECT_TRUE(servers.back()->EnableCheckpoints(fs).ok());
       transports.push_back(std::make_unique<InProcessPsTransport>(servers.back().get()));
     }
-    client = std::make_unique<PsClient>(std::move(transports), PsClientOptions{});
+    client = std::make_unique<PsClientImpl>(std::move(transports), PsClientOptions{});
   }
   std::vector<std::unique_ptr<ParameterServer>> servers;
   std::unique_ptr<PsClient> client;

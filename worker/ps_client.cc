@@ -24,7 +24,8 @@ bool LostState(const absl::Status& status) {
 
 }  // namespace
 
-PsClient::PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options)
+PsClientImpl::PsClientImpl(std::vector<std::unique_ptr<PsTransport>> servers,
+                           PsClientOptions options)
     : servers_(std::move(servers)),
       options_(options),
       policy_(MakeClientPolicy(options.mode).value_or(nullptr)),
@@ -35,12 +36,12 @@ PsClient::PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOp
   CHECK(policy_ != nullptr && "PsClientOptions::mode must be ASYNC, SYNC or SSP");
 }
 
-PsClient::~PsClient() {
+PsClientImpl::~PsClientImpl() {
   stop_heartbeats_.Notify();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
-absl::Status PsClient::ForEachServer(
+absl::Status PsClientImpl::ForEachServer(
     const std::vector<bool>& involved, const std::string& what,
     const std::function<absl::Status(int ps, absl::Time deadline)>& call) {
   std::vector<absl::Status> results(servers_.size());
@@ -81,7 +82,7 @@ absl::Status PsClient::ForEachServer(
   return absl::OkStatus();
 }
 
-absl::Status PsClient::CreateVariables(const std::vector<VariableSpec>& specs) {
+absl::Status PsClientImpl::CreateVariables(const std::vector<VariableSpec>& specs) {
   auto placed = PlaceVariables(specs, num_servers());
   if (!placed.ok()) return placed.status();
   std::vector<CreateShardsRequest> requests(servers_.size());
@@ -120,7 +121,7 @@ absl::Status PsClient::CreateVariables(const std::vector<VariableSpec>& specs) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<const VariablePlacement*> PsClient::Find(const std::string& name) const {
+absl::StatusOr<const VariablePlacement*> PsClientImpl::Find(const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) {
     return absl::NotFoundError(
@@ -129,7 +130,7 @@ absl::StatusOr<const VariablePlacement*> PsClient::Find(const std::string& name)
   return &placement_[it->second];
 }
 
-absl::StatusOr<std::vector<const VariablePlacement*>> PsClient::Resolve(
+absl::StatusOr<std::vector<const VariablePlacement*>> PsClientImpl::Resolve(
     const std::vector<std::string>& names) const {
   std::vector<const VariablePlacement*> variables;
   if (names.empty()) {
@@ -144,7 +145,7 @@ absl::StatusOr<std::vector<const VariablePlacement*>> PsClient::Resolve(
   return variables;
 }
 
-std::vector<PullRequest> PsClient::BuildPulls(
+std::vector<PullRequest> PsClientImpl::BuildPulls(
     const std::vector<const VariablePlacement*>& variables,
     std::vector<int64_t>* response_bytes) const {
   std::vector<PullRequest> pulls(servers_.size());
@@ -169,7 +170,7 @@ std::vector<PullRequest> PsClient::BuildPulls(
   return pulls;
 }
 
-class PsClient::Placer final : public SlicePlacer {
+class PsClientImpl::Placer final : public SlicePlacer {
  public:
   // Rows [0, rows) of shard `shard` of `variable`, of `shape`, go to
   // `first_row` onwards.
@@ -224,7 +225,7 @@ class PsClient::Placer final : public SlicePlacer {
   std::set<std::tuple<std::string, int, int64_t, int64_t>> placed_ ABSL_GUARDED_BY(mu_);
 };
 
-std::vector<PsClient::Placer> PsClient::PrepareOutputs(
+std::vector<PsClientImpl::Placer> PsClientImpl::PrepareOutputs(
     const std::vector<const VariablePlacement*>& variables, TensorMap* out) const {
   std::vector<Placer> placers(servers_.size());
   for (const VariablePlacement* variable : variables) {
@@ -244,9 +245,9 @@ std::vector<PsClient::Placer> PsClient::PrepareOutputs(
   return placers;
 }
 
-absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& variables,
-                                std::vector<PullResponse>& responses,
-                                const std::vector<Placer>& placers, TensorMap* out) {
+absl::Status PsClientImpl::Assemble(const std::vector<const VariablePlacement*>& variables,
+                                    std::vector<PullResponse>& responses,
+                                    const std::vector<Placer>& placers, TensorMap* out) {
   // Each shard's slices, copied straight into place (where they were not
   // read into place already): no joining first.
   std::map<std::pair<std::string, int>, std::vector<const ShardSlice*>> received;
@@ -314,7 +315,7 @@ absl::Status PsClient::Assemble(const std::vector<const VariablePlacement*>& var
   return absl::OkStatus();
 }
 
-absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* out) {
+absl::Status PsClientImpl::Pull(const std::vector<std::string>& names, TensorMap* out) {
   auto variables = Resolve(names);
   if (!variables.ok()) return variables.status();
   std::vector<int64_t> response_bytes;
@@ -339,7 +340,7 @@ absl::Status PsClient::Pull(const std::vector<std::string>& names, TensorMap* ou
   return Assemble(*variables, responses, placers, out);
 }
 
-absl::StatusOr<PsClient::Pushes> PsClient::BuildPushes(const TensorMap& gradients) {
+absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const TensorMap& gradients) {
   if (options_.worker_id < 0) {
     return absl::FailedPreconditionError(
         "this client reads only (worker_id -1): pushes need a worker's replica id");
@@ -386,7 +387,7 @@ absl::StatusOr<PsClient::Pushes> PsClient::BuildPushes(const TensorMap& gradient
   return per_ps;
 }
 
-void PsClient::AfterPush(const Pushes& pushes, const std::vector<bool>& dropped) {
+void PsClientImpl::AfterPush(const Pushes& pushes, const std::vector<bool>& dropped) {
   for (size_t ps = 0; ps < pushes.size(); ++ps) {
     if (dropped[ps]) continue;
     for (const ShardSlice& slice : pushes[ps]->gradients()) {
@@ -397,8 +398,8 @@ void PsClient::AfterPush(const Pushes& pushes, const std::vector<bool>& dropped)
   ++clock_;
 }
 
-PushStats PsClient::Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
-                              PushStats stats) const {
+PushStats PsClientImpl::Summarize(
+    const google::protobuf::RepeatedPtrField<ShardPushResult>& results, PushStats stats) const {
   for (const ShardPushResult& result : results) {
     switch (result.outcome()) {
       case ShardPushResult::APPLIED:
@@ -421,7 +422,7 @@ PushStats PsClient::Summarize(const google::protobuf::RepeatedPtrField<ShardPush
   return stats;
 }
 
-absl::StatusOr<PushStats> PsClient::Push(const TensorMap& gradients) {
+absl::StatusOr<PushStats> PsClientImpl::Push(const TensorMap& gradients) {
   absl::StatusOr<Pushes> built = BuildPushes(gradients);
   if (!built.ok()) return built.status();
   const Pushes& pushes = *built;
@@ -451,9 +452,9 @@ absl::StatusOr<PushStats> PsClient::Push(const TensorMap& gradients) {
   return stats;
 }
 
-absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
-                                             const std::vector<std::string>& names,
-                                             TensorMap* out) {
+absl::StatusOr<PushStats> PsClientImpl::PushPull(const TensorMap& gradients,
+                                                 const std::vector<std::string>& names,
+                                                 TensorMap* out) {
   auto variables = Resolve(names);
   if (!variables.ok()) return variables.status();
   absl::StatusOr<Pushes> built = BuildPushes(gradients);
@@ -501,7 +502,7 @@ absl::StatusOr<PushStats> PsClient::PushPull(const TensorMap& gradients,
   return stats;
 }
 
-absl::Status PsClient::Recover(int ps, absl::Time deadline) {
+absl::Status PsClientImpl::Recover(int ps, absl::Time deadline) {
   auto created = servers_[ps]->CreateShards(create_requests_[ps], deadline);
   if (!created.ok()) return created.status();
   incarnations_[ps] = created->incarnation();
@@ -511,9 +512,9 @@ absl::Status PsClient::Recover(int ps, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PullResponse> PsClient::RecoverAndPull(int ps, PullRequest pull,
-                                                      int64_t response_bytes, absl::Time deadline,
-                                                      Placer* placer) {
+absl::StatusOr<PullResponse> PsClientImpl::RecoverAndPull(int ps, PullRequest pull,
+                                                          int64_t response_bytes,
+                                                          absl::Time deadline, Placer* placer) {
   if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
   // What the restarted server has, with no versions to wait for.
   pull.set_incarnation(incarnations_[ps]);
@@ -522,7 +523,7 @@ absl::StatusOr<PullResponse> PsClient::RecoverAndPull(int ps, PullRequest pull,
   return servers_[ps]->Pull(pull, response_bytes, deadline, placer);
 }
 
-void PsClient::ForgetVersions(const std::vector<bool>& recovered) {
+void PsClientImpl::ForgetVersions(const std::vector<bool>& recovered) {
   for (const VariablePlacement& variable : placement_) {
     for (const ShardPlacement& shard : variable.shards) {
       if (recovered[shard.ps]) shard_state_[{variable.spec.name(), shard.shard}].min_version = 0;
@@ -530,11 +531,11 @@ void PsClient::ForgetVersions(const std::vector<bool>& recovered) {
   }
 }
 
-absl::Status PsClient::Heartbeat() { return SendHeartbeat(false); }
+absl::Status PsClientImpl::Heartbeat() { return SendHeartbeat(false); }
 
-absl::Status PsClient::Finish() { return SendHeartbeat(true); }
+absl::Status PsClientImpl::Finish() { return SendHeartbeat(true); }
 
-absl::Status PsClient::SendHeartbeat(bool finished) {
+absl::Status PsClientImpl::SendHeartbeat(bool finished) {
   if (options_.worker_id < 0) {
     return absl::FailedPreconditionError("this client reads only (worker_id -1): it has no lease");
   }
@@ -547,7 +548,7 @@ absl::Status PsClient::SendHeartbeat(bool finished) {
                        });
 }
 
-void PsClient::StartHeartbeats(absl::Duration interval) {
+void PsClientImpl::StartHeartbeats(absl::Duration interval) {
   CHECK(!heartbeat_thread_.joinable());
   heartbeat_thread_ = std::thread([this, interval] {
     while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
@@ -556,7 +557,7 @@ void PsClient::StartHeartbeats(absl::Duration interval) {
   });
 }
 
-absl::StatusOr<std::vector<DescribeResponse>> PsClient::Describe() {
+absl::StatusOr<std::vector<DescribeResponse>> PsClientImpl::Describe() {
   std::vector<DescribeResponse> responses(servers_.size());
   absl::Status status = ForEachServer(std::vector<bool>(servers_.size(), true), "describe",
                                       [&](int ps, absl::Time deadline) {
@@ -568,7 +569,7 @@ absl::StatusOr<std::vector<DescribeResponse>> PsClient::Describe() {
   return responses;
 }
 
-absl::StatusOr<std::vector<SaveCheckpointResponse>> PsClient::SaveCheckpoint(int64_t step) {
+absl::StatusOr<std::vector<SaveCheckpointResponse>> PsClientImpl::SaveCheckpoint(int64_t step) {
   SaveCheckpointRequest request;
   request.set_step(step);
   std::vector<SaveCheckpointResponse> responses(servers_.size());
@@ -582,7 +583,7 @@ absl::StatusOr<std::vector<SaveCheckpointResponse>> PsClient::SaveCheckpoint(int
   return responses;
 }
 
-absl::Status PsClient::JobDone(const std::string& reason) {
+absl::Status PsClientImpl::JobDone(const std::string& reason) {
   return ForEachServer(
       std::vector<bool>(servers_.size(), true), "job done",
       [&](int ps, absl::Time deadline) { return servers_[ps]->JobDone(reason, deadline); });

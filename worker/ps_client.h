@@ -1,44 +1,7 @@
-// PsClient: the public C++ API for training against Fulcrum's parameter
-// servers -- the counterpart of TensorFlow's custom training loop with a
-// ParameterServerStrategy.
-//
-// A training loop:
-//
-//   PsClientOptions options;
-//   options.worker_id = replica_id;           // from the cluster spec
-//   options.mode = SYNC;                      // as the servers run
-//   auto client = PsClient::Connect({"ps0:2222", "ps1:2222"}, options);
-//   client->CreateVariables(specs);           // idempotent: every worker may call it
-//   TensorMap weights;
-//   for (...) {
-//     client->Pull({}, &weights);             // sync: waits for this step's update
-//     TensorMap grads = ComputeGradients(weights, batch);   // your model
-//     client->Push(grads);                    // the optimizer runs on the servers
-//   }
-//   client->Finish();                         // every worker, after its last push
-//   client->JobDone("finished");              // chief: the servers exit 0
-//
-// Variables are partitioned and placed on the servers by their specs
-// (common/partitioner.h); pulls and pushes go to every server involved in
-// parallel; UNAVAILABLE servers are retried with backoff up to
-// retry_timeout; errors name the server, the variable and what happened.
-//
-// A server that restarted (it lost its variables, or answers ABORTED for
-// another incarnation) is recovered on the spot: the client creates its
-// variables there again -- filled from the newest checkpoint, when the
-// servers keep them -- and forgets the versions it had learned from it.
-// Gradients meant for it in that step are dropped (PushStats::lost); the
-// updates lost since the checkpoint are logged.
-//
-// The consistency mode sets what the client tracks for you:
-//   SYNC:  a push carries the version each shard was pulled at; the next pull
-//          waits (long poll) until the step's aggregated update is applied.
-//   ASYNC: pushes apply at once; the servers record their staleness.
-//   SSP:   the client keeps a clock (one per push); a pull waits while this
-//          worker is more than the servers' bound ahead of the slowest.
-//
-// Thread-safety: Pull, Push and PushPull are called from one thread at a time
-// (the training loop). Heartbeats run on their own thread once started.
+// PsClientImpl: the PsClient of the public API (fulcrum/ps_client.h) over
+// one PsTransport per server, knowing nothing of how calls travel (the gRPC
+// transport makes PsClient::Connect; tests use in-process transports).
+// Thread-safety as PsClient's.
 #ifndef FULCRUM_WORKER_PS_CLIENT_H_
 #define FULCRUM_WORKER_PS_CLIENT_H_
 
@@ -57,6 +20,7 @@
 #include "common/partitioner.h"
 #include "common/tensor.h"
 #include "common/thread_pool.h"
+#include "fulcrum/ps_client.h"
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "worker/consistency/policy.h"
@@ -64,111 +28,35 @@
 
 namespace fulcrum {
 
-struct PsClientOptions {
-  // This worker's replica id (ReplicaId of the cluster spec); -1 for a
-  // read-only client (evaluator, tools) that may only pull.
-  int worker_id = 0;
-  // Must match the servers' --mode.
-  ConsistencyMode mode = ASYNC;
-  // Deadline of each call, long polls included. A server that is not up yet
-  // (or restarting) is waited for within it.
-  absl::Duration call_timeout = absl::Seconds(60);
-  // How long calls that fail UNAVAILABLE or CANCELLED (no server, a call
-  // broken off, a server shutting down) are retried, with backoff, before
-  // the error is returned.
-  absl::Duration retry_timeout = absl::Seconds(60);
-  // First retry delay; doubles up to max_backoff.
-  absl::Duration initial_backoff = absl::Milliseconds(50);
-  absl::Duration max_backoff = absl::Seconds(2);
-  // How gradients and pulled values travel: DT_FLOAT, or DT_BFLOAT16 or
-  // DT_FLOAT16 for half the bytes at the rounding error common/tensor.h
-  // states. The servers keep and update float32 values either way.
-  DataType wire_dtype = DT_FLOAT;
-  // Connect: gRPC channels (TCP connections) to each server. With more
-  // than one, each call of more than kChunkBytes is split by shard over
-  // them and sent in parallel (worker/transport/parallel_ps_transport.h says what
-  // that changes); at least 1.
-  int channels_per_server = 1;
-};
-
-// What the servers did with one push, summed over shards.
-struct PushStats {
-  int applied = 0;      // applied now
-  int accumulated = 0;  // sync: waiting for the step's other gradients
-  int stale = 0;        // dropped: computed from an old version
-  int duplicate = 0;    // sync: already pushed for this step
-  int lost = 0;         // dropped: their server restarted since they were pulled
-  int64_t max_staleness = 0;
-};
-
-class PsClient {
+class PsClientImpl final : public PsClient {
  public:
   // A client over `servers` (one per PS task, in task order).
-  PsClient(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options);
-  ~PsClient();
+  PsClientImpl(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options);
+  ~PsClientImpl() override;
 
-  // A client over gRPC to the servers at `addresses` ("host:port", in task
-  // order). Connects lazily. Defined by the gRPC transport
-  // (worker/transport/grpc_ps_transport.cc): link //worker/transport:grpc.
-  static std::unique_ptr<PsClient> Connect(const std::vector<std::string>& addresses,
-                                           PsClientOptions options);
+  PsClientImpl(const PsClientImpl&) = delete;
+  PsClientImpl& operator=(const PsClientImpl&) = delete;
 
-  PsClient(const PsClient&) = delete;
-  PsClient& operator=(const PsClient&) = delete;
-
-  // Partitions and places the variables and creates their shards on the
-  // servers, initialised there from each spec's initializer. Idempotent: the
-  // same specs again are OK (so every worker may call it); a different spec
-  // under an existing name is ALREADY_EXISTS. Must precede pulls and pushes.
-  absl::Status CreateVariables(const std::vector<VariableSpec>& specs);
-
-  // Pulls the named variables (all when `names` is empty) into `out`. The
-  // values are read into `out` as they arrive, so after an error its
-  // tensors for these variables may hold a mix of old and new values.
-  absl::Status Pull(const std::vector<std::string>& names, TensorMap* out);
-
-  // Pushes gradients, each the shape of its variable. Nothing is sent when a
-  // name or shape is wrong.
-  absl::StatusOr<PushStats> Push(const TensorMap& gradients);
-
-  // Push, then pull (after the push is applied), in one round trip per
-  // server; `out` as for Pull.
+  // PsClient; see fulcrum/ps_client.h.
+  absl::Status CreateVariables(const std::vector<VariableSpec>& specs) override;
+  absl::Status Pull(const std::vector<std::string>& names, TensorMap* out) override;
+  absl::StatusOr<PushStats> Push(const TensorMap& gradients) override;
   absl::StatusOr<PushStats> PushPull(const TensorMap& gradients,
-                                     const std::vector<std::string>& names, TensorMap* out);
+                                     const std::vector<std::string>& names,
+                                     TensorMap* out) override;
+  absl::Status Heartbeat() override;
+  absl::Status Finish() override;
+  void StartHeartbeats(absl::Duration interval) override;
+  absl::StatusOr<std::vector<DescribeResponse>> Describe() override;
+  absl::StatusOr<std::vector<SaveCheckpointResponse>> SaveCheckpoint(int64_t step) override;
+  absl::Status JobDone(const std::string& reason) override;
+  int64_t step() const override { return step_; }
+  int64_t clock() const override { return clock_; }
+  ConsistencyMode mode() const override { return options_.mode; }
+  int num_servers() const override { return static_cast<int>(servers_.size()); }
 
-  // Renews this worker's lease on every server.
-  absl::Status Heartbeat();
-
-  // Tells every server this worker has finished training: sync steps and
-  // SSP waits stop counting it, and the job can end without it. Call once,
-  // after the last push.
-  absl::Status Finish();
-
-  // Sends heartbeats every `interval` from a thread, until destruction, so
-  // the lease holds through long computations.
-  void StartHeartbeats(absl::Duration interval);
-
-  // Every server's state, in task order.
-  absl::StatusOr<std::vector<DescribeResponse>> Describe();
-
-  // Phase one of checkpoint `step`: every server writes its file; their
-  // answers in task order (worker/checkpointer.h does phase two).
-  absl::StatusOr<std::vector<SaveCheckpointResponse>> SaveCheckpoint(int64_t step);
-
-  // Tells every server that training is over (the chief calls it); each
-  // exits 0 once every worker has finished or is dead.
-  absl::Status JobDone(const std::string& reason);
-
-  // The lowest version among the shards of the last pull: the global step in
-  // sync mode.
-  int64_t step() const { return step_; }
-  // Pushes made so far: the clock SSP calls carry.
-  int64_t clock() const { return clock_; }
   // The consistency mode's client side.
   const ClientConsistencyPolicy& policy() const { return *policy_; }
-
-  const std::vector<VariablePlacement>& placement() const { return placement_; }
-  int num_servers() const { return static_cast<int>(servers_.size()); }
 
  private:
   struct ShardState {

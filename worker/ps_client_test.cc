@@ -38,7 +38,7 @@ class Cluster {
       options.worker_id = w;
       options.mode = mode;
       options.wire_dtype = wire_dtype;
-      clients_.push_back(std::make_unique<PsClient>(std::move(transports), options));
+      clients_.push_back(std::make_unique<PsClientImpl>(std::move(transports), options));
     }
   }
   PsClient& client(int w) { return *clients_[w]; }
@@ -102,7 +102,7 @@ TEST(PsClientTest, SixteenBitWireRoundsWhatTravelsNotWhatServersKeep) {
     }
     PsClientOptions reader_options;
     reader_options.worker_id = -1;
-    PsClient reader(std::move(transports), reader_options);
+    PsClientImpl reader(std::move(transports), reader_options);
     ASSERT_TRUE(reader.CreateVariables({TestVariable("w", {4}, 2, 0.0f)}).ok());
     TensorMap exact;
     ASSERT_TRUE(reader.Pull({}, &exact).ok());
@@ -235,7 +235,7 @@ TEST(PsClientTest, RetriesUnavailableWithBackoffThenGivesUpNamingTheServer) {
   auto flaky = std::make_unique<FlakyTransport>(&ps, 3);
   FlakyTransport* flaky_ptr = flaky.get();
   transports.push_back(std::move(flaky));
-  PsClient client(std::move(transports), options);
+  PsClientImpl client(std::move(transports), options);
   ASSERT_TRUE(client.CreateVariables({TestVariable("w", {2}, 1, 0.0f)}).ok());
   EXPECT_EQ(flaky_ptr->calls(), 4);
 
@@ -243,7 +243,7 @@ TEST(PsClientTest, RetriesUnavailableWithBackoffThenGivesUpNamingTheServer) {
   options.retry_timeout = absl::Milliseconds(30);
   std::vector<std::unique_ptr<PsTransport>> never;
   never.push_back(std::make_unique<FlakyTransport>(&down, 1 << 30));
-  PsClient gives_up(std::move(never), options);
+  PsClientImpl gives_up(std::move(never), options);
   absl::Status status = gives_up.CreateVariables({TestVariable("w", {2}, 1, 0.0f)});
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr("ps 0 (flaky): create variables"));
@@ -261,7 +261,7 @@ TEST(PsClientTest, ARetriedPushAppliesOnce) {
     auto flaky = std::make_unique<FlakyTransport>(&ps, 0);
     FlakyTransport* transport = flaky.get();
     transports.push_back(std::move(flaky));
-    PsClient client(std::move(transports), options);
+    PsClientImpl client(std::move(transports), options);
     ASSERT_TRUE(client.CreateVariables({TestVariable("w", {2}, 1, 0.0f)}).ok());
     transport->lost_push_responses = 1;
     auto pushed = client.Push({{"w", Filled({2}, 1.0f)}});
@@ -285,7 +285,7 @@ TEST(PsClientTest, PullPlacesSlicesAndRefusesGapsAndOverlaps) {
   auto sliced = std::make_unique<FlakyTransport>(&ps, 0, /*max_slice_bytes=*/8);
   FlakyTransport* transport = sliced.get();
   transports.push_back(std::move(sliced));
-  PsClient client(std::move(transports), PsClientOptions{});
+  PsClientImpl client(std::move(transports), PsClientOptions{});
   ASSERT_TRUE(client.CreateVariables({TestVariable("w", {5, 2}, 1, 1.0f)}).ok());
   TensorMap grads;
   grads["w"] = DenseTensor{{5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};

@@ -8,6 +8,7 @@
 #include "common/consistency_mode.h"
 #include "common/logging.h"
 #include "common/partitioner.h"
+#include "common/tensor.h"
 #include "worker/data/batcher.h"
 
 namespace fulcrum {
@@ -50,7 +51,9 @@ Trainer::Trainer(PsClient* client, std::vector<Mlp*> replicas, LocalReducer* red
       train_(train),
       test_(test),
       options_(std::move(options)),
+      policy_(MakeClientPolicy(client->mode()).value_or(nullptr)),
       log_(options_.metrics_jsonl, options_.summary_json) {
+  CHECK(policy_ != nullptr && "the client's mode has no policy");
   CHECK(!replicas_.empty());
   CHECK(!options_.is_chief || test_ != nullptr);
 }
@@ -118,7 +121,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   TensorMap weights, grads;
   if (absl::Status s = client_->Pull({}, &weights); !s.ok()) return s;
   const int64_t resume =
-      options_.resume ? client_->policy().ResumedBatches(client_->step(), options_.num_workers) : 0;
+      options_.resume ? policy_->ResumedBatches(client_->step(), options_.num_workers) : 0;
   Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
                            options_.epochs, options_.seed, /*prefetch=*/4, resume});
   const int64_t steps_per_epoch = batcher.steps_per_epoch();
@@ -130,7 +133,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   const int64_t total_steps = steps_per_epoch * options_.epochs;
   LOG_INFO("training {} epochs x {} steps, batch {} on {} local replica(s), mode {}",
            options_.epochs, steps_per_epoch, options_.batch_size, replicas_.size(),
-           ConsistencyModeName(client_->policy().mode()));
+           ConsistencyModeName(client_->mode()));
   if (resume > 0) {
     LOG_INFO("the servers are at step {}: resuming at step {} of {} (epoch {})", client_->step(),
              std::min(resume, total_steps), total_steps,
@@ -255,7 +258,7 @@ absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
   record.set_epochs(static_cast<int32_t>(options_.epochs));
   record.set_global_steps(static_cast<double>(summary.global_steps));
   record.set_examples_per_sec(summary.examples_per_sec);
-  record.set_mode(ConsistencyModeName(client_->policy().mode()));
+  record.set_mode(ConsistencyModeName(client_->mode()));
   record.set_num_workers(options_.num_workers);
   record.set_num_ps(options_.num_ps);
   record.set_stale_gradients_dropped(static_cast<double>(summary.stale_gradients_dropped));

@@ -15,12 +15,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "fulcrum/ps_client.h"
 #include "proto/config.pb.h"
 #include "worker/checkpointer.h"
+#include "worker/consistency/policy.h"
 #include "worker/data/dataset.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
-#include "worker/ps_client.h"
 #include "worker/training_log.h"
 
 namespace fulcrum {
@@ -101,6 +102,7 @@ class Trainer {
   const Dataset& train_;
   const Dataset* const test_;
   const TrainerOptions options_;
+  const std::unique_ptr<ClientConsistencyPolicy> policy_;  // of the client's mode
   TrainingLog log_;
 };
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/batcher.h"
+#include "worker/ps_client.h"
 #include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
@@ -91,7 +92,7 @@ absl::StatusOr<TrainingSummary> TrainInProcess(const ClusterShape& shape, int64_
       PsClientOptions client_options;
       client_options.worker_id = w;
       client_options.mode = shape.mode;
-      PsClient client(std::move(transports), client_options);
+      PsClientImpl client(std::move(transports), client_options);
       const ModelConfig model = SmallMlp(shape.servers);
       if (absl::Status s = client.CreateVariables(ModelVariables(model)); !s.ok()) {
         results[w] = s;

@@ -26,13 +26,15 @@
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/metrics_server.h"
+#include "common/tensor.h"
+#include "fulcrum/ps_client.h"
 #include "worker/checkpointer.h"
+#include "worker/consistency/policy.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/cuda/cuda.h"
 #include "worker/data/dataset.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
-#include "worker/ps_client.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, log_format, "text",
@@ -226,7 +228,9 @@ absl::StatusOr<ServerState> CheckServers(PsClient& client, int replica,
                                          const std::vector<std::string>& ps) {
   auto described = client.Describe();
   if (!described.ok()) return described.status();
-  const ClientConsistencyPolicy& policy = client.policy();
+  auto made = MakeClientPolicy(client.mode());
+  if (!made.ok()) return made.status();
+  const ClientConsistencyPolicy& policy = **made;
   const ModeBounds expected{absl::GetFlag(FLAGS_replicas_to_aggregate),
                             absl::GetFlag(FLAGS_staleness)};
   for (size_t i = 0; i < described->size(); ++i) {

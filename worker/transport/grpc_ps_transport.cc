@@ -288,8 +288,8 @@ std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
 
 std::unique_ptr<PsClient> PsClient::Connect(const std::vector<std::string>& addresses,
                                             PsClientOptions options) {
-  return std::make_unique<PsClient>(MakeGrpcTransports(addresses, options.channels_per_server),
-                                    options);
+  return std::make_unique<PsClientImpl>(MakeGrpcTransports(addresses, options.channels_per_server),
+                                        options);
 }
 
 }  // namespace fulcrum

@@ -101,7 +101,7 @@ class ParallelTest : public ::testing::Test {
     }
     std::vector<std::unique_ptr<PsTransport>> servers;
     servers.push_back(std::make_unique<ParallelPsTransport>(std::move(lanes), min_split_bytes));
-    client_ = std::make_unique<PsClient>(std::move(servers), PsClientOptions());
+    client_ = std::make_unique<PsClientImpl>(std::move(servers), PsClientOptions());
     // w: 4 shards of 2 rows of 8 floats, 64 bytes each; b: 1 shard.
     ASSERT_TRUE(
         client_
