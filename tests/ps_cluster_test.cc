@@ -3,7 +3,7 @@
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/impl/codegen/sync_stream.h>
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -195,18 +196,60 @@ TEST(PsClusterTest, ARestartedServerIsRecoveredOverSeveralChannels) {
   EXPECT_EQ(pulled["embedding"].values.back(), 0.5f);
 }
 
-TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
-  PsProcess ps = StartPs(0, 1, 1, {"--mode=async", "--max_message_mb=2"});
-  ASSERT_FALSE(ps.address.empty());
-  auto channel = grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials());
+// A raw call of `method` that sends `bytes` as its one message, bypassing
+// the client library and protobuf: its status.
+grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     const std::string& bytes) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  // Any method's messages travel on an HTTP/2 stream: a bidirectional raw
+  // call reaches unary and streaming methods alike.
+  const grpc::internal::RpcMethod rpc(method.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING,
+                                      channel);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel.get(), rpc, &context));
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer message(&slice, 1);
+  stream->Write(message);
+  stream->WritesDone();
+  grpc::ByteBuffer response;
+  while (stream->Read(&response)) {
+  }
+  return stream->Finish();
+}
 
-  grpc::health::v1::HealthCheckRequest health_request;
-  grpc::health::v1::HealthCheckResponse health;
-  grpc::ClientContext health_context;
-  ASSERT_TRUE(grpc::health::v1::Health::NewStub(channel)
-                  ->Check(&health_context, health_request, &health)
-                  .ok());
-  EXPECT_EQ(health.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+// Resets the connection (RST) after asking for the metrics, mid-response.
+void ScrapeAndReset(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+    EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    char first;
+    EXPECT_EQ(recv(fd, &first, 1, 0), 1);
+  }
+  const linger reset{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  close(fd);
+}
+
+// What a hostile or broken peer can send a server: garbage on every
+// method, oversize and overflowing requests, huge legal variables,
+// mismatched tensors, resets on the metrics port. Each gets an error; the
+// server keeps serving, its variables intact.
+TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
+  PsProcess ps = StartPs(
+      0, 1, 1, {"--mode=async", "--max_message_mb=2", "--max_memory_mb=64", "--metrics_port=0"});
+  ASSERT_FALSE(ps.address.empty());
+  const std::optional<int> metrics_port = WaitForPort(*ps.process, "metrics on", absl::Seconds(10));
+  ASSERT_TRUE(metrics_port.has_value());
+  auto channel = grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials());
+  auto stub = PsService::NewStub(channel);
 
   PsClientOptions options;
   auto client = PsClient::Connect({ps.address}, options);
@@ -217,37 +260,81 @@ TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
   ASSERT_TRUE(client->CreateVariables({spec}).ok());
   ASSERT_TRUE(client->Push({{"w", DenseTensor{{8}, std::vector<float>(8, 1.0f)}}}).ok());
 
-  // Raw bytes straight to the methods, bypassing the client library.
-  grpc::GenericStub generic(channel);
-  auto raw_call = [&](const std::string& method, const std::string& bytes) {
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer request(&slice, 1);
-    grpc::ByteBuffer response;
+  // Garbage on every method: a field whose length runs past the message,
+  // and bytes that are no protobuf at all.
+  for (const char* method :
+       {"CreateShards", "Pull", "Push", "PushPull", "PullSmall", "PushPullSmall", "Heartbeat",
+        "Describe", "SaveCheckpoint", "JobDone"}) {
+    for (const std::string& garbage :
+         {std::string("\x0a\x7f\x01", 3), std::string(11, '\xff'), std::string("\x08")}) {
+      const grpc::Status status =
+          RawCall(channel, absl::StrCat("/fulcrum.PsService/", method), garbage);
+      EXPECT_FALSE(status.ok()) << method;
+    }
+  }
+  // Larger than the server takes.
+  EXPECT_EQ(RawCall(channel, "/fulcrum.PsService/CreateShards", std::string(3 << 20, '\x0a'))
+                .error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // Shapes whose element count wraps, and a legal variable of 64 GiB.
+  auto create = [&](std::vector<int64_t> shape) {
+    CreateShardsRequest request;
+    ShardSpec* shard = request.add_shards();
+    *shard->mutable_variable() = spec;
+    shard->mutable_variable()->set_name("hostile");
+    shard->mutable_variable()->clear_shape();
+    for (int64_t d : shape) shard->mutable_variable()->add_shape(d);
+    shard->set_num_shards(1);
+    shard->set_rows(shape[0]);
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    absl::Notification done;
-    grpc::Status result;
-    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
-                      [&](grpc::Status s) {
-                        result = s;
-                        done.Notify();
-                      });
-    done.WaitForNotification();
-    return result;
+    CreateShardsResponse response;
+    return stub->CreateShards(&context, request, &response);
   };
-  const grpc::Status garbled =
-      raw_call("/fulcrum.PsService/CreateShards", "\xff\xff\xff\x07garbage");
-  EXPECT_FALSE(garbled.ok());
-  const grpc::Status oversize =
-      raw_call("/fulcrum.PsService/CreateShards", std::string(3 << 20, '\x0a'));
-  EXPECT_EQ(oversize.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(create({int64_t{1} << 24, int64_t{1} << 40}).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  const grpc::Status huge = create({kMaxElements});
+  EXPECT_EQ(huge.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(huge.error_message(), HasSubstr("budget (ps_server --max_memory_mb)"));
+
+  // Tensors that do not match w: shapes, dtypes, byte counts, a shape that
+  // claims far more than it carries.
+  auto push = [&](std::function<void(TensorProto*)> mangle) {
+    PushPullRequest request;
+    request.mutable_push()->set_worker_id(0);
+    ShardSlice* slice = request.mutable_push()->add_gradients();
+    slice->set_variable("w");
+    slice->set_version(1);
+    EncodeFloatTensor({8}, std::vector<float>(8, 1.0f), slice->mutable_tensor());
+    mangle(slice->mutable_tensor());
+    grpc::ClientContext context;
+    PullResponse response;
+    return stub->PushPullSmall(&context, request, &response);
+  };
+  for (auto mangle : std::vector<std::function<void(TensorProto*)>>{
+           [](TensorProto* t) { t->set_shape(0, 4); },
+           [](TensorProto* t) { t->set_dtype(DT_INT64); },
+           [](TensorProto* t) { t->mutable_data()->resize(7); },
+           [](TensorProto* t) { t->set_shape(0, int64_t{1} << 40); },
+           [](TensorProto* t) { t->add_shape(int64_t{1} << 40); }}) {
+    EXPECT_EQ(push(mangle).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext context;
+    HeartbeatRequest request;
+    request.set_worker_id(1 << 30);
+    HeartbeatResponse response;
+    EXPECT_EQ(stub->Heartbeat(&context, request, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
   // A push stream whose messages each fit but together exceed every variable
   // the server holds (32 bytes here) is refused before it is buffered.
   {
     grpc::ClientContext context;
     PushResponse response;
-    auto writer = PsService::NewStub(channel)->Push(&context, &response);
+    auto writer = stub->Push(&context, &response);
     PushRequest part;
+    part.set_worker_id(0);
     ShardSlice* slice = part.add_gradients();
     slice->set_variable("w");
     EncodeFloatTensor({4}, std::vector<float>(4, 1.0f), slice->mutable_tensor());
@@ -258,12 +345,24 @@ TEST(PsClusterTest, HealthGarbledAndOversizeRequests) {
     EXPECT_EQ(flood.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     EXPECT_THAT(flood.error_message(), HasSubstr("holds only 32 bytes"));
   }
+  // Scrapes reset mid-response.
+  for (int i = 0; i < 5; ++i) ScrapeAndReset(*metrics_port);
 
   // The server still serves, its state intact: w is 1 - 1 = 0.
+  grpc::health::v1::HealthCheckResponse health;
+  grpc::ClientContext health_context;
+  ASSERT_TRUE(grpc::health::v1::Health::NewStub(channel)
+                  ->Check(&health_context, grpc::health::v1::HealthCheckRequest(), &health)
+                  .ok());
+  EXPECT_EQ(health.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   TensorMap values;
   ASSERT_TRUE(client->Pull({}, &values).ok());
   EXPECT_EQ(values["w"].values, std::vector<float>(8, 0.0f));
   EXPECT_EQ(client->step(), 1);
+  auto described = client->Describe();
+  ASSERT_TRUE(described.ok());
+  EXPECT_EQ((*described)[0].shards_size(), 2);  // w's two, and nothing hostile
+  EXPECT_THAT(HttpGet(*metrics_port, "/metrics"), HasSubstr("fulcrum_ps_updates_applied_total 2"));
 
   // SIGTERM: a clean exit 0.
   ps.process->Signal(SIGTERM);

@@ -127,7 +127,8 @@ class PsClient {
   // Push, then pull (after the push is applied), in one round trip per
   // server; `out` as for Pull.
   virtual absl::StatusOr<PushStats> PushPull(const TensorMap& gradients,
-                                     const std::vector<std::string>& names, TensorMap* out) = 0;
+                                             const std::vector<std::string>& names,
+                                             TensorMap* out) = 0;
 
   // Renews this worker's lease on every server.
   virtual absl::Status Heartbeat() = 0;
