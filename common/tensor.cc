@@ -1,6 +1,7 @@
 #include "common/tensor.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -138,8 +139,8 @@ float FromBfloat16(uint16_t half) {
 }
 
 // IEEE binary16, rounded to nearest even: with the F16C instructions where
-// the CPU has them (every x86-64 since 2013), else by the compiler's
-// _Float16 conversions, which give the same bits far more slowly.
+// the CPU has them (every x86-64 since 2013), else bit by bit
+// (FloatToHalf, HalfToFloat), which gives the same bits far more slowly.
 #if defined(__x86_64__)
 __attribute__((target("avx,f16c"))) void ToFloat16F16c(const float* in, uint16_t* out, size_t n) {
   size_t i = 0;
@@ -159,31 +160,84 @@ __attribute__((target("avx,f16c"))) void FromFloat16F16c(const uint16_t* in, flo
   for (; i < n; ++i) out[i] = _cvtsh_ss(in[i]);
 }
 
-const bool kHasF16c = __builtin_cpu_supports("f16c");
+// F16C and AVX, with the AVX registers' state saved by the OS.
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool f16c = (ecx & bit_F16C) != 0, avx = (ecx & bit_AVX) != 0;
+  if (!f16c || !avx || (ecx & bit_OSXSAVE) == 0) return false;
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  return (xcr0_low & 6) == 6;  // SSE and AVX state
+}
+
+const bool kHasF16c = CpuHasF16c();
 #endif
 
 void ToFloat16(const float* in, uint16_t* out, size_t n) {
 #if defined(__x86_64__)
   if (kHasF16c) return ToFloat16F16c(in, out, n);
 #endif
-  for (size_t i = 0; i < n; ++i) {
-    const _Float16 half = static_cast<_Float16>(in[i]);
-    std::memcpy(&out[i], &half, sizeof(half));
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = internal::FloatToHalf(in[i]);
 }
 
 void FromFloat16(const uint16_t* in, float* out, size_t n) {
 #if defined(__x86_64__)
   if (kHasF16c) return FromFloat16F16c(in, out, n);
 #endif
-  for (size_t i = 0; i < n; ++i) {
-    _Float16 half;
-    std::memcpy(&half, &in[i], sizeof(half));
-    out[i] = static_cast<float>(half);
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = internal::HalfToFloat(in[i]);
+}
+
+uint32_t Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+float FromBits(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
 }
 
 }  // namespace
+
+namespace internal {
+
+uint16_t FloatToHalf(float value) {
+  uint32_t bits = Bits(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  bits &= 0x7fffffffu;
+  if (bits >= 0x47800000u) {  // 2^16 and beyond: infinity; NaN stays NaN, made quiet
+    return sign | (bits > 0x7f800000u ? 0x7e00u | ((bits >> 13) & 0x1ffu) : 0x7c00u);
+  }
+  if (bits < 0x38800000u) {
+    // Below 2^-14 the half is subnormal: adding 0.5 (as 2^-1 scaled to the
+    // half's last place) lets the float unit round the mantissa, to even.
+    const uint32_t magic = (127 - 15 + 23 - 10 + 1) << 23;
+    return sign | static_cast<uint16_t>(Bits(FromBits(bits) + FromBits(magic)) - magic);
+  }
+  // Normal: rebias the exponent, then round the 13 dropped bits to even.
+  const uint32_t odd = (bits >> 13) & 1u;
+  bits += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd;
+  return sign | static_cast<uint16_t>(bits >> 13);  // 65520 and up round to infinity here
+}
+
+float HalfToFloat(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+  uint32_t bits = static_cast<uint32_t>(half & 0x7fffu) << 13;
+  const uint32_t exponent = bits & (0x7c00u << 13);
+  bits += static_cast<uint32_t>(127 - 15) << 23;  // rebias
+  if (exponent == 0x7c00u << 13) {
+    bits += static_cast<uint32_t>(128 - 16) << 23;  // infinity and NaN
+  } else if (exponent == 0) {
+    // Zero or subnormal: renormalise by subtracting the implicit one.
+    bits = Bits(FromBits(bits + (1u << 23)) - FromBits(113u << 23));
+  }
+  return FromBits(bits | sign);
+}
+
+}  // namespace internal
 
 bool IsFloatEncoding(DataType dtype) {
   return dtype == DT_FLOAT || dtype == DT_BFLOAT16 || dtype == DT_FLOAT16;

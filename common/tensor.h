@@ -78,6 +78,14 @@ absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& ten
 // it runs on every pushed gradient.
 int64_t FirstNonFinite(absl::Span<const float> values);
 
+namespace internal {
+// IEEE binary16 conversions bit by bit, rounded to nearest even (NaN stays
+// NaN): what F16C does where a CPU lacks it. For the encodings above and
+// their tests.
+uint16_t FloatToHalf(float value);
+float HalfToFloat(uint16_t half);
+}  // namespace internal
+
 // The values of a float32 tensor whose size is already checked.
 absl::Span<const float> FloatValues(const TensorProto& tensor);
 

@@ -84,9 +84,13 @@ TEST(FloatEncodingTest, Float16MatchesTheCompilersConversion) {
           .ok());
   const auto* halves = reinterpret_cast<const uint16_t*>(tensor.data().data());
   for (size_t i = 0; i < values.size(); ++i) {
+#if defined(__FLT16_MAX__)  // the compiler's own conversion, where it has _Float16
     const _Float16 expected = static_cast<_Float16>(values[i]);
     uint16_t expected_bits;
     std::memcpy(&expected_bits, &expected, sizeof(expected_bits));
+#else
+    const uint16_t expected_bits = internal::FloatToHalf(values[i]);
+#endif
     if (std::isnan(values[i])) {
       EXPECT_EQ(halves[i] & 0x7c00u, 0x7c00u);
       EXPECT_NE(halves[i] & 0x3ffu, 0u);
@@ -164,6 +168,59 @@ TEST(FloatEncodingTest, ParsesFlagNames) {
   EXPECT_EQ(*ParseFloatEncoding("float32"), DT_FLOAT);
   EXPECT_THAT(ParseFloatEncoding("fp8").status().message(),
               HasSubstr("'fp8' is not one of float32, bfloat16, float16"));
+}
+
+// The bit-by-bit float16 conversions, which CPUs without F16C use, give
+// the bits EncodeFloatTensor and DecodeFloatTensor give (F16C where the CPU
+// has it): every half, and a spread of floats across the whole range.
+TEST(Float16Test, BitByBitConversionsMatchTheEncodings) {
+  std::vector<float> floats;
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 4093) {
+    float value;
+    const uint32_t b = static_cast<uint32_t>(bits);
+    std::memcpy(&value, &b, sizeof(value));
+    if (!std::isnan(value)) floats.push_back(value);
+  }
+  for (float edge : {65504.0f, 65519.99f, 65520.0f, 6.1035156e-5f, 5.9604645e-8f, 2.9802322e-8f,
+                     2.9802326e-8f, -0.0f, std::numeric_limits<float>::infinity()}) {
+    floats.push_back(edge);
+  }
+  // The encoder refuses values beyond float16's range: compare within it.
+  TensorProto encoded;
+  std::vector<float> in_range;
+  for (float f : floats) {
+    if (std::fabs(f) < 65520.0f) in_range.push_back(f);
+  }
+  ASSERT_TRUE(EncodeFloatTensor({static_cast<int64_t>(in_range.size())}, in_range, DT_FLOAT16, "f",
+                                &encoded)
+                  .ok());
+  const auto* halves = reinterpret_cast<const uint16_t*>(encoded.data().data());
+  for (size_t i = 0; i < in_range.size(); ++i) {
+    ASSERT_EQ(internal::FloatToHalf(in_range[i]), halves[i]) << in_range[i];
+  }
+  EXPECT_EQ(internal::FloatToHalf(65520.0f), 0x7c00);  // rounds up to infinity
+  EXPECT_EQ(internal::FloatToHalf(-1e30f), 0xfc00);
+  EXPECT_TRUE(std::isnan(internal::HalfToFloat(internal::FloatToHalf(std::nanf("")))));
+  std::vector<uint16_t> all(65536);
+  for (size_t h = 0; h < all.size(); ++h) all[h] = static_cast<uint16_t>(h);
+  TensorProto every;
+  every.set_dtype(DT_FLOAT16);
+  every.add_shape(65536);
+  every.set_data(all.data(), all.size() * 2);
+  std::vector<float> storage;
+  auto decoded = DecodeFloatTensor(every, {65536}, "every half", &storage);
+  ASSERT_TRUE(decoded.ok());
+  for (size_t h = 0; h < all.size(); ++h) {
+    const float bitwise = internal::HalfToFloat(all[h]);
+    if (std::isnan(bitwise)) {
+      EXPECT_TRUE(std::isnan((*decoded)[h])) << h;
+    } else {
+      uint32_t expected_bits, decoded_bits;
+      std::memcpy(&expected_bits, &bitwise, sizeof(float));
+      std::memcpy(&decoded_bits, &(*decoded)[h], sizeof(float));
+      ASSERT_EQ(expected_bits, decoded_bits) << "half " << h;  // -0 and +0 differ
+    }
+  }
 }
 
 }  // namespace
