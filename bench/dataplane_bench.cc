@@ -166,7 +166,7 @@ std::vector<double> TcpPingPong(size_t bytes, int iterations) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
   std::vector<char> buf(bytes, 'x');
-  const std::vector<double> seconds = Time(iterations, [&] {
+  std::vector<double> seconds = Time(iterations, [&] {
     if (!Exactly(writer, fd, buf.data(), bytes) || !Exactly(reader, fd, buf.data(), bytes)) {
       std::abort();
     }
@@ -230,8 +230,8 @@ int Run() {
   for (int64_t size : sizes) {
     // At least 10 calls, and their median: a shared machine's hiccups
     // would move the mean of a few large transfers by a third.
-    const int iterations =
-        std::max<int>(10, static_cast<int>((quick ? 64 : 256) * (1 << 20) / size));
+    const int iterations = std::max<int>(
+        10, static_cast<int>((quick ? int64_t{64} : int64_t{256}) * (1 << 20) / size));
     const int capped = std::min(iterations, quick ? 200 : 1000);
     bench::Bytes request;
     request.set_data(std::string(size, 'x'));

@@ -63,13 +63,13 @@ class CheckpointTest : public ::testing::Test {
       ShardCheckpoint shard;
       VariableSpec* v = shard.mutable_spec()->mutable_variable();
       v->set_name("w");
-      v->add_shape(2 * num_ps);
+      v->add_shape(int64_t{2} * num_ps);
       v->add_shape(3);
       v->set_dtype(DT_FLOAT);
       v->mutable_optimizer()->set_learning_rate(1);
       shard.mutable_spec()->set_shard(ps);
       shard.mutable_spec()->set_num_shards(num_ps);
-      shard.mutable_spec()->set_row_offset(2 * ps);
+      shard.mutable_spec()->set_row_offset(int64_t{2} * ps);
       shard.mutable_spec()->set_rows(2);
       shard.set_version(step);
       const std::vector<float> values(6, static_cast<float>(step));

@@ -39,7 +39,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   }
   server->port_ = ntohs(addr.sin_port);
   server->registry_ = std::make_shared<prometheus::Registry>();
-  server->collectables_.push_back(server->registry_);
+  server->Add(server->registry_);
   server->thread_ = std::thread([s = server.get()] { s->Serve(); });
   return server;
 }

@@ -11,7 +11,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-VariableSpec Spec(const std::string& name, Shape shape, PartitionerSpec partitioner = {}) {
+VariableSpec Spec(const std::string& name, const Shape& shape,
+                  const PartitionerSpec& partitioner = {}) {
   VariableSpec spec;
   spec.set_name(name);
   spec.mutable_shape()->Assign(shape.begin(), shape.end());

@@ -105,12 +105,13 @@ std::shared_ptr<const PushRequest> PushPart(std::shared_ptr<const PushRequest> w
         const_cast<ShardSlice*>(&whole->gradients(i)));
   }
   // Gives the borrowed slices back before the part goes, then lets `whole` go.
-  return std::shared_ptr<const PushRequest>(part, [whole](const PushRequest* done) {
-    auto* borrower = const_cast<PushRequest*>(done);
-    borrower->mutable_gradients()->UnsafeArenaExtractSubrange(0, borrower->gradients_size(),
-                                                              nullptr);
-    delete borrower;
-  });
+  return std::shared_ptr<const PushRequest>(
+      part, [whole = std::move(whole)](const PushRequest* done) {
+        auto* borrower = const_cast<PushRequest*>(done);
+        borrower->mutable_gradients()->UnsafeArenaExtractSubrange(0, borrower->gradients_size(),
+                                                                  nullptr);
+        delete borrower;
+      });
 }
 
 }  // namespace fulcrum

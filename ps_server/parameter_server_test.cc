@@ -54,7 +54,7 @@ void Create(ParameterServer& ps, const ShardSpec& spec) {
   ASSERT_TRUE(ps.CreateShards(request).ok());
 }
 
-ShardSlice Gradient(const std::string& name, int64_t version, std::vector<float> values) {
+ShardSlice Gradient(const std::string& name, int64_t version, const std::vector<float>& values) {
   ShardSlice slice;
   slice.set_variable(name);
   slice.set_version(version);
@@ -64,8 +64,8 @@ ShardSlice Gradient(const std::string& name, int64_t version, std::vector<float>
 
 // Rows [row_offset, row_offset + values.size()) of a gradient of `name`.
 ShardSlice Slice(const std::string& name, int64_t version, int64_t row_offset,
-                 std::vector<float> values) {
-  ShardSlice slice = Gradient(name, version, std::move(values));
+                 const std::vector<float>& values) {
+  ShardSlice slice = Gradient(name, version, values);
   slice.set_row_offset(row_offset);
   return slice;
 }
@@ -153,8 +153,9 @@ TEST(AsyncModeTest, ConcurrentPushesLoseNoUpdate) {
     });
   }
   for (auto& thread : threads) thread.join();
-  const float expected = -kPushes * (kThreads * (kThreads + 1) / 2);  // -9000
-  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(expected, int64_t{kThreads * kPushes}));
+  const int total = kPushes * kThreads * (kThreads + 1) / 2;  // 9000: exact in float32
+  EXPECT_EQ(ValueAndVersion(ps),
+            std::make_pair(-static_cast<float>(total), int64_t{kThreads} * kPushes));
   const DescribeResponse info = ps.Describe();
   EXPECT_EQ(info.updates_applied(), kThreads * kPushes);
   int64_t histogram_total = 0;

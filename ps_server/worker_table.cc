@@ -8,7 +8,7 @@ namespace fulcrum {
 
 WorkerTable::WorkerTable(int num_workers, absl::Duration lease_timeout,
                          std::function<absl::Time()> now)
-    : lease_timeout_(lease_timeout), now_(std::move(now)) {
+    : num_workers_(num_workers), lease_timeout_(lease_timeout), now_(std::move(now)) {
   const absl::Time expiry = now_() + lease_timeout_;
   workers_.assign(num_workers, Worker{expiry});
 }

@@ -22,7 +22,7 @@ class WorkerTable {
   WorkerTable(int num_workers, absl::Duration lease_timeout,
               std::function<absl::Time()> now = absl::Now);
 
-  int num_workers() const { return static_cast<int>(workers_.size()); }
+  int num_workers() const { return num_workers_; }
   absl::Duration lease_timeout() const { return lease_timeout_; }
 
   // OK when 0 <= id < num_workers; else INVALID_ARGUMENT naming the range.
@@ -59,6 +59,7 @@ class WorkerTable {
     bool active() const { return live && !finished; }
   };
 
+  const int num_workers_;
   const absl::Duration lease_timeout_;
   const std::function<absl::Time()> now_;
   mutable absl::Mutex mu_;

@@ -299,7 +299,7 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
 
   // Tensors that do not match w: shapes, dtypes, byte counts, a shape that
   // claims far more than it carries.
-  auto push = [&](std::function<void(TensorProto*)> mangle) {
+  auto push = [&](const std::function<void(TensorProto*)>& mangle) {
     PushPullRequest request;
     request.mutable_push()->set_worker_id(0);
     ShardSlice* slice = request.mutable_push()->add_gradients();
@@ -311,7 +311,7 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
     PullResponse response;
     return stub->PushPullSmall(&context, request, &response);
   };
-  for (auto mangle : std::vector<std::function<void(TensorProto*)>>{
+  for (const auto& mangle : std::vector<std::function<void(TensorProto*)>>{
            [](TensorProto* t) { t->set_shape(0, 4); },
            [](TensorProto* t) { t->set_dtype(DT_INT64); },
            [](TensorProto* t) { t->mutable_data()->resize(7); },
@@ -394,7 +394,8 @@ TEST(PsClusterTest, SmallCallsRefuseLargeTransfers) {
   push_pull.mutable_push()->set_worker_id(0);
   ShardSlice* slice = push_pull.mutable_push()->add_gradients();
   slice->set_variable("embedding");
-  EncodeFloatTensor({1280, 1024}, std::vector<float>(1280 * 1024, 1.0f), slice->mutable_tensor());
+  EncodeFloatTensor({1280, 1024}, std::vector<float>(size_t{1280} * 1024, 1.0f),
+                    slice->mutable_tensor());
   grpc::ClientContext push_context;
   const grpc::Status pushed = stub->PushPullSmall(&push_context, push_pull, &response);
   EXPECT_EQ(pushed.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);

@@ -29,7 +29,7 @@ VariableSpec TestVariable(const std::string& name, Shape shape, int shards, floa
   return spec;
 }
 
-DenseTensor Filled(Shape shape, float value) {
+DenseTensor Filled(const Shape& shape, float value) {
   return DenseTensor{shape, std::vector<float>(NumElements(shape), value)};
 }
 

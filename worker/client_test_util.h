@@ -19,7 +19,7 @@ PsServerConfig TestServerConfig(ConsistencyMode mode, int replicas);
 VariableSpec TestVariable(const std::string& name, Shape shape, int shards, float init);
 
 // A tensor of `shape` filled with `value`.
-DenseTensor Filled(Shape shape, float value);
+DenseTensor Filled(const Shape& shape, float value);
 
 }  // namespace fulcrum
 

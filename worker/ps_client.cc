@@ -332,8 +332,9 @@ absl::Status PsClientImpl::Pull(const std::vector<std::string>& names, TensorMap
       recovered[ps] = true;
       pulled = RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]);
     }
-    if (pulled.ok()) responses[ps] = *std::move(pulled);
-    return pulled.status();
+    if (!pulled.ok()) return pulled.status();
+    responses[ps] = *std::move(pulled);
+    return absl::OkStatus();
   });
   ForgetVersions(recovered);
   if (!status.ok()) return status;
@@ -438,8 +439,9 @@ absl::StatusOr<PushStats> PsClientImpl::Push(const TensorMap& gradients) {
       recovered[ps] = true;  // the gradients were computed from values it no longer has
       return Recover(ps, deadline);
     }
-    if (pushed.ok()) responses[ps] = *std::move(pushed);
-    return pushed.status();
+    if (!pushed.ok()) return pushed.status();
+    responses[ps] = *std::move(pushed);
+    return absl::OkStatus();
   });
   ForgetVersions(recovered);
   if (!status.ok()) return status;
@@ -483,8 +485,9 @@ absl::StatusOr<PushStats> PsClientImpl::PushPull(const TensorMap& gradients,
       recovered[ps] = true;  // the push is dropped
       pulled = RecoverAndPull(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]);
     }
-    if (pulled.ok()) responses[ps] = *std::move(pulled);
-    return pulled.status();
+    if (!pulled.ok()) return pulled.status();
+    responses[ps] = *std::move(pulled);
+    return absl::OkStatus();
   });
   if (!status.ok()) {
     shard_state_ = state_before;

@@ -221,7 +221,7 @@ TEST_F(FashionMnistTest, LocalReplicasMatchOneReplicaWithTheWholeBatch) {
     for (int64_t i = 0; i < NumElements(t.shape); ++i) t.values.push_back(normal(gen));
   }
   std::vector<int64_t> indices(60);
-  for (int i = 0; i < 60; ++i) indices[i] = i * 7;
+  for (int64_t i = 0; i < 60; ++i) indices[i] = i * 7;
   const Batch batch = GatherBatch(*train_, indices);
 
   auto one_device = MakeCpuDevice(1);
@@ -239,7 +239,8 @@ TEST_F(FashionMnistTest, LocalReplicasMatchOneReplicaWithTheWholeBatch) {
     devices.push_back(MakeCpuDevice(1));
     replicas.push_back(std::make_unique<Mlp>(devices.back().get(), model, 20));
     ASSERT_TRUE(replicas.back()->SetParameters(params).ok());
-    std::vector<int64_t> part(indices.begin() + 20 * r, indices.begin() + 20 * (r + 1));
+    std::vector<int64_t> part(indices.begin() + int64_t{20} * r,
+                              indices.begin() + int64_t{20} * (r + 1));
     replicas.back()->ComputeGradients(GatherBatch(*train_, part));
     pointers.push_back(replicas.back().get());
   }

@@ -220,7 +220,7 @@ class PlacingParser {
 }  // namespace
 
 grpc::ByteBuffer SerializeLending(const google::protobuf::MessageLite& message,
-                                  std::shared_ptr<const void> owner) {
+                                  const std::shared_ptr<const void>& owner) {
   message.ByteSizeLong();  // caches the sizes SerializeWithCachedSizes writes
   LendingStream stream(owner);
   {

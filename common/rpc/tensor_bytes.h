@@ -51,7 +51,7 @@ constexpr size_t kMinLentBytes = 4096;
 
 // `message` serialised with its large byte fields lent, as above.
 grpc::ByteBuffer SerializeLending(const google::protobuf::MessageLite& message,
-                                  std::shared_ptr<const void> owner);
+                                  const std::shared_ptr<const void>& owner);
 
 // Parses a PullResponse, placing DT_FLOAT tensor data where `placer` says
 // (see SlicePlacer). A known field of a slice or its tensor after placed

@@ -186,8 +186,9 @@ TEST(ParsePullResponseTest, PlacedFloatDataSkipsTheMessage) {
   ASSERT_TRUE(Parse(sent.SerializeAsString(), &placer, &received).ok());
   // Asked only for float32 data: w and b, not the bfloat16 slice.
   EXPECT_EQ(placer.asked, (std::vector<std::string>{"w@3", "b@0"}));
-  EXPECT_EQ(0, std::memcmp(placer.values.data(), sent.slices(0).tensor().data().data(),
-                           3000 * sizeof(float)));
+  // The bytes as they were sent (compared as bytes: they are the wire's).
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(placer.values.data()), 3000 * sizeof(float)),
+            sent.slices(0).tensor().data());
   // The placed slice came without data, the rest as protobuf parses it.
   PullResponse expected = sent;
   expected.mutable_slices(0)->mutable_tensor()->clear_data();

@@ -65,8 +65,9 @@ class PsGrpcServer::Service final : public PsService::Service {
                             CreateShardsResponse* response) override {
     RpcTimer timer(metrics_, "CreateShards");
     auto result = ps_->CreateShards(*request);
-    if (result.ok()) *response = *std::move(result);
-    return ToGrpcStatus(result.status());
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    return grpc::Status::OK;
   }
 
   grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
@@ -87,8 +88,9 @@ class PsGrpcServer::Service final : public PsService::Service {
       }
     }
     auto result = ApplyPush(merged, bytes);
-    if (result.ok()) *response = *std::move(result);
-    return ToGrpcStatus(result.status());
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    return grpc::Status::OK;
   }
 
   grpc::Status PushPull(grpc::ServerContext* context,

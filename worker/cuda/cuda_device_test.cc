@@ -51,7 +51,7 @@ TEST(CudaParityTest, MlpMatchesTheCpuBackend) {
   Batch batch;
   batch.size = 64;
   batch.feature_dim = 784;
-  batch.features = RandomVector(64 * 784, gen);
+  batch.features = RandomVector(int64_t{64} * 784, gen);
   for (int i = 0; i < 64; ++i) batch.labels.push_back(i % 10);
 
   TensorMap grads[2];

@@ -36,7 +36,7 @@ std::string Labels(uint32_t n, int max_label = 3) {
 }
 
 std::string Write(const std::string& name, const std::string& bytes, bool gzip = false) {
-  const std::string path = TempPath(name);
+  std::string path = TempPath(name);
   if (gzip) {
     gzFile f = gzopen(path.c_str(), "wb");
     gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));

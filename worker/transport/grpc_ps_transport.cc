@@ -47,11 +47,11 @@ std::vector<std::shared_ptr<const PushRequest>> PushMessages(
 // A push-pull message lending `push` and, if not null, `pull`, serialised
 // with their tensor bytes lent to gRPC on behalf of `owner`.
 grpc::ByteBuffer PushPullMessage(const PushRequest& push, const PullRequest* pull,
-                                 std::shared_ptr<const void> owner) {
+                                 const std::shared_ptr<const void>& owner) {
   PushPullRequest message;
   message.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push));
   if (pull != nullptr) message.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(pull));
-  grpc::ByteBuffer buffer = SerializeLending(message, std::move(owner));
+  grpc::ByteBuffer buffer = SerializeLending(message, owner);
   message.unsafe_arena_release_push();
   message.unsafe_arena_release_pull();
   return buffer;

@@ -168,7 +168,7 @@ TEST_F(ParallelTest, APartsErrorIsTheCallsAndTheOtherPartsStillApply) {
   ASSERT_TRUE(client_->Pull({"w"}, &pulled).ok());
   // Shards 0 and 3 (lane 0) and 2 (lane 2) applied; shard 1 (rows 2-3) not.
   for (int row = 0; row < 8; ++row) {
-    EXPECT_EQ(pulled["w"].values[row * 8], row / 2 == 1 ? 1.0f : 0.0f) << "row " << row;
+    EXPECT_EQ(pulled["w"].values[size_t{8} * row], row / 2 == 1 ? 1.0f : 0.0f) << "row " << row;
   }
 }
 
