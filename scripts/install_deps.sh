@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   bazel-bootstrap bazel-rules-java bazel-platforms
-  g++ python3 python3-venv clang-format
+  g++ python3 python3-venv clang-format clang clang-tidy libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   libopenblas-dev zlib1g-dev dataset-fashion-mnist iproute2 nftables

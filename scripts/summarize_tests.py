@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Counts passed and failed test cases of a `bazel test` run.
+"""Counts passed and failed test cases of `bazel test` runs.
 
-Usage: summarize_tests.py BAZEL_OUTPUT_LOG TESTLOGS_DIR
+Usage: summarize_tests.py BAZEL_OUTPUT_LOG TESTLOGS_DIR [LOG TESTLOGS ...]
 
-Reads each test target's status from Bazel's summary and its cases from the
-target's test.xml; a target that failed to build or left no XML counts as
-one failed case. Prints "N passed, M failed" last and exits 1 if M > 0 or no
-test ran.
+Reads each test target's status from each run's Bazel summary and its cases
+from the target's test.xml under that run's testlogs; a target that failed
+to build or left no XML counts as one failed case (so does a source check,
+a "//checks:NAME PASSED|FAILED" line). Prints "N passed, M failed" over
+all runs last and exits 1 if M > 0 or no test ran.
 """
 import os
 import re
@@ -35,8 +36,8 @@ def cases(xml_path):
     return tests, failed
 
 
-def main():
-    log_path, testlogs = sys.argv[1], sys.argv[2]
+def count(log_path, testlogs):
+    """(passed, failed) cases of one run."""
     passed = failed = 0
     with open(log_path, errors="replace") as log:
         for line in log:
@@ -58,6 +59,18 @@ def main():
                 tests, bad = tests + 1, 1
             passed += tests - bad
             failed += bad
+    return passed, failed
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        sys.exit(__doc__)
+    passed = failed = 0
+    for log_path, testlogs in zip(args[::2], args[1::2]):
+        p, f = count(log_path, testlogs)
+        passed += p
+        failed += f
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or passed == 0 else 0
 

@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
 # Runs Fulcrum's whole test suite: installs what is missing, builds, runs
-# every test with Bazel, checks the sources, and ends with the line
-# "N passed, M failed", where N and M count test cases (each gtest case, each
-# shell test, each source check).
+# every test with Bazel, runs the server-facing tests again under
+# AddressSanitizer and UndefinedBehaviorSanitizer (--config=asan), checks the
+# sources' format and clang-tidy, and ends with the line "N passed, M failed",
+# where N and M count test cases (each gtest case, each shell test, each
+# source check; a test run under the sanitizers counts again).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
+# The tests whose code a peer's bytes reach: parsers, the server, its
+# checkpoints, the client and its transports, real servers under attack.
+SANITIZED=(//common/... //ps_server/... //worker/transport/... //worker:ps_client_test
+           //worker:checkpointer_test //tests:ps_cluster_test //tests:fulcrumctl_test)
+
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+asan_log=$(mktemp)
+trap 'rm -f "$log" "$asan_log"' EXIT
 bazel test --keep_going //... 2>&1 | tee "$log"
 bazel_rc=${PIPESTATUS[0]}
 testlogs=$(bazel info bazel-testlogs 2>/dev/null)
-bazel shutdown
+bazel test --config=asan --keep_going "${SANITIZED[@]}" 2>&1 | tee "$asan_log"
+asan_rc=${PIPESTATUS[0]}
+asan_testlogs=$(bazel info --config=asan bazel-testlogs 2>/dev/null)
 
 # Source checks, each counted as one test case.
 check() {
@@ -22,9 +32,13 @@ check() {
   if "$@"; then echo "//checks:$name PASSED"; else echo "//checks:$name FAILED"; fi | tee -a "$log"
 }
 check format scripts/format.sh --check
+check clang_tidy scripts/tidy.sh
+bazel shutdown
 
-python3 scripts/summarize_tests.py "$log" "$testlogs"
+python3 scripts/summarize_tests.py "$log" "$testlogs" "$asan_log" "$asan_testlogs"
 summary_rc=$?
 # 4: tests ran and none failed, but some targets are not tests (none here).
-if ((bazel_rc != 0 && bazel_rc != 4)); then exit 1; fi
+for rc in "$bazel_rc" "$asan_rc"; do
+  if ((rc != 0 && rc != 4)); then exit 1; fi
+done
 exit $summary_rc

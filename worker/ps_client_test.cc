@@ -366,6 +366,9 @@ TEST_P(PsClientChannelsTest, AMalformedPullResponseIsDataLossNotAHang) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  // Request threads notice shutdown when their poll times out: gRPC's 10 s
+  // default would hold the test's end that long.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 200);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
   PsClientOptions options;
