@@ -197,6 +197,13 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, a
         absl::StrCat("pull: answers ", bytes, " bytes of tensors; this call carries at most ",
                      limits.max_pull_bytes, " (larger transfers stream)"));
   }
+  // A pull may name a shard more than once, but never ask for more than
+  // every shard here once: the answer is a copy, and must fit beside them.
+  if (bytes > store_.value_bytes()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pull: asks for ", bytes, " bytes of tensors, more than the ",
+                     store_.value_bytes(), " bytes of variables this server holds"));
+  }
   if (absl::Status s = policy_->AwaitPull(request, deadline); !s.ok()) return s;
   PullResponse response;
   for (size_t i = 0; i < shards.size(); ++i) {

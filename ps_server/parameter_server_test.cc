@@ -435,6 +435,13 @@ TEST_F(BadInputTest, CallLimitsAndPushBytesAreEnforcedByTheServer) {
   // Never more than every shard here once (w and b: 24 bytes), whatever
   // the call; nothing at all to a server with no variables.
   EXPECT_THAT(std::string(ps_.AdmitPushBytes(25).message()), HasSubstr("holds only 24 bytes"));
+  // A pull that names w a thousand times would copy it a thousand times.
+  PullRequest greedy;
+  for (int i = 0; i < 1000; ++i) greedy.add_shards()->set_variable("w");
+  auto copied = ps_.Pull(greedy, absl::Now());
+  EXPECT_EQ(copied.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(copied.status().message()),
+              HasSubstr("asks for 16000 bytes of tensors, more than the 24 bytes"));
   EXPECT_TRUE(ps_.AdmitPushBytes(24).ok());
   ParameterServer empty(Config(ASYNC, 1));
   EXPECT_EQ(empty.AdmitPushBytes(4).code(), absl::StatusCode::kNotFound);
@@ -467,7 +474,14 @@ TEST(MemoryBudgetTest, ShardsPastTheBudgetAreRefusedAndNothingHeldIsLost) {
     EXPECT_EQ(ps.CreateShards(adam).ok(), mode == ASYNC) << ConsistencyMode_Name(mode);
     const DescribeResponse described = ps.Describe();
     EXPECT_EQ(described.max_memory_bytes(), 1 << 20);
-    EXPECT_EQ(described.memory_bytes(), (mode == ASYNC ? 16 + 3 * (4 << 16) : 32));
+    // Values, slots and (sync) sums; and each shard's spec and overhead.
+    auto kept = [](ShardSpec spec) {
+      *spec.mutable_variable() = CanonicalSpec(spec.variable());
+      return static_cast<int64_t>(spec.ByteSizeLong()) + VariableStore::kShardOverheadBytes;
+    };
+    const int64_t w = (mode == ASYNC ? 16 : 32) + kept(WholeShard("w"));
+    EXPECT_EQ(described.memory_bytes(),
+              mode == ASYNC ? w + 3 * (4 << 16) + kept(adam.shards(0)) : w);
     EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-1.0f, int64_t{1}));
   }
 }

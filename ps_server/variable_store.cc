@@ -40,10 +40,12 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
     }
     return false;
   }
-  // Checked sizes: at most 2^34 elements, each of a few floats.
+  // Checked sizes: at most 2^34 elements, each of a few floats; and what a
+  // shard keeps besides, its spec (a peer chooses the name's length).
   const int64_t elements = spec.rows() * RowElements(spec.variable().shape());
   const int64_t bytes = elements * static_cast<int64_t>(sizeof(float)) *
-                        (1 + NumSlots(spec.variable().optimizer()) + extra_floats_per_element);
+                            (1 + NumSlots(spec.variable().optimizer()) + extra_floats_per_element) +
+                        static_cast<int64_t>(spec.ByteSizeLong()) + kShardOverheadBytes;
   if (bytes > max_memory_bytes_ - memory_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "variable '", name, "' shard ", spec.shard(), " (", spec.rows(), " of ",

@@ -21,6 +21,10 @@ namespace fulcrum {
 
 class VariableStore {
  public:
+  // What a shard takes besides its values, slots and spec (locks, maps),
+  // about; counted against the budget.
+  static constexpr int64_t kShardOverheadBytes = 512;
+
   // The shards together may take at most `max_memory_bytes`.
   explicit VariableStore(int64_t max_memory_bytes) : max_memory_bytes_(max_memory_bytes) {}
 

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <regex>
 
@@ -63,8 +64,16 @@ TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
   std::unique_ptr<ChildProcess> ctl;
   ASSERT_EQ(Ctl({"status", "--ps_hosts=" + ps_hosts}, &ctl), 0);
   EXPECT_TRUE(ctl->HasLine("health SERVING  mode async"));
-  // 5 x 4 floats on each server, with SGD: no slots.
-  EXPECT_TRUE(ctl->HasLine("memory 80 B of "));
+  // 5 x 4 floats on each server, with SGD: no slots; and the shard's spec
+  // and overhead.
+  std::smatch memory;
+  const std::regex memory_line("memory (\\d+) B of ");
+  const auto line = std::find_if(ctl->lines().begin(), ctl->lines().end(), [&](const auto& l) {
+    return std::regex_search(l, memory, memory_line);
+  });
+  ASSERT_NE(line, ctl->lines().end());
+  EXPECT_GT(std::stoi(memory[1]), 80 + 512);
+  EXPECT_LT(std::stoi(memory[1]), 80 + 512 + 256);
   EXPECT_TRUE(ctl->HasLine("shard embedding/1 of 2  shape [5, 4]  version 1"));
   EXPECT_TRUE(ctl->HasLine("worker 0  live  clock 0"));
 

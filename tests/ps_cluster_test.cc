@@ -239,8 +239,9 @@ void ScrapeAndReset(int port) {
 }
 
 // What a hostile or broken peer can send a server: garbage on every
-// method, oversize and overflowing requests, huge legal variables,
-// mismatched tensors, resets on the metrics port. Each gets an error; the
+// method, oversize and overflowing requests, huge legal variables, a pull
+// of one shard many times over, mismatched tensors, resets on the metrics
+// port. Each gets an error; the
 // server keeps serving, its variables intact.
 TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
   PsProcess ps = StartPs(
@@ -318,6 +319,17 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
            [](TensorProto* t) { t->set_shape(0, int64_t{1} << 40); },
            [](TensorProto* t) { t->add_shape(int64_t{1} << 40); }}) {
     EXPECT_EQ(push(mangle).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    // One shard named ten thousand times: its copies would not fit.
+    PullRequest greedy;
+    for (int i = 0; i < 10000; ++i) greedy.add_shards()->set_variable("w");
+    grpc::ClientContext context;
+    auto reader = stub->Pull(&context, greedy);
+    PullResponse part;
+    while (reader->Read(&part)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
   {
     grpc::ClientContext context;
