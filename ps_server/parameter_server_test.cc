@@ -481,7 +481,7 @@ TEST(MemoryBudgetTest, ShardsPastTheBudgetAreRefusedAndNothingHeldIsLost) {
     };
     const int64_t w = (mode == ASYNC ? 16 : 32) + kept(WholeShard("w"));
     EXPECT_EQ(described.memory_bytes(),
-              mode == ASYNC ? w + 3 * (4 << 16) + kept(adam.shards(0)) : w);
+              mode == ASYNC ? w + int64_t{3} * (4 << 16) + kept(adam.shards(0)) : w);
     EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-1.0f, int64_t{1}));
   }
 }
