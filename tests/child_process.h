@@ -66,6 +66,9 @@ std::optional<int> WaitForPort(ChildProcess& process, const std::string& marker,
 // The whole file, or "" when it cannot be read.
 std::string ReadWholeFile(const std::string& path);
 
+// A socket connected to 127.0.0.1:<port>, or -1.
+int ConnectLoopback(int port);
+
 // The body of GET http://127.0.0.1:<port><path> (HTTP/1.0), or "" on failure.
 std::string HttpGet(int port, const std::string& path);
 

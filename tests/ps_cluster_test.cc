@@ -221,18 +221,13 @@ grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::s
 
 // Resets the connection (RST) after asking for the metrics, mid-response.
 void ScrapeAndReset(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
-    EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
-              static_cast<ssize_t>(request.size()));
-    char first;
-    EXPECT_EQ(recv(fd, &first, 1, 0), 1);
-  }
+  const int fd = ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+  EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  char first;
+  EXPECT_EQ(recv(fd, &first, 1, 0), 1);
   const linger reset{1, 0};
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
   close(fd);
