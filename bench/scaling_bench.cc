@@ -34,6 +34,7 @@ struct Servers {
     config.set_replicas_to_aggregate(to_aggregate);
     config.set_max_staleness(-1);
     config.set_lease_timeout_ms(60000);
+    config.set_startup_timeout_ms(60000);
     config.set_max_message_bytes(64 << 20);
     for (int i = 0; i < kServers; ++i) {
       servers.push_back(std::make_unique<ParameterServer>(config));

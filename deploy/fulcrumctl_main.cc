@@ -100,10 +100,13 @@ int Status(const std::vector<std::string>& hosts) {
                                    s.version(), s.pending_gradients(), s.optimizer());
     }
     for (const WorkerInfo& w : d.workers()) {
-      std::cout << absl::StrFormat("  worker %d  %s%s%s  clock %d  lease left %dms\n",
-                                   w.worker_id(), w.live() ? "live" : "dead",
-                                   w.seen() ? "" : " (not seen)", w.finished() ? " finished" : "",
-                                   w.clock(), w.lease_remaining_ms());
+      const char* state = w.live()      ? "live"
+                          : w.awaited() ? "awaited (not started yet)"
+                          : w.seen()    ? "dead"
+                                        : "never came";
+      std::cout << absl::StrFormat("  worker %d  %s%s  clock %d  lease left %dms\n", w.worker_id(),
+                                   state, w.finished() ? " finished" : "", w.clock(),
+                                   w.lease_remaining_ms());
     }
   }
   return 0;

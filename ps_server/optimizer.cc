@@ -83,12 +83,25 @@ void ApplyRange(const OptimizerSpec& spec, float lr, size_t n, const float* __re
 
 }  // namespace
 
-void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, GradientParts grad,
+float ScaledLearningRate(const OptimizerSpec& spec, int averaged) {
+  const float lr = spec.learning_rate();
+  if (averaged <= 1) return lr;
+  switch (spec.learning_rate_scaling()) {
+    case OptimizerSpec::SQRT:
+      return lr * std::sqrt(static_cast<float>(averaged));
+    case OptimizerSpec::LINEAR:
+      return lr * static_cast<float>(averaged);
+    default:
+      return lr;
+  }
+}
+
+void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots) {
   size_t grad_size = 0;
   for (absl::Span<const float> part : grad) grad_size += part.size();
   CHECK(grad_size == var.size());
-  float lr = spec.learning_rate();
+  float lr = ScaledLearningRate(spec, averaged);
   if (spec.kind() == OptimizerSpec::ADAM) {  // bias correction, in double as Keras does
     const double t = static_cast<double>(iteration);
     const double b1 = spec.beta1();

@@ -29,9 +29,13 @@ OptimizerSlots MakeSlots(const OptimizerSpec& spec, int64_t num_elements);
 // concatenation is as long as the shard.
 using GradientParts = absl::Span<const absl::Span<const float>>;
 
-// Applies `grad` to `var`. `iteration` is 1 for the first update of the shard
-// (Adam's bias correction uses it).
-void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, GradientParts grad,
+// The learning rate of an update that averages `averaged` (>= 1) gradients:
+// spec.learning_rate scaled as spec.learning_rate_scaling says.
+float ScaledLearningRate(const OptimizerSpec& spec, int averaged);
+
+// Applies `grad`, the mean of `averaged` gradients, to `var`. `iteration`
+// is 1 for the first update of the shard (Adam's bias correction uses it).
+void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots);
 
 }  // namespace fulcrum

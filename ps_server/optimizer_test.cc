@@ -42,7 +42,7 @@ TEST_P(OptimizerTest, MatchesHandComputedSteps) {
     // in the gradient, so it must move by the same amount the other way.
     const std::vector<float> grad = {grads[step], -grads[step]};
     const absl::Span<const float> whole(grad);
-    ApplyGradient(opt, step + 1, {whole}, absl::MakeSpan(var), slots);
+    ApplyGradient(opt, step + 1, 1, {whole}, absl::MakeSpan(var), slots);
     EXPECT_NEAR(var[0], c.expected[step], 2e-6) << c.name << " step " << step + 1;
     EXPECT_NEAR(var[1], 2.0 - c.expected[step], 2e-6) << c.name << " step " << step + 1;
   }
@@ -92,11 +92,11 @@ TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
       all.subspan(0, 1), all.subspan(1, (size_t{1} << 20) + 3),
       all.subspan((size_t{1} << 20) + 4, size_t{1} << 20), all.subspan((size_t{2} << 20) + 4)};
   for (int step = 1; step <= 3; ++step) {
-    ApplyGradient(opt, step, parts, absl::MakeSpan(big), big_slots);
+    ApplyGradient(opt, step, 1, parts, absl::MakeSpan(big), big_slots);
     for (size_t begin = 0, p = 0; begin < n; begin += kPiece, ++p) {
       const size_t len = std::min(kPiece, n - begin);
       const absl::Span<const float> piece = all.subspan(begin, len);
-      ApplyGradient(opt, step, {piece}, absl::MakeSpan(&small[begin], len), piece_slots[p]);
+      ApplyGradient(opt, step, 1, {piece}, absl::MakeSpan(&small[begin], len), piece_slots[p]);
     }
     size_t differ = 0, first = n;
     for (size_t i = 0; i < n; ++i) {
@@ -107,6 +107,28 @@ TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
     }
     EXPECT_EQ(differ, 0u) << c.name << " step " << step << ": first at element " << first;
   }
+}
+
+TEST(OptimizerTest, LearningRateScalesWithTheGradientsAveraged) {
+  OptimizerSpec spec;
+  spec.set_learning_rate(1e-3f);
+  spec.set_learning_rate_scaling(OptimizerSpec::SQRT);
+  EXPECT_FLOAT_EQ(ScaledLearningRate(spec, 4), 2e-3f);
+  EXPECT_FLOAT_EQ(ScaledLearningRate(spec, 1), 1e-3f);
+  spec.set_learning_rate_scaling(OptimizerSpec::LINEAR);
+  EXPECT_FLOAT_EQ(ScaledLearningRate(spec, 4), 4e-3f);
+  EXPECT_FLOAT_EQ(ScaledLearningRate(spec, 3), 3e-3f);
+  spec.set_learning_rate_scaling(OptimizerSpec::UNSCALED);
+  EXPECT_FLOAT_EQ(ScaledLearningRate(spec, 4), 1e-3f);
+
+  // SGD of the mean of 4 gradients takes the scaled rate.
+  spec.set_learning_rate_scaling(OptimizerSpec::LINEAR);
+  std::vector<float> var = {1.0f};
+  OptimizerSlots slots = MakeSlots(spec, 1);
+  const std::vector<float> grad = {10.0f};
+  const absl::Span<const float> whole(grad);
+  ApplyGradient(spec, 1, 4, {whole}, absl::MakeSpan(var), slots);
+  EXPECT_FLOAT_EQ(var[0], 1.0f - 4e-3f * 10.0f);
 }
 
 TEST(OptimizerSlotsTest, SlotsMatchTheOptimizer) {

@@ -26,6 +26,10 @@ absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("lease_timeout_ms: must be > 0, got ", config.lease_timeout_ms()));
   }
+  if (config.startup_timeout_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("startup_timeout_ms: must be >= 0, got ", config.startup_timeout_ms()));
+  }
   if (config.max_memory_bytes() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_memory_bytes: must be >= 0, got ", config.max_memory_bytes()));
@@ -50,7 +54,7 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
       store_(config.max_memory_bytes() > 0 ? config.max_memory_bytes()
                                            : UsableMemoryBytes() / 5 * 4),
       workers_(config.num_replicas(), absl::Milliseconds(config.lease_timeout_ms()),
-               std::move(now)) {
+               absl::Milliseconds(config.startup_timeout_ms()), std::move(now)) {
   CHECK(ValidatePsServerConfig(config_).ok());
   policy_ = (*FindMode(config_.mode()))->make(PolicyContext{&config_, &store_, &workers_});
   const absl::Duration period = std::max(absl::Milliseconds(5), workers_.lease_timeout() / 4);
@@ -358,6 +362,9 @@ absl::StatusOr<HeartbeatResponse> ParameterServer::Heartbeat(const HeartbeatRequ
   }
   HeartbeatResponse response;
   response.set_lease_timeout_ms(config_.lease_timeout_ms());
+  for (int id : workers_.Awaited()) response.add_awaited_workers(id);
+  response.set_startup_remaining_ms(
+      std::max<int64_t>(0, absl::ToInt64Milliseconds(workers_.StartupRemaining())));
   return response;
 }
 
@@ -460,8 +467,9 @@ void ParameterServer::CancelWaits() {
 }
 
 void ParameterServer::CheckLeases() {
-  if (!workers_.ExpireLeases()) return;
-  LOG_WARN("a worker lease expired; {} of {} workers active", workers_.ActiveCount(),
+  const LeaseChanges changes = workers_.ExpireLeases();
+  if (!changes.any()) return;
+  LOG_WARN("{}; {} of {} workers active", changes.ToString(), workers_.ActiveCount(),
            workers_.num_workers());
   OnWorkersChanged();
 }

@@ -29,6 +29,7 @@ PsServerConfig Config(ConsistencyMode mode, int replicas, int to_aggregate = 0,
   config.set_staleness_bound(staleness);
   config.set_max_staleness(-1);
   config.set_lease_timeout_ms(200);
+  config.set_startup_timeout_ms(200);
   config.set_max_message_bytes(64 << 20);
   return config;
 }

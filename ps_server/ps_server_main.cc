@@ -53,6 +53,10 @@ ABSL_FLAG(int64_t, staleness, 2, "ssp: the bound k, in clocks (steps). 0 is lock
 ABSL_FLAG(int64_t, lease_timeout_ms, 10000,
           "A worker silent this long (milliseconds) is presumed dead: sync steps complete "
           "without it and ssp stops waiting for it. It rejoins when it calls again.");
+ABSL_FLAG(int64_t, startup_timeout_secs, 600,
+          "sync and ssp: how long steps wait, from this server's start, for every training "
+          "worker to make its first contact (workers may start minutes apart on Kubernetes). "
+          "Then the job goes on with those present and the log names who is missing.");
 ABSL_FLAG(int64_t, max_message_mb, 256, "Largest gRPC message accepted or sent, in MiB.");
 ABSL_FLAG(int64_t, max_memory_mb, 0,
           "Memory the variables may take on this server, in MiB: values, optimizer slots and, "
@@ -104,6 +108,12 @@ absl::StatusOr<PsServerConfig> ConfigFromFlags() {
   config.set_max_staleness(absl::GetFlag(FLAGS_max_staleness));
   config.set_staleness_bound(absl::GetFlag(FLAGS_staleness));
   config.set_lease_timeout_ms(absl::GetFlag(FLAGS_lease_timeout_ms));
+  const int64_t startup_secs = absl::GetFlag(FLAGS_startup_timeout_secs);
+  if (startup_secs < 0 || startup_secs > 1'000'000'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--startup_timeout_secs: must be in [0, 1000000000], got ", startup_secs));
+  }
+  config.set_startup_timeout_ms(startup_secs * 1000);
   const int64_t max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb < 1 || max_message_mb > 2047) {
     return absl::InvalidArgumentError(

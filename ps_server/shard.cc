@@ -95,9 +95,10 @@ ShardPushResult Shard::ResultLocked(ShardPushResult::Outcome outcome, int64_t st
   return result;
 }
 
-void Shard::ApplyLocked(GradientParts grad) {
+void Shard::ApplyLocked(GradientParts grad, int averaged) {
   ++version_;
-  ApplyGradient(spec_.variable().optimizer(), version_, grad, absl::MakeSpan(values_), slots_);
+  ApplyGradient(spec_.variable().optimizer(), version_, averaged, grad, absl::MakeSpan(values_),
+                slots_);
 }
 
 bool Shard::SeenPushLocked(const ShardGradient& grad) {
@@ -118,15 +119,16 @@ absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64
     return ResultLocked(ShardPushResult::STALE, staleness);
   }
   if (SeenPushLocked(grad)) return ResultLocked(ShardPushResult::DUPLICATE, staleness);
-  ApplyLocked(grad.parts);
+  ApplyLocked(grad.parts, 1);
   return ResultLocked(ShardPushResult::APPLIED, staleness);
 }
 
 void Shard::ApplyAccumulatedLocked() {
-  const float scale = 1.0f / static_cast<float>(accumulated_from_.size());
+  const int averaged = static_cast<int>(accumulated_from_.size());
+  const float scale = 1.0f / static_cast<float>(averaged);
   for (float& g : accumulated_) g *= scale;
   const absl::Span<const float> mean(accumulated_);
-  ApplyLocked(absl::MakeConstSpan(&mean, 1));
+  ApplyLocked(absl::MakeConstSpan(&mean, 1), averaged);
   accumulated_.clear();
   accumulated_from_.clear();
 }

@@ -98,7 +98,8 @@ class Shard {
   absl::Status CheckNotFromFutureLocked(int64_t computed_at) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void ApplyLocked(GradientParts grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `grad` is the mean of `averaged` gradients.
+  void ApplyLocked(GradientParts grad, int averaged) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when `grad` is a push this shard already took; else remembers it.
   bool SeenPushLocked(const ShardGradient& grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,10 +1,15 @@
 // The training workers' leases, as one parameter server sees them: which
-// are live, which have finished. Thread-safe.
+// have not started yet, which are live, which have finished. Thread-safe.
+//
+// A worker that has not contacted this server yet is awaited (counts as
+// active) until the start-up deadline, however long after the server's
+// start the workers come; from its first contact on, its lease governs it.
 #ifndef FULCRUM_PS_SERVER_WORKER_TABLE_H_
 #define FULCRUM_PS_SERVER_WORKER_TABLE_H_
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,12 +19,22 @@
 
 namespace fulcrum {
 
+// What ExpireLeases changed.
+struct LeaseChanges {
+  std::vector<int> expired;     // seen workers whose lease ran out
+  std::vector<int> never_seen;  // not started by the start-up deadline, passed now
+  bool any() const { return !expired.empty() || !never_seen.empty(); }
+  // "the lease of worker(s) 1 expired; ...", for the log.
+  std::string ToString() const;
+};
+
 class WorkerTable {
  public:
-  // Every worker starts live, holding a lease of `lease_timeout` from now, so
-  // a step waits that long for a worker that has not started yet. `now` is
+  // Workers not seen yet are awaited until `startup_timeout` from now (0:
+  // not at all); a
+  // seen one holds a lease of `lease_timeout` from its last call. `now` is
   // the clock (absl::Now in production).
-  WorkerTable(int num_workers, absl::Duration lease_timeout,
+  WorkerTable(int num_workers, absl::Duration lease_timeout, absl::Duration startup_timeout,
               std::function<absl::Time()> now = absl::Now);
 
   int num_workers() const { return num_workers_; }
@@ -35,14 +50,23 @@ class WorkerTable {
   // `id` has finished training: it no longer counts as an active worker.
   void MarkFinished(int id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // True when every worker has finished or is dead.
+  // True when every worker that started has finished or is dead (one that
+  // never came has nothing to finish).
   bool AllFinishedOrDead() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Marks workers whose lease has run out as dead. True when any was marked.
-  bool ExpireLeases() ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks workers whose lease has run out as dead and, once the start-up
+  // deadline passes, stops awaiting those not seen yet.
+  LeaseChanges ExpireLeases() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Workers that are live and have not finished: those a sync step and an
-  // SSP wait count.
+  // The workers not seen yet while the start-up deadline has not passed:
+  // those the job still waits for before it starts.
+  std::vector<int> Awaited() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Time left until the start-up deadline (<= 0 once it passed).
+  absl::Duration StartupRemaining() const { return startup_deadline_ - now_(); }
+
+  // Workers that are awaited, or live and not finished: those a sync step
+  // and an SSP wait count.
   int ActiveCount() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether each worker is active, by id.
@@ -53,17 +77,21 @@ class WorkerTable {
  private:
   struct Worker {
     absl::Time lease_expiry;
-    bool live = true;
+    bool live = false;  // seen, and its lease has not run out
     bool seen = false;
     bool finished = false;
-    bool active() const { return live && !finished; }
   };
+  bool ActiveLocked(const Worker& w) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !w.finished && (w.seen ? w.live : !startup_over_);
+  }
 
   const int num_workers_;
   const absl::Duration lease_timeout_;
+  const absl::Time startup_deadline_;
   const std::function<absl::Time()> now_;
   mutable absl::Mutex mu_;
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
+  bool startup_over_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fulcrum

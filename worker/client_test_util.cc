@@ -12,6 +12,7 @@ PsServerConfig TestServerConfig(ConsistencyMode mode, int replicas) {
   config.set_max_staleness(-1);
   config.set_staleness_bound(1);
   config.set_lease_timeout_ms(10000);
+  config.set_startup_timeout_ms(10000);
   config.set_max_message_bytes(64 << 20);
   return config;
 }

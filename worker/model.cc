@@ -22,15 +22,6 @@ std::vector<int64_t> Widths(const ModelConfig& config) {
 
 }  // namespace
 
-absl::StatusOr<float> ScaleLearningRate(float base, const std::string& scaling, int aggregated) {
-  if (scaling != "sqrt" && scaling != "linear" && scaling != "none") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--learning_rate_scaling: '", scaling, "' is not one of sqrt, linear, none"));
-  }
-  if (scaling == "none" || aggregated <= 1) return base;
-  return base * static_cast<float>(scaling == "sqrt" ? std::sqrt(aggregated) : aggregated);
-}
-
 absl::Status ValidateModelConfig(const ModelConfig& config) {
   if (config.kind != "mlp" && config.kind != "softmax") {
     return absl::InvalidArgumentError(

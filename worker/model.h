@@ -28,12 +28,6 @@ struct ModelConfig {
   int num_ps = 1;           // kernels are sharded over at most this many servers
 };
 
-// The learning rate for an update that averages `aggregated` gradients (a
-// sync step: one batch that many times larger): `base` times
-// sqrt(aggregated) for scaling "sqrt", times aggregated for "linear",
-// unchanged for "none" or one gradient. Errors name the flag.
-absl::StatusOr<float> ScaleLearningRate(float base, const std::string& scaling, int aggregated);
-
 // Checks kind, widths and sizes; errors name the flag.
 absl::Status ValidateModelConfig(const ModelConfig& config);
 

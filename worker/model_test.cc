@@ -21,14 +21,6 @@ TEST(CpuGradientCheckTest, SoftmaxCrossEntropy) {
 }
 TEST(CpuGradientCheckTest, WholeModels) { CheckModelGradients(MakeCpuDevice(1).get()); }
 
-TEST(ModelTest, LearningRateScalesWithTheGradientsAveraged) {
-  EXPECT_FLOAT_EQ(*ScaleLearningRate(1e-3f, "sqrt", 4), 2e-3f);
-  EXPECT_FLOAT_EQ(*ScaleLearningRate(1e-3f, "linear", 4), 4e-3f);
-  EXPECT_FLOAT_EQ(*ScaleLearningRate(1e-3f, "none", 4), 1e-3f);
-  EXPECT_FLOAT_EQ(*ScaleLearningRate(1e-3f, "sqrt", 1), 1e-3f);
-  EXPECT_FALSE(ScaleLearningRate(1e-3f, "cubic", 4).ok());
-}
-
 TEST(ModelTest, VariablesAndErrors) {
   ModelConfig config;
   config.num_ps = 2;

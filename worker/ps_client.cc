@@ -7,7 +7,9 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/consistency_mode.h"
 #include "common/logging.h"
 #include "common/slices.h"
 #include "common/thread_pool.h"
@@ -537,6 +539,41 @@ void PsClientImpl::ForgetVersions(const std::vector<bool>& recovered) {
 absl::Status PsClientImpl::Heartbeat() { return SendHeartbeat(false); }
 
 absl::Status PsClientImpl::Finish() { return SendHeartbeat(true); }
+
+absl::Status PsClientImpl::AwaitJobStart(const std::atomic<bool>* stop) {
+  if (options_.worker_id < 0 || !policy_->AwaitsEveryWorker()) return absl::OkStatus();
+  HeartbeatRequest request;
+  request.set_worker_id(options_.worker_id);
+  std::vector<HeartbeatResponse> answers(servers_.size());
+  absl::Time next_log = absl::Now() + absl::Seconds(2);
+  while (stop == nullptr || !stop->load()) {
+    absl::Status s = ForEachServer(std::vector<bool>(servers_.size(), true), "start",
+                                   [&](int ps, absl::Time deadline) {
+                                     auto answer = servers_[ps]->Heartbeat(request, deadline);
+                                     if (!answer.ok()) return answer.status();
+                                     answers[ps] = *std::move(answer);
+                                     return absl::OkStatus();
+                                   });
+    if (!s.ok()) return s;
+    std::set<int> awaited;
+    int64_t remaining_ms = 0;
+    for (const HeartbeatResponse& answer : answers) {
+      awaited.insert(answer.awaited_workers().begin(), answer.awaited_workers().end());
+      remaining_ms = std::max(remaining_ms, answer.startup_remaining_ms());
+    }
+    if (awaited.empty()) return absl::OkStatus();
+    if (absl::Now() >= next_log) {
+      LOG_INFO(
+          "waiting for worker(s) {} to start: {} steps wait for every training worker "
+          "(for up to {} more, the servers' --startup_timeout_secs)",
+          absl::StrJoin(awaited, ", "), ConsistencyModeName(options_.mode),
+          absl::FormatDuration(absl::Milliseconds(remaining_ms)));
+      next_log = absl::Now() + absl::Seconds(10);
+    }
+    absl::SleepFor(absl::Milliseconds(100));  // polls the servers' state
+  }
+  return absl::OkStatus();
+}
 
 absl::Status PsClientImpl::SendHeartbeat(bool finished) {
   if (options_.worker_id < 0) {

@@ -45,6 +45,7 @@ class PsClientImpl final : public PsClient {
                                      const std::vector<std::string>& names,
                                      TensorMap* out) override;
   absl::Status Heartbeat() override;
+  absl::Status AwaitJobStart(const std::atomic<bool>* stop) override;
   absl::Status Finish() override;
   void StartHeartbeats(absl::Duration interval) override;
   absl::StatusOr<std::vector<DescribeResponse>> Describe() override;

@@ -142,6 +142,28 @@ TEST(PsClientTest, SyncPullWaitsForTheAggregatedStep) {
   }
 }
 
+// In sync, a worker's start waits for the other worker's first contact; in
+// async it does not wait at all.
+TEST(PsClientTest, AwaitJobStartWaitsForEveryWorkerInSync) {
+  Cluster cluster(SYNC, 2);
+  std::atomic<bool> started{false};
+  std::thread first([&] {
+    EXPECT_TRUE(cluster.client(0).AwaitJobStart(nullptr).ok());
+    started = true;
+  });
+  // Worker 0 has made contact and still waits for worker 1.
+  while (!cluster.server(1).Describe().workers(0).seen()) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_FALSE(started.load());
+  EXPECT_TRUE(cluster.server(0).Describe().workers(1).awaited());
+  ASSERT_TRUE(cluster.client(1).Heartbeat().ok());
+  first.join();
+  EXPECT_TRUE(started.load());
+
+  Cluster async(ASYNC, 2);
+  EXPECT_TRUE(async.client(0).AwaitJobStart(nullptr).ok());
+  EXPECT_FALSE(async.server(0).Describe().workers(0).seen());  // not even a heartbeat
+}
+
 TEST(PsClientTest, SspClockAdvancesWithEachPush) {
   Cluster cluster(SSP, 1);
   PsClient& client = cluster.client(0);

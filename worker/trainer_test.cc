@@ -75,6 +75,7 @@ absl::StatusOr<TrainingSummary> TrainInProcess(const ClusterShape& shape, int64_
   server_config.set_staleness_bound(1);
   server_config.set_max_staleness(-1);
   server_config.set_lease_timeout_ms(30000);
+  server_config.set_startup_timeout_ms(30000);
   server_config.set_max_message_bytes(64 << 20);
   std::vector<std::unique_ptr<ParameterServer>> servers;
   for (int i = 0; i < shape.servers; ++i) {

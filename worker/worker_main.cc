@@ -68,10 +68,10 @@ ABSL_FLAG(std::string, optimizer, "adam", "sgd, momentum, adagrad or adam (run o
 ABSL_FLAG(double, learning_rate, 1e-3, "The optimizer's learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "momentum: its coefficient.");
 ABSL_FLAG(std::string, learning_rate_scaling, "sqrt",
-          "sync: how the learning rate grows with the gradients averaged per step "
-          "(replicas_to_aggregate, R), whose mean is one larger batch: sqrt (x sqrt(R), suits "
-          "Adam), linear (x R, suits SGD), or none. async and ssp apply every push alone and "
-          "never scale.");
+          "sync: how the learning rate grows with the n gradients a step averages, whose mean "
+          "is one batch n times larger: sqrt (x sqrt(n), suits Adam), linear (x n, suits SGD), "
+          "or none. The servers count n in each step (fewer when workers died or finished). "
+          "async and ssp apply every push alone and never scale.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the initial weights and of the data shuffles.");
 ABSL_FLAG(std::string, device, "auto",
           "auto (CUDA when a device is present, else CPU), cpu or cuda.");
@@ -138,6 +138,15 @@ absl::StatusOr<OptimizerSpec> OptimizerFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--learning_rate: must be > 0, got ", lr));
   }
   spec.set_learning_rate(static_cast<float>(lr));
+  const std::string scaling = absl::GetFlag(FLAGS_learning_rate_scaling);
+  if (scaling == "sqrt") {
+    spec.set_learning_rate_scaling(OptimizerSpec::SQRT);
+  } else if (scaling == "linear") {
+    spec.set_learning_rate_scaling(OptimizerSpec::LINEAR);
+  } else if (scaling != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--learning_rate_scaling: '", scaling, "' is not one of sqrt, linear, none"));
+  }
   return spec;
 }
 
@@ -217,7 +226,6 @@ absl::StatusOr<Devices> MakeDevices(const std::string& kind, int replicas) {
 }
 
 struct ServerState {
-  int gradients_per_update = 1;  // averaged in one update of the servers
   // The job is under way already: the servers know this worker (it
   // restarted) or restored a checkpoint.
   bool resume = false;
@@ -247,7 +255,6 @@ absl::StatusOr<ServerState> CheckServers(PsClient& client, int replica,
     }
   }
   ServerState state;
-  state.gradients_per_update = policy.GradientsPerUpdate(described->front());
   for (const DescribeResponse& d : *described) {
     const bool seen = replica < d.workers_size() && d.workers(replica).seen();
     state.resume = state.resume || seen || d.restored_step() >= 0;
@@ -350,17 +357,9 @@ absl::Status Run(bool* configured) {
   LOG_INFO("waiting for {} parameter server(s): {}", ps.size(), absl::StrJoin(ps, ", "));
   auto servers = CheckServers(*client, *replica, ps);
   if (!servers.ok()) return servers.status();
-  const int aggregated = servers->gradients_per_update;
-  auto learning_rate = ScaleLearningRate(model.optimizer.learning_rate(),
-                                         absl::GetFlag(FLAGS_learning_rate_scaling), aggregated);
-  if (!learning_rate.ok()) return learning_rate.status();
-  if (*learning_rate != model.optimizer.learning_rate()) {
-    LOG_INFO("learning rate {} ({} scaling for {} gradients averaged per step)", *learning_rate,
-             absl::GetFlag(FLAGS_learning_rate_scaling), aggregated);
-    model.optimizer.set_learning_rate(*learning_rate);
-  }
   if (absl::Status s = client->CreateVariables(ModelVariables(model)); !s.ok()) return s;
   client->StartHeartbeats(absl::Seconds(1));
+  if (absl::Status s = client->AwaitJobStart(&g_stop); !s.ok()) return s;
 
   TrainerOptions trainer_options;
   trainer_options.epochs = absl::GetFlag(FLAGS_epochs);

@@ -22,6 +22,7 @@ namespace {
 
 constexpr int kWorkers = 2;
 constexpr int64_t kLeaseMs = 200;
+constexpr int64_t kStartupMs = 1000;  // the start-up deadline
 
 // A server of `mode` with two workers (sync aggregates both; ssp's bound is
 // 1), holding w = [0, 0, 0, 0] with SGD at learning rate 1, on a clock the
@@ -98,6 +99,16 @@ class Cluster {
     ps_.CheckLeases();
   }
 
+  // Moves the clock to `ms` in half leases, `worker` heartbeating on each.
+  void KeepAliveTo(int worker, int64_t ms) {
+    for (int64_t t = offset_ms_ + kLeaseMs / 2; t < ms; t += kLeaseMs / 2) {
+      AdvanceTo(t);
+      Heartbeat(worker);
+    }
+    AdvanceTo(ms);
+    Heartbeat(worker);
+  }
+
  private:
   static PsServerConfig Config(ConsistencyMode mode) {
     PsServerConfig config;
@@ -107,6 +118,7 @@ class Cluster {
     config.set_staleness_bound(1);
     config.set_max_staleness(-1);
     config.set_lease_timeout_ms(kLeaseMs);
+    config.set_startup_timeout_ms(kStartupMs);
     config.set_max_message_bytes(1 << 20);
     config.set_max_memory_bytes(1 << 20);
     return config;
@@ -142,10 +154,12 @@ std::string AWorkerTwoClocksAheadPulls(Cluster& c) {
   return Join({c.Push(0, 0, 1, 0), c.Push(0, 0, 1, 1, 2), c.Pull(0, 0, 2)});
 }
 
-// Worker 0 has pushed; worker 1 stays silent until its lease runs out. The
-// pull is the one worker 0 makes next: sync waits for the step it joined.
+// Worker 1 has started; worker 0 pushes; worker 1 stays silent until its
+// lease runs out. The pull is the one worker 0 makes next: sync waits for
+// the step it joined.
 std::string ASilentWorkersLeaseRunsOut(Cluster& c, ConsistencyMode mode) {
   const int64_t next = mode == SYNC ? 1 : 0;
+  c.Heartbeat(1);
   std::vector<std::string> trace = {c.Push(0, 0, 1, 0), c.Push(0, mode == SYNC ? 0 : 1, 1, 1, 2)};
   c.AdvanceTo(kLeaseMs * 3 / 4);
   c.Heartbeat(0);
@@ -167,6 +181,28 @@ std::string AWorkerFinishesMidStep(Cluster& c, ConsistencyMode mode) {
   return Join(trace);
 }
 
+// Worker 1 has not started: it is awaited well past a lease, until the
+// start-up deadline; then the job goes on without it.
+std::string AWorkerNotStartedYet(Cluster& c, ConsistencyMode mode) {
+  const int64_t next = mode == SYNC ? 1 : 0;
+  std::vector<std::string> trace = {c.Push(0, 0, 1, 0), c.Push(0, mode == SYNC ? 0 : 1, 1, 1, 2)};
+  c.KeepAliveTo(0, kLeaseMs * 2);
+  trace.push_back(c.Pull(0, next, 2));
+  c.KeepAliveTo(0, kStartupMs);
+  trace.push_back(c.Pull(0, next, 2));
+  return Join(trace);
+}
+
+// Worker 1 starts three leases after worker 0 (which keeps its lease) and
+// joins the first step.
+std::string ALateWorkerJoinsTheFirstStep(Cluster& c) {
+  std::vector<std::string> trace = {c.Push(0, 0, 1, 0)};
+  c.KeepAliveTo(0, kLeaseMs * 3);
+  trace.push_back(c.Push(1, 0, 2, 0));
+  trace.push_back(c.State());
+  return Join(trace);
+}
+
 // Worker 0 waits two clocks ahead until worker 1 finishes its clock 0.
 std::string TheSlowWorkerCatchesUp(Cluster& c) {
   return Join({c.Push(0, 0, 1, 0), c.Push(0, 0, 1, 1, 2), c.Pull(0, 0, 2), c.Push(1, 0, 1, 0),
@@ -183,14 +219,12 @@ std::string AReaderPullsWithoutAWorkerId(Cluster& c) {
 std::string ClientPolicy(ConsistencyMode mode) {
   auto policy = MakeClientPolicy(mode);
   CHECK(policy.ok());
-  DescribeResponse server;
-  server.set_replicas_to_aggregate(3);
   return Join(
       {absl::StrCat("after pushing from v5 pull v", (*policy)->MinVersionAfterPush(5)),
        (*policy)->CarriesClock() ? "clock" : "no clock",
        (*policy)->PushReachesEveryServer() ? "every server" : "servers with gradients",
        absl::StrCat("resume at step 100 of 4 workers: batch ", (*policy)->ResumedBatches(100, 4)),
-       absl::StrCat("gradients per update ", (*policy)->GradientsPerUpdate(server))});
+       (*policy)->AwaitsEveryWorker() ? "awaits every worker" : "starts alone"});
 }
 
 struct Row {
@@ -239,6 +273,18 @@ const Row kRows[] = {
      "APPLIED | APPLIED | waiting: ssp: worker 0 at clock 2 waits for worker(s) 1 to reach "
      "clock 1 | v2 w=-2"},
 
+    {"a worker not started yet", ASYNC, "APPLIED | APPLIED | v2 w=-2 | v2 w=-2"},
+    {"a worker not started yet", SYNC,
+     "ACCUMULATED | DUPLICATE | waiting: variable 'w' shard 0: still at version 0 at the "
+     "deadline, waiting for 1 | v1 w=-1"},
+    {"a worker not started yet", SSP,
+     "APPLIED | APPLIED | waiting: ssp: worker 0 at clock 2 waits for worker(s) 1 to reach "
+     "clock 1 | v2 w=-2"},
+
+    {"a late worker joins the first step", ASYNC, "APPLIED | APPLIED/1 | v2 w=-3"},
+    {"a late worker joins the first step", SYNC, "ACCUMULATED | APPLIED | v1 w=-1.5"},
+    {"a late worker joins the first step", SSP, "APPLIED | APPLIED/1 | v2 w=-3"},
+
     {"the slow worker catches up", ASYNC, "APPLIED | APPLIED/1 | v2 w=-2 | APPLIED/2 | v3 w=-3"},
     {"the slow worker catches up", SYNC, "ACCUMULATED | DUPLICATE | v0 w=0 | APPLIED | v1 w=-1"},
     {"the slow worker catches up", SSP,
@@ -255,13 +301,13 @@ const Row kRows[] = {
 
     {"client", ASYNC,
      "after pushing from v5 pull v0 | no clock | servers with gradients | resume at step 100 "
-     "of 4 workers: batch 25 | gradients per update 1"},
+     "of 4 workers: batch 25 | starts alone"},
     {"client", SYNC,
      "after pushing from v5 pull v6 | no clock | servers with gradients | resume at step 100 "
-     "of 4 workers: batch 100 | gradients per update 3"},
+     "of 4 workers: batch 100 | awaits every worker"},
     {"client", SSP,
      "after pushing from v5 pull v0 | clock | every server | resume at step 100 of 4 workers: "
-     "batch 25 | gradients per update 1"},
+     "batch 25 | awaits every worker"},
 };
 
 std::string RunScenario(const Row& row) {
@@ -276,6 +322,10 @@ std::string RunScenario(const Row& row) {
     return ASilentWorkersLeaseRunsOut(cluster, row.mode);
   }
   if (scenario == "a worker finishes mid-step") return AWorkerFinishesMidStep(cluster, row.mode);
+  if (scenario == "a worker not started yet") return AWorkerNotStartedYet(cluster, row.mode);
+  if (scenario == "a late worker joins the first step") {
+    return ALateWorkerJoinsTheFirstStep(cluster);
+  }
   if (scenario == "the slow worker catches up") return TheSlowWorkerCatchesUp(cluster);
   if (scenario == "a push without a clock") return APushWithoutAClock(cluster);
   if (scenario == "a reader pulls without a worker id") {

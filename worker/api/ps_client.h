@@ -46,6 +46,7 @@
 #ifndef FULCRUM_API_PS_CLIENT_H_
 #define FULCRUM_API_PS_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -132,6 +133,13 @@ class PsClient {
 
   // Renews this worker's lease on every server.
   virtual absl::Status Heartbeat() = 0;
+
+  // In sync and ssp, whose steps wait for every training worker: renews this
+  // worker's lease and waits until no server awaits another worker's first
+  // contact (each server's --startup_timeout_secs bounds that), logging who
+  // is missing every 10 s. Returns at once in async, for a reader, or once
+  // *stop (if given) turns true. Call before the first step.
+  virtual absl::Status AwaitJobStart(const std::atomic<bool>* stop) = 0;
 
   // Tells every server this worker has finished training: sync steps and
   // SSP waits stop counting it, and the job can end without it. Call once,

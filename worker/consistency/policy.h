@@ -42,9 +42,9 @@ class ClientConsistencyPolicy {
   // `global_step` has done already, of `num_workers` workers.
   virtual int64_t ResumedBatches(int64_t global_step, int num_workers) const = 0;
 
-  // Gradients one update of `server` averages: the update is one batch
-  // that many times larger (learning-rate scaling).
-  virtual int GradientsPerUpdate(const DescribeResponse& server) const { return 1; }
+  // Whether a worker waits, before its first step, until every training
+  // worker has contacted the servers (whose steps wait for them anyway).
+  virtual bool AwaitsEveryWorker() const { return false; }
 
   // OK when `server` (which runs this mode) runs it with `expected`;
   // FAILED_PRECONDITION naming both otherwise.

@@ -15,6 +15,8 @@ class SspClientPolicy final : public ClientConsistencyPolicy {
 
   bool PushReachesEveryServer() const override { return true; }
 
+  bool AwaitsEveryWorker() const override { return true; }
+
   int64_t ResumedBatches(int64_t global_step, int num_workers) const override {
     return global_step / num_workers;
   }

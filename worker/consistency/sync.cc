@@ -17,9 +17,7 @@ class SyncClientPolicy final : public ClientConsistencyPolicy {
     return global_step;
   }
 
-  int GradientsPerUpdate(const DescribeResponse& server) const override {
-    return server.replicas_to_aggregate();
-  }
+  bool AwaitsEveryWorker() const override { return true; }
 
   absl::Status CheckServer(const DescribeResponse& server,
                            const ModeBounds& expected) const override {
