@@ -1,12 +1,13 @@
 // local_cluster: runs a whole Fulcrum cluster on this machine -- parameter
 // servers and workers on 127.0.0.1, each with a TF_CONFIG -- prefixes every
-// output line with its process's role and index, stops every process on
-// Ctrl-C or when one fails, and exits with the chief's status (when another
-// process failed first, with that one's).
+// output line with its process's role and index, restarts a process that
+// dies (up to --max_restarts times, as torchrun does), stops every process
+// on Ctrl-C or when one fails for good, and exits with the chief's status
+// (when another process failed first, with that one's).
 //
 //   local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10
 //
-// Everything after `--` is passed to every worker.
+// Everything after `--` is passed to every worker; --ps_args to every server.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -28,6 +29,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -39,6 +41,17 @@ ABSL_FLAG(int, replicas_to_aggregate, 0, "sync: gradients per step; 0 means ever
 ABSL_FLAG(std::string, summary_json, "", "Passed to the chief: where it writes the run's summary.");
 ABSL_FLAG(std::string, metrics_jsonl, "",
           "Passed to the chief: where it writes progress and per-epoch metrics.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "A durable cluster: every server restores from and checkpoints to this directory, "
+          "and the chief writes checkpoints there (see --ps_args and the worker's "
+          "--checkpoint_every_secs). \"\" = none.");
+ABSL_FLAG(std::string, ps_args, "",
+          "Flags for every parameter server, separated by spaces, e.g. "
+          "\"--lease_timeout_ms=3000 --max_memory_mb=512\" (see ps_server --help).");
+ABSL_FLAG(int, max_restarts, 0,
+          "A process that exits non-zero or is killed is started again with the same command, "
+          "up to this many times each; a server comes back on its port and restores the newest "
+          "checkpoint (with --checkpoint_dir), a worker resumes. 0: any failure stops them all.");
 ABSL_FLAG(std::string, bin_dir, "",
           "Directory holding ps_server/ps_server and worker/worker; default: the bazel-bin "
           "tree this launcher was built into.");
@@ -54,21 +67,26 @@ void OnSignal(int) { g_interrupted = 1; }
 
 struct Child {
   std::string label;  // "ps 0", "worker 2"
+  std::vector<std::string> argv;
+  std::string tf_config;
+  int restarts = 0;
   pid_t pid = -1;
   int out = -1;  // stdout and stderr
   std::string partial;
   std::optional<int> status;  // exit code, or 128 + signal
 };
 
-Child Spawn(const std::string& label, const std::vector<std::string>& argv,
-            const std::string& tf_config) {
+// Starts (or starts again) `child` with its argv and TF_CONFIG.
+void Start(Child& child) {
   int fds[2];
   if (pipe(fds) != 0) {
     std::perror("pipe");
     std::exit(1);
   }
-  Child child;
-  child.label = label;
+  const std::vector<std::string>& argv = child.argv;
+  const std::string& tf_config = child.tf_config;
+  child.status.reset();
+  child.partial.clear();
   child.pid = fork();
   if (child.pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
@@ -87,10 +105,19 @@ Child Spawn(const std::string& label, const std::vector<std::string>& argv,
   close(fds[1]);
   child.out = fds[0];
   fcntl(child.out, F_SETFL, O_NONBLOCK);
+  std::printf("[launcher] started %s (pid %d)\n", child.label.c_str(), static_cast<int>(child.pid));
+  std::fflush(stdout);
+}
+
+Child Spawn(const std::string& label, std::vector<std::string> argv, std::string tf_config) {
+  Child child;
+  child.label = label;
+  child.argv = std::move(argv);
+  child.tf_config = std::move(tf_config);
+  Start(child);
   return child;
 }
 
-// Prints the child's complete lines with its label; returns them.
 std::vector<std::string> Drain(Child& child) {
   std::vector<std::string> lines;
   char buffer[65536];
@@ -129,6 +156,24 @@ void Reap(std::vector<Child>& children) {
   }
 }
 
+// Starts again each child that failed and may restart, once its output
+// ended. The rest of the failed are left as they are.
+void RestartFailed(std::vector<Child>& children, int max_restarts) {
+  for (Child& child : children) {
+    if (!child.status || *child.status == 0 || child.restarts >= max_restarts) continue;
+    Drain(child);
+    if (child.out >= 0) {
+      close(child.out);
+      child.out = -1;
+    }
+    ++child.restarts;
+    std::printf("[launcher] restarting %s (restart %d of %d)\n", child.label.c_str(),
+                child.restarts, max_restarts);
+    Start(child);
+  }
+}
+
+// Prints the child's complete lines with its label; returns them.
 // Relays output for up to `timeout` or until `done` holds; reaps exits.
 template <typename Done>
 void Pump(std::vector<Child>& children, absl::Duration timeout, Done done) {
@@ -200,6 +245,18 @@ int Run(const std::vector<std::string>& worker_args) {
   const std::vector<std::string> mode_flags = {
       "--mode=" + mode, absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
       absl::StrCat("--replicas_to_aggregate=", absl::GetFlag(FLAGS_replicas_to_aggregate))};
+  const int max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  if (max_restarts < 0) {
+    std::fprintf(stderr, "local_cluster: --max_restarts must be >= 0\n");
+    return 2;
+  }
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  std::vector<std::string> ps_flags = mode_flags;
+  if (!checkpoint_dir.empty()) ps_flags.push_back("--checkpoint_dir=" + checkpoint_dir);
+  for (absl::string_view arg :
+       absl::StrSplit(absl::GetFlag(FLAGS_ps_args), ' ', absl::SkipWhitespace())) {
+    ps_flags.emplace_back(arg);
+  }
 
   // Servers listen on ports they pick (--port=0); workers do not listen, so
   // their entries only count them.
@@ -211,7 +268,7 @@ int Run(const std::vector<std::string>& worker_args) {
   for (int i = 0; i < num_ps; ++i) {
     std::vector<std::string> argv = {bin + "/ps_server/ps_server", "--port=0",
                                      "--bind_host=127.0.0.1"};
-    argv.insert(argv.end(), mode_flags.begin(), mode_flags.end());
+    argv.insert(argv.end(), ps_flags.begin(), ps_flags.end());
     children.push_back(Spawn(absl::StrCat("ps ", i), argv,
                              TfConfig(placeholders_ps, placeholders_workers, "ps", i)));
     std::string address;
@@ -232,6 +289,8 @@ int Run(const std::vector<std::string>& worker_args) {
       return 1;
     }
     ps_addresses.push_back(address);
+    // Started again, it comes back where the workers know it.
+    children.back().argv[1] = "--port=" + address.substr(address.rfind(':') + 1);
   }
   std::printf("[launcher] parameter servers: %s; starting %d worker(s), mode %s\n",
               absl::StrJoin(ps_addresses, ", ").c_str(), num_workers, mode.c_str());
@@ -248,6 +307,7 @@ int Run(const std::vector<std::string>& worker_args) {
     std::vector<std::string> argv = {bin + "/worker/worker", cpu_threads};
     argv.insert(argv.end(), mode_flags.begin(), mode_flags.end());
     if (w == 0) {
+      if (!checkpoint_dir.empty()) argv.push_back("--checkpoint_dir=" + checkpoint_dir);
       if (!absl::GetFlag(FLAGS_summary_json).empty()) {
         argv.push_back("--summary_json=" + absl::GetFlag(FLAGS_summary_json));
       }
@@ -260,10 +320,10 @@ int Run(const std::vector<std::string>& worker_args) {
                              TfConfig(ps_addresses, placeholders_workers, "worker", w)));
   }
 
-  // Run until every process has exited, one fails, or Ctrl-C.
+  // Run until every process has exited, one fails for good, or Ctrl-C.
   auto failed = [&]() -> const Child* {
     for (const Child& child : children) {
-      if (child.status && *child.status != 0) return &child;
+      if (child.status && *child.status != 0 && child.restarts >= max_restarts) return &child;
     }
     return nullptr;
   };
@@ -273,8 +333,10 @@ int Run(const std::vector<std::string>& worker_args) {
     }
     return true;
   };
-  Pump(children, absl::InfiniteDuration(),
-       [&] { return g_interrupted || failed() != nullptr || workers_done(); });
+  Pump(children, absl::InfiniteDuration(), [&] {
+    RestartFailed(children, max_restarts);
+    return g_interrupted || failed() != nullptr || workers_done();
+  });
   const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_stop_timeout_secs));
   if (g_interrupted) {
     std::printf("[launcher] interrupted; stopping every process\n");
@@ -311,10 +373,14 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs a Fulcrum cluster on this machine: --num_ps parameter servers and --num_workers "
       "workers on 127.0.0.1, each with its TF_CONFIG. Every output line is prefixed with its "
-      "process's role and index. Ctrl-C, or any process failing, stops them all. Exits with "
-      "the chief's (worker 0's) status.\n\n"
-      "  local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10\n\n"
-      "Arguments after -- go to every worker (see worker --help).");
+      "process's role and index. A process that dies is started again up to --max_restarts "
+      "times; Ctrl-C, or a process failing for good, stops them all. Exits with the chief's "
+      "(worker 0's) status.\n\n"
+      "  local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10\n"
+      "  local_cluster --checkpoint_dir=/tmp/ckpt --max_restarts=3 \\\n"
+      "      --ps_args=\"--lease_timeout_ms=5000\" -- --epochs=10 --checkpoint_every_secs=30\n\n"
+      "Arguments after -- go to every worker (see worker --help), --ps_args to every server "
+      "(see ps_server --help).");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> worker_args(rest.begin() + 1, rest.end());
   struct sigaction action {};

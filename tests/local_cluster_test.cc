@@ -2,6 +2,7 @@
 // 127.0.0.1 training on Fashion-MNIST, and the failures it must stop on.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -106,6 +107,32 @@ TEST(LocalClusterTest, AFailingWorkerStopsTheClusterWithItsStatus) {
   EXPECT_TRUE(cluster.HasLine("--model: 'cnn' is not one of mlp, softmax"));
   EXPECT_TRUE(cluster.HasLine("failed; stopping every process"));
   EXPECT_TRUE(cluster.HasLine("[launcher] ps 0 exited with status 0"));
+}
+
+// A durable cluster: kill -9 of a server is survived by restarting it on its
+// port; it restores the newest checkpoint and the job completes.
+TEST(LocalClusterTest, AKilledServerIsRestartedRestoresAndTheJobCompletes) {
+  const std::string summary = TempPath("restart-summary.json");
+  ChildProcess cluster(
+      "cluster",
+      Launcher({"--num_ps=2", "--num_workers=2", "--mode=sync",
+                "--checkpoint_dir=" + TempPath("restart-checkpoints"), "--max_restarts=2",
+                "--ps_args=--lease_timeout_ms=5000 --max_memory_mb=512",
+                "--summary_json=" + summary, "--", "--epochs=2", "--hidden=64",
+                "--checkpoint_every_steps=100", "--log_every_steps=50"}));
+  auto started = cluster.WaitForLine("[launcher] started ps 1 (pid ", absl::Seconds(60));
+  std::smatch match;
+  ASSERT_TRUE(started && std::regex_search(*started, match, std::regex("pid (\\d+)")));
+  const pid_t ps1 = std::stoi(match[1]);
+  ASSERT_TRUE(cluster.WaitForLine("complete:", absl::Seconds(120)));  // one to restore
+  ASSERT_EQ(kill(ps1, SIGKILL), 0);
+  EXPECT_EQ(cluster.Wait(absl::Seconds(300)), 0);
+  EXPECT_TRUE(cluster.HasLine("[launcher] ps 1 exited with status 137"));
+  EXPECT_TRUE(cluster.HasLine("[launcher] restarting ps 1 (restart 1 of 2)"));
+  EXPECT_TRUE(cluster.HasLine("restoring from checkpoint"));
+  const std::string json = ReadWholeFile(summary);
+  ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
+  EXPECT_GT(std::stod(match[1]), 0.80);
 }
 
 TEST(LocalClusterTest, WorkerRefusesServersInAnotherMode) {
