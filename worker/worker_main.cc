@@ -170,6 +170,33 @@ struct Devices {
   std::unique_ptr<LocalReducer> reducer;
 };
 
+// `replicas` CUDA devices, ordinals 0.., and their reducer (NCCL for more
+// than one); the first failure otherwise.
+absl::StatusOr<Devices> MakeCudaDevices(int replicas, int gpus, const std::string& why_not) {
+  if (gpus < replicas) {
+    return absl::FailedPreconditionError(absl::StrCat("--local_replicas=", replicas, " needs ",
+                                                      replicas, " CUDA device(s); found ", gpus,
+                                                      why_not.empty() ? "" : " (" + why_not + ")"));
+  }
+  Devices out;
+  std::vector<int> ordinals;
+  for (int r = 0; r < replicas; ++r) {
+    auto device = MakeCudaDevice(r);
+    if (!device.ok()) return device.status();
+    out.devices.push_back(*std::move(device));
+    ordinals.push_back(r);
+  }
+  if (replicas > 1) {
+    auto reducer = MakeNcclReducer(ordinals);
+    if (!reducer.ok()) return reducer.status();
+    out.reducer = *std::move(reducer);
+  } else {
+    out.reducer = MakeHostReducer();
+  }
+  LOG_INFO("device: CUDA, {} GPU(s) of {} ({})", replicas, gpus, out.devices[0]->name());
+  return out;
+}
+
 absl::StatusOr<Devices> MakeDevices(const std::string& kind, int replicas) {
   if (kind != "auto" && kind != "cpu" && kind != "cuda") {
     return absl::InvalidArgumentError(
@@ -183,33 +210,20 @@ absl::StatusOr<Devices> MakeDevices(const std::string& kind, int replicas) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cpu_threads: must be >= 0, got ", absl::GetFlag(FLAGS_cpu_threads)));
   }
-  Devices out;
   std::string why_not;
   const int gpus = kind == "cpu" ? 0 : CudaDeviceCount(&why_not);
-  const bool use_cuda = kind == "cuda" || (kind == "auto" && gpus > 0);
-  if (use_cuda) {
-    if (gpus < replicas) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--device=", kind, " with --local_replicas=", replicas, " needs ", replicas,
-          " CUDA device(s); found ", gpus, why_not.empty() ? "" : " (" + why_not + ")"));
+  if (kind == "cuda" || (kind == "auto" && gpus > 0)) {
+    auto cuda = MakeCudaDevices(replicas, gpus, why_not);
+    if (cuda.ok() || kind == "cuda") {
+      if (!cuda.ok()) {
+        return absl::Status(cuda.status().code(),
+                            absl::StrCat("--device=cuda: ", cuda.status().message()));
+      }
+      return cuda;
     }
-    std::vector<int> ordinals;
-    for (int r = 0; r < replicas; ++r) {
-      auto device = MakeCudaDevice(r);
-      if (!device.ok()) return device.status();
-      out.devices.push_back(*std::move(device));
-      ordinals.push_back(r);
-    }
-    if (replicas > 1) {
-      auto reducer = MakeNcclReducer(ordinals);
-      if (!reducer.ok()) return reducer.status();
-      out.reducer = *std::move(reducer);
-    } else {
-      out.reducer = MakeHostReducer();
-    }
-    LOG_INFO("device: CUDA, {} GPU(s) of {} ({})", replicas, gpus, out.devices[0]->name());
-    return out;
+    why_not = std::string(cuda.status().message());  // a busy or full GPU: the CPU will do
   }
+  Devices out;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = absl::GetFlag(FLAGS_cpu_threads) > 0 ? absl::GetFlag(FLAGS_cpu_threads)
                                                            : std::max(1, cores / replicas);

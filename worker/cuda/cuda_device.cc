@@ -14,7 +14,9 @@ namespace fulcrum {
 namespace {
 
 // CUDA, cuBLAS and NCCL failures inside the math are device faults, not bad
-// input: they abort with the call and the error.
+// input: they abort with the call and the error. Creating a device or a
+// reducer returns its failure instead (a busy or full GPU), so that
+// --device=auto can fall back to the CPU.
 #define CUDA_CHECK(call)                                                                  \
   do {                                                                                    \
     const cudaError_t err = (call);                                                       \
@@ -42,22 +44,44 @@ namespace {
     }                                                                                        \
   } while (false)
 
+absl::Status CudaError(const std::string& what, cudaError_t err) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, std::string gpu_name)
-      : ordinal_(ordinal), gpu_name_(std::move(gpu_name)) {
-    CUDA_CHECK(cudaSetDevice(ordinal_));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUBLAS_CHECK(cublasCreate(&blas_));
-    CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  // The device, with its stream and cuBLAS handle; UNAVAILABLE naming the
+  // call that failed.
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(int ordinal) {
+    cudaDeviceProp props;
+    if (cudaError_t err = cudaGetDeviceProperties(&props, ordinal); err != cudaSuccess) {
+      return CudaError(absl::StrCat("CUDA device ", ordinal, ": cudaGetDeviceProperties"), err);
+    }
+    auto device = std::unique_ptr<CudaDevice>(new CudaDevice(ordinal, props.name));
+    const std::string where = absl::StrCat("CUDA device ", ordinal, " (", props.name, ")");
+    if (cudaError_t err = cudaSetDevice(ordinal); err != cudaSuccess) {
+      return CudaError(where + ": cudaSetDevice", err);
+    }
+    if (cudaError_t err = cudaStreamCreateWithFlags(&device->stream_, cudaStreamNonBlocking);
+        err != cudaSuccess) {
+      return CudaError(where + ": cudaStreamCreate", err);
+    }
+    if (cublasStatus_t status = cublasCreate(&device->blas_); status != CUBLAS_STATUS_SUCCESS) {
+      device->blas_ = nullptr;
+      return absl::UnavailableError(
+          absl::StrCat(where, ": cublasCreate: cuBLAS status ", status,
+                       status == CUBLAS_STATUS_ALLOC_FAILED ? " (out of GPU memory)" : ""));
+    }
+    CUBLAS_CHECK(cublasSetStream(device->blas_, device->stream_));
+    return device;
   }
 
   ~CudaDevice() override {
     cudaSetDevice(ordinal_);
-    cudaStreamSynchronize(stream_);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
-    cublasDestroy(blas_);
-    cudaStreamDestroy(stream_);
+    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   std::string name() const override {
@@ -108,24 +132,25 @@ class CudaDevice final : public Device {
 
   void AddBias(int64_t rows, int64_t cols, const float* bias, float* x) override {
     Use();
-    cuda::AddBias(rows, cols, bias, x, stream_);
+    CUDA_CHECK(cuda::AddBias(rows, cols, bias, x, stream_));
   }
   void ColumnSums(int64_t rows, int64_t cols, const float* x, float* out) override {
     Use();
-    cuda::ColumnSums(rows, cols, x, out, stream_);
+    CUDA_CHECK(cuda::ColumnSums(rows, cols, x, out, stream_));
   }
   void Relu(int64_t n, const float* x, float* y) override {
     Use();
-    cuda::Relu(n, x, y, stream_);
+    CUDA_CHECK(cuda::Relu(n, x, y, stream_));
   }
   void ReluGrad(int64_t n, const float* y, const float* dy, float* dx) override {
     Use();
-    cuda::ReluGrad(n, y, dy, dx, stream_);
+    CUDA_CHECK(cuda::ReluGrad(n, y, dy, dx, stream_));
   }
   void SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits, const int32_t* labels,
                            float* dlogits, float* loss, int32_t* correct) override {
     Use();
-    cuda::SoftmaxCrossEntropy(rows, cols, logits, labels, dlogits, loss, correct, stream_);
+    CUDA_CHECK(
+        cuda::SoftmaxCrossEntropy(rows, cols, logits, labels, dlogits, loss, correct, stream_));
   }
   void Synchronize() override {
     Use();
@@ -136,6 +161,9 @@ class CudaDevice final : public Device {
   // Replica threads share devices' state through the CUDA runtime's
   // per-thread current device, so every entry point selects ours.
   void Use() const { CUDA_CHECK(cudaSetDevice(ordinal_)); }
+
+  CudaDevice(int ordinal, std::string gpu_name)
+      : ordinal_(ordinal), gpu_name_(std::move(gpu_name)) {}
 
   void* Pinned(size_t bytes) {
     if (bytes > pinned_bytes_) {
@@ -156,8 +184,16 @@ class CudaDevice final : public Device {
 
 class NcclReducer final : public LocalReducer {
  public:
-  explicit NcclReducer(const std::vector<int>& ordinals) : comms_(ordinals.size()) {
-    NCCL_CHECK(ncclCommInitAll(comms_.data(), static_cast<int>(ordinals.size()), ordinals.data()));
+  // UNAVAILABLE naming NCCL's error when its communicators cannot be made.
+  static absl::StatusOr<std::unique_ptr<NcclReducer>> Create(const std::vector<int>& ordinals) {
+    std::vector<ncclComm_t> comms(ordinals.size());
+    const ncclResult_t result =
+        ncclCommInitAll(comms.data(), static_cast<int>(ordinals.size()), ordinals.data());
+    if (result != ncclSuccess) {
+      return absl::UnavailableError(absl::StrCat(
+          "NCCL over ", ordinals.size(), " GPUs: ncclCommInitAll: ", ncclGetErrorString(result)));
+    }
+    return std::unique_ptr<NcclReducer>(new NcclReducer(std::move(comms)));
   }
   ~NcclReducer() override {
     for (ncclComm_t comm : comms_) ncclCommDestroy(comm);
@@ -174,7 +210,7 @@ class NcclReducer final : public LocalReducer {
       CUDA_CHECK(cudaSetDevice(device->ordinal()));
       for (DenseLayer& layer : replicas[r]->layers()) {
         for (DeviceArray<float>* grad : {&layer.kernel_grad(), &layer.bias_grad()}) {
-          cuda::Scale(grad->size(), weights[r], grad->data(), device->stream());
+          CUDA_CHECK(cuda::Scale(grad->size(), weights[r], grad->data(), device->stream()));
           NCCL_CHECK(ncclAllReduce(grad->data(), grad->data(), grad->size(), ncclFloat, ncclSum,
                                    comms_[r], device->stream()));
         }
@@ -185,6 +221,8 @@ class NcclReducer final : public LocalReducer {
   }
 
  private:
+  explicit NcclReducer(std::vector<ncclComm_t> comms) : comms_(std::move(comms)) {}
+
   std::vector<ncclComm_t> comms_;
 };
 
@@ -209,9 +247,9 @@ absl::StatusOr<std::unique_ptr<Device>> MakeCudaDevice(int ordinal) {
                                                       " is not available (", count, " device(s)",
                                                       why_not.empty() ? "" : ": " + why_not, ")"));
   }
-  cudaDeviceProp props;
-  CUDA_CHECK(cudaGetDeviceProperties(&props, ordinal));
-  return std::make_unique<CudaDevice>(ordinal, props.name);
+  auto device = CudaDevice::Create(ordinal);
+  if (!device.ok()) return device.status();
+  return std::unique_ptr<Device>(*std::move(device));
 }
 
 absl::StatusOr<std::unique_ptr<LocalReducer>> MakeNcclReducer(const std::vector<int>& ordinals) {
@@ -221,7 +259,9 @@ absl::StatusOr<std::unique_ptr<LocalReducer>> MakeNcclReducer(const std::vector<
     return absl::FailedPreconditionError(
         absl::StrCat(ordinals.size(), " local replicas on CUDA need as many GPUs; found ", count));
   }
-  return std::make_unique<NcclReducer>(ordinals);
+  auto reducer = NcclReducer::Create(ordinals);
+  if (!reducer.ok()) return reducer.status();
+  return std::unique_ptr<LocalReducer>(*std::move(reducer));
 }
 
 }  // namespace fulcrum

@@ -66,35 +66,45 @@ __global__ void ScaleKernel(int64_t n, float alpha, float* x) {
 
 }  // namespace
 
-void AddBias(int64_t rows, int64_t cols, const float* bias, float* x, cudaStream_t stream) {
-  if (rows * cols > 0)
+cudaError_t AddBias(int64_t rows, int64_t cols, const float* bias, float* x, cudaStream_t stream) {
+  if (rows * cols > 0) {
     AddBiasKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(rows, cols, bias, x);
+  }
+  return cudaGetLastError();
 }
 
-void ColumnSums(int64_t rows, int64_t cols, const float* x, float* out, cudaStream_t stream) {
+cudaError_t ColumnSums(int64_t rows, int64_t cols, const float* x, float* out,
+                       cudaStream_t stream) {
   if (cols > 0) ColumnSumsKernel<<<Blocks(cols), kThreads, 0, stream>>>(rows, cols, x, out);
+  return cudaGetLastError();
 }
 
-void Relu(int64_t n, const float* x, float* y, cudaStream_t stream) {
+cudaError_t Relu(int64_t n, const float* x, float* y, cudaStream_t stream) {
   if (n > 0) ReluKernel<<<Blocks(n), kThreads, 0, stream>>>(n, x, y);
+  return cudaGetLastError();
 }
 
-void ReluGrad(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t stream) {
+cudaError_t ReluGrad(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t stream) {
   if (n > 0) ReluGradKernel<<<Blocks(n), kThreads, 0, stream>>>(n, y, dy, dx);
+  return cudaGetLastError();
 }
 
-void SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits, const int32_t* labels,
-                         float* dlogits, float* loss, int32_t* correct, cudaStream_t stream) {
-  cudaMemsetAsync(loss, 0, sizeof(float), stream);
-  cudaMemsetAsync(correct, 0, sizeof(int32_t), stream);
+cudaError_t SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits,
+                                const int32_t* labels, float* dlogits, float* loss,
+                                int32_t* correct, cudaStream_t stream) {
+  cudaError_t err = cudaMemsetAsync(loss, 0, sizeof(float), stream);
+  if (err == cudaSuccess) err = cudaMemsetAsync(correct, 0, sizeof(int32_t), stream);
+  if (err != cudaSuccess) return err;
   if (rows > 0) {
     SoftmaxCrossEntropyKernel<<<Blocks(rows), kThreads, 0, stream>>>(rows, cols, logits, labels,
                                                                      dlogits, loss, correct);
   }
+  return cudaGetLastError();
 }
 
-void Scale(int64_t n, float alpha, float* x, cudaStream_t stream) {
+cudaError_t Scale(int64_t n, float alpha, float* x, cudaStream_t stream) {
   if (n > 0) ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(n, alpha, x);
+  return cudaGetLastError();
 }
 
 }  // namespace fulcrum::cuda

@@ -1,5 +1,7 @@
 // Launchers of the CUDA kernels (kernels.cu, compiled by nvcc). Every
-// pointer is device memory; every launch is queued on `stream`.
+// pointer is device memory; every launch is queued on `stream`. Each returns
+// the launch's error (cudaGetLastError): a launch that fails is never
+// skipped silently.
 #ifndef FULCRUM_WORKER_CUDA_KERNELS_H_
 #define FULCRUM_WORKER_CUDA_KERNELS_H_
 
@@ -9,14 +11,15 @@
 
 namespace fulcrum::cuda {
 
-void AddBias(int64_t rows, int64_t cols, const float* bias, float* x, cudaStream_t stream);
-void ColumnSums(int64_t rows, int64_t cols, const float* x, float* out, cudaStream_t stream);
-void Relu(int64_t n, const float* x, float* y, cudaStream_t stream);
-void ReluGrad(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t stream);
+cudaError_t AddBias(int64_t rows, int64_t cols, const float* bias, float* x, cudaStream_t stream);
+cudaError_t ColumnSums(int64_t rows, int64_t cols, const float* x, float* out, cudaStream_t stream);
+cudaError_t Relu(int64_t n, const float* x, float* y, cudaStream_t stream);
+cudaError_t ReluGrad(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t stream);
 // loss[0] and correct[0] are overwritten.
-void SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits, const int32_t* labels,
-                         float* dlogits, float* loss, int32_t* correct, cudaStream_t stream);
-void Scale(int64_t n, float alpha, float* x, cudaStream_t stream);
+cudaError_t SoftmaxCrossEntropy(int64_t rows, int64_t cols, const float* logits,
+                                const int32_t* labels, float* dlogits, float* loss,
+                                int32_t* correct, cudaStream_t stream);
+cudaError_t Scale(int64_t n, float alpha, float* x, cudaStream_t stream);
 
 }  // namespace fulcrum::cuda
 
