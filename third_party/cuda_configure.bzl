@@ -2,7 +2,8 @@
 
 Creates @local_cuda with:
   defs.bzl: CUDA_AVAILABLE (whether nvcc exists) and CUDA_PATH;
-  //:cuda: the toolkit's headers and the cudart, cuBLAS and NCCL link line.
+  //:cuda: the toolkit's headers and the static CUDA runtime (cuBLAS and NCCL
+  are loaded at run time: worker/cuda/cuda_libs.h).
 Without a toolkit the build goes on and the worker reports that this build
 has no CUDA.
 """
@@ -22,10 +23,10 @@ cc_library(
     includes = ["include"],
     linkopts = [
         "-L{path}/lib64",
-        "-Wl,-rpath,{path}/lib64",
-        "-lnccl",
-        "-lcublas",
-        "-lcudart",
+        "-lcudart_static",
+        "-ldl",
+        "-lrt",
+        "-lpthread",
     ],
 )
 """.format(path = path))

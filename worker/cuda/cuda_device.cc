@@ -1,6 +1,4 @@
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <algorithm>
 #include <cstring>
@@ -8,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "worker/cuda/cuda.h"
+#include "worker/cuda/cuda_libs.h"
 #include "worker/cuda/kernels.h"
 
 namespace fulcrum {
@@ -35,13 +34,13 @@ namespace {
     }                                                                                  \
   } while (false)
 
-#define NCCL_CHECK(call)                                                                     \
-  do {                                                                                       \
-    const ncclResult_t result = (call);                                                      \
-    if (result != ncclSuccess) {                                                             \
-      ::fulcrum::CheckFailed(__FILE__, __LINE__,                                             \
-                             absl::StrCat(#call, ": ", ncclGetErrorString(result)).c_str()); \
-    }                                                                                        \
+#define NCCL_CHECK(call)                                                                      \
+  do {                                                                                        \
+    const ncclResult_t result = (call);                                                       \
+    if (result != ncclSuccess) {                                                              \
+      ::fulcrum::CheckFailed(__FILE__, __LINE__,                                              \
+                             absl::StrCat(#call, ": ", nccl_->error_string(result)).c_str()); \
+    }                                                                                         \
   } while (false)
 
 absl::Status CudaError(const std::string& what, cudaError_t err) {
@@ -57,8 +56,11 @@ class CudaDevice final : public Device {
     if (cudaError_t err = cudaGetDeviceProperties(&props, ordinal); err != cudaSuccess) {
       return CudaError(absl::StrCat("CUDA device ", ordinal, ": cudaGetDeviceProperties"), err);
     }
-    auto device = std::unique_ptr<CudaDevice>(new CudaDevice(ordinal, props.name));
     const std::string where = absl::StrCat("CUDA device ", ordinal, " (", props.name, ")");
+    auto blas = cuda::Cublas();
+    if (!blas.ok())
+      return absl::UnavailableError(absl::StrCat(where, ": ", blas.status().message()));
+    auto device = std::unique_ptr<CudaDevice>(new CudaDevice(ordinal, props.name, *blas));
     if (cudaError_t err = cudaSetDevice(ordinal); err != cudaSuccess) {
       return CudaError(where + ": cudaSetDevice", err);
     }
@@ -66,13 +68,13 @@ class CudaDevice final : public Device {
         err != cudaSuccess) {
       return CudaError(where + ": cudaStreamCreate", err);
     }
-    if (cublasStatus_t status = cublasCreate(&device->blas_); status != CUBLAS_STATUS_SUCCESS) {
+    if (cublasStatus_t status = (*blas)->create(&device->blas_); status != CUBLAS_STATUS_SUCCESS) {
       device->blas_ = nullptr;
       return absl::UnavailableError(
           absl::StrCat(where, ": cublasCreate: cuBLAS status ", status,
                        status == CUBLAS_STATUS_ALLOC_FAILED ? " (out of GPU memory)" : ""));
     }
-    CUBLAS_CHECK(cublasSetStream(device->blas_, device->stream_));
+    CUBLAS_CHECK((*blas)->set_stream(device->blas_, device->stream_));
     return device;
   }
 
@@ -80,7 +82,7 @@ class CudaDevice final : public Device {
     cudaSetDevice(ordinal_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
-    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (blas_ != nullptr) blas_api_->destroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -124,10 +126,10 @@ class CudaDevice final : public Device {
   void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
     Use();
-    CUBLAS_CHECK(cublasSgemm(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
-                             b, static_cast<int>(tb ? k : n), a, static_cast<int>(ta ? m : k),
-                             &beta, c, static_cast<int>(n)));
+    CUBLAS_CHECK(blas_api_->sgemm(
+        blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+        static_cast<int>(m), static_cast<int>(k), &alpha, b, static_cast<int>(tb ? k : n), a,
+        static_cast<int>(ta ? m : k), &beta, c, static_cast<int>(n)));
   }
 
   void AddBias(int64_t rows, int64_t cols, const float* bias, float* x) override {
@@ -162,8 +164,8 @@ class CudaDevice final : public Device {
   // per-thread current device, so every entry point selects ours.
   void Use() const { CUDA_CHECK(cudaSetDevice(ordinal_)); }
 
-  CudaDevice(int ordinal, std::string gpu_name)
-      : ordinal_(ordinal), gpu_name_(std::move(gpu_name)) {}
+  CudaDevice(int ordinal, std::string gpu_name, const cuda::CublasApi* blas_api)
+      : ordinal_(ordinal), gpu_name_(std::move(gpu_name)), blas_api_(blas_api) {}
 
   void* Pinned(size_t bytes) {
     if (bytes > pinned_bytes_) {
@@ -176,6 +178,7 @@ class CudaDevice final : public Device {
 
   const int ordinal_;
   const std::string gpu_name_;
+  const cuda::CublasApi* const blas_api_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   void* pinned_ = nullptr;
@@ -186,24 +189,27 @@ class NcclReducer final : public LocalReducer {
  public:
   // UNAVAILABLE naming NCCL's error when its communicators cannot be made.
   static absl::StatusOr<std::unique_ptr<NcclReducer>> Create(const std::vector<int>& ordinals) {
+    auto nccl = cuda::Nccl();
+    if (!nccl.ok()) return nccl.status();
     std::vector<ncclComm_t> comms(ordinals.size());
     const ncclResult_t result =
-        ncclCommInitAll(comms.data(), static_cast<int>(ordinals.size()), ordinals.data());
+        (*nccl)->comm_init_all(comms.data(), static_cast<int>(ordinals.size()), ordinals.data());
     if (result != ncclSuccess) {
-      return absl::UnavailableError(absl::StrCat(
-          "NCCL over ", ordinals.size(), " GPUs: ncclCommInitAll: ", ncclGetErrorString(result)));
+      return absl::UnavailableError(
+          absl::StrCat("NCCL over ", ordinals.size(),
+                       " GPUs: ncclCommInitAll: ", (*nccl)->error_string(result)));
     }
-    return std::unique_ptr<NcclReducer>(new NcclReducer(std::move(comms)));
+    return std::unique_ptr<NcclReducer>(new NcclReducer(*nccl, std::move(comms)));
   }
   ~NcclReducer() override {
-    for (ncclComm_t comm : comms_) ncclCommDestroy(comm);
+    for (ncclComm_t comm : comms_) nccl_->comm_destroy(comm);
   }
 
   void Reduce(const std::vector<Mlp*>& replicas, const std::vector<float>& weights,
               TensorMap* out) override {
     CHECK(replicas.size() == comms_.size() && weights.size() == comms_.size());
     // Each replica scales its gradients by its share; the all-reduce sums them.
-    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(nccl_->group_start());
     for (size_t r = 0; r < replicas.size(); ++r) {
       auto* device = dynamic_cast<CudaDevice*>(replicas[r]->device());
       CHECK(device != nullptr);
@@ -211,18 +217,20 @@ class NcclReducer final : public LocalReducer {
       for (DenseLayer& layer : replicas[r]->layers()) {
         for (DeviceArray<float>* grad : {&layer.kernel_grad(), &layer.bias_grad()}) {
           CUDA_CHECK(cuda::Scale(grad->size(), weights[r], grad->data(), device->stream()));
-          NCCL_CHECK(ncclAllReduce(grad->data(), grad->data(), grad->size(), ncclFloat, ncclSum,
-                                   comms_[r], device->stream()));
+          NCCL_CHECK(nccl_->all_reduce(grad->data(), grad->data(), grad->size(), ncclFloat, ncclSum,
+                                       comms_[r], device->stream()));
         }
       }
     }
-    NCCL_CHECK(ncclGroupEnd());
+    NCCL_CHECK(nccl_->group_end());
     replicas[0]->CopyGradients(out);
   }
 
  private:
-  explicit NcclReducer(std::vector<ncclComm_t> comms) : comms_(std::move(comms)) {}
+  NcclReducer(const cuda::NcclApi* nccl, std::vector<ncclComm_t> comms)
+      : nccl_(nccl), comms_(std::move(comms)) {}
 
+  const cuda::NcclApi* const nccl_;
   std::vector<ncclComm_t> comms_;
 };
 
