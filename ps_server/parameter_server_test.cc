@@ -120,6 +120,25 @@ TEST(SyncModeTest, ThreeWorkersGiveOneUpdatePerStepEqualToTheMean) {
   EXPECT_EQ(ps.Describe().stale_gradients_dropped(), 0);
 }
 
+// With linear scaling, a step of 2 averaged gradients takes twice the rate;
+// the step that completes after a worker finished averages 1 and takes the
+// rate for 1, not the rate meant for 2.
+TEST(SyncModeTest, TheLearningRateFollowsTheGradientsEachStepAveraged) {
+  ParameterServer ps(Config(SYNC, 2));
+  ShardSpec spec = WholeShard();
+  spec.mutable_variable()->mutable_optimizer()->set_learning_rate_scaling(OptimizerSpec::LINEAR);
+  Create(ps, spec);
+  EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::ACCUMULATED);
+  EXPECT_EQ(PushOutcome(ps, Push(1, 0, 3.0f)), ShardPushResult::APPLIED);
+  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-4.0f, int64_t{1}));  // mean 2 at rate 2
+  EXPECT_EQ(PushOutcome(ps, Push(0, 1, 1.0f)), ShardPushResult::ACCUMULATED);
+  HeartbeatRequest finished;
+  finished.set_worker_id(1);
+  finished.set_finished(true);
+  ASSERT_TRUE(ps.Heartbeat(finished).ok());
+  EXPECT_EQ(ValueAndVersion(ps), std::make_pair(-5.0f, int64_t{2}));  // mean 1 at rate 1
+}
+
 TEST(SyncModeTest, BackupWorkerPushIsDroppedAsStaleAndCounted) {
   ParameterServer ps(Config(SYNC, 4, /*to_aggregate=*/3));
   Create(ps, WholeShard());

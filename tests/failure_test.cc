@@ -214,6 +214,40 @@ TEST_F(FailureTest, SigtermStopsAWorkerAfterItsStepAndTheJobWaitsForIt) {
   EXPECT_EQ(ps1->Wait(absl::Seconds(30)), 0);
 }
 
+// Servers started well before the workers (as compose and Kubernetes start
+// them), and workers started seconds apart: sync waits for every worker
+// before its first step, so the job trains as one started all at once does
+// and never steps with one worker alone.
+TEST_F(FailureTest, LateAndStaggeredWorkersTrainAsAJobStartedAtOnce) {
+  auto reference = StartJob("sync");
+  ASSERT_EQ(reference.chief->Wait(kJobTimeout), 0);
+  ASSERT_EQ(reference.worker->Wait(kJobTimeout), 0);
+  ASSERT_EQ(reference.ps0->Wait(absl::Seconds(30)), 0);
+  ASSERT_EQ(reference.ps1->Wait(absl::Seconds(30)), 0);
+  const double at_once = FinalAccuracy();
+
+  dir_ += "-late";
+  ports_[0] = ports_[1] = 0;
+  auto ps0 = StartPs(0, "sync");
+  auto ps1 = StartPs(1, "sync");
+  // The scenario itself, not a wait for a condition: two leases (3 s each)
+  // go by before any worker exists.
+  absl::SleepFor(absl::Milliseconds(6500));
+  auto chief = StartWorker(0, "sync", "chief");
+  // The chief has made contact and waits; worker 1 starts seconds later.
+  ASSERT_TRUE(chief->WaitForLine("waiting for worker(s) 1 to start", absl::Seconds(60)));
+  auto worker = StartWorker(1, "sync", "worker1");
+  EXPECT_EQ(chief->Wait(kJobTimeout), 0);
+  EXPECT_EQ(worker->Wait(kJobTimeout), 0);
+  EXPECT_EQ(ps0->Wait(absl::Seconds(30)), 0);
+  EXPECT_EQ(ps1->Wait(absl::Seconds(30)), 0);
+  for (const ChildProcess* ps : {ps0.get(), ps1.get()}) {
+    EXPECT_FALSE(ps->HasLine("step completed with 1 active worker"));
+    EXPECT_FALSE(ps->HasLine("expired"));
+  }
+  EXPECT_NEAR(FinalAccuracy(), at_once, 0.005);
+}
+
 TEST_F(FailureTest, UnwritableCheckpointDirectoryFailsAtStart) {
   std::ofstream(dir_ + "-file") << "a file, not a directory";
   ChildProcess ps("ps", {RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0",
