@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Fulcrum builds and tests with, where missing.
 # Run as root on Debian 12. Safe to run again: it installs nothing twice.
+#
+#   scripts/install_deps.sh            # building, testing, the demo
+#   scripts/install_deps.sh --build    # building the daemons only (the image)
 set -euo pipefail
 
+# What building the daemons needs.
 PACKAGES=(
-  bazel-bootstrap bazel-rules-java bazel-platforms
-  g++ python3 python3-venv clang-format clang clang-tidy libclang-rt-14-dev
+  bazel-bootstrap bazel-rules-java bazel-platforms g++ python3
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
-  libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-  libopenblas-dev zlib1g-dev dataset-fashion-mnist iproute2 nftables
-  docker-compose prometheus-cpp-dev
+  libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev zlib1g-dev prometheus-cpp-dev
 )
+build_only=false
+case "${1:-}" in
+  --build) build_only=true ;;
+  '') ;;
+  *) echo "install_deps.sh: unknown argument '$1' (only --build)" >&2; exit 2 ;;
+esac
+if ! $build_only; then
+  # What the tests, the source checks and the demo add.
+  PACKAGES+=(
+    python3-venv clang-format clang clang-tidy libclang-rt-14-dev libgtest-dev libgmock-dev
+    dataset-fashion-mnist iproute2 nftables docker.io docker-compose debootstrap
+  )
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -23,6 +37,8 @@ if ((${#missing[@]})); then
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+$build_only && exit 0
 
 # Offline validation of the Kubernetes manifests against the API schemas
 # (kubernetes-validate bundles them), in a virtual environment of its own.

@@ -2,9 +2,11 @@
 # Runs Fulcrum's whole test suite: installs what is missing, builds, runs
 # every test with Bazel, runs the server-facing tests again under
 # AddressSanitizer and UndefinedBehaviorSanitizer (--config=asan), checks the
-# sources' format and clang-tidy, and ends with the line "N passed, M failed",
-# where N and M count test cases (each gtest case, each shell test, each
-# source check; a test run under the sanitizers counts again).
+# sources' format and clang-tidy, builds the Docker image and runs the
+# compose cluster (tests/container_test.sh; skipped where no Docker engine
+# can run), and ends with the line "N passed, M failed", where N and M count
+# test cases (each gtest case, each shell test, each source or container
+# check; a test run under the sanitizers counts again).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +36,8 @@ check() {
 check format scripts/format.sh --check
 check clang_tidy scripts/tidy.sh
 bazel shutdown
+# The image and the compose cluster (its own lines; SKIPPED counts neither way).
+tests/container_test.sh 2>&1 | tee -a "$log"
 
 python3 scripts/summarize_tests.py "$log" "$testlogs" "$asan_log" "$asan_testlogs"
 summary_rc=$?

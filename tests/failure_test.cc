@@ -174,6 +174,23 @@ TEST_F(FailureTest, KilledWorkerRejoinsTheSyncJob) {
   EXPECT_GE(FinalAccuracy(), kAccuracyBar);
 }
 
+// A worker that dies for good: from the next epoch on, its share of the data
+// is re-dealt over the workers left, so the model still sees every example.
+TEST_F(FailureTest, ADeadWorkersShareIsReDealtAtTheNextEpoch) {
+  auto [ps0, ps1, chief, worker] = StartJob("sync");
+  ASSERT_TRUE(worker->WaitForLine("step 100/", absl::Seconds(120)));
+  worker->Signal(SIGKILL);  // never comes back
+  ASSERT_EQ(worker->Wait(absl::Seconds(30)), 128 + SIGKILL);
+  EXPECT_EQ(chief->Wait(kJobTimeout), 0);
+  EXPECT_TRUE(chief->HasLine("epoch 2: worker(s) 1 gone for good; their share of the data is "
+                             "re-dealt over the 1 worker(s) left"));
+  // Epoch 1 in halves of 468 steps, then two epochs of the whole set alone.
+  EXPECT_TRUE(chief->HasLine("step 2342/2342"));
+  EXPECT_EQ(ps0->Wait(absl::Seconds(30)), 0);
+  EXPECT_EQ(ps1->Wait(absl::Seconds(30)), 0);
+  EXPECT_GE(FinalAccuracy(), kAccuracyBar);
+}
+
 TEST_F(FailureTest, KilledChiefRestartsAndResumes) {
   auto [ps0, ps1, chief, worker] = StartJob("sync");
   ASSERT_TRUE(chief->WaitForLine("step 150/", absl::Seconds(120)));

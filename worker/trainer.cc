@@ -1,9 +1,11 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/consistency_mode.h"
 #include "common/logging.h"
@@ -110,6 +112,38 @@ absl::StatusOr<EpochResult> Trainer::Evaluate(int64_t epoch, const TensorMap& we
   return result;
 }
 
+Dealing Trainer::DealEpoch(int64_t epoch) {
+  const Dealing own{options_.shard_index, options_.num_workers};
+  auto described = client_->Describe();
+  if (!described.ok()) {
+    LOG_WARN("epoch {}: cannot ask the servers who is left ({}); keeping this worker's share",
+             epoch + 1, described.status().message());
+    return own;
+  }
+  // Gone: its lease ran out (or it never came) on every server.
+  std::vector<int> left, gone;
+  for (int w = 0; w < options_.num_workers; ++w) {
+    bool is_gone = w != options_.shard_index;
+    for (const DescribeResponse& server : *described) {
+      if (w >= server.workers_size()) {
+        is_gone = false;
+        break;
+      }
+      const WorkerInfo& info = server.workers(w);
+      is_gone = is_gone && !info.live() && !info.finished() && !info.awaited();
+    }
+    (is_gone ? gone : left).push_back(w);
+  }
+  if (gone.empty()) return own;
+  const int rank =
+      static_cast<int>(std::find(left.begin(), left.end(), options_.shard_index) - left.begin());
+  LOG_WARN(
+      "epoch {}: worker(s) {} gone for good; their share of the data is re-dealt over the "
+      "{} worker(s) left",
+      epoch + 1, absl::StrJoin(gone, ", "), left.size());
+  return Dealing{rank, static_cast<int>(left.size())};
+}
+
 absl::StatusOr<TrainingSummary> Trainer::Run() {
   const int64_t split = static_cast<int64_t>(replicas_.size());
   if (options_.batch_size < split) {
@@ -123,14 +157,15 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   const int64_t resume =
       options_.resume ? policy_->ResumedBatches(client_->step(), options_.num_workers) : 0;
   Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
-                           options_.epochs, options_.seed, /*prefetch=*/4, resume});
+                           options_.epochs, options_.seed, /*prefetch=*/4, resume,
+                           [this](int64_t epoch) { return DealEpoch(epoch); }});
   const int64_t steps_per_epoch = batcher.steps_per_epoch();
   if (steps_per_epoch == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the training set (", train_.num_examples, " examples) is too small for ",
                      options_.num_workers, " workers with batches of ", options_.batch_size));
   }
-  const int64_t total_steps = steps_per_epoch * options_.epochs;
+  int64_t total_steps = steps_per_epoch * options_.epochs;  // until a re-dealing
   LOG_INFO("training {} epochs x {} steps, batch {} on {} local replica(s), mode {}",
            options_.epochs, steps_per_epoch, options_.batch_size, replicas_.size(),
            ConsistencyModeName(client_->mode()));
@@ -149,6 +184,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   absl::Time window_start = absl::Now();
   while (std::optional<Batch> batch = batcher.Next()) {
     const absl::Time step_start = absl::Now();
+    if (batch->step_in_epoch == 0) {
+      total_steps = steps_done + batch->steps_in_epoch * (options_.epochs - batch->epoch);
+    }
     auto stats = ComputeStep(*batch, weights, &grads);
     if (!stats.ok()) return stats.status();
     const std::string nonfinite = NonFiniteGradient(grads);
@@ -181,7 +219,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     if (options_.checkpointer != nullptr) options_.checkpointer->MaybeSave(client_->step());
     summary.examples += batch->size;
 
-    const bool epoch_end = batch->step_in_epoch + 1 == steps_per_epoch;
+    const bool epoch_end = batch->step_in_epoch + 1 == batch->steps_in_epoch;
     if (steps_done % options_.log_every_steps == 0 || epoch_end) {
       const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
       const double window_secs = absl::ToDoubleSeconds(absl::Now() - window_start);

@@ -19,6 +19,7 @@
 #include "proto/config.pb.h"
 #include "worker/checkpointer.h"
 #include "worker/consistency/policy.h"
+#include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
@@ -94,6 +95,10 @@ class Trainer {
   absl::StatusOr<BatchStats> ComputeStep(const Batch& batch, const TensorMap& weights,
                                          TensorMap* grads);
   absl::StatusOr<EpochResult> Evaluate(int64_t epoch, const TensorMap& weights);
+  // This worker's share of `epoch`: its own, or, when workers are gone for
+  // good (their leases ran out on every server), a share of the examples of
+  // the workers left, so that the model still sees every example.
+  Dealing DealEpoch(int64_t epoch);
   absl::Status WriteSummary(const TrainingSummary& summary);
 
   PsClient* const client_;

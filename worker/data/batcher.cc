@@ -47,21 +47,29 @@ Batcher::~Batcher() {
 }
 
 void Batcher::Produce() {
-  std::vector<int64_t> shard;
-  for (int64_t i = options_.shard_index; i < data_.num_examples; i += options_.num_shards) {
-    shard.push_back(i);
-  }
+  bool first = true;
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
+    if ((epoch + 1) * steps_per_epoch_ <= options_.skip) continue;  // resumed past it
+    // The epoch resumed into keeps the first dealing, which the skip counts in.
+    Dealing dealing{options_.shard_index, options_.num_shards};
+    if (!first && options_.deal) dealing = options_.deal(epoch);
+    first = false;
+    std::vector<int64_t> shard;
+    for (int64_t i = dealing.shard_index; i < data_.num_examples; i += dealing.num_shards) {
+      shard.push_back(i);
+    }
+    const int64_t steps = data_.num_examples / dealing.num_shards / options_.batch_size;
     // The same permutation on every run with this seed, a different one each epoch.
-    std::mt19937_64 gen(options_.seed * 1000003 + epoch * 7919 + options_.shard_index);
+    std::mt19937_64 gen(options_.seed * 1000003 + epoch * 7919 + dealing.shard_index);
     std::shuffle(shard.begin(), shard.end(), gen);
-    for (int64_t step = 0; step < steps_per_epoch_; ++step) {
+    for (int64_t step = 0; step < steps; ++step) {
       if (epoch * steps_per_epoch_ + step < options_.skip) continue;
       std::vector<int64_t> indices(shard.begin() + step * options_.batch_size,
                                    shard.begin() + (step + 1) * options_.batch_size);
       Batch batch = GatherBatch(data_, indices);
       batch.epoch = epoch;
       batch.step_in_epoch = step;
+      batch.steps_in_epoch = steps;
       absl::MutexLock lock(&mu_);
       auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stop_ || static_cast<int>(ready_.size()) < options_.prefetch;

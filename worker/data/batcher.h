@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@ struct Batch {
   std::vector<int32_t> labels;
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
+  int64_t steps_in_epoch = 0;  // of this epoch's dealing
 };
 
 // Copies rows `indices` of `data` into a batch.
@@ -31,25 +33,36 @@ Batch GatherBatch(const Dataset& data, const std::vector<int64_t>& indices);
 // last may be smaller.
 std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size);
 
+// Which share of an epoch's examples a worker takes: examples i with
+// i % num_shards == shard_index.
+struct Dealing {
+  int shard_index = 0;
+  int num_shards = 1;
+};
+
 struct BatcherOptions {
-  int shard_index = 0;  // this worker's shard: examples i with i % num_shards == shard_index
+  int shard_index = 0;  // this worker's first dealing
   int num_shards = 1;
   int64_t batch_size = 64;
   int64_t epochs = 1;
   uint64_t seed = 0;
   int prefetch = 4;  // batches made ahead
-  int64_t skip = 0;  // batches to skip first (resuming a job part-way)
+  int64_t skip = 0;  // batches to skip first (resuming a job part-way), of the first dealing
+  // The dealing of each later epoch, asked as the epoch begins (on the
+  // prefetch thread); none: the first dealing throughout.
+  std::function<Dealing(int64_t epoch)> deal;
 };
 
-// Yields `epochs` x steps_per_epoch() batches. Every shard yields the same
-// number of batches per epoch (the remainder is dropped), so synchronous
-// workers stay in step. Thread-safe; `data` must outlive it.
+// Yields `epochs` epochs of batches. Every shard of one dealing yields the
+// same number of batches per epoch (the remainder is dropped), so
+// synchronous workers stay in step. Thread-safe; `data` must outlive it.
 class Batcher {
  public:
   Batcher(const Dataset& data, BatcherOptions options);
   ~Batcher();
 
-  // floor(num_examples / num_shards / batch_size), the same on every shard.
+  // floor(num_examples / num_shards / batch_size) of the first dealing, the
+  // same on every shard (Batch::steps_in_epoch tells each epoch's).
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
   // The next batch, waiting for the prefetch thread; nothing once all epochs

@@ -162,6 +162,29 @@ TEST(BatcherTest, ShardsAreDisjointEqualAndReshuffledEachEpoch) {
   }
 }
 
+// Worker 2 of 3 is gone after epoch 0: from epoch 1 on, workers 0 and 1
+// take its share too, so the two of them still see every example.
+TEST(BatcherTest, ALaterEpochIsReDealtOverTheWorkersLeft) {
+  const Dataset data = Numbered(96);
+  std::set<float> epoch1;
+  for (int shard = 0; shard < 2; ++shard) {
+    BatcherOptions options{shard, 3, /*batch_size=*/8, /*epochs=*/2, /*seed=*/5};
+    options.deal = [shard](int64_t epoch) {
+      EXPECT_EQ(epoch, 1);  // asked only as later epochs begin
+      return Dealing{shard, 2};
+    };
+    Batcher batcher(data, options);
+    std::vector<int64_t> steps(2);
+    while (auto batch = batcher.Next()) {
+      EXPECT_EQ(batch->steps_in_epoch, batch->epoch == 0 ? 4 : 6);  // 96 / 3 / 8, 96 / 2 / 8
+      ++steps[batch->epoch];
+      if (batch->epoch == 1) epoch1.insert(batch->features.begin(), batch->features.end());
+    }
+    EXPECT_EQ(steps, (std::vector<int64_t>{4, 6}));
+  }
+  EXPECT_EQ(epoch1.size(), 96u);  // every example
+}
+
 TEST(BatcherTest, StopsEarlyWithoutHanging) {
   const Dataset data = Numbered(1000);
   Batcher batcher(data, BatcherOptions{0, 1, 10, 5, 1, 2});
