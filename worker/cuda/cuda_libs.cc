@@ -20,9 +20,9 @@ absl::StatusOr<void*> Open(const std::string& soname) {
   if (void* handle = dlopen((FULCRUM_CUDA_LIB_DIR "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL)) {
     return handle;
   }
-  return absl::UnavailableError(absl::StrCat(
-      "cannot load ", soname, " (", first_error,
-      "); install CUDA's libraries or add their folder to LD_LIBRARY_PATH"));
+  return absl::UnavailableError(
+      absl::StrCat("cannot load ", soname, " (", first_error,
+                   "); install CUDA's libraries or add their folder to LD_LIBRARY_PATH"));
 }
 
 // Sets *fn to `symbol` of `handle`; when it is missing, names it in *error
@@ -64,27 +64,28 @@ absl::StatusOr<const Api*> ApiOf(const Loaded<Api>* loaded) {
 }  // namespace
 
 absl::StatusOr<const CublasApi*> Cublas() {
-  static const auto* const loaded = Load<CublasApi>(
-      "libcublas.so." FULCRUM_STRINGIFY(CUBLAS_VER_MAJOR),
-      [](void* handle, CublasApi* api, std::string* error) {
-        Find(handle, "cublasCreate_v2", &api->create, error);
-        Find(handle, "cublasDestroy_v2", &api->destroy, error);
-        Find(handle, "cublasSetStream_v2", &api->set_stream, error);
-        Find(handle, "cublasSgemm_v2", &api->sgemm, error);
-      });
+  static const auto* const loaded =
+      Load<CublasApi>("libcublas.so." FULCRUM_STRINGIFY(CUBLAS_VER_MAJOR),
+                      [](void* handle, CublasApi* api, std::string* error) {
+                        Find(handle, "cublasCreate_v2", &api->create, error);
+                        Find(handle, "cublasDestroy_v2", &api->destroy, error);
+                        Find(handle, "cublasSetStream_v2", &api->set_stream, error);
+                        Find(handle, "cublasSgemm_v2", &api->sgemm, error);
+                      });
   return ApiOf(loaded);
 }
 
 absl::StatusOr<const NcclApi*> Nccl() {
-  static const auto* const loaded = Load<NcclApi>(
-      "libnccl.so." FULCRUM_STRINGIFY(NCCL_MAJOR), [](void* handle, NcclApi* api, std::string* error) {
-        Find(handle, "ncclCommInitAll", &api->comm_init_all, error);
-        Find(handle, "ncclCommDestroy", &api->comm_destroy, error);
-        Find(handle, "ncclGroupStart", &api->group_start, error);
-        Find(handle, "ncclGroupEnd", &api->group_end, error);
-        Find(handle, "ncclAllReduce", &api->all_reduce, error);
-        Find(handle, "ncclGetErrorString", &api->error_string, error);
-      });
+  static const auto* const loaded =
+      Load<NcclApi>("libnccl.so." FULCRUM_STRINGIFY(NCCL_MAJOR),
+                    [](void* handle, NcclApi* api, std::string* error) {
+                      Find(handle, "ncclCommInitAll", &api->comm_init_all, error);
+                      Find(handle, "ncclCommDestroy", &api->comm_destroy, error);
+                      Find(handle, "ncclGroupStart", &api->group_start, error);
+                      Find(handle, "ncclGroupEnd", &api->group_end, error);
+                      Find(handle, "ncclAllReduce", &api->all_reduce, error);
+                      Find(handle, "ncclGetErrorString", &api->error_string, error);
+                    });
   return ApiOf(loaded);
 }
 

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# The shipped image and compose cluster, really run: builds
+# deploy/docker/Dockerfile, checks that every binary in it finds its shared
+# libraries and that it runs as non-root, brings up deploy/docker-compose.yml
+# and checks that every container exits 0 and the chief's test accuracy; then
+# runs the cluster again, kills a parameter server mid-training, starts it
+# again, and checks that the job completes.
+#
+#   tests/container_test.sh        # as root, from anywhere; scripts/test.sh runs it
+#
+# Starts a Docker engine when none runs (and stops it at the end), and makes
+# the base image from Debian's packages when it is missing. Prints one line
+# per check, "//checks:container_<name> PASSED|FAILED|SKIPPED": where no
+# engine can run, every check is SKIPPED, never PASSED. Exits 1 on a failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+CHECKS=(image ldd compose kill_and_start)
+ACCURACY=${FULCRUM_CONTAINER_ACCURACY:-0.88}          # the clean run's bar
+KILL_ACCURACY=${FULCRUM_CONTAINER_KILL_ACCURACY:-0.87} # with a server killed
+JOB_TIMEOUT=${FULCRUM_CONTAINER_JOB_TIMEOUT:-1200}     # seconds per compose run
+project=fulcrumtest
+compose=(docker-compose -f deploy/docker-compose.yml -p "$project")
+failures=0
+declare -A result
+
+report() {  # NAME PASSED|FAILED|SKIPPED [why]
+  result[$1]=$2
+  echo "//checks:container_$1 $2${3:+ ($3)}"
+  [ "$2" = FAILED ] && failures=$((failures + 1))
+  return 0
+}
+skip_rest() {
+  for name in "${CHECKS[@]}"; do [ -n "${result[$name]:-}" ] || report "$name" SKIPPED "$1"; done
+}
+log() { echo "container_test: $*" >&2; }
+
+started_engine=""
+cleanup() {
+  "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+  if [ -n "$started_engine" ]; then
+    log "stopping the Docker engine it started"
+    kill "$started_engine" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$started_engine" 2>/dev/null || break; sleep 0.1; done
+  fi
+}
+trap cleanup EXIT
+
+# An engine: the running one, else one started here.
+if ! docker info >/dev/null 2>&1; then
+  if ! command -v dockerd >/dev/null; then
+    skip_rest "no Docker engine: dockerd is not installed (apt-get install docker.io)"
+    exit 0
+  fi
+  log "starting a Docker engine (dockerd --storage-driver=vfs)"
+  dockerd --storage-driver=vfs >/var/tmp/fulcrum-dockerd.log 2>&1 &
+  started_engine=$!
+  for _ in $(seq 300); do
+    docker info >/dev/null 2>&1 && break
+    kill -0 "$started_engine" 2>/dev/null || break
+    sleep 0.1  # polls the engine's socket until it answers
+  done
+  if ! docker info >/dev/null 2>&1; then
+    started_engine=""
+    skip_rest "no Docker engine could start here: $(tail -1 /var/tmp/fulcrum-dockerd.log)"
+    exit 0
+  fi
+fi
+
+# The image.
+if ! scripts/docker_base_image.sh >&2; then
+  report image FAILED "could not make the base image debian:12"
+  skip_rest "no image"
+  exit 1
+fi
+log "building the image (deploy/docker/Dockerfile)"
+build_start=$(date +%s)
+if ! docker build --network host -q -f deploy/docker/Dockerfile -t fulcrum:latest . >&2; then
+  report image FAILED "docker build failed"
+  skip_rest "no image"
+  exit 1
+fi
+size=$(docker image inspect -f '{{.Size}}' fulcrum:latest)
+user=$(docker image inspect -f '{{.Config.User}}' fulcrum:latest)
+log "image fulcrum:latest: $(numfmt --to=iec "$size") ($size bytes), user '$user'," \
+  "built in $(($(date +%s) - build_start)) s"
+if [ -z "$user" ] || [ "$user" = root ] || [ "$user" = 0 ]; then
+  report image FAILED "the image runs as root"
+else
+  report image PASSED
+fi
+
+missing=$(docker run --rm --entrypoint /bin/sh fulcrum:latest -c \
+  'for b in /usr/local/bin/ps_server /usr/local/bin/worker /usr/local/bin/fulcrumctl; do
+     ldd "$b" | sed -n "s|^|$b: |; /not found/p"
+   done; id -u' 2>&1)
+ran=$?
+uid=$(printf '%s\n' "$missing" | tail -1)
+missing=$(printf '%s\n' "$missing" | sed '$d')
+if ((ran != 0)); then
+  report ldd FAILED "the image's shell does not run as its user: $uid"
+elif [ -n "$missing" ]; then
+  report ldd FAILED "$(echo "$missing" | tr '\n' ';')"
+elif [ "$uid" = 0 ]; then
+  report ldd FAILED "the container runs as uid 0"
+else
+  report ldd PASSED
+fi
+
+# A compose run: its containers, once the chief exits. Prints the chief's
+# test accuracy; fails naming any container that did not exit 0.
+container_ids() { "${compose[@]}" ps -q 2>/dev/null; }
+summary_accuracy() {
+  docker run --rm --entrypoint /bin/cat -v "${project}_checkpoints:/checkpoints" fulcrum:latest \
+    /checkpoints/summary.json 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["test_accuracy"])'
+}
+wait_job() {  # waits for every container to exit; 0 when all exited 0
+  local deadline=$(($(date +%s) + JOB_TIMEOUT)) id bad=0
+  for id in $(container_ids); do
+    local left=$((deadline - $(date +%s)))
+    if ((left <= 0)) || ! timeout "$left" docker wait "$id" >/dev/null; then
+      log "$(docker inspect -f '{{.Name}}' "$id") still running after ${JOB_TIMEOUT}s"
+      bad=1
+    fi
+  done
+  for id in $(container_ids); do
+    local name code
+    name=$(docker inspect -f '{{.Name}}' "$id")
+    code=$(docker inspect -f '{{.State.ExitCode}}' "$id")
+    log "$name exited with status $code"
+    if [ "$code" != 0 ]; then
+      docker logs --tail 20 "$id" 2>&1 | sed "s|^|  $name: |" >&2
+      bad=1
+    fi
+  done
+  return $bad
+}
+up() {
+  "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1
+  "${compose[@]}" up -d >&2
+}
+at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)" 2>/dev/null; }
+
+log "compose run: 2 servers, a chief and 2 workers (deploy/docker-compose.yml)"
+start=$(date +%s)
+if up && wait_job; then
+  accuracy=$(summary_accuracy)
+  log "compose run: test accuracy ${accuracy:-none} in $(($(date +%s) - start)) s"
+  if at_least "${accuracy:-0}" "$ACCURACY"; then
+    report compose PASSED
+  else
+    report compose FAILED "test accuracy ${accuracy:-none} < $ACCURACY"
+  fi
+else
+  "${compose[@]}" logs --tail 30 >&2 2>&1
+  report compose FAILED "a container did not exit 0"
+fi
+
+log "kill-and-start run: ps-1 killed after the first checkpoint, then started again"
+start=$(date +%s)
+killed=""
+if up; then
+  chief=$("${compose[@]}" ps -q chief)
+  ps1=$("${compose[@]}" ps -q ps-1)
+  deadline=$(($(date +%s) + JOB_TIMEOUT))
+  while (($(date +%s) < deadline)); do
+    if docker logs "$chief" 2>&1 | grep -q "checkpoint .* complete"; then
+      docker kill "$ps1" >/dev/null && killed=yes
+      log "killed ps-1 after the chief's first checkpoint"
+      "${compose[@]}" start ps-1 >&2
+      break
+    fi
+    [ "$(docker inspect -f '{{.State.Running}}' "$chief")" = true ] || break
+    sleep 1  # polls the chief's log for its first checkpoint
+  done
+fi
+if [ -z "$killed" ]; then
+  "${compose[@]}" logs --tail 30 >&2 2>&1
+  report kill_and_start FAILED "the chief wrote no checkpoint to kill ps-1 after"
+elif wait_job; then
+  accuracy=$(summary_accuracy)
+  log "kill-and-start run: test accuracy ${accuracy:-none} in $(($(date +%s) - start)) s"
+  if ! docker logs "$ps1" 2>&1 | grep -q "restoring from checkpoint"; then
+    report kill_and_start FAILED "ps-1 did not restore from the checkpoint"
+  elif at_least "${accuracy:-0}" "$KILL_ACCURACY"; then
+    report kill_and_start PASSED
+  else
+    report kill_and_start FAILED "test accuracy ${accuracy:-none} < $KILL_ACCURACY"
+  fi
+else
+  "${compose[@]}" logs --tail 30 >&2 2>&1
+  report kill_and_start FAILED "a container did not exit 0"
+fi
+
+((failures == 0))
