@@ -142,19 +142,34 @@ up() {
 }
 at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)" 2>/dev/null; }
 
+# Waits for the run (started at $start) to end, then reports check NAME:
+# every container exited 0, CHECK (a function, if given) printed no reason
+# to fail, and the chief's test accuracy is at least BAR.
+judge() {  # NAME BAR [CHECK]
+  local name=$1 bar=$2 check=${3:-} accuracy why_not=""
+  if ! wait_job; then
+    "${compose[@]}" logs --tail 30 >&2 2>&1
+    report "$name" FAILED "a container did not exit 0"
+    return
+  fi
+  accuracy=$(summary_accuracy)
+  log "$name run: test accuracy ${accuracy:-none} in $(($(date +%s) - start)) s"
+  [ -n "$check" ] && why_not=$("$check")
+  if [ -n "$why_not" ]; then
+    report "$name" FAILED "$why_not"
+  elif at_least "${accuracy:-0}" "$bar"; then
+    report "$name" PASSED
+  else
+    report "$name" FAILED "test accuracy ${accuracy:-none} < $bar"
+  fi
+}
+
 log "compose run: 2 servers, a chief and 2 workers (deploy/docker-compose.yml)"
 start=$(date +%s)
-if up && wait_job; then
-  accuracy=$(summary_accuracy)
-  log "compose run: test accuracy ${accuracy:-none} in $(($(date +%s) - start)) s"
-  if at_least "${accuracy:-0}" "$ACCURACY"; then
-    report compose PASSED
-  else
-    report compose FAILED "test accuracy ${accuracy:-none} < $ACCURACY"
-  fi
+if up; then
+  judge compose "$ACCURACY"
 else
-  "${compose[@]}" logs --tail 30 >&2 2>&1
-  report compose FAILED "a container did not exit 0"
+  report compose FAILED "docker-compose up failed"
 fi
 
 log "kill-and-start run: ps-1 killed after the first checkpoint, then started again"
@@ -175,22 +190,15 @@ if up; then
     sleep 1  # polls the chief's log for its first checkpoint
   done
 fi
-if [ -z "$killed" ]; then
-  "${compose[@]}" logs --tail 30 >&2 2>&1
-  report kill_and_start FAILED "the chief wrote no checkpoint to kill ps-1 after"
-elif wait_job; then
-  accuracy=$(summary_accuracy)
-  log "kill-and-start run: test accuracy ${accuracy:-none} in $(($(date +%s) - start)) s"
-  if ! docker logs "$ps1" 2>&1 | grep -q "restoring from checkpoint"; then
-    report kill_and_start FAILED "ps-1 did not restore from the checkpoint"
-  elif at_least "${accuracy:-0}" "$KILL_ACCURACY"; then
-    report kill_and_start PASSED
-  else
-    report kill_and_start FAILED "test accuracy ${accuracy:-none} < $KILL_ACCURACY"
-  fi
+ps1_restored() {
+  docker logs "$ps1" 2>&1 | grep -q "restoring from checkpoint" ||
+    echo "ps-1 did not restore from the checkpoint"
+}
+if [ -n "$killed" ]; then
+  judge kill_and_start "$KILL_ACCURACY" ps1_restored
 else
   "${compose[@]}" logs --tail 30 >&2 2>&1
-  report kill_and_start FAILED "a container did not exit 0"
+  report kill_and_start FAILED "the chief wrote no checkpoint to kill ps-1 after"
 fi
 
 ((failures == 0))
