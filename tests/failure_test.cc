@@ -182,8 +182,9 @@ TEST_F(FailureTest, ADeadWorkersShareIsReDealtAtTheNextEpoch) {
   worker->Signal(SIGKILL);  // never comes back
   ASSERT_EQ(worker->Wait(absl::Seconds(30)), 128 + SIGKILL);
   EXPECT_EQ(chief->Wait(kJobTimeout), 0);
-  EXPECT_TRUE(chief->HasLine("epoch 2: worker(s) 1 gone for good; their share of the data is "
-                             "re-dealt over the 1 worker(s) left"));
+  EXPECT_TRUE(
+      chief->HasLine("epoch 2: worker(s) 1 gone for good; their share of the data is "
+                     "re-dealt over the 1 worker(s) left"));
   // Epoch 1 in halves of 468 steps, then two epochs of the whole set alone.
   EXPECT_TRUE(chief->HasLine("step 2342/2342"));
   EXPECT_EQ(ps0->Wait(absl::Seconds(30)), 0);
