@@ -9,6 +9,10 @@
 namespace fulcrum::cuda {
 namespace {
 
+#ifndef FULCRUM_CUDA_LIB_DIR  // BUILD sets it from CUDA_PATH
+#define FULCRUM_CUDA_LIB_DIR "/usr/local/cuda/lib64"
+#endif
+
 #define FULCRUM_STRINGIFY_(x) #x
 #define FULCRUM_STRINGIFY(x) FULCRUM_STRINGIFY_(x)
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 
 namespace fulcrum {
 
@@ -33,8 +34,8 @@ std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size) {
 
 Batcher::Batcher(const Dataset& data, BatcherOptions options)
     : data_(data),
-      options_(options),
-      steps_per_epoch_(data.num_examples / options.num_shards / options.batch_size) {
+      options_(std::move(options)),
+      steps_per_epoch_(data.num_examples / options_.num_shards / options_.batch_size) {
   producer_ = std::thread([this] { Produce(); });
 }
 

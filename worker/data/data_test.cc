@@ -134,7 +134,7 @@ Dataset Numbered(int64_t n) {
   return data;
 }
 
-std::vector<std::vector<float>> Epochs(const Dataset& data, BatcherOptions options) {
+std::vector<std::vector<float>> Epochs(const Dataset& data, const BatcherOptions& options) {
   Batcher batcher(data, options);
   std::vector<std::vector<float>> epochs(options.epochs);
   while (auto batch = batcher.Next()) {
