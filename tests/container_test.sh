@@ -16,8 +16,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 CHECKS=(image ldd compose kill_and_start)
-ACCURACY=${FULCRUM_CONTAINER_ACCURACY:-0.88}          # the clean run's bar
-KILL_ACCURACY=${FULCRUM_CONTAINER_KILL_ACCURACY:-0.87} # with a server killed
+# The bars sit below what single runs measure (0.883-0.889 clean, 0.880-0.885
+# with a server killed: sync steps sum gradients in arrival order, so runs
+# differ in the third decimal) and above what a worker training alone
+# while the others start gives (0.856).
+ACCURACY=${FULCRUM_CONTAINER_ACCURACY:-0.875}           # the clean run's bar
+KILL_ACCURACY=${FULCRUM_CONTAINER_KILL_ACCURACY:-0.865} # with a server killed
 JOB_TIMEOUT=${FULCRUM_CONTAINER_JOB_TIMEOUT:-1200}     # seconds per compose run
 project=fulcrumtest
 compose=(docker-compose -f deploy/docker-compose.yml -p "$project")
