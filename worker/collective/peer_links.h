@@ -1,0 +1,35 @@
+// What a collective needs of the network: ordered, buffered float messages
+// between the ranks of one group. Implementations: in-process (tests) and,
+// for the all-reduce strategies, gRPC streams between workers.
+#ifndef FULCRUM_WORKER_COLLECTIVE_PEER_LINKS_H_
+#define FULCRUM_WORKER_COLLECTIVE_PEER_LINKS_H_
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace fulcrum {
+
+class PeerLinks {
+ public:
+  virtual ~PeerLinks() = default;
+
+  // This process's rank in [0, size()), and the group's size.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Queues a copy of `data` for `peer` and returns without waiting for the
+  // peer to receive it. Messages from one rank to another arrive in the
+  // order sent. UNAVAILABLE naming the peer when the link is broken.
+  virtual absl::Status Send(int peer, absl::Span<const float> data) = 0;
+
+  // Receives the next message from `peer` into `into`, which must be its
+  // exact size (INTERNAL naming both sizes otherwise). DEADLINE_EXCEEDED
+  // naming the peer when none comes by `deadline`; UNAVAILABLE when the link
+  // is broken.
+  virtual absl::Status Recv(int peer, absl::Span<float> into, absl::Time deadline) = 0;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_COLLECTIVE_PEER_LINKS_H_

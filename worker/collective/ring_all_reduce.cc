@@ -1,0 +1,88 @@
+#include "worker/collective/ring_all_reduce.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace fulcrum {
+namespace {
+
+// Elements [begin, end) of segment `s` of `length` cut into `n`: the first
+// segments one element longer when n does not divide length.
+struct Range {
+  int64_t begin;
+  int64_t end;
+};
+Range Segment(int64_t length, int n, int s) {
+  return {length * s / n, length * (s + 1) / n};
+}
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
+                           const RingOptions& options) {
+  const int n = links.size();
+  const int rank = links.rank();
+  if (n <= 1 || buffer.empty()) return absl::OkStatus();
+  const int right = Mod(rank + 1, n);
+  const int left = Mod(rank - 1, n);
+  const int64_t length = static_cast<int64_t>(buffer.size());
+  const int64_t chunk = std::max<int64_t>(1, options.chunk_elements);
+  const absl::Time deadline = absl::Now() + options.timeout;
+  std::vector<float> incoming(static_cast<size_t>(std::min(chunk, length / n + 1)));
+
+  // Sends segment `send` to the right and receives segment `receive` from
+  // the left, chunk by chunk; `add` adds what arrives, else it replaces.
+  auto exchange = [&](int send, int receive, bool add) -> absl::Status {
+    const Range out = Segment(length, n, send);
+    const Range in = Segment(length, n, receive);
+    for (int64_t offset = 0; offset < std::max(out.end - out.begin, in.end - in.begin);
+         offset += chunk) {
+      if (out.begin + offset < out.end) {
+        const int64_t count = std::min(chunk, out.end - out.begin - offset);
+        if (absl::Status s = links.Send(right, buffer.subspan(out.begin + offset, count));
+            !s.ok()) {
+          return s;
+        }
+      }
+      if (in.begin + offset < in.end) {
+        const int64_t count = std::min(chunk, in.end - in.begin - offset);
+        float* target = buffer.data() + in.begin + offset;
+        if (!add) {
+          if (absl::Status s = links.Recv(left, absl::MakeSpan(target, count), deadline);
+              !s.ok()) {
+            return s;
+          }
+          continue;
+        }
+        const absl::Span<float> scratch = absl::MakeSpan(incoming.data(), count);
+        if (absl::Status s = links.Recv(left, scratch, deadline); !s.ok()) return s;
+        for (int64_t i = 0; i < count; ++i) target[i] += scratch[i];
+      }
+    }
+    return absl::OkStatus();
+  };
+
+  // Reduce-scatter: after step k, rank r holds the sum of k + 2 ranks in
+  // segment r - k - 1; at the end, the whole sum of segment r + 1.
+  for (int step = 0; step < n - 1; ++step) {
+    if (absl::Status s = exchange(Mod(rank - step, n), Mod(rank - step - 1, n), /*add=*/true);
+        !s.ok()) {
+      return s;
+    }
+  }
+  // All-gather: the whole sums go round.
+  for (int step = 0; step < n - 1; ++step) {
+    if (absl::Status s =
+            exchange(Mod(rank + 1 - step, n), Mod(rank - step, n), /*add=*/false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fulcrum

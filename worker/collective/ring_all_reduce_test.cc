@@ -1,0 +1,101 @@
+#include "worker/collective/ring_all_reduce.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "worker/collective/in_process_links.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs the all-reduce on `n` ranks, each on a thread with its own buffer;
+// their statuses.
+std::vector<absl::Status> RunRanks(int n, std::vector<std::vector<float>>& buffers,
+                                   const RingOptions& options) {
+  Mailbox mailbox(n);
+  std::vector<absl::Status> results(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      InProcessLinks links(&mailbox, r);
+      results[r] = RingAllReduce(links, absl::MakeSpan(buffers[r]), options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+struct Case {
+  int ranks;
+  int64_t length;
+  int64_t chunk;
+};
+
+class RingAllReduceTest : public ::testing::TestWithParam<Case> {};
+
+// Every rank ends with the reference sum, bit-identical across ranks, for
+// lengths that do not divide evenly and chunks smaller than a segment.
+TEST_P(RingAllReduceTest, EveryRankHoldsTheSum) {
+  const auto [n, length, chunk] = GetParam();
+  std::mt19937 gen(static_cast<unsigned>(int64_t{n} * 1000 + length));
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::vector<float>> buffers(n, std::vector<float>(length));
+  std::vector<double> reference(length, 0.0);
+  for (int r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < length; ++i) {
+      buffers[r][i] = value(gen);
+      reference[i] += buffers[r][i];
+    }
+  }
+  RingOptions options;
+  options.chunk_elements = chunk;
+  for (const absl::Status& s : RunRanks(n, buffers, options)) ASSERT_TRUE(s.ok()) << s;
+  for (int64_t i = 0; i < length; ++i) {
+    ASSERT_NEAR(buffers[0][i], reference[i], 1e-5) << "element " << i;
+  }
+  for (int r = 1; r < n; ++r) EXPECT_EQ(buffers[r], buffers[0]) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RanksAndSizes, RingAllReduceTest,
+    ::testing::Values(Case{1, 10, 4}, Case{2, 0, 4}, Case{2, 1, 4}, Case{2, 7, 4},
+                      Case{3, 7, 2}, Case{3, 1000, 64}, Case{4, 3, 1}, Case{4, 4099, 100},
+                      Case{5, 12345, 1000}, Case{5, 2, 8}, Case{5, 100003, 1 << 18}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return "n" + std::to_string(info.param.ranks) + "_len" +
+             std::to_string(info.param.length) + "_chunk" + std::to_string(info.param.chunk);
+    });
+
+// A rank that never takes part fails the others within the timeout, naming
+// the silent peer, instead of hanging.
+TEST(RingAllReduceFailureTest, ASilentRankFailsTheOthersNamingIt) {
+  constexpr int n = 3;
+  Mailbox mailbox(n);
+  RingOptions options;
+  options.timeout = absl::Milliseconds(200);
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {  // rank 2 never comes
+    threads.emplace_back([&, r] {
+      InProcessLinks links(&mailbox, r);
+      std::vector<float> buffer(30, 1.0f);
+      results[r] = RingAllReduce(links, absl::MakeSpan(buffer), options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // Rank 0's left neighbour is the silent rank 2; rank 1 waits on rank 0,
+  // which gives up.
+  EXPECT_EQ(results[0].code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(results[0].message(), HasSubstr("nothing from rank 2"));
+  EXPECT_EQ(results[1].code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace fulcrum
