@@ -1,4 +1,4 @@
-#include "worker/collective/ring_all_reduce.h"
+#include "worker/collective/all_reduce.h"
 
 #include <algorithm>
 #include <vector>
@@ -14,16 +14,14 @@ struct Range {
   int64_t begin;
   int64_t end;
 };
-Range Segment(int64_t length, int n, int s) {
-  return {length * s / n, length * (s + 1) / n};
-}
+Range Segment(int64_t length, int n, int s) { return {length * s / n, length * (s + 1) / n}; }
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace
 
 absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
-                           const RingOptions& options) {
+                           const AllReduceOptions& options) {
   const int n = links.size();
   const int rank = links.rank();
   if (n <= 1 || buffer.empty()) return absl::OkStatus();
@@ -52,8 +50,7 @@ absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
         const int64_t count = std::min(chunk, in.end - in.begin - offset);
         float* target = buffer.data() + in.begin + offset;
         if (!add) {
-          if (absl::Status s = links.Recv(left, absl::MakeSpan(target, count), deadline);
-              !s.ok()) {
+          if (absl::Status s = links.Recv(left, absl::MakeSpan(target, count), deadline); !s.ok()) {
             return s;
           }
           continue;
@@ -76,13 +73,52 @@ absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
   }
   // All-gather: the whole sums go round.
   for (int step = 0; step < n - 1; ++step) {
-    if (absl::Status s =
-            exchange(Mod(rank + 1 - step, n), Mod(rank - step, n), /*add=*/false);
+    if (absl::Status s = exchange(Mod(rank + 1 - step, n), Mod(rank - step, n), /*add=*/false);
         !s.ok()) {
       return s;
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status RecursiveDoublingAllReduce(PeerLinks& links, absl::Span<float> buffer,
+                                        const AllReduceOptions& options) {
+  const int n = links.size();
+  const int rank = links.rank();
+  if (n <= 1 || buffer.empty()) return absl::OkStatus();
+  const absl::Time deadline = absl::Now() + options.timeout;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  // Ranks p..n-1 are extras; extra p + i pairs with rank i.
+  std::vector<float> incoming(buffer.size());
+  auto add_from = [&](int peer) -> absl::Status {
+    if (absl::Status s = links.Recv(peer, absl::MakeSpan(incoming), deadline); !s.ok()) return s;
+    for (size_t i = 0; i < buffer.size(); ++i) buffer[i] += incoming[i];
+    return absl::OkStatus();
+  };
+  if (rank >= p) {
+    if (absl::Status s = links.Send(rank - p, buffer); !s.ok()) return s;
+    return links.Recv(rank - p, buffer, deadline);  // the whole sum
+  }
+  if (rank + p < n) {
+    if (absl::Status s = add_from(rank + p); !s.ok()) return s;
+  }
+  for (int mask = 1; mask < p; mask *= 2) {
+    const int partner = rank ^ mask;
+    if (absl::Status s = links.Send(partner, buffer); !s.ok()) return s;
+    // a + b on one side and b + a on the other: the same float.
+    if (absl::Status s = add_from(partner); !s.ok()) return s;
+  }
+  if (rank + p < n) return links.Send(rank + p, buffer);
+  return absl::OkStatus();
+}
+
+absl::Status AllReduce(PeerLinks& links, absl::Span<float> buffer,
+                       const AllReduceOptions& options) {
+  if (static_cast<int64_t>(buffer.size() * sizeof(float)) <= options.small_bytes) {
+    return RecursiveDoublingAllReduce(links, buffer, options);
+  }
+  return RingAllReduce(links, buffer, options);
 }
 
 }  // namespace fulcrum

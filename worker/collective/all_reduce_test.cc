@@ -1,0 +1,122 @@
+#include "worker/collective/all_reduce.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "worker/collective/in_process_links.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+using Algorithm = absl::Status (*)(PeerLinks&, absl::Span<float>, const AllReduceOptions&);
+
+// Runs `algorithm` on `n` ranks, each on a thread with its own buffer;
+// their statuses.
+std::vector<absl::Status> RunRanks(Algorithm algorithm, int n,
+                                   std::vector<std::vector<float>>& buffers,
+                                   const AllReduceOptions& options) {
+  Mailbox mailbox(n);
+  std::vector<absl::Status> results(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      InProcessLinks links(&mailbox, r);
+      results[r] = algorithm(links, absl::MakeSpan(buffers[r]), options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+struct Case {
+  const char* algorithm;
+  int ranks;
+  int64_t length;
+  int64_t chunk;
+};
+
+Algorithm Find(const std::string& name) {
+  if (name == "ring") return &RingAllReduce;
+  if (name == "doubling") return &RecursiveDoublingAllReduce;
+  return &AllReduce;
+}
+
+class AllReduceTest : public ::testing::TestWithParam<Case> {};
+
+// Every rank ends with the reference sum, bit-identical across ranks, for
+// rank counts that are not powers of two, lengths that do not divide evenly
+// and chunks smaller than a segment.
+TEST_P(AllReduceTest, EveryRankHoldsTheSum) {
+  const auto [algorithm, n, length, chunk] = GetParam();
+  std::mt19937 gen(static_cast<unsigned>(int64_t{n} * 1000 + length));
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::vector<float>> buffers(n, std::vector<float>(length));
+  std::vector<double> reference(length, 0.0);
+  for (int r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < length; ++i) {
+      buffers[r][i] = value(gen);
+      reference[i] += buffers[r][i];
+    }
+  }
+  AllReduceOptions options;
+  options.chunk_elements = chunk;
+  options.small_bytes = 4096;  // AllReduce: doubling up to 1024 floats, the ring above
+  for (const absl::Status& s : RunRanks(Find(algorithm), n, buffers, options)) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  for (int64_t i = 0; i < length; ++i) {
+    ASSERT_NEAR(buffers[0][i], reference[i], 1e-5) << "element " << i;
+  }
+  for (int r = 1; r < n; ++r) EXPECT_EQ(buffers[r], buffers[0]) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RanksAndSizes, AllReduceTest,
+    ::testing::Values(
+        Case{"ring", 1, 10, 4}, Case{"ring", 2, 0, 4}, Case{"ring", 2, 1, 4}, Case{"ring", 2, 7, 4},
+        Case{"ring", 3, 7, 2}, Case{"ring", 3, 1000, 64}, Case{"ring", 4, 3, 1},
+        Case{"ring", 4, 4099, 100}, Case{"ring", 5, 12345, 1000}, Case{"ring", 5, 2, 8},
+        Case{"ring", 5, 100003, 1 << 18}, Case{"doubling", 1, 5, 0}, Case{"doubling", 2, 1, 0},
+        Case{"doubling", 3, 1000, 0}, Case{"doubling", 4, 17, 0}, Case{"doubling", 5, 1024, 0},
+        Case{"doubling", 7, 333, 0}, Case{"auto", 5, 1000, 64}, Case{"auto", 5, 5000, 64}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return std::string(info.param.algorithm) + "_n" + std::to_string(info.param.ranks) + "_len" +
+             std::to_string(info.param.length) + "_chunk" + std::to_string(info.param.chunk);
+    });
+
+// A rank that never takes part fails the others within the timeout, naming
+// the silent peer, instead of hanging.
+TEST(AllReduceFailureTest, ASilentRankFailsTheOthersNamingIt) {
+  for (const char* algorithm : {"ring", "doubling"}) {
+    constexpr int n = 3;
+    Mailbox mailbox(n);
+    AllReduceOptions options;
+    options.timeout = absl::Milliseconds(200);
+    std::vector<absl::Status> results(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {  // rank 2 never comes
+      threads.emplace_back([&, r] {
+        InProcessLinks links(&mailbox, r);
+        std::vector<float> buffer(30, 1.0f);
+        results[r] = Find(algorithm)(links, absl::MakeSpan(buffer), options);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    // Rank 0 waits on the silent rank 2 (its ring neighbour, its doubling
+    // partner); rank 1 waits on rank 0, which gives up.
+    EXPECT_EQ(results[0].code(), absl::StatusCode::kDeadlineExceeded) << algorithm;
+    EXPECT_THAT(results[0].message(), HasSubstr("nothing from rank 2")) << algorithm;
+    EXPECT_EQ(results[1].code(), absl::StatusCode::kDeadlineExceeded) << algorithm;
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum
