@@ -3,31 +3,12 @@
 #ifndef FULCRUM_WORKER_COLLECTIVE_IN_PROCESS_LINKS_H_
 #define FULCRUM_WORKER_COLLECTIVE_IN_PROCESS_LINKS_H_
 
-#include <deque>
-#include <map>
-#include <utility>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "worker/collective/mailbox.h"
 #include "worker/collective/peer_links.h"
 
 namespace fulcrum {
-
-class Mailbox {
- public:
-  explicit Mailbox(int size) : size_(size) {}
-  int size() const { return size_; }
-
-  void Put(int from, int to, std::vector<float> message) ABSL_LOCKS_EXCLUDED(mu_);
-  // The next message from `from` to `to`, or nothing at `deadline`.
-  bool Take(int from, int to, absl::Time deadline, std::vector<float>* message)
-      ABSL_LOCKS_EXCLUDED(mu_);
-
- private:
-  const int size_;
-  absl::Mutex mu_;
-  std::map<std::pair<int, int>, std::deque<std::vector<float>>> queues_ ABSL_GUARDED_BY(mu_);
-};
 
 class InProcessLinks final : public PeerLinks {
  public:
@@ -35,8 +16,13 @@ class InProcessLinks final : public PeerLinks {
 
   int rank() const override { return rank_; }
   int size() const override { return mailbox_->size(); }
-  absl::Status Send(int peer, absl::Span<const float> data) override;
-  absl::Status Recv(int peer, absl::Span<float> into, absl::Time deadline) override;
+  absl::Status Send(int peer, absl::Span<const float> data) override {
+    mailbox_->Put(rank_, peer, std::vector<float>(data.begin(), data.end()));
+    return absl::OkStatus();
+  }
+  absl::Status Recv(int peer, absl::Span<float> into, absl::Time deadline) override {
+    return mailbox_->Take(peer, rank_, into, deadline);
+  }
 
  private:
   Mailbox* const mailbox_;

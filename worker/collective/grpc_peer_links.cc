@@ -1,0 +1,213 @@
+#include "worker/collective/grpc_peer_links.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/collective.grpc.pb.h"
+#include "worker/collective/mailbox.h"
+
+namespace fulcrum {
+namespace {
+
+// Incoming streams: each message goes to the mailbox; a stream that ends
+// without the sender closing it breaks that sender's link.
+class Service final : public Collective::Service {
+ public:
+  Service(Mailbox* inbox, int rank) : inbox_(inbox), rank_(rank) {}
+
+  grpc::Status Stream(grpc::ServerContext* context, grpc::ServerReader<CollectiveChunk>* reader,
+                      CollectiveAck*) override {
+    CollectiveChunk chunk;
+    int from = -1;
+    while (reader->Read(&chunk)) {
+      from = chunk.from_rank();
+      if (from < 0 || from >= inbox_->size() || chunk.data().size() % sizeof(float) != 0) {
+        return {grpc::StatusCode::INVALID_ARGUMENT,
+                absl::StrCat("a chunk from rank ", from, " of ", chunk.data().size(),
+                             " bytes: not a rank of ", inbox_->size(), " or not floats")};
+      }
+      std::vector<float> message(chunk.data().size() / sizeof(float));
+      std::memcpy(message.data(), chunk.data().data(), chunk.data().size());
+      inbox_->Put(from, rank_, std::move(message));
+    }
+    if (from >= 0 && context->IsCancelled()) {
+      inbox_->Break(from, rank_,
+                    absl::UnavailableError(
+                        absl::StrCat("rank ", rank_, ": the stream from rank ", from, " broke")));
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  Mailbox* const inbox_;
+  const int rank_;
+};
+
+// The stream to one peer, written in order by its own thread.
+class Outgoing {
+ public:
+  Outgoing(int rank, int peer, std::string address) : rank_(rank), peer_(peer) {
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(-1);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    stub_ = Collective::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    address_ = std::move(address);
+    writer_thread_ = std::thread([this] { WriteLoop(); });
+  }
+
+  // Writes what was queued (for up to a second: a peer that never came
+  // is not waited for), then closes the stream.
+  ~Outgoing() {
+    {
+      absl::MutexLock lock(&mu_);
+      closing_ = true;
+      auto flushed = [this]()
+                         ABSL_SHARED_LOCKS_REQUIRED(mu_) { return queue_.empty() && !writing_; };
+      mu_.AwaitWithTimeout(absl::Condition(&flushed), absl::Seconds(1));
+    }
+    context_.TryCancel();
+    writer_thread_.join();
+  }
+
+  absl::Status Send(absl::Span<const float> data) {
+    CollectiveChunk chunk;
+    chunk.set_from_rank(rank_);
+    chunk.set_data(data.data(), data.size() * sizeof(float));
+    absl::MutexLock lock(&mu_);
+    if (!broken_.ok()) return broken_;
+    queue_.push_back(std::move(chunk));
+    return absl::OkStatus();
+  }
+
+ private:
+  void WriteLoop() {
+    context_.set_wait_for_ready(true);  // a peer that is not listening yet is waited for
+    CollectiveAck ack;
+    std::unique_ptr<grpc::ClientWriter<CollectiveChunk>> writer;
+    for (;;) {
+      CollectiveChunk chunk;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]()
+                         ABSL_SHARED_LOCKS_REQUIRED(mu_) { return closing_ || !queue_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) break;  // closing, everything written
+        chunk = std::move(queue_.front());
+        queue_.pop_front();
+        writing_ = true;
+      }
+      if (writer == nullptr) writer = stub_->Stream(&context_, &ack);
+      const bool written = writer->Write(chunk);
+      {
+        absl::MutexLock lock(&mu_);
+        writing_ = false;
+      }
+      if (!written) {
+        const grpc::Status status = writer->Finish();
+        absl::MutexLock lock(&mu_);
+        broken_ =
+            absl::UnavailableError(absl::StrCat("rank ", rank_, ": the link to rank ", peer_, " (",
+                                                address_, ") broke: ", status.error_message()));
+        queue_.clear();
+        return;
+      }
+    }
+    if (writer != nullptr) {
+      writer->WritesDone();
+      writer->Finish();
+    }
+  }
+
+  const int rank_;
+  const int peer_;
+  std::string address_;
+  std::unique_ptr<Collective::Stub> stub_;
+  grpc::ClientContext context_;  // of the stream
+  absl::Mutex mu_;
+  std::deque<CollectiveChunk> queue_ ABSL_GUARDED_BY(mu_);
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a chunk is off the queue, not yet written
+  std::thread writer_thread_;
+};
+
+}  // namespace
+
+class GrpcPeerLinks::Impl {
+ public:
+  Impl(int rank, int size) : rank(rank), size(size), inbox(size), service(&inbox, rank) {}
+
+  const int rank;
+  const int size;
+  Mailbox inbox;
+  Service service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  std::vector<std::unique_ptr<Outgoing>> outgoing;  // by rank; none for this one
+};
+
+absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> GrpcPeerLinks::Start(
+    int rank, int size, const std::string& listen_address) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not one of a group of ", size));
+  }
+  auto impl = std::make_unique<Impl>(rank, size);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.RegisterService(&impl->service);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 200);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(absl::StrCat("collective: cannot listen on ", listen_address));
+  }
+  return std::unique_ptr<GrpcPeerLinks>(new GrpcPeerLinks(std::move(impl)));
+}
+
+GrpcPeerLinks::GrpcPeerLinks(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+GrpcPeerLinks::~GrpcPeerLinks() {
+  impl_->outgoing.clear();  // what was sent is written first
+  impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+int GrpcPeerLinks::port() const { return impl_->port; }
+int GrpcPeerLinks::rank() const { return impl_->rank; }
+int GrpcPeerLinks::size() const { return impl_->size; }
+
+void GrpcPeerLinks::Connect(const std::vector<std::string>& addresses) {
+  impl_->outgoing.resize(impl_->size);
+  for (int peer = 0; peer < impl_->size && peer < static_cast<int>(addresses.size()); ++peer) {
+    if (peer != impl_->rank) {
+      impl_->outgoing[peer] = std::make_unique<Outgoing>(impl_->rank, peer, addresses[peer]);
+    }
+  }
+}
+
+absl::Status GrpcPeerLinks::Send(int peer, absl::Span<const float> data) {
+  if (peer < 0 || peer >= static_cast<int>(impl_->outgoing.size()) ||
+      impl_->outgoing[peer] == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", impl_->rank, ": no link to rank ", peer, " (Connect first)"));
+  }
+  return impl_->outgoing[peer]->Send(data);
+}
+
+absl::Status GrpcPeerLinks::Recv(int peer, absl::Span<float> into, absl::Time deadline) {
+  return impl_->inbox.Take(peer, impl_->rank, into, deadline);
+}
+
+}  // namespace fulcrum

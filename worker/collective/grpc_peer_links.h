@@ -1,0 +1,49 @@
+// PeerLinks over gRPC, for the all-reduce strategies: each rank serves
+// Collective (proto/collective.proto) on its own port and keeps one stream
+// open to each peer it sends to, written by a thread of its own so that Send
+// never waits for the peer. What arrives goes to a Mailbox that Recv takes
+// from. A stream that breaks (the peer died or was cut off: keepalive pings
+// notice within seconds) makes Send to that peer and Recv from it fail
+// UNAVAILABLE, naming it.
+#ifndef FULCRUM_WORKER_COLLECTIVE_GRPC_PEER_LINKS_H_
+#define FULCRUM_WORKER_COLLECTIVE_GRPC_PEER_LINKS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/collective/peer_links.h"
+
+namespace fulcrum {
+
+class GrpcPeerLinks final : public PeerLinks {
+ public:
+  // Starts serving rank `rank` of `size` on `listen_address` ("host:0" picks
+  // a port: see port()). UNAVAILABLE when it cannot listen.
+  static absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> Start(int rank, int size,
+                                                              const std::string& listen_address);
+  ~GrpcPeerLinks() override;
+
+  int port() const;
+
+  // The peers' addresses by rank (this rank's entry is not used); call once,
+  // before the first Send. Streams open on first use and wait for a peer
+  // that is not listening yet.
+  void Connect(const std::vector<std::string>& addresses);
+
+  int rank() const override;
+  int size() const override;
+  absl::Status Send(int peer, absl::Span<const float> data) override;
+  absl::Status Recv(int peer, absl::Span<float> into, absl::Time deadline) override;
+
+  class Impl;
+
+ private:
+  explicit GrpcPeerLinks(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_COLLECTIVE_GRPC_PEER_LINKS_H_
