@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "common/checkpoint.h"
 #include "common/checkpoint_file.h"
-#include "ps_server/optimizer.h"
+#include "common/optimizer/optimizer.h"
 
 namespace fulcrum {
 

@@ -13,10 +13,10 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/checkpoint_file.h"
+#include "common/optimizer/optimizer.h"
 #include "common/tensor.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/ps_service.pb.h"
-#include "ps_server/optimizer.h"
 #include "ps_server/restored_variables.h"
 
 namespace fulcrum {

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/memory_size.h"
+#include "common/optimizer/optimizer.h"
 #include "common/slices.h"
 #include "common/tensor.h"
-#include "ps_server/optimizer.h"
 
 namespace fulcrum {
 namespace {

@@ -1,4 +1,4 @@
-#include "ps_server/optimizer.h"
+#include "common/optimizer/optimizer.h"
 
 #include <gtest/gtest.h>
 

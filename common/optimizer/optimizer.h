@@ -1,9 +1,10 @@
-// Server-side optimizers: the update rule and the slots kept beside a shard.
+// The optimizers: the update rule and the slots kept beside a variable's
+// values (a parameter server's shard, or an all-reduce worker's replica).
 // Elementwise, so a shard is updated independently of the others, and a
 // large one in parallel parts on several cores.
 // Thread-compatible: callers hold the shard's lock.
-#ifndef FULCRUM_PS_SERVER_OPTIMIZER_H_
-#define FULCRUM_PS_SERVER_OPTIMIZER_H_
+#ifndef FULCRUM_COMMON_OPTIMIZER_OPTIMIZER_H_
+#define FULCRUM_COMMON_OPTIMIZER_OPTIMIZER_H_
 
 #include <cstdint>
 #include <vector>
@@ -40,4 +41,4 @@ void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, G
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_PS_SERVER_OPTIMIZER_H_
+#endif  // FULCRUM_COMMON_OPTIMIZER_OPTIMIZER_H_
