@@ -7,7 +7,10 @@
 #   3-4. async scaling and sync step time with simulated compute
 #        (bench:scaling_bench);
 #   5.   end to end against TensorFlow's ParameterServerStrategy and against
-#        one worker alone (bench/e2e_bench.sh).
+#        one worker alone (bench/e2e_bench.sh);
+#   6.   all-reduce among 2-4 ranks on loopback (bench:allreduce_bench),
+#        against iperf3 with 4 parallel streams (per stream: what each of 4
+#        ranks sharing this machine can carry).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +18,7 @@ quick=""
 [ "${1:-}" = "--quick" ] && quick="--quick"
 
 command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; }
-bazel build -c opt //bench:dataplane_bench //bench:scaling_bench
+bazel build -c opt //bench:dataplane_bench //bench:scaling_bench //bench:allreduce_bench
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 
 work=$(mktemp -d)
@@ -48,3 +51,14 @@ best=$(sed -n 's/^dense_64MiB_pushpull_\(1ps\|1ps_4ch\|4ps\)_MBps=//p' <<< "$out
 python3 -c "print('dense_64MiB_pushpull_vs_tcp=%.2f' % ($best / $tcp_mbs))"
 "$bin/bench/scaling_bench" $quick 2>/dev/null
 bench/e2e_bench.sh $quick
+
+timeout 60 iperf3 -c 127.0.0.1 -p "$port" -t 3 -P 4 -J > "$work/iperf4.json" ||
+  { echo "iperf3 -P 4 failed" >&2; exit 1; }
+per_rank=$(python3 -c 'import json, sys
+print("%.1f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e6 / 4))' \
+  "$work/iperf4.json")
+echo "tcp_loopback_4streams_per_stream_MBps=$per_rank"
+out=$("$bin/bench/allreduce_bench" $quick 2>/dev/null)
+echo "$out"
+busbw=$(sed -n 's/^allreduce_64MiB_n4_busbw_MBps=//p' <<< "$out")
+python3 -c "print('allreduce_64MiB_n4_busbw_vs_tcp=%.2f' % ($busbw / $per_rank))"
