@@ -18,6 +18,19 @@ Range Segment(int64_t length, int n, int s) { return {length * s / n, length * (
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
+// The next message from `peer`, which must hold `count` floats (INTERNAL
+// naming both counts otherwise).
+absl::StatusOr<std::vector<float>> RecvExactly(PeerLinks& links, int peer, size_t count,
+                                               absl::Time deadline) {
+  auto message = links.Recv(peer, deadline);
+  if (message.ok() && message->size() != count) {
+    return absl::InternalError(absl::StrCat("rank ", links.rank(), ": rank ", peer, " sent ",
+                                            message->size(), " floats where ", count,
+                                            " were expected"));
+  }
+  return message;
+}
+
 }  // namespace
 
 absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
@@ -30,7 +43,6 @@ absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
   const int64_t length = static_cast<int64_t>(buffer.size());
   const int64_t chunk = std::max<int64_t>(1, options.chunk_elements);
   const absl::Time deadline = absl::Now() + options.timeout;
-  std::vector<float> incoming(static_cast<size_t>(std::min(chunk, length / n + 1)));
 
   // Sends segment `send` to the right and receives segment `receive` from
   // the left, chunk by chunk; `add` adds what arrives, else it replaces.
@@ -48,16 +60,15 @@ absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
       }
       if (in.begin + offset < in.end) {
         const int64_t count = std::min(chunk, in.end - in.begin - offset);
+        auto message = RecvExactly(links, left, count, deadline);
+        if (!message.ok()) return message.status();
         float* target = buffer.data() + in.begin + offset;
-        if (!add) {
-          if (absl::Status s = links.Recv(left, absl::MakeSpan(target, count), deadline); !s.ok()) {
-            return s;
-          }
-          continue;
+        const float* incoming = message->data();
+        if (add) {
+          for (int64_t i = 0; i < count; ++i) target[i] += incoming[i];
+        } else {
+          std::copy(incoming, incoming + count, target);
         }
-        const absl::Span<float> scratch = absl::MakeSpan(incoming.data(), count);
-        if (absl::Status s = links.Recv(left, scratch, deadline); !s.ok()) return s;
-        for (int64_t i = 0; i < count; ++i) target[i] += scratch[i];
       }
     }
     return absl::OkStatus();
@@ -90,15 +101,18 @@ absl::Status RecursiveDoublingAllReduce(PeerLinks& links, absl::Span<float> buff
   int p = 1;
   while (p * 2 <= n) p *= 2;
   // Ranks p..n-1 are extras; extra p + i pairs with rank i.
-  std::vector<float> incoming(buffer.size());
   auto add_from = [&](int peer) -> absl::Status {
-    if (absl::Status s = links.Recv(peer, absl::MakeSpan(incoming), deadline); !s.ok()) return s;
-    for (size_t i = 0; i < buffer.size(); ++i) buffer[i] += incoming[i];
+    auto message = RecvExactly(links, peer, buffer.size(), deadline);
+    if (!message.ok()) return message.status();
+    for (size_t i = 0; i < buffer.size(); ++i) buffer[i] += (*message)[i];
     return absl::OkStatus();
   };
   if (rank >= p) {
     if (absl::Status s = links.Send(rank - p, buffer); !s.ok()) return s;
-    return links.Recv(rank - p, buffer, deadline);  // the whole sum
+    auto sum = RecvExactly(links, rank - p, buffer.size(), deadline);  // the whole sum
+    if (!sum.ok()) return sum.status();
+    std::copy(sum->begin(), sum->end(), buffer.begin());
+    return absl::OkStatus();
   }
   if (rank + p < n) {
     if (absl::Status s = add_from(rank + p); !s.ok()) return s;

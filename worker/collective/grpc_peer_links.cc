@@ -206,8 +206,8 @@ absl::Status GrpcPeerLinks::Send(int peer, absl::Span<const float> data) {
   return impl_->outgoing[peer]->Send(data);
 }
 
-absl::Status GrpcPeerLinks::Recv(int peer, absl::Span<float> into, absl::Time deadline) {
-  return impl_->inbox.Take(peer, impl_->rank, into, deadline);
+absl::StatusOr<std::vector<float>> GrpcPeerLinks::Recv(int peer, absl::Time deadline) {
+  return impl_->inbox.Take(peer, impl_->rank, deadline);
 }
 
 }  // namespace fulcrum

@@ -35,7 +35,7 @@ class GrpcPeerLinks final : public PeerLinks {
   int rank() const override;
   int size() const override;
   absl::Status Send(int peer, absl::Span<const float> data) override;
-  absl::Status Recv(int peer, absl::Span<float> into, absl::Time deadline) override;
+  absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) override;
 
   class Impl;
 

@@ -20,8 +20,8 @@ class InProcessLinks final : public PeerLinks {
     mailbox_->Put(rank_, peer, std::vector<float>(data.begin(), data.end()));
     return absl::OkStatus();
   }
-  absl::Status Recv(int peer, absl::Span<float> into, absl::Time deadline) override {
-    return mailbox_->Take(peer, rank_, into, deadline);
+  absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) override {
+    return mailbox_->Take(peer, rank_, deadline);
   }
 
  private:

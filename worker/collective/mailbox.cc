@@ -1,7 +1,5 @@
 #include "worker/collective/mailbox.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 
 namespace fulcrum {
@@ -17,7 +15,7 @@ void Mailbox::Break(int from, int to, absl::Status why) {
   if (queue.broken.ok()) queue.broken = std::move(why);
 }
 
-absl::Status Mailbox::Take(int from, int to, absl::Span<float> into, absl::Time deadline) {
+absl::StatusOr<std::vector<float>> Mailbox::Take(int from, int to, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   Queue& queue = queues_[{from, to}];
   auto ready = [&queue]() { return !queue.messages.empty() || !queue.broken.ok(); };
@@ -27,14 +25,9 @@ absl::Status Mailbox::Take(int from, int to, absl::Span<float> into, absl::Time 
     return absl::DeadlineExceededError(
         absl::StrCat("rank ", to, ": nothing from rank ", from, " by the deadline"));
   }
-  const std::vector<float> message = std::move(queue.messages.front());
+  std::vector<float> message = std::move(queue.messages.front());
   queue.messages.pop_front();
-  if (message.size() != into.size()) {
-    return absl::InternalError(absl::StrCat("rank ", to, ": rank ", from, " sent ", message.size(),
-                                            " floats where ", into.size(), " were expected"));
-  }
-  std::copy(message.begin(), message.end(), into.begin());
-  return absl::OkStatus();
+  return message;
 }
 
 }  // namespace fulcrum

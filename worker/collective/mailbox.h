@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 
 namespace fulcrum {
 
@@ -27,10 +27,9 @@ class Mailbox {
   // answers `why`.
   void Break(int from, int to, absl::Status why) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Moves the next message from `from` to `to` into `into`, which must be
-  // its size (INTERNAL naming both sizes otherwise). DEADLINE_EXCEEDED naming
-  // `from` when none comes by `deadline`; Break's status once broken.
-  absl::Status Take(int from, int to, absl::Span<float> into, absl::Time deadline)
+  // The next message from `from` to `to`. DEADLINE_EXCEEDED naming `from`
+  // when none comes by `deadline`; Break's status once broken.
+  absl::StatusOr<std::vector<float>> Take(int from, int to, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -4,7 +4,10 @@
 #ifndef FULCRUM_WORKER_COLLECTIVE_PEER_LINKS_H_
 #define FULCRUM_WORKER_COLLECTIVE_PEER_LINKS_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
@@ -23,11 +26,9 @@ class PeerLinks {
   // order sent. UNAVAILABLE naming the peer when the link is broken.
   virtual absl::Status Send(int peer, absl::Span<const float> data) = 0;
 
-  // Receives the next message from `peer` into `into`, which must be its
-  // exact size (INTERNAL naming both sizes otherwise). DEADLINE_EXCEEDED
-  // naming the peer when none comes by `deadline`; UNAVAILABLE when the link
-  // is broken.
-  virtual absl::Status Recv(int peer, absl::Span<float> into, absl::Time deadline) = 0;
+  // The next message from `peer`, as sent. DEADLINE_EXCEEDED naming the
+  // peer when none comes by `deadline`; UNAVAILABLE when the link is broken.
+  virtual absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) = 0;
 };
 
 }  // namespace fulcrum
