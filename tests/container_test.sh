@@ -4,7 +4,9 @@
 # libraries and that it runs as non-root, brings up deploy/docker-compose.yml
 # and checks that every container exits 0 and the chief's test accuracy; then
 # runs the cluster again, kills a parameter server mid-training, starts it
-# again, and checks that the job completes.
+# again, and checks that the job completes. Last, it makes the GPU bundle
+# (scripts/gpu_bundle.sh) and runs its CPU part in a bare debian:12
+# container as a non-root user: the bundle needs nothing the image has not.
 #
 #   tests/container_test.sh        # as root, from anywhere; scripts/test.sh runs it
 #
@@ -15,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-CHECKS=(image ldd compose kill_and_start)
+CHECKS=(image ldd compose kill_and_start gpu_bundle_cpu)
 # The bars sit below what single runs measure (0.882-0.889 clean, 0.879-0.885
 # with a server killed: sync steps sum gradients in arrival order, so runs
 # differ in the third decimal) and above what a worker training alone
@@ -203,6 +205,25 @@ if [ -n "$killed" ]; then
 else
   "${compose[@]}" logs --tail 30 >&2 2>&1
   report kill_and_start FAILED "the chief wrote no checkpoint to kill ps-1 after"
+fi
+
+# The GPU bundle's CPU run, in the bare base image.
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  report gpu_bundle_cpu SKIPPED "no CUDA toolkit here to build the bundle with"
+else
+  bundle=$(mktemp -d /var/tmp/fulcrum-bundle.XXXXXX)
+  if ! scripts/gpu_bundle.sh "$bundle/gpu-bundle" >"$bundle/make.log" 2>&1; then
+    tail -20 "$bundle/make.log" >&2
+    report gpu_bundle_cpu FAILED "scripts/gpu_bundle.sh failed"
+  elif out=$(docker run --rm --network none --user 10001 -v "$bundle/gpu-bundle:/bundle:ro" \
+               -e OUT=/tmp/out debian:12 /bundle/run.sh --cpu-only 2>&1); then
+    log "$(grep 'run.sh: cpu_2_workers' <<< "$out")"
+    report gpu_bundle_cpu PASSED
+  else
+    tail -20 <<< "$out" >&2
+    report gpu_bundle_cpu FAILED "run.sh --cpu-only failed in a bare debian:12"
+  fi
+  rm -rf "$bundle"
 fi
 
 ((failures == 0))
