@@ -40,6 +40,9 @@ skip_rest() {
   for name in "${CHECKS[@]}"; do [ -n "${result[$name]:-}" ] || report "$name" SKIPPED "$1"; done
 }
 log() { echo "container_test: $*" >&2; }
+# Whether container $1's log has a line matching $2. (Not `docker logs |
+# grep -q`: grep's early exit breaks the pipe, and pipefail then says no.)
+logged() { grep -c -- "$2" <(docker logs "$1" 2>&1) >/dev/null; }
 
 started_engine=""
 cleanup() {
@@ -186,7 +189,7 @@ if up; then
   ps1=$("${compose[@]}" ps -q ps-1)
   deadline=$(($(date +%s) + JOB_TIMEOUT))
   while (($(date +%s) < deadline)); do
-    if docker logs "$chief" 2>&1 | grep -q "checkpoint .* complete"; then
+    if logged "$chief" "checkpoint .* complete"; then
       docker kill "$ps1" >/dev/null && killed=yes
       log "killed ps-1 after the chief's first checkpoint"
       "${compose[@]}" start ps-1 >&2
@@ -197,7 +200,7 @@ if up; then
   done
 fi
 ps1_restored() {
-  docker logs "$ps1" 2>&1 | grep -q "restoring from checkpoint" ||
+  logged "$ps1" "restoring from checkpoint" ||
     echo "ps-1 did not restore from the checkpoint"
 }
 if [ -n "$killed" ]; then
