@@ -72,10 +72,10 @@ LeaseChanges WorkerTable::ExpireLeases() {
     }
   }
   if (!startup_over_ && now >= startup_deadline_) {
-    startup_over_ = true;
     for (int i = 0; i < num_workers_; ++i) {
-      if (!workers_[i].seen && !workers_[i].finished) changes.never_seen.push_back(i);
+      if (AwaitedLocked(workers_[i])) changes.never_seen.push_back(i);
     }
+    startup_over_ = true;
   }
   return changes;
 }
@@ -83,9 +83,8 @@ LeaseChanges WorkerTable::ExpireLeases() {
 std::vector<int> WorkerTable::Awaited() const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<int> awaited;
-  if (startup_over_) return awaited;
   for (int i = 0; i < num_workers_; ++i) {
-    if (!workers_[i].seen && !workers_[i].finished) awaited.push_back(i);
+    if (AwaitedLocked(workers_[i])) awaited.push_back(i);
   }
   return awaited;
 }
@@ -115,7 +114,7 @@ std::vector<WorkerInfo> WorkerTable::Describe() const {
     info.set_live(w.live);
     info.set_seen(w.seen);
     info.set_finished(w.finished);
-    info.set_awaited(!w.seen && !w.finished && !startup_over_);
+    info.set_awaited(AwaitedLocked(w));
     info.set_lease_remaining_ms(
         std::max<int64_t>(0, absl::ToInt64Milliseconds(w.lease_expiry - now)));
     out.push_back(info);

@@ -31,9 +31,8 @@ struct LeaseChanges {
 class WorkerTable {
  public:
   // Workers not seen yet are awaited until `startup_timeout` from now (0:
-  // not at all); a
-  // seen one holds a lease of `lease_timeout` from its last call. `now` is
-  // the clock (absl::Now in production).
+  // not at all); a seen one holds a lease of `lease_timeout` from its last
+  // call. `now` is the clock (absl::Now in production).
   WorkerTable(int num_workers, absl::Duration lease_timeout, absl::Duration startup_timeout,
               std::function<absl::Time()> now = absl::Now);
 
@@ -81,8 +80,12 @@ class WorkerTable {
     bool seen = false;
     bool finished = false;
   };
+  // Not seen yet, and the start-up deadline has not passed.
+  bool AwaitedLocked(const Worker& w) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !w.seen && !w.finished && !startup_over_;
+  }
   bool ActiveLocked(const Worker& w) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return !w.finished && (w.seen ? w.live : !startup_over_);
+    return (w.live && !w.finished) || AwaitedLocked(w);
   }
 
   const int num_workers_;
