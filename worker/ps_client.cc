@@ -536,28 +536,19 @@ void PsClientImpl::ForgetVersions(const std::vector<bool>& recovered) {
   }
 }
 
-absl::Status PsClientImpl::Heartbeat() { return SendHeartbeat(false); }
+absl::Status PsClientImpl::Heartbeat() { return SendHeartbeat(false).status(); }
 
-absl::Status PsClientImpl::Finish() { return SendHeartbeat(true); }
+absl::Status PsClientImpl::Finish() { return SendHeartbeat(true).status(); }
 
 absl::Status PsClientImpl::AwaitJobStart(const std::atomic<bool>* stop) {
   if (options_.worker_id < 0 || !policy_->AwaitsEveryWorker()) return absl::OkStatus();
-  HeartbeatRequest request;
-  request.set_worker_id(options_.worker_id);
-  std::vector<HeartbeatResponse> answers(servers_.size());
   absl::Time next_log = absl::Now() + absl::Seconds(2);
   while (stop == nullptr || !stop->load()) {
-    absl::Status s = ForEachServer(std::vector<bool>(servers_.size(), true), "start",
-                                   [&](int ps, absl::Time deadline) {
-                                     auto answer = servers_[ps]->Heartbeat(request, deadline);
-                                     if (!answer.ok()) return answer.status();
-                                     answers[ps] = *std::move(answer);
-                                     return absl::OkStatus();
-                                   });
-    if (!s.ok()) return s;
+    auto answers = SendHeartbeat(false);
+    if (!answers.ok()) return answers.status();
     std::set<int> awaited;
     int64_t remaining_ms = 0;
-    for (const HeartbeatResponse& answer : answers) {
+    for (const HeartbeatResponse& answer : *answers) {
       awaited.insert(answer.awaited_workers().begin(), answer.awaited_workers().end());
       remaining_ms = std::max(remaining_ms, answer.startup_remaining_ms());
     }
@@ -575,17 +566,23 @@ absl::Status PsClientImpl::AwaitJobStart(const std::atomic<bool>* stop) {
   return absl::OkStatus();
 }
 
-absl::Status PsClientImpl::SendHeartbeat(bool finished) {
+absl::StatusOr<std::vector<HeartbeatResponse>> PsClientImpl::SendHeartbeat(bool finished) {
   if (options_.worker_id < 0) {
     return absl::FailedPreconditionError("this client reads only (worker_id -1): it has no lease");
   }
   HeartbeatRequest request;
   request.set_worker_id(options_.worker_id);
   request.set_finished(finished);
-  return ForEachServer(std::vector<bool>(servers_.size(), true), "heartbeat",
-                       [&](int ps, absl::Time deadline) {
-                         return servers_[ps]->Heartbeat(request, deadline).status();
-                       });
+  std::vector<HeartbeatResponse> answers(servers_.size());
+  absl::Status status = ForEachServer(std::vector<bool>(servers_.size(), true), "heartbeat",
+                                      [&](int ps, absl::Time deadline) {
+                                        auto answer = servers_[ps]->Heartbeat(request, deadline);
+                                        if (!answer.ok()) return answer.status();
+                                        answers[ps] = *std::move(answer);
+                                        return absl::OkStatus();
+                                      });
+  if (!status.ok()) return status;
+  return answers;
 }
 
 void PsClientImpl::StartHeartbeats(absl::Duration interval) {

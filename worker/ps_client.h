@@ -91,7 +91,8 @@ class PsClientImpl final : public PsClient {
   PushStats Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
                       PushStats stats) const;
 
-  absl::Status SendHeartbeat(bool finished);
+  // Renews the lease (and says `finished`) on every server; their answers.
+  absl::StatusOr<std::vector<HeartbeatResponse>> SendHeartbeat(bool finished);
   // Creates this client's variables on server `ps` again after it lost them.
   absl::Status Recover(int ps, absl::Time deadline);
   // Recover(ps), then `pull` from it afresh, its values placed by `placer`.
