@@ -290,7 +290,8 @@ int Run(const std::vector<std::string>& worker_args) {
     }
     ps_addresses.push_back(address);
     // Started again, it comes back where the workers know it.
-    children.back().argv[1] = "--port=" + address.substr(address.rfind(':') + 1);
+    std::replace(children.back().argv.begin(), children.back().argv.end(), std::string("--port=0"),
+                 "--port=" + address.substr(address.rfind(':') + 1));
   }
   std::printf("[launcher] parameter servers: %s; starting %d worker(s), mode %s\n",
               absl::StrJoin(ps_addresses, ", ").c_str(), num_workers, mode.c_str());
