@@ -302,10 +302,10 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
   return pushed;
 }
 
-absl::Status ParameterServer::AdmitPushBytes(int64_t bytes) const {
+absl::Status ParameterServer::AdmitPushBytes(uint64_t incarnation, int64_t bytes) const {
+  if (absl::Status s = CheckIncarnation(incarnation); !s.ok()) return s;
   const int64_t held = store_.value_bytes();
   if (held == 0 && bytes > 0) {
-    // Said before the bound, so that a client can tell a restart and recover.
     return absl::NotFoundError("this server holds no variables (did it restart?)");
   }
   if (bytes > held) {
@@ -319,13 +319,12 @@ absl::Status ParameterServer::AdmitPushBytes(int64_t bytes) const {
 absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request,
                                                    const CallLimits& limits) {
   const int64_t bytes = TensorBytes(request.gradients());
-  if (absl::Status s = AdmitPushBytes(bytes); !s.ok()) return s;
+  if (absl::Status s = AdmitPushBytes(request.incarnation(), bytes); !s.ok()) return s;
   if (bytes > limits.max_push_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("push carries ", bytes, " bytes of gradients; this call carries at most ",
                      limits.max_push_bytes, " (larger transfers stream)"));
   }
-  if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
   if (!request.has_worker_id()) {
     return absl::InvalidArgumentError("push: carries no worker_id; only workers push");
   }

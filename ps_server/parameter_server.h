@@ -95,12 +95,13 @@ class ParameterServer {
   absl::StatusOr<PushResponse> Push(const PushRequest& request,
                                     const CallLimits& limits = StreamedCallLimits());
 
-  // Whether a push of `bytes` of gradients may go on arriving: at most every
-  // shard here once (RESOURCE_EXHAUSTED), and nothing to a server that holds
-  // no variables (NOT_FOUND, so that a client can tell a restart). A
-  // transport that receives a push in parts asks as they come, before
-  // buffering more.
-  absl::Status AdmitPushBytes(int64_t bytes) const;
+  // Whether a push of `bytes` of gradients, made for `incarnation`, may go
+  // on arriving. A restart is said first, so that a client can tell it and
+  // recover even while a restarted server is being refilled: ABORTED for an
+  // earlier incarnation, NOT_FOUND when this server holds no variables.
+  // Then at most every shard here once (RESOURCE_EXHAUSTED). A transport
+  // that receives a push in parts asks as they come, before buffering more.
+  absl::Status AdmitPushBytes(uint64_t incarnation, int64_t bytes) const;
 
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
 

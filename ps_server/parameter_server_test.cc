@@ -454,7 +454,7 @@ TEST_F(BadInputTest, CallLimitsAndPushBytesAreEnforcedByTheServer) {
   EXPECT_EQ(pushed.status().code(), absl::StatusCode::kResourceExhausted);
   // Never more than every shard here once (w and b: 24 bytes), whatever
   // the call; nothing at all to a server with no variables.
-  EXPECT_THAT(std::string(ps_.AdmitPushBytes(25).message()), HasSubstr("holds only 24 bytes"));
+  EXPECT_THAT(std::string(ps_.AdmitPushBytes(0, 25).message()), HasSubstr("holds only 24 bytes"));
   // A pull that names w a thousand times would copy it a thousand times.
   PullRequest greedy;
   for (int i = 0; i < 1000; ++i) greedy.add_shards()->set_variable("w");
@@ -462,10 +462,22 @@ TEST_F(BadInputTest, CallLimitsAndPushBytesAreEnforcedByTheServer) {
   EXPECT_EQ(copied.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(copied.status().message()),
               HasSubstr("asks for 16000 bytes of tensors, more than the 24 bytes"));
-  EXPECT_TRUE(ps_.AdmitPushBytes(24).ok());
+  EXPECT_TRUE(ps_.AdmitPushBytes(0, 24).ok());
   ParameterServer empty(Config(ASYNC, 1));
-  EXPECT_EQ(empty.AdmitPushBytes(4).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(empty.AdmitPushBytes(0, 4).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(empty.Push(Push(0, 0, 1.0f)).status().code(), absl::StatusCode::kNotFound);
+  // A restarted server still being refilled holds fewer bytes than a push
+  // made for its last incarnation: the restart is said, not the bound, so
+  // that the client recreates its variables instead of giving up.
+  CreateShardsRequest refill;
+  *refill.add_shards() = WholeShard("b", 1);
+  ASSERT_TRUE(empty.CreateShards(refill).ok());
+  CreateShardsRequest again;
+  *again.add_shards() = WholeShard("w");
+  const uint64_t before_restart = ps_.CreateShards(again)->incarnation();
+  const absl::Status stale = empty.AdmitPushBytes(before_restart, 16);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kAborted) << stale;
+  EXPECT_THAT(std::string(stale.message()), HasSubstr("restarted"));
   ExpectUntouched();
 }
 

@@ -25,7 +25,7 @@ absl::Time Deadline(const grpc::ServerContext* context) {
 absl::Status MergePush(const ParameterServer& ps, PushRequest* part, bool first,
                        PushRequest* merged, int64_t* bytes) {
   *bytes += TensorBytes(part->gradients());
-  if (absl::Status s = ps.AdmitPushBytes(*bytes); !s.ok()) return s;
+  if (absl::Status s = ps.AdmitPushBytes(part->incarnation(), *bytes); !s.ok()) return s;
   if (first) {
     CopyPushHeader(*part, merged);
   } else if (!SamePushHeader(*part, *merged)) {
