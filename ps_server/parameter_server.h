@@ -18,12 +18,12 @@
 #include "absl/types/span.h"
 #include "common/checkpoint.h"
 #include "common/file_system.h"
+#include "common/restored_variables.h"
 #include "common/slices.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/consistency/policy.h"
-#include "ps_server/restored_variables.h"
 #include "ps_server/variable_store.h"
 #include "ps_server/worker_table.h"
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/initializer.h"
 #include "common/slices.h"
-#include "ps_server/initializer.h"
 
 namespace fulcrum {
 namespace {

@@ -14,10 +14,10 @@
 #include "absl/types/span.h"
 #include "common/checkpoint_file.h"
 #include "common/optimizer/optimizer.h"
+#include "common/restored_variables.h"
 #include "common/tensor.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/ps_service.pb.h"
-#include "ps_server/restored_variables.h"
 
 namespace fulcrum {
 

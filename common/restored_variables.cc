@@ -1,4 +1,4 @@
-#include "ps_server/restored_variables.h"
+#include "common/restored_variables.h"
 
 #include <google/protobuf/util/message_differencer.h>
 

@@ -1,7 +1,7 @@
-// Server-side variable initialisation from an InitializerSpec and its seed.
+// Variable initialisation from an InitializerSpec and its seed.
 // Pure functions; thread-safe.
-#ifndef FULCRUM_PS_SERVER_INITIALIZER_H_
-#define FULCRUM_PS_SERVER_INITIALIZER_H_
+#ifndef FULCRUM_COMMON_INITIALIZER_H_
+#define FULCRUM_COMMON_INITIALIZER_H_
 
 #include <cstdint>
 
@@ -18,4 +18,4 @@ void InitializeRows(const VariableSpec& spec, int64_t row_offset, int64_t rows,
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_PS_SERVER_INITIALIZER_H_
+#endif  // FULCRUM_COMMON_INITIALIZER_H_

@@ -1,4 +1,4 @@
-#include "ps_server/initializer.h"
+#include "common/initializer.h"
 
 #include <cmath>
 #include <random>
