@@ -7,8 +7,12 @@
 
 namespace fulcrum {
 
-Checkpointer::Checkpointer(PsClient* client, FileSystem* fs, CheckpointOptions options)
-    : client_(client), fs_(fs), options_(std::move(options)), last_time_(absl::Now()) {}
+Checkpointer::Checkpointer(WriteCheckpointFiles write_files, FileSystem* fs,
+                           CheckpointOptions options)
+    : write_files_(std::move(write_files)),
+      fs_(fs),
+      options_(std::move(options)),
+      last_time_(absl::Now()) {}
 
 void Checkpointer::MaybeSave(int64_t step) {
   const bool by_steps = options_.every_steps > 0 && step - last_step_ >= options_.every_steps;
@@ -23,7 +27,7 @@ absl::Status Checkpointer::Save(int64_t step) {
   const absl::Time start = absl::Now();
   const std::string name = CheckpointDirName(step);
   absl::Status status;
-  auto files = client_->SaveCheckpoint(step);
+  auto files = write_files_(step);
   if (files.ok()) {
     std::vector<ManifestFile> entries;
     int64_t bytes = 0;
@@ -34,10 +38,10 @@ absl::Status Checkpointer::Save(int64_t step) {
       entry.set_crc32(file.crc32());
       bytes += file.bytes();
     }
-    status = WriteManifest(*fs_, options_.dir, step, client_->num_servers(), entries);
+    status = WriteManifest(*fs_, options_.dir, step, static_cast<int>(entries.size()), entries);
     if (status.ok()) {
-      LOG_INFO("checkpoint {} complete: {} server file(s), {} bytes in {}", name, entries.size(),
-               bytes, absl::FormatDuration(absl::Now() - start));
+      LOG_INFO("checkpoint {} complete: {} file(s), {} bytes in {}", name, entries.size(), bytes,
+               absl::FormatDuration(absl::Now() - start));
       if (absl::Status s = PruneCheckpoints(*fs_, options_.dir, options_.keep); !s.ok()) {
         LOG_WARN("pruning old checkpoints: {}", s.message());
       }

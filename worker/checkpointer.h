@@ -1,5 +1,6 @@
-// The chief's side of checkpoints: asks every parameter server to write
-// its file (phase one), then writes the manifest that makes the checkpoint
+// The chief's side of checkpoints: has the variables written (phase one:
+// every parameter server writes its file, or an all-reduce chief writes
+// its replica as one), then writes the manifest that makes the checkpoint
 // complete (phase two), and keeps the newest few. A failed checkpoint
 // (a full disk, an unreachable server) is logged and leaves the previous
 // complete one valid; training goes on. Thread-compatible.
@@ -7,12 +8,14 @@
 #define FULCRUM_WORKER_CHECKPOINTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/file_system.h"
-#include "fulcrum/ps_client.h"
+#include "proto/ps_service.pb.h"
 
 namespace fulcrum {
 
@@ -23,10 +26,14 @@ struct CheckpointOptions {
   int keep = 5;             // complete checkpoints kept
 };
 
+// Phase one of checkpoint `step`: the files written, in task order.
+using WriteCheckpointFiles =
+    std::function<absl::StatusOr<std::vector<SaveCheckpointResponse>>(int64_t step)>;
+
 class Checkpointer {
  public:
-  // `client` and `fs` outlive it.
-  Checkpointer(PsClient* client, FileSystem* fs, CheckpointOptions options);
+  // `fs` outlives it.
+  Checkpointer(WriteCheckpointFiles write_files, FileSystem* fs, CheckpointOptions options);
 
   // After a step: saves checkpoint `step` when `every_steps` steps or
   // `every_secs` seconds have passed since the last.
@@ -36,7 +43,7 @@ class Checkpointer {
   absl::Status Save(int64_t step);
 
  private:
-  PsClient* const client_;
+  const WriteCheckpointFiles write_files_;
   FileSystem* const fs_;
   const CheckpointOptions options_;
   int64_t last_step_ = 0;

@@ -63,6 +63,11 @@ struct Cluster {
   std::unique_ptr<PsClient> client;
 };
 
+// Phase one through the servers, as the parameter-server strategy does it.
+WriteCheckpointFiles Files(PsClient& client) {
+  return [&client](int64_t step) { return client.SaveCheckpoint(step); };
+}
+
 class CheckpointerTest : public ::testing::Test {
  protected:
   // The step of the newest complete checkpoint, or -1.
@@ -89,7 +94,7 @@ TEST_F(CheckpointerTest, TwoServersCheckpointRestoresOnThree) {
           two.client->Push({{"w", DenseTensor{{12, 3}, std::vector<float>(36, 1.0f)}}}).ok());
     }
     ASSERT_TRUE(two.client->Pull({}, &saved).ok());
-    Checkpointer checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 2});
+    Checkpointer checkpointer(Files(*two.client), &fs_, {dir_, 0, 0, 2});
     ASSERT_TRUE(checkpointer.Save(2).ok());
   }
   Cluster three(3, dir_, &fs_);
@@ -115,7 +120,7 @@ TEST_F(CheckpointerTest, AChangedModelIsRefused) {
   {
     Cluster one(1, dir_, &fs_);
     ASSERT_TRUE(one.client->CreateVariables({Spec(1)}).ok());
-    ASSERT_TRUE(Checkpointer(one.client.get(), &fs_, {dir_, 0, 0, 2}).Save(1).ok());
+    ASSERT_TRUE(Checkpointer(Files(*one.client), &fs_, {dir_, 0, 0, 2}).Save(1).ok());
   }
   Cluster one(1, dir_, &fs_);
   VariableSpec wider = Spec(1);
@@ -128,7 +133,7 @@ TEST_F(CheckpointerTest, AChangedModelIsRefused) {
 TEST_F(CheckpointerTest, FullDiskLeavesThePreviousCheckpointAndTrainingGoesOn) {
   Cluster two(2, dir_, &fs_);
   ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
-  Checkpointer checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 3});
+  Checkpointer checkpointer(Files(*two.client), &fs_, {dir_, 0, 0, 3});
   ASSERT_TRUE(checkpointer.Save(1).ok());
   FaultyFileSystem::Faults full;
   full.disk_full_after_bytes = 100;
@@ -149,7 +154,7 @@ TEST_F(CheckpointerTest, ACrashMidCheckpointComesBackToThePreviousOne) {
   {
     Cluster two(2, dir_, &fs_);
     ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
-    Checkpointer checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 3});
+    Checkpointer checkpointer(Files(*two.client), &fs_, {dir_, 0, 0, 3});
     ASSERT_TRUE(checkpointer.Save(1).ok());
     ASSERT_TRUE(two.client->Push({{"w", DenseTensor{{12, 3}, std::vector<float>(36, 1.0f)}}}).ok());
     FaultyFileSystem::Faults failing;
@@ -173,8 +178,8 @@ TEST_F(CheckpointerTest, ACheckpointThatDoesNotRegroupFallsBack) {
   {
     Cluster two(2, dir_, &fs_);
     ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
-    ASSERT_TRUE(Checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 3}).Save(1).ok());
-    ASSERT_TRUE(Checkpointer(two.client.get(), &fs_, {dir_, 0, 0, 3}).Save(2).ok());
+    ASSERT_TRUE(Checkpointer(Files(*two.client), &fs_, {dir_, 0, 0, 3}).Save(1).ok());
+    ASSERT_TRUE(Checkpointer(Files(*two.client), &fs_, {dir_, 0, 0, 3}).Save(2).ok());
   }
   const std::string dir2 = absl::StrCat(dir_, "/", CheckpointDirName(2));
   const std::string first = absl::StrCat(dir2, "/", PsFileName(0, 2));

@@ -5,9 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/consistency_mode.h"
 #include "common/logging.h"
 #include "common/partitioner.h"
 #include "common/tensor.h"
@@ -45,17 +43,15 @@ std::string FormatEta(double seconds) {
 
 }  // namespace
 
-Trainer::Trainer(PsClient* client, std::vector<Mlp*> replicas, LocalReducer* reducer,
+Trainer::Trainer(Strategy* strategy, std::vector<Mlp*> replicas, LocalReducer* reducer,
                  const Dataset& train, const Dataset* test, TrainerOptions options)
-    : client_(client),
+    : strategy_(strategy),
       replicas_(std::move(replicas)),
       reducer_(reducer),
       train_(train),
       test_(test),
       options_(std::move(options)),
-      policy_(MakeClientPolicy(client->mode()).value_or(nullptr)),
       log_(options_.metrics_jsonl, options_.summary_json) {
-  CHECK(policy_ != nullptr && "the client's mode has no policy");
   CHECK(!replicas_.empty());
   CHECK(!options_.is_chief || test_ != nullptr);
 }
@@ -112,38 +108,6 @@ absl::StatusOr<EpochResult> Trainer::Evaluate(int64_t epoch, const TensorMap& we
   return result;
 }
 
-Dealing Trainer::DealEpoch(int64_t epoch) {
-  const Dealing own{options_.shard_index, options_.num_workers};
-  auto described = client_->Describe();
-  if (!described.ok()) {
-    LOG_WARN("epoch {}: cannot ask the servers who is left ({}); keeping this worker's share",
-             epoch + 1, described.status().message());
-    return own;
-  }
-  // Gone: its lease ran out (or it never came) on every server.
-  std::vector<int> left, gone;
-  for (int w = 0; w < options_.num_workers; ++w) {
-    bool is_gone = w != options_.shard_index;
-    for (const DescribeResponse& server : *described) {
-      if (w >= server.workers_size()) {
-        is_gone = false;
-        break;
-      }
-      const WorkerInfo& info = server.workers(w);
-      is_gone = is_gone && !info.live() && !info.finished() && !info.awaited();
-    }
-    (is_gone ? gone : left).push_back(w);
-  }
-  if (gone.empty()) return own;
-  const int rank =
-      static_cast<int>(std::find(left.begin(), left.end(), options_.shard_index) - left.begin());
-  LOG_WARN(
-      "epoch {}: worker(s) {} gone for good; their share of the data is re-dealt over the "
-      "{} worker(s) left",
-      epoch + 1, absl::StrJoin(gone, ", "), left.size());
-  return Dealing{rank, static_cast<int>(left.size())};
-}
-
 absl::StatusOr<TrainingSummary> Trainer::Run() {
   const int64_t split = static_cast<int64_t>(replicas_.size());
   if (options_.batch_size < split) {
@@ -153,12 +117,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   const absl::Time start = absl::Now();
   TrainingSummary summary;
   TensorMap weights, grads;
-  if (absl::Status s = client_->Pull({}, &weights); !s.ok()) return s;
-  const int64_t resume =
-      options_.resume ? policy_->ResumedBatches(client_->step(), options_.num_workers) : 0;
+  if (absl::Status s = strategy_->Start(&weights); !s.ok()) return s;
+  const int64_t resume = options_.resume ? strategy_->ResumedBatches(options_.num_workers) : 0;
   Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
                            options_.epochs, options_.seed, /*prefetch=*/4, resume,
-                           [this](int64_t epoch) { return DealEpoch(epoch); }});
+                           [this](int64_t epoch) { return strategy_->DealEpoch(epoch); }});
   const int64_t steps_per_epoch = batcher.steps_per_epoch();
   if (steps_per_epoch == 0) {
     return absl::InvalidArgumentError(
@@ -166,11 +129,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
                      options_.num_workers, " workers with batches of ", options_.batch_size));
   }
   int64_t total_steps = steps_per_epoch * options_.epochs;  // until a re-dealing
-  LOG_INFO("training {} epochs x {} steps, batch {} on {} local replica(s), mode {}",
-           options_.epochs, steps_per_epoch, options_.batch_size, replicas_.size(),
-           ConsistencyModeName(client_->mode()));
+  LOG_INFO("training {} epochs x {} steps, batch {} on {} local replica(s), {}", options_.epochs,
+           steps_per_epoch, options_.batch_size, replicas_.size(), strategy_->name());
   if (resume > 0) {
-    LOG_INFO("the servers are at step {}: resuming at step {} of {} (epoch {})", client_->step(),
+    LOG_INFO("the job is at step {}: resuming at step {} of {} (epoch {})", strategy_->step(),
              std::min(resume, total_steps), total_steps,
              std::min(resume, total_steps) / steps_per_epoch + 1);
   } else if (absl::Status s = log_.StartAfresh(); !s.ok()) {
@@ -190,17 +152,17 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     auto stats = ComputeStep(*batch, weights, &grads);
     if (!stats.ok()) return stats.status();
     const std::string nonfinite = NonFiniteGradient(grads);
+    // Applied, it would be refused (or poison every replica); skipped,
+    // the strategy goes on without this worker's batch.
+    auto stale = strategy_->Step(nonfinite.empty() ? &grads : nullptr, &weights);
+    if (!stale.ok()) return stale.status();
     if (nonfinite.empty()) {
       consecutive_skips = 0;
-      auto pushed = client_->PushPull(grads, {}, &weights);
-      if (!pushed.ok()) return pushed.status();
-      summary.stale_gradients_dropped += pushed->stale;
+      summary.stale_gradients_dropped += *stale;
       window_loss += stats->loss * batch->size;
       window_correct += stats->correct;
       window_examples += batch->size;
     } else {
-      // Pushed, it would be refused and end this worker; skipped, the
-      // next batch takes its place (in sync mode, in the same step).
       ++summary.nonfinite_gradients_skipped;
       LOG_WARN("step {}: {}; this batch's push is skipped ({} skipped so far)", steps_done + 1,
                nonfinite, summary.nonfinite_gradients_skipped);
@@ -209,14 +171,13 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
             "the gradients were not finite in ", consecutive_skips,
             " steps in a row (last: ", nonfinite, "); lower the learning rate or check the data"));
       }
-      if (absl::Status s = client_->Pull({}, &weights); !s.ok()) return s;
     }
     ++steps_done;
     if (options_.on_step) {
       options_.on_step(
-          {batch->size, absl::Now() - step_start, client_->step(), !nonfinite.empty()});
+          {batch->size, absl::Now() - step_start, strategy_->step(), !nonfinite.empty()});
     }
-    if (options_.checkpointer != nullptr) options_.checkpointer->MaybeSave(client_->step());
+    if (options_.checkpointer != nullptr) options_.checkpointer->MaybeSave(strategy_->step());
     summary.examples += batch->size;
 
     const bool epoch_end = batch->step_in_epoch + 1 == batch->steps_in_epoch;
@@ -248,11 +209,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       auto result = Evaluate(batch->epoch + 1, weights);
       if (!result.ok()) return result.status();
       LOG_INFO("epoch {} test loss {:.4f} test accuracy {:.4f} (global step {})", result->epoch,
-               result->test_loss, result->test_accuracy, client_->step());
+               result->test_loss, result->test_accuracy, strategy_->step());
       EpochRecord record;
       record.set_type("epoch");
       record.set_epoch(static_cast<int32_t>(result->epoch));
-      record.set_global_step(static_cast<double>(client_->step()));
+      record.set_global_step(static_cast<double>(strategy_->step()));
       record.set_wall_seconds(absl::ToDoubleSeconds(absl::Now() - start));
       record.set_test_loss(result->test_loss);
       record.set_test_accuracy(result->test_accuracy);
@@ -266,22 +227,19 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
   }
   summary.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  summary.global_steps = client_->step();
+  summary.global_steps = strategy_->step();
   summary.examples_per_sec =
       summary.examples * options_.num_workers / std::max(summary.wall_seconds, 1e-9);
-  if (options_.checkpointer != nullptr) options_.checkpointer->Save(client_->step()).IgnoreError();
+  if (options_.checkpointer != nullptr)
+    options_.checkpointer->Save(strategy_->step()).IgnoreError();
   if (summary.stopped) return summary;  // the job goes on: a restarted worker resumes it
-  if (absl::Status s = client_->Finish(); !s.ok()) return s;
+  if (absl::Status s = strategy_->Finish(); !s.ok()) return s;
   if (options_.is_chief) {
-    auto described = client_->Describe();
-    if (described.ok()) {
-      summary.stale_gradients_dropped = 0;
-      for (const DescribeResponse& d : *described) {
-        summary.stale_gradients_dropped += d.stale_gradients_dropped();
-      }
+    if (auto stale = strategy_->ClusterStaleGradients(); stale.ok()) {
+      summary.stale_gradients_dropped = *stale;
     }
     if (absl::Status s = WriteSummary(summary); !s.ok()) return s;
-    if (absl::Status s = client_->JobDone("the chief finished training"); !s.ok()) return s;
+    if (absl::Status s = strategy_->EndJob("the chief finished training"); !s.ok()) return s;
   }
   LOG_INFO("done: {} steps, {} examples in {:.1f}s", steps_done, summary.examples,
            summary.wall_seconds);
@@ -296,7 +254,7 @@ absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
   record.set_epochs(static_cast<int32_t>(options_.epochs));
   record.set_global_steps(static_cast<double>(summary.global_steps));
   record.set_examples_per_sec(summary.examples_per_sec);
-  record.set_mode(ConsistencyModeName(client_->mode()));
+  record.set_mode(strategy_->name());
   record.set_num_workers(options_.num_workers);
   record.set_num_ps(options_.num_ps);
   record.set_stale_gradients_dropped(static_cast<double>(summary.stale_gradients_dropped));

@@ -1,9 +1,10 @@
-// The training loop of one worker: per step, pull, forward/backward on the
-// local replicas, local reduce, push, with the consistency mode's semantics
-// (kept by PsClient). The chief also evaluates on the test set after every
-// epoch, saves checkpoints, writes the metrics and the summary, and ends the
-// job. With `resume`, a worker continues where the servers are, skipping
-// the batches the mode says it has done (ClientConsistencyPolicy).
+// The training loop of one worker: per step, forward/backward on the local
+// replicas, local reduce, then the strategy's step (push and pull to the
+// parameter servers, or all-reduce and a local update). The chief also
+// evaluates on the test set after every epoch, saves checkpoints, writes
+// the metrics and the summary, and ends the job. With `resume`, a worker
+// continues where the job is, skipping the batches the strategy says it
+// has done.
 #ifndef FULCRUM_WORKER_TRAINER_H_
 #define FULCRUM_WORKER_TRAINER_H_
 
@@ -15,14 +16,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "fulcrum/ps_client.h"
 #include "proto/config.pb.h"
 #include "worker/checkpointer.h"
-#include "worker/consistency/policy.h"
 #include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
+#include "worker/strategy/strategy.h"
 #include "worker/training_log.h"
 
 namespace fulcrum {
@@ -31,7 +31,7 @@ namespace fulcrum {
 struct StepInfo {
   int64_t examples = 0;
   absl::Duration time;
-  int64_t global_step = 0;  // the servers' step after it
+  int64_t global_step = 0;  // the strategy's step after it
   bool skipped = false;     // its gradients were not finite: not pushed
 };
 
@@ -50,8 +50,8 @@ struct TrainerOptions {
   std::string device_name;               // for the summary
   Checkpointer* checkpointer = nullptr;  // chief: saves checkpoints as it trains
   const std::atomic<bool>* stop = nullptr;  // set (SIGTERM): stop after the current step
-  // The job is under way (this worker restarted, or the servers restored a
-  // checkpoint): continue at the servers' step instead of from the start.
+  // The job is under way (this worker restarted, or the job restored a
+  // checkpoint): continue at the strategy's step instead of from the start.
   bool resume = false;
   // A batch whose gradients are not finite (NaN, infinity) is not pushed:
   // it is logged, counted and skipped. This many in a row end the run
@@ -80,11 +80,11 @@ struct TrainingSummary {
 
 class Trainer {
  public:
-  // `replicas` (one per local device, all the same model), `reducer`,
-  // `client` (variables created) and the data sets outlive the trainer.
-  // `test` is needed by the chief only.
-  Trainer(PsClient* client, std::vector<Mlp*> replicas, LocalReducer* reducer, const Dataset& train,
-          const Dataset* test, TrainerOptions options);
+  // `strategy`, `replicas` (one per local device, all the same model),
+  // `reducer` and the data sets outlive the trainer. `test` is needed by
+  // the chief only.
+  Trainer(Strategy* strategy, std::vector<Mlp*> replicas, LocalReducer* reducer,
+          const Dataset& train, const Dataset* test, TrainerOptions options);
 
   absl::StatusOr<TrainingSummary> Run();
 
@@ -95,19 +95,14 @@ class Trainer {
   absl::StatusOr<BatchStats> ComputeStep(const Batch& batch, const TensorMap& weights,
                                          TensorMap* grads);
   absl::StatusOr<EpochResult> Evaluate(int64_t epoch, const TensorMap& weights);
-  // This worker's share of `epoch`: its own, or, when workers are gone for
-  // good (their leases ran out on every server), a share of the examples of
-  // the workers left, so that the model still sees every example.
-  Dealing DealEpoch(int64_t epoch);
   absl::Status WriteSummary(const TrainingSummary& summary);
 
-  PsClient* const client_;
+  Strategy* const strategy_;
   const std::vector<Mlp*> replicas_;
   LocalReducer* const reducer_;
   const Dataset& train_;
   const Dataset* const test_;
   const TrainerOptions options_;
-  const std::unique_ptr<ClientConsistencyPolicy> policy_;  // of the client's mode
   TrainingLog log_;
 };
 

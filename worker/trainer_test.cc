@@ -15,6 +15,7 @@
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/batcher.h"
 #include "worker/ps_client.h"
+#include "worker/strategy/parameter_server_strategy.h"
 #include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
@@ -121,7 +122,8 @@ absl::StatusOr<TrainingSummary> TrainInProcess(const ClusterShape& shape, int64_
         options.metrics_jsonl = metrics;
         options.summary_json = summary;
       }
-      Trainer trainer(&client, replicas, reducer.get(), train, w == 0 ? &test : nullptr, options);
+      ParameterServerStrategy strategy(&client, w, shape.workers);
+      Trainer trainer(&strategy, replicas, reducer.get(), train, w == 0 ? &test : nullptr, options);
       results[w] = trainer.Run();
     });
   }

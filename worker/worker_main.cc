@@ -35,6 +35,7 @@
 #include "worker/data/dataset.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
+#include "worker/strategy/parameter_server_strategy.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, log_format, "text",
@@ -399,7 +400,8 @@ absl::Status Run(bool* configured) {
       return absl::InvalidArgumentError("--keep_checkpoints: must be >= 1");
     }
     if (absl::Status s = CheckWritableDir(*fs, checkpoint_options.dir); !s.ok()) return s;
-    checkpointer.emplace(client.get(), fs.get(), checkpoint_options);
+    checkpointer.emplace([&](int64_t step) { return client->SaveCheckpoint(step); }, fs.get(),
+                         checkpoint_options);
     trainer_options.checkpointer = &*checkpointer;
   }
   std::unique_ptr<MetricsServer> metrics;
@@ -455,7 +457,8 @@ absl::Status Run(bool* configured) {
   trainer_options.stop = &g_stop;
   trainer_options.resume = servers->resume;
   *configured = true;
-  Trainer trainer(client.get(), replicas, devices->reducer.get(), *train, test ? &*test : nullptr,
+  ParameterServerStrategy strategy(client.get(), *replica, trainer_options.num_workers);
+  Trainer trainer(&strategy, replicas, devices->reducer.get(), *train, test ? &*test : nullptr,
                   trainer_options);
   auto summary = trainer.Run();
   if (!summary.ok()) return summary.status();

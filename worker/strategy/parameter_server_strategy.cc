@@ -1,0 +1,92 @@
+#include "worker/strategy/parameter_server_strategy.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_join.h"
+#include "common/consistency_mode.h"
+#include "common/logging.h"
+
+namespace fulcrum {
+
+ParameterServerStrategy::ParameterServerStrategy(PsClient* client, int worker, int num_workers)
+    : client_(client),
+      worker_(worker),
+      num_workers_(num_workers),
+      policy_(MakeClientPolicy(client->mode()).value_or(nullptr)) {
+  CHECK(policy_ != nullptr && "the client's mode has no policy");
+}
+
+std::string ParameterServerStrategy::name() const { return ConsistencyModeName(client_->mode()); }
+
+absl::Status ParameterServerStrategy::Start(TensorMap* weights) {
+  return client_->Pull({}, weights);
+}
+
+int64_t ParameterServerStrategy::ResumedBatches(int num_workers) const {
+  return policy_->ResumedBatches(client_->step(), num_workers);
+}
+
+absl::StatusOr<int> ParameterServerStrategy::Step(const TensorMap* gradients, TensorMap* weights) {
+  if (gradients == nullptr) {
+    // Nothing pushed; in sync mode the next batch takes this one's place
+    // in the same step.
+    if (absl::Status s = client_->Pull({}, weights); !s.ok()) return s;
+    return 0;
+  }
+  auto pushed = client_->PushPull(*gradients, {}, weights);
+  if (!pushed.ok()) return pushed.status();
+  return pushed->stale;
+}
+
+int64_t ParameterServerStrategy::step() const { return client_->step(); }
+
+Dealing ParameterServerStrategy::DealEpoch(int64_t epoch) {
+  const Dealing own{worker_, num_workers_};
+  auto described = client_->Describe();
+  if (!described.ok()) {
+    LOG_WARN("epoch {}: cannot ask the servers who is left ({}); keeping this worker's share",
+             epoch + 1, described.status().message());
+    return own;
+  }
+  std::vector<int> left, gone;
+  for (int w = 0; w < num_workers_; ++w) {
+    bool is_gone = w != worker_;
+    for (const DescribeResponse& server : *described) {
+      if (w >= server.workers_size()) {
+        is_gone = false;
+        break;
+      }
+      const WorkerInfo& info = server.workers(w);
+      is_gone = is_gone && !info.live() && !info.finished() && !info.awaited();
+    }
+    (is_gone ? gone : left).push_back(w);
+  }
+  if (gone.empty()) return own;
+  const int rank = static_cast<int>(std::find(left.begin(), left.end(), worker_) - left.begin());
+  LOG_WARN(
+      "epoch {}: worker(s) {} gone for good; their share of the data is re-dealt over the "
+      "{} worker(s) left",
+      epoch + 1, absl::StrJoin(gone, ", "), left.size());
+  return Dealing{rank, static_cast<int>(left.size())};
+}
+
+absl::StatusOr<std::vector<SaveCheckpointResponse>> ParameterServerStrategy::SaveCheckpoint(
+    int64_t step) {
+  return client_->SaveCheckpoint(step);
+}
+
+absl::Status ParameterServerStrategy::Finish() { return client_->Finish(); }
+
+absl::Status ParameterServerStrategy::EndJob(const std::string& reason) {
+  return client_->JobDone(reason);
+}
+
+absl::StatusOr<int64_t> ParameterServerStrategy::ClusterStaleGradients() {
+  auto described = client_->Describe();
+  if (!described.ok()) return described.status();
+  int64_t stale = 0;
+  for (const DescribeResponse& d : *described) stale += d.stale_gradients_dropped();
+  return stale;
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,46 @@
+// The variables on the parameter servers (TensorFlow's
+// ParameterServerStrategy): a step pushes this worker's gradients and pulls
+// the values the servers' optimizer made of them, in the servers'
+// consistency mode (kept by the PsClient).
+#ifndef FULCRUM_WORKER_STRATEGY_PARAMETER_SERVER_STRATEGY_H_
+#define FULCRUM_WORKER_STRATEGY_PARAMETER_SERVER_STRATEGY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fulcrum/ps_client.h"
+#include "worker/consistency/policy.h"
+#include "worker/strategy/strategy.h"
+
+namespace fulcrum {
+
+class ParameterServerStrategy final : public Strategy {
+ public:
+  // `client` (its variables created) outlives this. `worker` is this
+  // worker's replica id, of `num_workers`.
+  ParameterServerStrategy(PsClient* client, int worker, int num_workers);
+
+  std::string name() const override;
+  absl::Status Start(TensorMap* weights) override;
+  int64_t ResumedBatches(int num_workers) const override;
+  absl::StatusOr<int> Step(const TensorMap* gradients, TensorMap* weights) override;
+  int64_t step() const override;
+  // Gone for good: a worker whose lease ran out (or that never came) on
+  // every server.
+  Dealing DealEpoch(int64_t epoch) override;
+  absl::StatusOr<std::vector<SaveCheckpointResponse>> SaveCheckpoint(int64_t step) override;
+  absl::Status Finish() override;
+  absl::Status EndJob(const std::string& reason) override;
+  absl::StatusOr<int64_t> ClusterStaleGradients() override;
+
+ private:
+  PsClient* const client_;
+  const int worker_;
+  const int num_workers_;
+  const std::unique_ptr<ClientConsistencyPolicy> policy_;  // of the client's mode
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_STRATEGY_PARAMETER_SERVER_STRATEGY_H_
