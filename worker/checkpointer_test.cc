@@ -10,6 +10,7 @@
 #include "common/checkpoint.h"
 #include "common/faulty_file_system.h"
 #include "worker/ps_client.h"
+#include "worker/strategy/all_reduce_strategy.h"
 #include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
@@ -114,6 +115,56 @@ TEST_F(CheckpointerTest, TwoServersCheckpointRestoresOnThree) {
   ASSERT_TRUE(again.client->Pull({}, &after_saved).ok());
   ASSERT_TRUE(three.client->Pull({}, &after_restored).ok());
   EXPECT_EQ(after_saved["w"].values, after_restored["w"].values);
+}
+
+// A checkpoint is the same under either strategy: an all-reduce chief's
+// restores on three servers, and theirs on an all-reduce chief, values,
+// slots and step.
+TEST_F(CheckpointerTest, CheckpointsRestoreUnderEitherStrategy) {
+  const TensorMap ones = {{"w", DenseTensor{{12, 3}, std::vector<float>(36, 1.0f)}}};
+  AllReduceStrategyOptions options;
+  options.checkpoint_dir = dir_;
+  options.fs = &fs_;
+  SoloLinks solo;
+  AllReduceStrategy mirrored(&solo, {Spec(1)}, options);
+  TensorMap weights;
+  ASSERT_TRUE(mirrored.Start(&weights).ok());
+  for (int step = 0; step < 2; ++step) ASSERT_TRUE(mirrored.Step(&ones, &weights).ok());
+  Checkpointer by_workers([&](int64_t step) { return mirrored.SaveCheckpoint(step); }, &fs_,
+                          {dir_, 0, 0, 5});
+  ASSERT_TRUE(by_workers.Save(mirrored.step()).ok());
+
+  Cluster three(3, dir_, &fs_);
+  EXPECT_EQ(three.servers[0]->Describe().restored_step(), 2);
+  ASSERT_TRUE(three.client->CreateVariables({Spec(3)}).ok());
+  TensorMap on_servers;
+  ASSERT_TRUE(three.client->Pull({}, &on_servers).ok());
+  EXPECT_EQ(on_servers["w"].values, weights["w"].values);
+  EXPECT_EQ(three.client->step(), 2);
+  // The slots came too: the next step moves both alike, to the bit.
+  ASSERT_TRUE(mirrored.Step(&ones, &weights).ok());
+  ASSERT_TRUE(three.client->PushPull(ones, {}, &on_servers).ok());
+  EXPECT_EQ(on_servers["w"].values, weights["w"].values);
+
+  // And back: the servers' checkpoint restores on an all-reduce chief.
+  ASSERT_TRUE(Checkpointer(Files(*three.client), &fs_, {dir_, 0, 0, 5}).Save(3).ok());
+  AllReduceStrategy again(&solo, {Spec(1)}, options);
+  TensorMap restored;
+  ASSERT_TRUE(again.Start(&restored).ok());
+  EXPECT_EQ(again.step(), 3);
+  EXPECT_EQ(again.ResumedBatches(1), 3);
+  EXPECT_EQ(restored["w"].values, on_servers["w"].values);
+  ASSERT_TRUE(again.Step(&ones, &restored).ok());
+  ASSERT_TRUE(three.client->PushPull(ones, {}, &on_servers).ok());
+  EXPECT_EQ(restored["w"].values, on_servers["w"].values);
+
+  // A model the checkpoints do not hold is refused, not started afresh.
+  VariableSpec wider = Spec(1);
+  wider.set_shape(1, 4);
+  AllReduceStrategy other(&solo, {wider}, options);
+  const absl::Status refused = other.Start(&restored);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("hold another model"));
 }
 
 TEST_F(CheckpointerTest, AChangedModelIsRefused) {

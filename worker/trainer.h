@@ -2,9 +2,9 @@
 // replicas, local reduce, then the strategy's step (push and pull to the
 // parameter servers, or all-reduce and a local update). The chief also
 // evaluates on the test set after every epoch, saves checkpoints, writes
-// the metrics and the summary, and ends the job. With `resume`, a worker
-// continues where the job is, skipping the batches the strategy says it
-// has done.
+// the metrics and the summary, and ends the job. In a job under way, a
+// worker continues where the job is, skipping the batches the strategy says
+// it has done.
 #ifndef FULCRUM_WORKER_TRAINER_H_
 #define FULCRUM_WORKER_TRAINER_H_
 
@@ -50,9 +50,6 @@ struct TrainerOptions {
   std::string device_name;               // for the summary
   Checkpointer* checkpointer = nullptr;  // chief: saves checkpoints as it trains
   const std::atomic<bool>* stop = nullptr;  // set (SIGTERM): stop after the current step
-  // The job is under way (this worker restarted, or the job restored a
-  // checkpoint): continue at the strategy's step instead of from the start.
-  bool resume = false;
   // A batch whose gradients are not finite (NaN, infinity) is not pushed:
   // it is logged, counted and skipped. This many in a row end the run
   // (FAILED_PRECONDITION): the model has diverged.

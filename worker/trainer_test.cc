@@ -122,7 +122,7 @@ absl::StatusOr<TrainingSummary> TrainInProcess(const ClusterShape& shape, int64_
         options.metrics_jsonl = metrics;
         options.summary_json = summary;
       }
-      ParameterServerStrategy strategy(&client, w, shape.workers);
+      ParameterServerStrategy strategy(&client, w, shape.workers, /*resume=*/false);
       Trainer trainer(&strategy, replicas, reducer.get(), train, w == 0 ? &test : nullptr, options);
       results[w] = trainer.Run();
     });

@@ -455,9 +455,9 @@ absl::Status Run(bool* configured) {
     LOG_INFO("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_metrics_host), metrics->port());
   }
   trainer_options.stop = &g_stop;
-  trainer_options.resume = servers->resume;
   *configured = true;
-  ParameterServerStrategy strategy(client.get(), *replica, trainer_options.num_workers);
+  ParameterServerStrategy strategy(client.get(), *replica, trainer_options.num_workers,
+                                   servers->resume);
   Trainer trainer(&strategy, replicas, devices->reducer.get(), *train, test ? &*test : nullptr,
                   trainer_options);
   auto summary = trainer.Run();

@@ -127,6 +127,29 @@ absl::Status RecursiveDoublingAllReduce(PeerLinks& links, absl::Span<float> buff
   return absl::OkStatus();
 }
 
+absl::Status Broadcast(PeerLinks& links, int root, absl::Span<float> buffer,
+                       const AllReduceOptions& options) {
+  const int n = links.size();
+  if (n <= 1) return absl::OkStatus();
+  const int64_t length = static_cast<int64_t>(buffer.size());
+  const int64_t chunk = std::max<int64_t>(1, options.chunk_elements);
+  const absl::Time deadline = absl::Now() + options.timeout;
+  for (int64_t offset = 0; offset < length; offset += chunk) {
+    const int64_t count = std::min(chunk, length - offset);
+    if (links.rank() != root) {
+      auto message = RecvExactly(links, root, count, deadline);
+      if (!message.ok()) return message.status();
+      std::copy(message->begin(), message->end(), buffer.begin() + offset);
+      continue;
+    }
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == root) continue;
+      if (absl::Status s = links.Send(peer, buffer.subspan(offset, count)); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AllReduce(PeerLinks& links, absl::Span<float> buffer,
                        const AllReduceOptions& options) {
   if (static_cast<int64_t>(buffer.size() * sizeof(float)) <= options.small_bytes) {

@@ -41,6 +41,12 @@ struct AllReduceOptions {
 absl::Status AllReduce(PeerLinks& links, absl::Span<float> buffer,
                        const AllReduceOptions& options = {});
 
+// Replaces `buffer` on every rank by rank `root`'s (each rank passes the
+// same length): the root sends it to each peer in chunks. For the chief's
+// initial variables; failures as for AllReduce.
+absl::Status Broadcast(PeerLinks& links, int root, absl::Span<float> buffer,
+                       const AllReduceOptions& options = {});
+
 // The two algorithms, as AllReduce runs them.
 absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
                            const AllReduceOptions& options = {});

@@ -92,6 +92,36 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.length) + "_chunk" + std::to_string(info.param.chunk);
     });
 
+// Every rank ends with the root's buffer, whichever rank is the root, in
+// chunks that do not divide the buffer.
+TEST(BroadcastTest, EveryRankHoldsTheRootsBuffer) {
+  for (int n : {1, 2, 3, 5}) {
+    for (int root = 0; root < n; ++root) {
+      Mailbox mailbox(n);
+      std::vector<std::vector<float>> buffers(n, std::vector<float>(1001));
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < buffers[r].size(); ++i) buffers[r][i] = r * 10000.0f + i;
+      }
+      const std::vector<float> expected = buffers[root];
+      AllReduceOptions options;
+      options.chunk_elements = 64;
+      std::vector<absl::Status> results(n);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < n; ++r) {
+        threads.emplace_back([&, r] {
+          InProcessLinks links(&mailbox, r);
+          results[r] = Broadcast(links, root, absl::MakeSpan(buffers[r]), options);
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(results[r].ok()) << results[r];
+        EXPECT_EQ(buffers[r], expected) << "n " << n << " root " << root << " rank " << r;
+      }
+    }
+  }
+}
+
 // A rank that never takes part fails the others within the timeout, naming
 // the silent peer, instead of hanging.
 TEST(AllReduceFailureTest, ASilentRankFailsTheOthersNamingIt) {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
@@ -29,6 +30,22 @@ class PeerLinks {
   // The next message from `peer`, as sent. DEADLINE_EXCEEDED naming the
   // peer when none comes by `deadline`; UNAVAILABLE when the link is broken.
   virtual absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) = 0;
+};
+
+// The links of a group of one (MirroredStrategy: one worker), which has
+// no peer to send to or receive from.
+class SoloLinks final : public PeerLinks {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  absl::Status Send(int peer, absl::Span<const float>) override { return NoPeer(peer); }
+  absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time) override { return NoPeer(peer); }
+
+ private:
+  static absl::Status NoPeer(int peer) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a group of one has no rank ", peer, " to talk to"));
+  }
 };
 
 }  // namespace fulcrum

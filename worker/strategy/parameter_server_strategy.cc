@@ -8,10 +8,12 @@
 
 namespace fulcrum {
 
-ParameterServerStrategy::ParameterServerStrategy(PsClient* client, int worker, int num_workers)
+ParameterServerStrategy::ParameterServerStrategy(PsClient* client, int worker, int num_workers,
+                                                 bool resume)
     : client_(client),
       worker_(worker),
       num_workers_(num_workers),
+      resume_(resume),
       policy_(MakeClientPolicy(client->mode()).value_or(nullptr)) {
   CHECK(policy_ != nullptr && "the client's mode has no policy");
 }
@@ -23,7 +25,7 @@ absl::Status ParameterServerStrategy::Start(TensorMap* weights) {
 }
 
 int64_t ParameterServerStrategy::ResumedBatches(int num_workers) const {
-  return policy_->ResumedBatches(client_->step(), num_workers);
+  return resume_ ? policy_->ResumedBatches(client_->step(), num_workers) : 0;
 }
 
 absl::StatusOr<int> ParameterServerStrategy::Step(const TensorMap* gradients, TensorMap* weights) {

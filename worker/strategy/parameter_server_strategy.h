@@ -18,8 +18,10 @@ namespace fulcrum {
 class ParameterServerStrategy final : public Strategy {
  public:
   // `client` (its variables created) outlives this. `worker` is this
-  // worker's replica id, of `num_workers`.
-  ParameterServerStrategy(PsClient* client, int worker, int num_workers);
+  // worker's replica id, of `num_workers`. `resume`: the job is under way
+  // (the servers know this worker, which restarted, or restored a
+  // checkpoint), so this worker continues at the servers' step.
+  ParameterServerStrategy(PsClient* client, int worker, int num_workers, bool resume);
 
   std::string name() const override;
   absl::Status Start(TensorMap* weights) override;
@@ -38,6 +40,7 @@ class ParameterServerStrategy final : public Strategy {
   PsClient* const client_;
   const int worker_;
   const int num_workers_;
+  const bool resume_;
   const std::unique_ptr<ClientConsistencyPolicy> policy_;  // of the client's mode
 };
 

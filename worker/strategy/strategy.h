@@ -32,7 +32,8 @@ class Strategy {
   virtual absl::Status Start(TensorMap* weights) = 0;
 
   // The batches this worker has done already in a job under way (it
-  // restarted, or the job resumed from a checkpoint), of `num_workers`.
+  // restarted, or the job resumed from a checkpoint), of `num_workers`;
+  // 0 in a new job.
   virtual int64_t ResumedBatches(int num_workers) const = 0;
 
   // One step: applies this worker's `gradients`, or none when its batch

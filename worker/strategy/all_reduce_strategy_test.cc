@@ -1,0 +1,182 @@
+#include "worker/strategy/all_reduce_strategy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/initializer.h"
+#include "common/tensor.h"
+#include "worker/collective/in_process_links.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A kernel [5, 3] and a bias [3], with Adam (slots and bias correction)
+// and the square-root learning-rate scaling of sync steps.
+std::vector<VariableSpec> Specs(int64_t kernel_rows = 5) {
+  std::vector<VariableSpec> specs(2);
+  specs[0].set_name("kernel");
+  specs[0].add_shape(kernel_rows);
+  specs[0].add_shape(3);
+  specs[0].mutable_initializer()->set_kind(InitializerSpec::GLOROT_UNIFORM);
+  specs[0].mutable_initializer()->set_seed(7);
+  specs[1].set_name("bias");
+  specs[1].add_shape(3);
+  for (VariableSpec& spec : specs) {
+    spec.set_dtype(DT_FLOAT);
+    spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAM);
+    spec.mutable_optimizer()->set_learning_rate(0.01f);
+    spec.mutable_optimizer()->set_learning_rate_scaling(OptimizerSpec::SQRT);
+  }
+  return specs;
+}
+
+// Rank r's gradients at step s: different on every rank and step.
+TensorMap Gradients(int rank, int step) {
+  std::mt19937 gen(static_cast<unsigned>(rank * 100003 + step));
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  TensorMap grads;
+  grads["kernel"] = DenseTensor{{5, 3}, std::vector<float>(15)};
+  grads["bias"] = DenseTensor{{3}, std::vector<float>(3)};
+  for (auto& [name, tensor] : grads) {
+    for (float& v : tensor.values) v = value(gen);
+  }
+  return grads;
+}
+
+// Runs `body` as each of `n` ranks on its own thread.
+void RunRanks(int n, const std::function<void(PeerLinks&)>& body) {
+  Mailbox mailbox(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      InProcessLinks links(&mailbox, r);
+      body(links);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// Rank `rank` skips its batch (not finite) at this step.
+bool Skips(int rank, int step) { return rank == 1 && step % 7 == 3; }
+
+// After many steps -- with a rank skipping now and then -- every rank's
+// replica is bit-identical, and equal to one replica that applies the
+// mean of the gradients that were not skipped.
+TEST(AllReduceStrategyTest, ReplicasStayBitIdenticalAndFollowTheMeanGradient) {
+  constexpr int kSteps = 200;
+  for (int n : {2, 3, 4}) {
+    std::vector<TensorMap> weights(n);
+    std::vector<int64_t> steps(n);
+    RunRanks(n, [&](PeerLinks& links) {
+      const int r = links.rank();
+      AllReduceStrategy strategy(&links, Specs(), {});
+      ASSERT_TRUE(strategy.Start(&weights[r]).ok());
+      for (int s = 0; s < kSteps; ++s) {
+        const TensorMap grads = Gradients(r, s);
+        auto stale = strategy.Step(Skips(r, s) ? nullptr : &grads, &weights[r]);
+        ASSERT_TRUE(stale.ok()) << stale.status();
+      }
+      steps[r] = strategy.step();
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(steps[r], kSteps) << "n " << n << " rank " << r;
+      for (const char* name : {"kernel", "bias"}) {
+        EXPECT_EQ(weights[r][name].values, weights[0][name].values)
+            << "n " << n << " rank " << r << " " << name;
+      }
+    }
+
+    // The reference: one replica, the mean of each step's contributions.
+    std::vector<std::vector<float>> values;
+    std::vector<OptimizerSlots> slots;
+    std::vector<VariableSpec> specs;
+    for (const VariableSpec& spec : Specs()) specs.push_back(CanonicalSpec(spec));
+    for (const VariableSpec& spec : specs) {
+      const int64_t size = spec.shape_size() == 2 ? 15 : 3;
+      values.emplace_back(size);
+      InitializeRows(spec, 0, spec.shape(0), absl::MakeSpan(values.back()));
+      slots.push_back(MakeSlots(spec.optimizer(), size));
+    }
+    for (int s = 0; s < kSteps; ++s) {
+      int averaged = 0;
+      std::vector<std::vector<float>> mean = {std::vector<float>(15), std::vector<float>(3)};
+      for (int r = 0; r < n; ++r) {
+        if (Skips(r, s)) continue;
+        ++averaged;
+        TensorMap grads = Gradients(r, s);
+        for (int i = 0; i < 15; ++i) mean[0][i] += grads["kernel"].values[i];
+        for (int i = 0; i < 3; ++i) mean[1][i] += grads["bias"].values[i];
+      }
+      for (int v = 0; v < 2; ++v) {
+        for (float& g : mean[v]) g /= static_cast<float>(averaged);
+        const absl::Span<const float> parts[] = {mean[v]};
+        ApplyGradient(specs[v].optimizer(), s + 1, averaged, parts, absl::MakeSpan(values[v]),
+                      slots[v]);
+      }
+    }
+    for (int i = 0; i < 15; ++i) {
+      EXPECT_NEAR(weights[0]["kernel"].values[i], values[0][i], 1e-4) << "n " << n << " " << i;
+    }
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_NEAR(weights[0]["bias"].values[i], values[1][i], 1e-4) << "n " << n << " " << i;
+    }
+  }
+}
+
+// Every rank starts from the chief's initial values.
+TEST(AllReduceStrategyTest, EveryRankStartsFromTheChiefsVariables) {
+  std::vector<TensorMap> weights(3);
+  RunRanks(3, [&](PeerLinks& links) {
+    AllReduceStrategy strategy(&links, Specs(), {});
+    ASSERT_TRUE(strategy.Start(&weights[links.rank()]).ok());
+    EXPECT_EQ(strategy.ResumedBatches(3), 0);
+  });
+  std::vector<float> kernel(15);
+  InitializeRows(Specs()[0], 0, 5, absl::MakeSpan(kernel));
+  for (const TensorMap& w : weights) {
+    EXPECT_EQ(w.at("kernel").values, kernel);
+    EXPECT_EQ(w.at("kernel").shape, (Shape{5, 3}));
+    EXPECT_EQ(w.at("bias").values, std::vector<float>(3, 0.0f));
+  }
+}
+
+// A worker started with another model is told so, not left to corrupt
+// the others' all-reduce.
+TEST(AllReduceStrategyTest, AWorkerWithAnotherModelIsRefused) {
+  std::vector<absl::Status> started(2);
+  RunRanks(2, [&](PeerLinks& links) {
+    AllReduceStrategy strategy(&links, Specs(links.rank() == 0 ? 5 : 6), {});
+    TensorMap weights;
+    started[links.rank()] = strategy.Start(&weights);
+  });
+  EXPECT_TRUE(started[0].ok()) << started[0];
+  EXPECT_EQ(started[1].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(started[1].message(), HasSubstr("differs from the chief's"));
+}
+
+// Gradients that do not fit the variables are refused before anything is
+// sent.
+TEST(AllReduceStrategyTest, GradientsOfTheWrongShapeAreRefused) {
+  SoloLinks solo;
+  AllReduceStrategy strategy(&solo, Specs(), {});
+  TensorMap weights;
+  ASSERT_TRUE(strategy.Start(&weights).ok());
+  TensorMap grads = Gradients(0, 0);
+  grads["bias"].values.pop_back();
+  const auto stepped = strategy.Step(&grads, &weights);
+  EXPECT_EQ(stepped.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(stepped.status().message(), HasSubstr("'bias': 2 elements where 3"));
+  grads.erase("bias");
+  EXPECT_THAT(strategy.Step(&grads, &weights).status().message(), HasSubstr("missing"));
+  EXPECT_EQ(strategy.step(), 0);
+}
+
+}  // namespace
+}  // namespace fulcrum
