@@ -146,6 +146,12 @@ absl::StatusOr<int> ReplicaId(const TfConfig& config) {
       absl::StrCat("task.type '", config.task().type(), "' is not a training replica"));
 }
 
+std::vector<std::string> ReplicaAddresses(const ClusterDef& cluster) {
+  std::vector<std::string> addresses(cluster.chief().begin(), cluster.chief().end());
+  addresses.insert(addresses.end(), cluster.worker().begin(), cluster.worker().end());
+  return addresses;
+}
+
 absl::StatusOr<std::string> TaskAddress(const TfConfig& config) {
   const auto* hosts = JobHosts(config.cluster(), config.task().type());
   if (hosts == nullptr || config.task().index() >= hosts->size()) {

@@ -6,6 +6,7 @@
 #define FULCRUM_COMMON_CLUSTER_SPEC_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -47,6 +48,10 @@ int NumReplicas(const ClusterDef& cluster);
 // The replica id of a chief or worker task: the chief is 0, worker i is
 // i + (number of chiefs). Other task types have none.
 absl::StatusOr<int> ReplicaId(const TfConfig& config);
+
+// The training replicas' "host:port", by replica id: the chief, then the
+// workers.
+std::vector<std::string> ReplicaAddresses(const ClusterDef& cluster);
 
 // This task's own "host:port" from the cluster.
 absl::StatusOr<std::string> TaskAddress(const TfConfig& config);

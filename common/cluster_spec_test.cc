@@ -20,6 +20,7 @@ TEST(ClusterSpecTest, ParsesTfConfigJson) {
   EXPECT_EQ(NumReplicas(config->cluster()), 3);
   EXPECT_EQ(*ReplicaId(*config), 2);  // worker 1 after the chief
   EXPECT_EQ(*TaskAddress(*config), "w1:3");
+  EXPECT_EQ(ReplicaAddresses(config->cluster()), (std::vector<std::string>{"c:1", "w0:2", "w1:3"}));
 }
 
 TEST(ClusterSpecTest, RejectsUnknownFieldsAndBadJson) {

@@ -6,11 +6,15 @@
 // (when another process failed first, with that one's).
 //
 //   local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10
+//   local_cluster --num_ps=0 --num_workers=3 --strategy=multi_worker_mirrored -- --epochs=10
 //
 // Everything after `--` is passed to every worker; --ps_args to every server.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,7 +37,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-ABSL_FLAG(int, num_ps, 2, "Parameter servers to start.");
+ABSL_FLAG(int, num_ps, 2,
+          "Parameter servers to start; 0 with the all-reduce strategies, which use none.");
+ABSL_FLAG(std::string, strategy, "parameter_server",
+          "The workers' --strategy: parameter_server, multi_worker_mirrored (all-reduce between "
+          "the workers, --num_ps=0) or mirrored (one worker, --num_ps=0).");
 ABSL_FLAG(int, num_workers, 3, "Workers to start; worker 0 is the chief.");
 ABSL_FLAG(std::string, mode, "sync", "Consistency mode of servers and workers: sync, async, ssp.");
 ABSL_FLAG(int64_t, staleness, 2, "ssp: the bound k.");
@@ -223,6 +231,20 @@ std::string TfConfig(const std::vector<std::string>& ps, const std::vector<std::
                       R"(}, "task": {"type": ")", type, R"(", "index": )", index, "}}");
 }
 
+// "127.0.0.1:<port>" of a port free now on loopback (the kernel's pick), for
+// a worker to serve its all-reduce peers on; 127.0.0.1:0 when none is.
+std::string FreeLoopbackAddress() {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const bool bound = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 &&
+                     getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  if (fd >= 0) close(fd);
+  return absl::StrCat("127.0.0.1:", bound ? ntohs(address.sin_port) : 0);
+}
+
 std::string DefaultBinDir() {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -235,16 +257,30 @@ std::string DefaultBinDir() {
 int Run(const std::vector<std::string>& worker_args) {
   const int num_ps = absl::GetFlag(FLAGS_num_ps);
   const int num_workers = absl::GetFlag(FLAGS_num_workers);
-  if (num_ps < 1 || num_workers < 1) {
-    std::fprintf(stderr, "local_cluster: --num_ps and --num_workers must be >= 1\n");
+  const std::string strategy = absl::GetFlag(FLAGS_strategy);
+  const bool all_reduce = strategy != "parameter_server";
+  if (num_workers < 1 || num_ps < 0) {
+    std::fprintf(stderr, "local_cluster: --num_workers must be >= 1 and --num_ps >= 0\n");
+    return 2;
+  }
+  if (all_reduce != (num_ps == 0)) {
+    std::fprintf(stderr,
+                 "local_cluster: --strategy=%s %s; use --num_ps=0 with --strategy="
+                 "multi_worker_mirrored or mirrored, and --num_ps >= 1 with parameter_server\n",
+                 strategy.c_str(), all_reduce ? "uses no parameter servers" : "needs servers");
     return 2;
   }
   std::string bin = absl::GetFlag(FLAGS_bin_dir);
   if (bin.empty()) bin = DefaultBinDir();
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  const std::vector<std::string> mode_flags = {
-      "--mode=" + mode, absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
-      absl::StrCat("--replicas_to_aggregate=", absl::GetFlag(FLAGS_replicas_to_aggregate))};
+  const std::string mode = all_reduce ? "sync" : absl::GetFlag(FLAGS_mode);
+  // The all-reduce strategies are synchronous, and take no mode flags.
+  const std::vector<std::string> mode_flags =
+      all_reduce
+          ? std::vector<std::string>{}
+          : std::vector<std::string>{"--mode=" + mode,
+                                     absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
+                                     absl::StrCat("--replicas_to_aggregate=",
+                                                  absl::GetFlag(FLAGS_replicas_to_aggregate))};
   const int max_restarts = absl::GetFlag(FLAGS_max_restarts);
   if (max_restarts < 0) {
     std::fprintf(stderr, "local_cluster: --max_restarts must be >= 0\n");
@@ -258,8 +294,8 @@ int Run(const std::vector<std::string>& worker_args) {
     ps_flags.emplace_back(arg);
   }
 
-  // Servers listen on ports they pick (--port=0); workers do not listen, so
-  // their entries only count them.
+  // Servers listen on ports they pick (--port=0); parameter-server workers
+  // do not listen, so their entries only count them.
   const std::vector<std::string> placeholders_ps(num_ps, "127.0.0.1:0");
   const std::vector<std::string> placeholders_workers(num_workers, "127.0.0.1:0");
   std::vector<Child> children;
@@ -293,8 +329,17 @@ int Run(const std::vector<std::string>& worker_args) {
     std::replace(children.back().argv.begin(), children.back().argv.end(), std::string("--port=0"),
                  "--port=" + address.substr(address.rfind(':') + 1));
   }
-  std::printf("[launcher] parameter servers: %s; starting %d worker(s), mode %s\n",
-              absl::StrJoin(ps_addresses, ", ").c_str(), num_workers, mode.c_str());
+  // All-reduce workers serve each other on ports picked here, which every
+  // worker's TF_CONFIG lists.
+  std::vector<std::string> worker_addresses = placeholders_workers;
+  if (all_reduce) {
+    std::generate(worker_addresses.begin(), worker_addresses.end(), FreeLoopbackAddress);
+    std::printf("[launcher] starting %d worker(s), %s, on %s\n", num_workers, strategy.c_str(),
+                absl::StrJoin(worker_addresses, ", ").c_str());
+  } else {
+    std::printf("[launcher] parameter servers: %s; starting %d worker(s), mode %s\n",
+                absl::StrJoin(ps_addresses, ", ").c_str(), num_workers, mode.c_str());
+  }
   std::fflush(stdout);
 
   // The workers share this machine's cores: BLAS threads that spin while
@@ -305,7 +350,8 @@ int Run(const std::vector<std::string>& worker_args) {
   const std::string cpu_threads = absl::StrCat("--cpu_threads=", std::max(1, cores / num_workers));
   const size_t first_worker = children.size();
   for (int w = 0; w < num_workers; ++w) {
-    std::vector<std::string> argv = {bin + "/worker/worker", cpu_threads};
+    std::vector<std::string> argv = {bin + "/worker/worker", cpu_threads, "--strategy=" + strategy};
+    if (all_reduce) argv.emplace_back("--bind_host=127.0.0.1");
     argv.insert(argv.end(), mode_flags.begin(), mode_flags.end());
     if (w == 0) {
       if (!checkpoint_dir.empty()) argv.push_back("--checkpoint_dir=" + checkpoint_dir);
@@ -318,7 +364,7 @@ int Run(const std::vector<std::string>& worker_args) {
     }
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
     children.push_back(Spawn(absl::StrCat("worker ", w), argv,
-                             TfConfig(ps_addresses, placeholders_workers, "worker", w)));
+                             TfConfig(ps_addresses, worker_addresses, "worker", w)));
   }
 
   // Run until every process has exited, one fails for good, or Ctrl-C.
@@ -372,12 +418,14 @@ int Run(const std::vector<std::string>& worker_args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Runs a Fulcrum cluster on this machine: --num_ps parameter servers and --num_workers "
-      "workers on 127.0.0.1, each with its TF_CONFIG. Every output line is prefixed with its "
+      "Runs a Fulcrum cluster on this machine: --num_ps parameter servers (none with the "
+      "all-reduce strategies) and --num_workers workers on 127.0.0.1, each with its TF_CONFIG. "
+      "Every output line is prefixed with its "
       "process's role and index. A process that dies is started again up to --max_restarts "
       "times; Ctrl-C, or a process failing for good, stops them all. Exits with the chief's "
       "(worker 0's) status.\n\n"
       "  local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10\n"
+      "  local_cluster --num_ps=0 --num_workers=3 --strategy=multi_worker_mirrored -- --epochs=10\n"
       "  local_cluster --checkpoint_dir=/tmp/ckpt --max_restarts=3 \\\n"
       "      --ps_args=\"--lease_timeout_ms=5000\" -- --epochs=10 --checkpoint_every_secs=30\n\n"
       "Arguments after -- go to every worker (see worker --help), --ps_args to every server "

@@ -144,6 +144,67 @@ TEST(LocalClusterTest, WorkerRefusesServersInAnotherMode) {
   EXPECT_TRUE(cluster.HasLine("runs sync; start both with the same --mode"));
 }
 
+// MultiWorkerMirroredStrategy: no parameter servers; the workers
+// all-reduce. The chief checkpoints in the servers' format, and a second
+// run with the same directory resumes there.
+TEST(LocalClusterTest, TrainsWithoutServersByAllReduceAndResumes) {
+  const std::string summary = TempPath("mwms-summary.json");
+  const std::string checkpoints = TempPath("mwms-checkpoints");
+  const std::vector<std::string> flags = {"--num_ps=0",
+                                          "--num_workers=3",
+                                          "--strategy=multi_worker_mirrored",
+                                          "--checkpoint_dir=" + checkpoints,
+                                          "--summary_json=" + summary,
+                                          "--"};
+  std::vector<std::string> first = flags;
+  first.insert(first.end(), {"--epochs=1", "--hidden=64", "--checkpoint_every_steps=100"});
+  ChildProcess cluster("cluster", Launcher(first));
+  ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_FALSE(cluster.HasLine("[ps 0]"));
+  EXPECT_TRUE(cluster.HasLine("all-reduce: rank 2 of 3"));
+  const std::string json = ReadWholeFile(summary);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
+  EXPECT_GT(std::stod(match[1]), 0.80);
+  EXPECT_THAT(json, HasSubstr("\"mode\": \"multi_worker_mirrored\""));
+  EXPECT_THAT(json, HasSubstr("\"num_ps\": 0"));
+
+  // 312 steps an epoch for 3 workers of 64: the last checkpoint is step 312.
+  std::vector<std::string> second = flags;
+  second.insert(second.end(), {"--epochs=2", "--hidden=64"});
+  ChildProcess resumed("resumed", Launcher(second));
+  ASSERT_EQ(resumed.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(resumed.HasLine("restored 4 variable(s) at step 312"));
+  EXPECT_TRUE(resumed.HasLine("resuming at step 312 of 624 (epoch 2)"));
+  EXPECT_TRUE(resumed.HasLine("after 624 global steps"));
+}
+
+// MirroredStrategy: one worker, two local replicas, nothing else.
+TEST(LocalClusterTest, MirroredTrainsOneWorkerAlone) {
+  ChildProcess cluster("cluster",
+                       Launcher({"--num_ps=0", "--num_workers=1", "--strategy=mirrored", "--",
+                                 "--epochs=1", "--hidden=64", "--local_replicas=2"}));
+  ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(cluster.HasLine("on 2 local replica(s), mirrored"));
+  EXPECT_TRUE(cluster.HasLine("final test accuracy 0.8"));
+}
+
+TEST(LocalClusterTest, StrategyMistakesAreFlagErrors) {
+  ChildProcess no_servers("no_servers", Launcher({"--num_ps=0", "--num_workers=1"}));
+  EXPECT_EQ(no_servers.Wait(absl::Seconds(60)), 2);
+  EXPECT_TRUE(no_servers.HasLine("use --num_ps=0 with --strategy=multi_worker_mirrored"));
+  ChildProcess unknown("unknown", Launcher({"--num_ps=0", "--num_workers=1", "--strategy=ring"}));
+  EXPECT_EQ(unknown.Wait(absl::Seconds(60)), 2);
+  EXPECT_TRUE(unknown.HasLine("--strategy: 'ring' is not one of parameter_server"));
+  ChildProcess two("two", Launcher({"--num_ps=0", "--num_workers=2", "--strategy=mirrored"}));
+  EXPECT_EQ(two.Wait(absl::Seconds(60)), 2);
+  EXPECT_TRUE(two.HasLine("--strategy=mirrored trains on one worker, but the cluster has 2"));
+  ChildProcess async("async", Launcher({"--num_ps=0", "--num_workers=2",
+                                        "--strategy=multi_worker_mirrored", "--", "--mode=async"}));
+  EXPECT_EQ(async.Wait(absl::Seconds(60)), 2);
+  EXPECT_TRUE(async.HasLine("is synchronous; leave --mode at sync"));
+}
+
 TEST(LocalClusterTest, MissingDataIsNamed) {
   ChildProcess cluster("cluster", Launcher({"--num_ps=1", "--num_workers=1", "--",
                                             "--data_dir=" + TempPath("no-such-dir")}));

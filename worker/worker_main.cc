@@ -29,12 +29,14 @@
 #include "common/tensor.h"
 #include "fulcrum/ps_client.h"
 #include "worker/checkpointer.h"
+#include "worker/collective/grpc_peer_links.h"
 #include "worker/consistency/policy.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/cuda/cuda.h"
 #include "worker/data/dataset.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
+#include "worker/strategy/all_reduce_strategy.h"
 #include "worker/strategy/parameter_server_strategy.h"
 #include "worker/trainer.h"
 
@@ -50,8 +52,15 @@ ABSL_FLAG(std::string, chief_host, "", "host:port of the chief, if the cluster h
 ABSL_FLAG(std::string, task_type, "worker",
           "This task's type with the host flags: chief or worker.");
 ABSL_FLAG(int, task_index, 0, "This task's index among its type's tasks.");
+ABSL_FLAG(std::string, strategy, "parameter_server",
+          "Where the variables live. parameter_server: on the cluster's parameter servers, which "
+          "apply the optimizer (sync, async or ssp; see --mode). multi_worker_mirrored: on every "
+          "worker (no parameter servers), which all-reduce their gradients each step over gRPC "
+          "between them and apply the same optimizer, so replicas stay identical. mirrored: one "
+          "worker, its --local_replicas, no servers and no cluster spec needed.");
 ABSL_FLAG(std::string, mode, "sync",
-          "Consistency mode, as the parameter servers run it: sync, async or ssp.");
+          "Consistency mode, as the parameter servers run it: sync, async or ssp. The all-reduce "
+          "strategies are sync.");
 ABSL_FLAG(int64_t, staleness, -1, "ssp: the bound k the servers must run with; -1 accepts theirs.");
 ABSL_FLAG(int, replicas_to_aggregate, 0,
           "sync: the count the servers must run with; 0 accepts theirs.");
@@ -87,8 +96,10 @@ ABSL_FLAG(std::string, metrics_jsonl, "",
           "Chief: write progress and per-epoch metrics here, one JSON object a line.");
 ABSL_FLAG(int64_t, log_every_steps, 100, "Log progress every this many steps.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Chief: where the parameter servers write checkpoints (the same directory as their "
-          "--checkpoint_dir); the chief writes each checkpoint's manifest there. \"\" = none.");
+          "Chief: where checkpoints go. parameter_server: the servers' --checkpoint_dir (shared), "
+          "where the chief writes each checkpoint's manifest. The all-reduce strategies: the "
+          "chief writes whole checkpoints here (the servers' format) and restores the newest "
+          "at start. \"\" = none.");
 ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
           "Chief: checkpoint every this many global steps; 0: not by steps.");
 ABSL_FLAG(int64_t, checkpoint_every_secs, 600,
@@ -107,6 +118,18 @@ ABSL_FLAG(int, channels_per_ps, 1,
           "pull or push of more than 4 MiB to a server is split by shard over them and sent "
           "in parallel: for servers holding several large shards, where one connection is "
           "the limit.");
+ABSL_FLAG(int, collective_port, -1,
+          "multi_worker_mirrored: the port this worker serves its peers on; -1: the port of its "
+          "own entry in the cluster spec.");
+ABSL_FLAG(std::string, bind_host, "0.0.0.0",
+          "multi_worker_mirrored: the address the collective port binds (127.0.0.1: this "
+          "machine only).");
+ABSL_FLAG(int, collective_timeout_secs, 60,
+          "multi_worker_mirrored: an all-reduce that has not completed in this long (a peer "
+          "died, hangs or is cut off) fails, naming the peer.");
+ABSL_FLAG(int, startup_timeout_secs, 600,
+          "multi_worker_mirrored: how long the workers wait for the chief's initial variables "
+          "(pods start minutes apart).");
 ABSL_FLAG(int, call_timeout_secs, 120,
           "Deadline of each call to a server, long polls included; servers not up yet are "
           "waited for this long.");
@@ -277,6 +300,138 @@ absl::StatusOr<ServerState> CheckServers(PsClient& client, int replica,
   return state;
 }
 
+// Whether any cluster spec was given.
+bool AnyClusterSource(const ClusterSources& sources) {
+  const ClusterFlags& f = sources.flags;
+  return !sources.cluster_spec_path.empty() || !sources.tf_config_env.empty() ||
+         !f.ps_hosts.empty() || !f.worker_hosts.empty() || !f.chief_host.empty();
+}
+
+// mirrored without a cluster spec: one worker, alone.
+TfConfig LoneWorker() {
+  TfConfig config;
+  config.mutable_cluster()->add_worker("localhost:0");
+  config.mutable_task()->set_type("worker");
+  return config;
+}
+
+// The cluster and flags fit the strategy.
+absl::Status CheckStrategy(const std::string& strategy, const TfConfig& cluster) {
+  const int ps = cluster.cluster().ps_size();
+  if (strategy == "parameter_server") {
+    if (ps == 0) {
+      return absl::InvalidArgumentError(
+          "cluster.ps: --strategy=parameter_server needs at least one parameter server (or "
+          "train without: --strategy=multi_worker_mirrored)");
+    }
+    if (auto mode = ParseConsistencyMode(absl::GetFlag(FLAGS_mode)); !mode.ok()) {
+      return mode.status();
+    }
+    if (auto wire = ParseFloatEncoding(absl::GetFlag(FLAGS_wire_dtype)); !wire.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--wire_dtype: ", wire.status().message()));
+    }
+    if (absl::GetFlag(FLAGS_channels_per_ps) < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--channels_per_ps: must be >= 1, got ",
+                                                     absl::GetFlag(FLAGS_channels_per_ps)));
+    }
+    return absl::OkStatus();
+  }
+  if (absl::GetFlag(FLAGS_mode) != "sync") {
+    return absl::InvalidArgumentError(absl::StrCat("--mode=", absl::GetFlag(FLAGS_mode),
+                                                   ": --strategy=", strategy,
+                                                   " is synchronous; leave --mode at sync"));
+  }
+  if (strategy == "mirrored" && NumReplicas(cluster.cluster()) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--strategy=mirrored trains on one worker, but the cluster has ",
+                     NumReplicas(cluster.cluster()), "; use --strategy=multi_worker_mirrored"));
+  }
+  if (ps > 0) {
+    LOG_WARN("--strategy={} uses no parameter servers; the cluster's {} are ignored", strategy, ps);
+  }
+  if (absl::GetFlag(FLAGS_collective_timeout_secs) < 1 ||
+      absl::GetFlag(FLAGS_startup_timeout_secs) < 1) {
+    return absl::InvalidArgumentError(
+        "--collective_timeout_secs and --startup_timeout_secs must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+// A strategy and what it runs on.
+struct StrategyParts {
+  std::unique_ptr<PsClient> client;  // parameter_server
+  std::unique_ptr<PeerLinks> links;  // the all-reduce strategies
+  std::unique_ptr<Strategy> strategy;
+};
+
+// Connects to the servers, checks they run this worker's mode, creates the
+// model's variables there and waits for the job to start. The flags are
+// checked (CheckStrategy).
+absl::StatusOr<StrategyParts> MakeParameterServerStrategy(const TfConfig& cluster, int replica,
+                                                          const ModelConfig& model) {
+  PsClientOptions options;
+  options.worker_id = replica;
+  options.mode = *ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
+  options.wire_dtype = *ParseFloatEncoding(absl::GetFlag(FLAGS_wire_dtype));
+  options.channels_per_server = absl::GetFlag(FLAGS_channels_per_ps);
+  options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_secs));
+  options.retry_timeout = options.call_timeout;
+  const std::vector<std::string> ps(cluster.cluster().ps().begin(), cluster.cluster().ps().end());
+  StrategyParts parts;
+  parts.client = PsClient::Connect(ps, options);
+  LOG_INFO("waiting for {} parameter server(s): {}", ps.size(), absl::StrJoin(ps, ", "));
+  auto servers = CheckServers(*parts.client, replica, ps);
+  if (!servers.ok()) return servers.status();
+  if (absl::Status s = parts.client->CreateVariables(ModelVariables(model)); !s.ok()) return s;
+  parts.client->StartHeartbeats(absl::Seconds(1));
+  if (absl::Status s = parts.client->AwaitJobStart(&g_stop); !s.ok()) return s;
+  parts.strategy = std::make_unique<ParameterServerStrategy>(
+      parts.client.get(), replica, NumReplicas(cluster.cluster()), servers->resume);
+  return parts;
+}
+
+// mirrored: a group of one. multi_worker_mirrored: serves the collective
+// port and links to every other training replica of the cluster.
+absl::StatusOr<StrategyParts> MakeAllReduceStrategy(const std::string& name,
+                                                    const TfConfig& cluster, int replica,
+                                                    bool is_chief, const ModelConfig& model,
+                                                    FileSystem* fs) {
+  StrategyParts parts;
+  if (name == "mirrored") {
+    parts.links = std::make_unique<SoloLinks>();
+  } else {
+    int port = absl::GetFlag(FLAGS_collective_port);
+    if (port < 0) {
+      auto own = TaskAddress(cluster);
+      if (!own.ok()) return own.status();
+      const std::string port_text = own->substr(own->rfind(':') + 1);
+      if (!absl::SimpleAtoi(port_text, &port)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cluster spec: this task's address '", *own, "' has no port"));
+      }
+    }
+    auto links = GrpcPeerLinks::Start(replica, NumReplicas(cluster.cluster()),
+                                      absl::StrCat(absl::GetFlag(FLAGS_bind_host), ":", port));
+    if (!links.ok()) return links.status();
+    const std::vector<std::string> peers = ReplicaAddresses(cluster.cluster());
+    (*links)->Connect(peers);
+    LOG_INFO("all-reduce: rank {} of {}, serving peers on {}:{}; peers {}", replica, peers.size(),
+             absl::GetFlag(FLAGS_bind_host), (*links)->port(), absl::StrJoin(peers, ", "));
+    parts.links = *std::move(links);
+  }
+  AllReduceStrategyOptions options;
+  options.name = name;
+  options.collective.timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_secs));
+  options.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_secs));
+  if (is_chief) {
+    options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+    options.fs = fs;
+  }
+  parts.strategy =
+      std::make_unique<AllReduceStrategy>(parts.links.get(), ModelVariables(model), options);
+  return parts;
+}
+
 // Sets *configured once the flags are checked and the run begins: errors
 // after that are the run's, not the flags'.
 absl::Status Run(bool* configured) {
@@ -286,13 +441,20 @@ absl::Status Run(bool* configured) {
                    absl::GetFlag(FLAGS_chief_host), absl::GetFlag(FLAGS_task_type),
                    absl::GetFlag(FLAGS_task_index)};
   if (const char* env = std::getenv("TF_CONFIG")) sources.tf_config_env = env;
-  auto cluster = ResolveTfConfig(sources);
+  const std::string strategy_name = absl::GetFlag(FLAGS_strategy);
+  if (strategy_name != "parameter_server" && strategy_name != "multi_worker_mirrored" &&
+      strategy_name != "mirrored") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--strategy: '", strategy_name,
+                     "' is not one of parameter_server, multi_worker_mirrored, mirrored"));
+  }
+  const bool all_reduce = strategy_name != "parameter_server";
+  auto cluster = strategy_name == "mirrored" && !AnyClusterSource(sources)
+                     ? absl::StatusOr<TfConfig>(LoneWorker())
+                     : ResolveTfConfig(sources);
   if (!cluster.ok()) return cluster.status();
   auto replica = ReplicaId(*cluster);
   if (!replica.ok()) return replica.status();
-  if (cluster->cluster().ps_size() == 0) {
-    return absl::InvalidArgumentError("cluster.ps: the worker needs at least one parameter server");
-  }
   const bool is_chief = cluster->task().type() == "chief" ||
                         (cluster->cluster().chief_size() == 0 && cluster->task().index() == 0);
   if (absl::Status s = InitLogging(cluster->task().type(), cluster->task().index(),
@@ -300,18 +462,8 @@ absl::Status Run(bool* configured) {
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckStrategy(strategy_name, *cluster); !s.ok()) return s;
 
-  auto mode = ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
-  if (!mode.ok()) return mode.status();
-  auto wire_dtype = ParseFloatEncoding(absl::GetFlag(FLAGS_wire_dtype));
-  if (!wire_dtype.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--wire_dtype: ", wire_dtype.status().message()));
-  }
-  if (absl::GetFlag(FLAGS_channels_per_ps) < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--channels_per_ps: must be >= 1, got ",
-                                                   absl::GetFlag(FLAGS_channels_per_ps)));
-  }
   auto optimizer = OptimizerFromFlags();
   if (!optimizer.ok()) return optimizer.status();
   auto hidden = ParseHidden(absl::GetFlag(FLAGS_hidden));
@@ -327,7 +479,7 @@ absl::Status Run(bool* configured) {
   model.num_classes = absl::GetFlag(FLAGS_num_classes);
   model.optimizer = *optimizer;
   model.seed = absl::GetFlag(FLAGS_seed);
-  model.num_ps = cluster->cluster().ps_size();
+  model.num_ps = std::max(1, cluster->cluster().ps_size());            // shards per variable
   if (absl::Status s = ValidateModelConfig(model); !s.ok()) return s;  // before the slow load
 
   DataSource source;
@@ -360,21 +512,18 @@ absl::Status Run(bool* configured) {
     replicas.push_back(models.back().get());
   }
 
-  PsClientOptions options;
-  options.worker_id = *replica;
-  options.mode = *mode;
-  options.wire_dtype = *wire_dtype;
-  options.channels_per_server = absl::GetFlag(FLAGS_channels_per_ps);
-  options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_secs));
-  options.retry_timeout = options.call_timeout;
-  const std::vector<std::string> ps(cluster->cluster().ps().begin(), cluster->cluster().ps().end());
-  auto client = PsClient::Connect(ps, options);
-  LOG_INFO("waiting for {} parameter server(s): {}", ps.size(), absl::StrJoin(ps, ", "));
-  auto servers = CheckServers(*client, *replica, ps);
-  if (!servers.ok()) return servers.status();
-  if (absl::Status s = client->CreateVariables(ModelVariables(model)); !s.ok()) return s;
-  client->StartHeartbeats(absl::Seconds(1));
-  if (absl::Status s = client->AwaitJobStart(&g_stop); !s.ok()) return s;
+  std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
+  StrategyParts parts;
+  if (all_reduce) {
+    auto made = MakeAllReduceStrategy(strategy_name, *cluster, *replica, is_chief, model, fs.get());
+    if (!made.ok()) return made.status();
+    parts = *std::move(made);
+  } else {
+    auto made = MakeParameterServerStrategy(*cluster, *replica, model);
+    if (!made.ok()) return made.status();
+    parts = *std::move(made);
+  }
+  Strategy* strategy = parts.strategy.get();
 
   TrainerOptions trainer_options;
   trainer_options.epochs = absl::GetFlag(FLAGS_epochs);
@@ -384,13 +533,12 @@ absl::Status Run(bool* configured) {
   trainer_options.is_chief = is_chief;
   trainer_options.shard_index = *replica;
   trainer_options.num_workers = NumReplicas(cluster->cluster());
-  trainer_options.num_ps = static_cast<int>(ps.size());
+  trainer_options.num_ps = all_reduce ? 0 : cluster->cluster().ps_size();
   trainer_options.summary_json = absl::GetFlag(FLAGS_summary_json);
   trainer_options.metrics_jsonl = absl::GetFlag(FLAGS_metrics_jsonl);
   trainer_options.model_name =
       model.kind == "mlp" ? absl::StrCat("mlp ", absl::GetFlag(FLAGS_hidden)) : model.kind;
   trainer_options.device_name = devices->devices[0]->name();
-  std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
   std::optional<Checkpointer> checkpointer;
   if (is_chief && !absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
     CheckpointOptions checkpoint_options{
@@ -400,8 +548,8 @@ absl::Status Run(bool* configured) {
       return absl::InvalidArgumentError("--keep_checkpoints: must be >= 1");
     }
     if (absl::Status s = CheckWritableDir(*fs, checkpoint_options.dir); !s.ok()) return s;
-    checkpointer.emplace([&](int64_t step) { return client->SaveCheckpoint(step); }, fs.get(),
-                         checkpoint_options);
+    checkpointer.emplace([strategy](int64_t step) { return strategy->SaveCheckpoint(step); },
+                         fs.get(), checkpoint_options);
     trainer_options.checkpointer = &*checkpointer;
   }
   std::unique_ptr<MetricsServer> metrics;
@@ -456,9 +604,7 @@ absl::Status Run(bool* configured) {
   }
   trainer_options.stop = &g_stop;
   *configured = true;
-  ParameterServerStrategy strategy(client.get(), *replica, trainer_options.num_workers,
-                                   servers->resume);
-  Trainer trainer(&strategy, replicas, devices->reducer.get(), *train, test ? &*test : nullptr,
+  Trainer trainer(strategy, replicas, devices->reducer.get(), *train, test ? &*test : nullptr,
                   trainer_options);
   auto summary = trainer.Run();
   if (!summary.ok()) return summary.status();

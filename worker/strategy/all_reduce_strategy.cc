@@ -100,6 +100,8 @@ absl::Status AllReduceStrategy::Restore() {
 }
 
 absl::Status AllReduceStrategy::BroadcastState() {
+  AllReduceOptions startup = options_.collective;
+  startup.timeout = options_.startup_timeout;
   uint32_t fingerprint = 0;
   int64_t state_floats = 0;
   for (const Variable& v : variables_) {
@@ -110,8 +112,7 @@ absl::Status AllReduceStrategy::BroadcastState() {
   PutBits(static_cast<uint64_t>(step_), header);
   PutBits(fingerprint, header + 2);
   PutBits(static_cast<uint64_t>(state_floats), header + 4);
-  if (absl::Status s = Broadcast(*links_, 0, absl::MakeSpan(header), options_.collective);
-      !s.ok()) {
+  if (absl::Status s = Broadcast(*links_, 0, absl::MakeSpan(header), startup); !s.ok()) {
     return s;
   }
   if (GetBits(header + 2) != fingerprint || GetBits(header + 4) != uint64_t(state_floats)) {

@@ -35,6 +35,9 @@ namespace fulcrum {
 struct AllReduceStrategyOptions {
   std::string name = "multi_worker_mirrored";  // for logs and the summary
   AllReduceOptions collective;                 // its timeout: --collective_timeout_secs
+  // How long the workers wait for the chief's initial state (they may
+  // start minutes apart).
+  absl::Duration startup_timeout = absl::Minutes(10);
   // Where the chief writes checkpoints and restores the newest complete
   // one from ("" = none); `fs` is needed with it.
   std::string checkpoint_dir;
