@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
 #include "tests/child_process.h"
 
@@ -264,6 +266,39 @@ TEST_F(FailureTest, LateAndStaggeredWorkersTrainAsAJobStartedAtOnce) {
     EXPECT_FALSE(ps->HasLine("expired"));
   }
   EXPECT_NEAR(FinalAccuracy(), at_once, 0.005);
+}
+
+// MultiWorkerMirroredStrategy, where TensorFlow's job fails: one of four
+// all-reduce workers is killed mid-training; the other three regroup
+// without it, go on from their replicas with no restart, deal the next
+// epochs over the three, and reach the bar of an uninterrupted run.
+TEST_F(FailureTest, AllReduceWorkersGoOnWithoutAKilledOne) {
+  ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);  // for the summary
+  std::vector<std::string> hosts;
+  for (int w = 0; w < 4; ++w) hosts.push_back(absl::StrCat("127.0.0.1:", FreeLoopbackPort()));
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int w = 0; w < 4; ++w) {
+    std::vector<std::string> argv = {RunfilePath("worker/worker"),
+                                     "--strategy=multi_worker_mirrored",
+                                     "--worker_hosts=" + absl::StrJoin(hosts, ","),
+                                     absl::StrCat("--task_index=", w),
+                                     "--bind_host=127.0.0.1",
+                                     "--collective_timeout_secs=10",
+                                     "--epochs=3",
+                                     "--hidden=64",
+                                     "--log_every_steps=50",
+                                     "--cpu_threads=1",
+                                     "--device=cpu"};
+    if (w == 0) argv.push_back("--summary_json=" + dir_ + "/summary.json");
+    workers.push_back(std::make_unique<ChildProcess>(absl::StrCat("worker", w), argv));
+  }
+  ASSERT_TRUE(workers[2]->WaitForLine("step 100/", absl::Seconds(120)));
+  workers[2]->Signal(SIGKILL);
+  ASSERT_EQ(workers[2]->Wait(absl::Seconds(30)), 128 + SIGKILL);
+  for (int w : {0, 1, 3}) EXPECT_EQ(workers[w]->Wait(kJobTimeout), 0) << "worker " << w;
+  EXPECT_TRUE(workers[0]->HasLine("the group is now ranks 0, 1, 3"));
+  EXPECT_TRUE(workers[3]->HasLine("dealt over the 3 worker(s) left (ranks 0, 1, 3)"));
+  EXPECT_GE(FinalAccuracy(), kAccuracyBar);
 }
 
 TEST_F(FailureTest, UnwritableCheckpointDirectoryFailsAtStart) {

@@ -33,7 +33,7 @@ class Service final : public Collective::Service {
       }
       std::vector<float> message(chunk.data().size() / sizeof(float));
       std::memcpy(message.data(), chunk.data().data(), chunk.data().size());
-      inbox_->Put(from, rank_, std::move(message));
+      inbox_->Put(from, rank_, chunk.tag(), std::move(message));
     }
     if (from >= 0 && context->IsCancelled()) {
       inbox_->Break(from, rank_,
@@ -77,9 +77,10 @@ class Outgoing {
     writer_thread_.join();
   }
 
-  absl::Status Send(absl::Span<const float> data) {
+  absl::Status Send(absl::Span<const float> data, uint64_t tag) {
     CollectiveChunk chunk;
     chunk.set_from_rank(rank_);
+    chunk.set_tag(tag);
     chunk.set_data(data.data(), data.size() * sizeof(float));
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
@@ -177,7 +178,8 @@ absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> GrpcPeerLinks::Start(
   return std::unique_ptr<GrpcPeerLinks>(new GrpcPeerLinks(std::move(impl)));
 }
 
-GrpcPeerLinks::GrpcPeerLinks(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GrpcPeerLinks::GrpcPeerLinks(std::unique_ptr<Impl> impl)
+    : MailboxLinks(&impl->inbox, impl->rank), impl_(std::move(impl)) {}
 
 GrpcPeerLinks::~GrpcPeerLinks() {
   impl_->outgoing.clear();  // what was sent is written first
@@ -185,14 +187,15 @@ GrpcPeerLinks::~GrpcPeerLinks() {
 }
 
 int GrpcPeerLinks::port() const { return impl_->port; }
-int GrpcPeerLinks::rank() const { return impl_->rank; }
-int GrpcPeerLinks::size() const { return impl_->size; }
 
 void GrpcPeerLinks::Connect(const std::vector<std::string>& addresses) {
   impl_->outgoing.resize(impl_->size);
   for (int peer = 0; peer < impl_->size && peer < static_cast<int>(addresses.size()); ++peer) {
     if (peer != impl_->rank) {
       impl_->outgoing[peer] = std::make_unique<Outgoing>(impl_->rank, peer, addresses[peer]);
+      // A notice opens the stream now, so that a peer that dies breaks
+      // this rank's link to it even if they never exchanged data.
+      impl_->outgoing[peer]->Send({}, tag()).IgnoreError();
     }
   }
 }
@@ -203,11 +206,7 @@ absl::Status GrpcPeerLinks::Send(int peer, absl::Span<const float> data) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", impl_->rank, ": no link to rank ", peer, " (Connect first)"));
   }
-  return impl_->outgoing[peer]->Send(data);
-}
-
-absl::StatusOr<std::vector<float>> GrpcPeerLinks::Recv(int peer, absl::Time deadline) {
-  return impl_->inbox.Take(peer, impl_->rank, deadline);
+  return impl_->outgoing[peer]->Send(data, tag());
 }
 
 }  // namespace fulcrum

@@ -17,7 +17,7 @@
 
 namespace fulcrum {
 
-class GrpcPeerLinks final : public PeerLinks {
+class GrpcPeerLinks final : public MailboxLinks {
  public:
   // Starts serving rank `rank` of `size` on `listen_address` ("host:0" picks
   // a port: see port()). UNAVAILABLE when it cannot listen.
@@ -28,14 +28,11 @@ class GrpcPeerLinks final : public PeerLinks {
   int port() const;
 
   // The peers' addresses by rank (this rank's entry is not used); call once,
-  // before the first Send. Streams open on first use and wait for a peer
-  // that is not listening yet.
+  // before the first Send. A stream to each peer opens at once, waiting for
+  // a peer that is not listening yet.
   void Connect(const std::vector<std::string>& addresses);
 
-  int rank() const override;
-  int size() const override;
   absl::Status Send(int peer, absl::Span<const float> data) override;
-  absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) override;
 
   class Impl;
 

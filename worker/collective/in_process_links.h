@@ -10,23 +10,17 @@
 
 namespace fulcrum {
 
-class InProcessLinks final : public PeerLinks {
+class InProcessLinks final : public MailboxLinks {
  public:
-  InProcessLinks(Mailbox* mailbox, int rank) : mailbox_(mailbox), rank_(rank) {}
+  InProcessLinks(Mailbox* mailbox, int rank) : MailboxLinks(mailbox, rank), mailbox_(mailbox) {}
 
-  int rank() const override { return rank_; }
-  int size() const override { return mailbox_->size(); }
   absl::Status Send(int peer, absl::Span<const float> data) override {
-    mailbox_->Put(rank_, peer, std::vector<float>(data.begin(), data.end()));
+    mailbox_->Put(rank(), peer, tag(), std::vector<float>(data.begin(), data.end()));
     return absl::OkStatus();
-  }
-  absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) override {
-    return mailbox_->Take(peer, rank_, deadline);
   }
 
  private:
   Mailbox* const mailbox_;
-  const int rank_;
 };
 
 }  // namespace fulcrum

@@ -1,12 +1,21 @@
 #include "worker/collective/mailbox.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace fulcrum {
 
-void Mailbox::Put(int from, int to, std::vector<float> message) {
+void Mailbox::Put(int from, int to, uint64_t tag, std::vector<float> message) {
   absl::MutexLock lock(&mu_);
-  queues_[{from, to}].messages.push_back(std::move(message));
+  queues_[{from, to}].messages.push_back({tag, std::move(message)});
+  newest_tag_[to] = std::max(newest_tag_[to], tag);
+}
+
+uint64_t Mailbox::NewestTag(int to) const {
+  absl::MutexLock lock(&mu_);
+  auto it = newest_tag_.find(to);
+  return it == newest_tag_.end() ? 0 : it->second;
 }
 
 void Mailbox::Break(int from, int to, absl::Status why) {
@@ -15,17 +24,34 @@ void Mailbox::Break(int from, int to, absl::Status why) {
   if (queue.broken.ok()) queue.broken = std::move(why);
 }
 
-absl::StatusOr<std::vector<float>> Mailbox::Take(int from, int to, absl::Time deadline) {
+absl::StatusOr<std::vector<float>> Mailbox::Take(int from, int to, uint64_t tag,
+                                                 absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   Queue& queue = queues_[{from, to}];
-  auto ready = [&queue]() { return !queue.messages.empty() || !queue.broken.ok(); };
+  // Ready: a message of this round, one of a later round, or a broken link.
+  // Messages of earlier rounds, and notices (empty) of this one, are
+  // dropped on the way.
+  auto ready = [&queue, tag]() {
+    for (const Message& message : queue.messages) {
+      if (message.tag > tag || (message.tag == tag && !message.data.empty())) return true;
+    }
+    return !queue.broken.ok();
+  };
   mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  while (!queue.messages.empty() && queue.messages.front().tag <= tag &&
+         (queue.messages.front().tag < tag || queue.messages.front().data.empty())) {
+    queue.messages.pop_front();
+  }
   if (queue.messages.empty()) {
     if (!queue.broken.ok()) return queue.broken;
     return absl::DeadlineExceededError(
         absl::StrCat("rank ", to, ": nothing from rank ", from, " by the deadline"));
   }
-  std::vector<float> message = std::move(queue.messages.front());
+  if (queue.messages.front().tag > tag) {
+    return absl::AbortedError(absl::StrCat("rank ", to, ": rank ", from, " moved on to round ",
+                                           queue.messages.front().tag, " from round ", tag));
+  }
+  std::vector<float> message = std::move(queue.messages.front().data);
   queue.messages.pop_front();
   return message;
 }

@@ -1,7 +1,6 @@
 #include "worker/strategy/all_reduce_strategy.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +10,7 @@
 #include "common/logging.h"
 #include "common/restored_variables.h"
 #include "common/tensor.h"
+#include "worker/collective/regroup.h"
 
 namespace fulcrum {
 namespace {
@@ -20,23 +20,19 @@ int64_t Rows(const VariableSpec& spec) {
   return NumElements(spec.shape()) / std::max<int64_t>(1, RowElements(spec.shape()));
 }
 
-// Integers travel through float buffers by their bits.
-void PutBits(uint64_t value, float* out) { std::memcpy(out, &value, sizeof(value)); }
-uint64_t GetBits(const float* in) {
-  uint64_t value = 0;
-  std::memcpy(&value, in, sizeof(value));
-  return value;
-}
-
-// What the chief sends first: its step, a fingerprint of its model and the
-// size of the state that follows.
-constexpr int kHeaderFloats = 6;
+// What the chief sends first: its step and completed collective steps, a
+// fingerprint of its model and the size of the state that follows.
+constexpr int kHeaderFloats = 8;
 
 }  // namespace
 
 AllReduceStrategy::AllReduceStrategy(PeerLinks* links, const std::vector<VariableSpec>& specs,
                                      AllReduceStrategyOptions options)
     : links_(links), options_(std::move(options)) {
+  std::vector<int> everyone(links->size());
+  for (int r = 0; r < links->size(); ++r) everyone[r] = r;
+  group_ = std::make_unique<SubgroupLinks>(links, everyone);
+  generations_.push_back({0, everyone});
   int64_t offset = 0;
   for (const VariableSpec& spec : specs) {
     Variable& variable = variables_.emplace_back();
@@ -99,9 +95,7 @@ absl::Status AllReduceStrategy::Restore() {
   return absl::OkStatus();
 }
 
-absl::Status AllReduceStrategy::BroadcastState() {
-  AllReduceOptions startup = options_.collective;
-  startup.timeout = options_.startup_timeout;
+absl::Status AllReduceStrategy::BroadcastState(int root, const AllReduceOptions& options) {
   uint32_t fingerprint = 0;
   int64_t state_floats = 0;
   for (const Variable& v : variables_) {
@@ -110,31 +104,33 @@ absl::Status AllReduceStrategy::BroadcastState() {
   }
   float header[kHeaderFloats] = {};
   PutBits(static_cast<uint64_t>(step_), header);
-  PutBits(fingerprint, header + 2);
-  PutBits(static_cast<uint64_t>(state_floats), header + 4);
-  if (absl::Status s = Broadcast(*links_, 0, absl::MakeSpan(header), startup); !s.ok()) {
+  PutBits(static_cast<uint64_t>(completed_), header + 2);
+  PutBits(fingerprint, header + 4);
+  PutBits(static_cast<uint64_t>(state_floats), header + 6);
+  if (absl::Status s = Broadcast(*group_, root, absl::MakeSpan(header), options); !s.ok()) {
     return s;
   }
-  if (GetBits(header + 2) != fingerprint || GetBits(header + 4) != uint64_t(state_floats)) {
+  if (GetBits(header + 4) != fingerprint || GetBits(header + 6) != uint64_t(state_floats)) {
     return absl::FailedPreconditionError(
         "this worker's model (--model, --hidden, --optimizer, --learning_rate, --seed, the data "
         "set's features and classes) differs from the chief's; start every worker with the "
         "same flags");
   }
   step_ = static_cast<int64_t>(GetBits(header));
+  completed_ = static_cast<int64_t>(GetBits(header + 2));
   // Every variable's values, then its slots, in spec order.
   std::vector<float> state(state_floats);
-  const bool root = links_->rank() == 0;
+  const bool sending = group_->rank() == root;
   auto next = state.begin();
   auto pass = [&](std::vector<float>& tensor) {
-    if (root) std::copy(tensor.begin(), tensor.end(), next);
+    if (sending) std::copy(tensor.begin(), tensor.end(), next);
     next += static_cast<int64_t>(tensor.size());
   };
   for (Variable& v : variables_) {
     pass(v.values);
     for (std::vector<float>& slot : v.slots) pass(slot);
   }
-  if (absl::Status s = Broadcast(*links_, 0, absl::MakeSpan(state), options_.collective); !s.ok()) {
+  if (absl::Status s = Broadcast(*group_, root, absl::MakeSpan(state), options); !s.ok()) {
     return s;
   }
   next = state.begin();
@@ -157,8 +153,11 @@ absl::Status AllReduceStrategy::Start(TensorMap* weights) {
   if (links_->rank() == 0) {
     if (absl::Status s = Restore(); !s.ok()) return s;
   }
-  if (absl::Status s = BroadcastState(); !s.ok()) return s;
+  AllReduceOptions startup = options_.collective;
+  startup.timeout = options_.startup_timeout;
+  if (absl::Status s = BroadcastState(0, startup); !s.ok()) return s;
   restored_step_ = step_;
+  completed_ = step_;
   CopyValues(weights);
   return absl::OkStatus();
 }
@@ -172,7 +171,6 @@ void AllReduceStrategy::CopyValues(TensorMap* weights) const {
 }
 
 absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, TensorMap* weights) {
-  std::fill(fused_.begin(), fused_.end(), 0.0f);
   if (gradients != nullptr) {
     for (const Variable& v : variables_) {
       auto it = gradients->find(v.spec.name());
@@ -183,15 +181,27 @@ absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, TensorMa
                                    : absl::StrCat(it->second.values.size(), " elements where ",
                                                   v.values.size(), " were expected")));
       }
-      std::copy(it->second.values.begin(), it->second.values.end(), fused_.begin() + v.offset);
     }
-    fused_.back() = 1.0f;
   }
-  if (absl::Status s = AllReduce(*links_, absl::MakeSpan(fused_), options_.collective); !s.ok()) {
-    return absl::Status(
-        s.code(), absl::StrCat("all-reduce of step ", step_ + 1, " (rank ", links_->rank(), " of ",
-                               links_->size(), "): ", s.message()));
+  for (;;) {
+    std::fill(fused_.begin(), fused_.end(), 0.0f);
+    if (gradients != nullptr) {
+      for (const Variable& v : variables_) {
+        const std::vector<float>& grad = gradients->at(v.spec.name()).values;
+        std::copy(grad.begin(), grad.end(), fused_.begin() + v.offset);
+      }
+      fused_.back() = 1.0f;
+    }
+    absl::Status reduced = AllReduce(*group_, absl::MakeSpan(fused_), options_.collective);
+    if (reduced.ok()) break;
+    auto done = Regroup(reduced);
+    if (!done.ok()) return done.status();
+    if (*done) {
+      CopyValues(weights);
+      return 0;
+    }
   }
+  ++completed_;
   const int averaged = static_cast<int>(fused_.back());
   if (averaged == 0) return 0;  // every worker's batch was skipped
   ++step_;
@@ -206,13 +216,70 @@ absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, TensorMa
   return 0;
 }
 
+absl::StatusOr<bool> AllReduceStrategy::Regroup(const absl::Status& failure) {
+  MemberState mine;
+  mine.completed = completed_;
+  std::vector<int> current;
+  {
+    absl::MutexLock lock(&mu_);
+    regrouping_ = true;  // no epoch is dealt meanwhile
+    mine.dealt_epoch = dealt_epoch_;
+    current = generations_.back().members;
+  }
+  LOG_WARN("all-reduce of step {} failed: {}; regrouping", completed_ + 1, failure.message());
+  const int64_t before = completed_;
+  for (;;) {
+    auto regrouped = fulcrum::Regroup(*links_, current, mine, options_.collective.timeout);
+    if (!regrouped.ok()) {
+      absl::MutexLock lock(&mu_);
+      regrouping_ = false;  // this worker stops; its prefetching must not wait on
+      return absl::Status(
+          regrouped.status().code(),
+          absl::StrCat("all-reduce of step ", before + 1, " failed (", failure.message(),
+                       "), and then ", regrouped.status().message()));
+    }
+    group_ = std::make_unique<SubgroupLinks>(links_, regrouped->members);
+    const int root = static_cast<int>(
+        std::find(regrouped->members.begin(), regrouped->members.end(), regrouped->source) -
+        regrouped->members.begin());
+    absl::Status sent = BroadcastState(root, options_.collective);
+    if (sent.ok()) {
+      absl::MutexLock lock(&mu_);
+      generations_.push_back({regrouped->first_epoch, regrouped->members});
+      regrouping_ = false;
+      LOG_WARN("going on with {} worker(s) from step {}; epochs from {} are dealt over them",
+               regrouped->members.size(), completed_, regrouped->first_epoch + 1);
+      break;
+    }
+    LOG_WARN("taking the state from rank {} failed: {}; regrouping again", regrouped->source,
+             sent.message());
+    current = regrouped->members;
+  }
+  return completed_ > before;
+}
+
 Dealing AllReduceStrategy::DealEpoch(int64_t epoch) {
-  return Dealing{links_->rank(), links_->size()};
+  absl::MutexLock lock(&mu_);
+  auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !regrouping_; };
+  mu_.Await(absl::Condition(&settled));
+  dealt_epoch_ = std::max(dealt_epoch_, epoch);
+  const Generation* in_force = &generations_.front();
+  for (const Generation& g : generations_) {
+    if (g.first_epoch <= epoch) in_force = &g;
+  }
+  const std::vector<int>& members = in_force->members;
+  if (in_force != &generations_.front() && epoch == in_force->first_epoch) {
+    LOG_WARN("epoch {}: dealt over the {} worker(s) left (ranks {})", epoch + 1, members.size(),
+             absl::StrJoin(members, ", "));
+  }
+  const int index =
+      static_cast<int>(std::find(members.begin(), members.end(), links_->rank()) - members.begin());
+  return Dealing{index, static_cast<int>(members.size())};
 }
 
 absl::StatusOr<std::vector<SaveCheckpointResponse>> AllReduceStrategy::SaveCheckpoint(
     int64_t step) {
-  if (links_->rank() != 0 || options_.checkpoint_dir.empty()) {
+  if (group_->rank() != 0 || options_.checkpoint_dir.empty()) {
     return absl::FailedPreconditionError(
         "only the chief writes checkpoints, into its --checkpoint_dir");
   }

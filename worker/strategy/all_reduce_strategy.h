@@ -12,6 +12,14 @@
 // skipped (not finite). Its sum is the number of gradients averaged, as a
 // parameter server's sync step counts them.
 //
+// A lost member (dead, hung, cut off) fails the step's all-reduce on every
+// other member within the collective timeout; the live members then
+// regroup (worker/collective/regroup.h) and go on from the furthest
+// member's replica, which it broadcasts: a member that had not completed
+// the failed step takes that state, the others redo the step with the same
+// gradients. Each epoch is dealt over the members of the group in force for
+// it (the new members from the first epoch none of them had dealt).
+//
 // Checkpoints are the servers' format: the chief writes its replica as the
 // file of a single server, each variable one whole shard, so that servers
 // restore it on any number of servers, and an all-reduce chief restores
@@ -23,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/file_system.h"
 #include "common/optimizer/optimizer.h"
 #include "proto/tensor.pb.h"
@@ -53,14 +62,15 @@ class AllReduceStrategy final : public Strategy {
 
   std::string name() const override { return options_.name; }
   // The chief restores or initialises the variables, then broadcasts them
-  // with their slots and step. FAILED_PRECONDITION when a worker's model
+  // with their slots and step. Once. FAILED_PRECONDITION when a worker's model
   // differs from the chief's, or the chief's checkpoints hold another model.
   absl::Status Start(TensorMap* weights) override;
   int64_t ResumedBatches(int num_workers) const override { return restored_step_; }
   absl::StatusOr<int> Step(const TensorMap* gradients, TensorMap* weights) override;
   int64_t step() const override { return step_; }
   Dealing DealEpoch(int64_t epoch) override;
-  // The chief only: FAILED_PRECONDITION elsewhere, or without a directory.
+  // The rank that is the chief now (the lowest live one) only:
+  // FAILED_PRECONDITION elsewhere, or without a directory.
   absl::StatusOr<std::vector<SaveCheckpointResponse>> SaveCheckpoint(int64_t step) override;
   absl::Status Finish() override { return absl::OkStatus(); }
   absl::Status EndJob(const std::string& reason) override { return absl::OkStatus(); }
@@ -74,19 +84,37 @@ class AllReduceStrategy final : public Strategy {
     OptimizerSlots slots;
   };
 
+  // The members an epoch is dealt over, from `first_epoch` on.
+  struct Generation {
+    int64_t first_epoch = 0;
+    std::vector<int> members;  // ranks of links_
+  };
+
   // The chief's initial state: the newest complete checkpoint that holds
   // this model, else the initializers.
   absl::Status Restore();
-  // Every variable's values, slots and the step, rank 0's, on every rank.
-  absl::Status BroadcastState();
+  // Every variable's values, slots, the step and the completed collective
+  // steps, rank `root` of group_'s, on every member; `options` bounds it.
+  absl::Status BroadcastState(int root, const AllReduceOptions& options);
+  // After a failed all-reduce: the live members re-form the group and take
+  // the furthest member's state. Whether this member's step is done (it
+  // had not completed it; the group had): else it is to be redone.
+  absl::StatusOr<bool> Regroup(const absl::Status& failure);
   void CopyValues(TensorMap* weights) const;
 
   PeerLinks* const links_;
   const AllReduceStrategyOptions options_;
+  std::unique_ptr<SubgroupLinks> group_;  // the live members
   std::vector<Variable> variables_;
-  std::vector<float> fused_;  // gradients, then the count of contributors
-  int64_t step_ = 0;
+  std::vector<float> fused_;   // gradients, then the count of contributors
+  int64_t step_ = 0;           // updates applied
+  int64_t completed_ = 0;      // all-reduces completed: one per Step
   int64_t restored_step_ = 0;  // the step Start found
+
+  absl::Mutex mu_;  // DealEpoch (the prefetch thread) against regrouping
+  std::vector<Generation> generations_ ABSL_GUARDED_BY(mu_);
+  int64_t dealt_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool regrouping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace fulcrum

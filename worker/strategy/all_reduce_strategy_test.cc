@@ -11,6 +11,7 @@
 #include "common/initializer.h"
 #include "common/tensor.h"
 #include "worker/collective/in_process_links.h"
+#include "worker/data/batcher.h"
 
 namespace fulcrum {
 namespace {
@@ -126,6 +127,70 @@ TEST(AllReduceStrategyTest, ReplicasStayBitIdenticalAndFollowTheMeanGradient) {
     }
     for (int i = 0; i < 3; ++i) {
       EXPECT_NEAR(weights[0]["bias"].values[i], values[1][i], 1e-4) << "n " << n << " " << i;
+    }
+  }
+}
+
+AllReduceStrategyOptions Quick() {
+  AllReduceStrategyOptions options;
+  options.collective.timeout = absl::Milliseconds(300);
+  return options;
+}
+
+// A member that stops (dies) mid-training: the others notice within the
+// collective timeout, regroup without it, redo the failed step and go on,
+// still bit-identical; later epochs are dealt over the three left.
+TEST(AllReduceStrategyTest, ALostMemberIsLeftOutAndTheOthersGoOn) {
+  constexpr int kSteps = 60, kLostAfter = 25;
+  std::vector<TensorMap> weights(4);
+  std::vector<absl::Status> results(4);
+  std::vector<int64_t> steps(4);
+  std::vector<Dealing> before(4), after(4);
+  RunRanks(4, [&](PeerLinks& links) {
+    const int r = links.rank();
+    AllReduceStrategy strategy(&links, Specs(), Quick());
+    results[r] = strategy.Start(&weights[r]);
+    for (int s = 0; s < (r == 3 ? kLostAfter : kSteps) && results[r].ok(); ++s) {
+      const TensorMap grads = Gradients(r, s);
+      results[r] = strategy.Step(&grads, &weights[r]).status();
+    }
+    steps[r] = strategy.step();
+    before[r] = strategy.DealEpoch(0);
+    after[r] = strategy.DealEpoch(1);
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+    EXPECT_EQ(steps[r], kSteps) << "rank " << r;
+    EXPECT_EQ(weights[r]["kernel"].values, weights[0]["kernel"].values) << "rank " << r;
+    EXPECT_EQ(before[r].num_shards, 4);
+    EXPECT_EQ(after[r].num_shards, 3);
+    EXPECT_EQ(after[r].shard_index, r);
+  }
+  EXPECT_EQ(steps[3], kLostAfter);
+}
+
+// Of two, the lower rank goes on alone; the higher one alone is no quorum
+// (it could be the half of a partition), and stops naming why.
+TEST(AllReduceStrategyTest, OfTwoOnlyTheLowerRankGoesOnAlone) {
+  for (int lost : {0, 1}) {
+    std::vector<absl::Status> results(2);
+    RunRanks(2, [&](PeerLinks& links) {
+      const int r = links.rank();
+      AllReduceStrategy strategy(&links, Specs(), Quick());
+      TensorMap weights;
+      results[r] = strategy.Start(&weights);
+      for (int s = 0; s < (r == lost ? 3 : 6) && results[r].ok(); ++s) {
+        const TensorMap grads = Gradients(r, s);
+        results[r] = strategy.Step(&grads, &weights).status();
+      }
+    });
+    const absl::Status& survivor = results[1 - lost];
+    if (lost == 1) {
+      EXPECT_TRUE(survivor.ok()) << survivor;
+    } else {
+      EXPECT_EQ(survivor.code(), absl::StatusCode::kFailedPrecondition) << survivor;
+      EXPECT_THAT(survivor.message(), HasSubstr("not a quorum"));
+      EXPECT_THAT(survivor.message(), HasSubstr("all-reduce of step 4 failed"));
     }
   }
 }

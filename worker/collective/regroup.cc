@@ -1,0 +1,143 @@
+#include "worker/collective/regroup.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+
+namespace fulcrum {
+namespace {
+
+bool IsQuorum(const std::vector<int>& members, const std::vector<int>& current) {
+  const size_t twice = 2 * members.size();
+  return twice > current.size() || (twice == current.size() && members.front() == current.front());
+}
+
+// The leader: hears the others by the deadline and sends its decision.
+// ABORTED when a member has moved to a later round.
+absl::StatusOr<Regrouping> Lead(PeerLinks& links, const std::vector<int>& candidates,
+                                const std::vector<int>& current, const MemberState& mine,
+                                absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  Regrouping decision;
+  decision.members = {links.rank()};
+  decision.completed = mine.completed;
+  int64_t dealt = mine.dealt_epoch;
+  std::vector<std::pair<int, int64_t>> completed = {{links.rank(), mine.completed}};
+  for (int peer : candidates) {
+    if (peer == links.rank()) continue;
+    auto report = links.Recv(peer, deadline);
+    if (!report.ok()) {
+      if (report.status().code() == absl::StatusCode::kAborted) return report.status();
+      LOG_WARN("regroup: leaving rank {} out: {}", peer, report.status().message());
+      continue;
+    }
+    if (report->size() != 4) {
+      return absl::InternalError(
+          absl::StrCat("regroup: rank ", peer, " sent ", report->size(), " floats, not a state"));
+    }
+    decision.members.push_back(peer);
+    completed.emplace_back(peer, static_cast<int64_t>(GetBits(report->data())));
+    dealt = std::max(dealt, static_cast<int64_t>(GetBits(report->data() + 2)));
+  }
+  std::sort(decision.members.begin(), decision.members.end());
+  if (!IsQuorum(decision.members, current)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "regroup: only ranks ", absl::StrJoin(decision.members, ", "), " of ",
+        absl::StrJoin(current, ", "),
+        " are left, not a quorum (more than half, or half with the lowest rank): stopping, so "
+        "that two parts of a partitioned group cannot train apart"));
+  }
+  for (const auto& [rank, steps] : completed) {
+    decision.completed = std::max(decision.completed, steps);
+  }
+  decision.source = links.size();
+  for (const auto& [rank, steps] : completed) {
+    if (steps == decision.completed) decision.source = std::min(decision.source, rank);
+  }
+  decision.first_epoch = dealt + 1;
+  std::vector<float> message(6 + decision.members.size());
+  PutBits(static_cast<uint64_t>(decision.completed), message.data());
+  PutBits(static_cast<uint64_t>(decision.first_epoch), message.data() + 2);
+  message[4] = static_cast<float>(decision.source);
+  message[5] = static_cast<float>(decision.members.size());
+  std::copy(decision.members.begin(), decision.members.end(), message.begin() + 6);
+  for (int peer : decision.members) {
+    // A member that cannot be told fails the next collective: another round.
+    if (peer != links.rank()) links.Send(peer, message).IgnoreError();
+  }
+  return decision;
+}
+
+// A member: sends its state to the leader and takes its decision.
+absl::StatusOr<Regrouping> Follow(PeerLinks& links, int leader, const MemberState& mine,
+                                  absl::Duration timeout) {
+  float report[4];
+  PutBits(static_cast<uint64_t>(mine.completed), report);
+  PutBits(static_cast<uint64_t>(mine.dealt_epoch), report + 2);
+  if (absl::Status s = links.Send(leader, report); !s.ok()) return s;
+  auto message = links.Recv(leader, absl::Now() + 2 * timeout);
+  if (!message.ok()) return message.status();
+  if (message->size() < 6 || message->size() != 6 + static_cast<size_t>((*message)[5])) {
+    return absl::InternalError(absl::StrCat("regroup: rank ", leader, " sent ", message->size(),
+                                            " floats, not a decision"));
+  }
+  Regrouping decision;
+  decision.completed = static_cast<int64_t>(GetBits(message->data()));
+  decision.first_epoch = static_cast<int64_t>(GetBits(message->data() + 2));
+  decision.source = static_cast<int>((*message)[4]);
+  for (size_t i = 6; i < message->size(); ++i) {
+    decision.members.push_back(static_cast<int>((*message)[i]));
+  }
+  if (!std::binary_search(decision.members.begin(), decision.members.end(), links.rank())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("regroup: rank ", leader, " re-formed the group as ranks ",
+                     absl::StrJoin(decision.members, ", "), " without this one (rank ",
+                     links.rank(), "), which it did not hear from in time"));
+  }
+  return decision;
+}
+
+}  // namespace
+
+absl::StatusOr<Regrouping> Regroup(PeerLinks& links, const std::vector<int>& current,
+                                   const MemberState& mine, absl::Duration timeout) {
+  std::set<int> suspects;
+  for (;;) {
+    const uint64_t round = std::max(links.tag() + 1, links.NewestTag());
+    links.SetTag(round);
+    for (int peer : current) {
+      if (peer != links.rank()) links.Send(peer, {}).IgnoreError();  // the dead cannot hear it
+    }
+    std::vector<int> candidates;
+    for (int peer : current) {
+      if (!suspects.count(peer)) candidates.push_back(peer);
+    }
+    const int leader = candidates.front();  // this rank is never suspected
+    absl::StatusOr<Regrouping> decision = leader == links.rank()
+                                              ? Lead(links, candidates, current, mine, timeout)
+                                              : Follow(links, leader, mine, timeout);
+    if (decision.ok()) {
+      LOG_WARN("regroup (round {}): the group is now ranks {} (leader {}), from step {}", round,
+               absl::StrJoin(decision->members, ", "), leader, decision->completed);
+      return decision;
+    }
+    switch (decision.status().code()) {
+      case absl::StatusCode::kAborted:  // a member is in a later round: join it
+        break;
+      case absl::StatusCode::kDeadlineExceeded:
+      case absl::StatusCode::kUnavailable:
+        if (leader == links.rank()) return decision.status();
+        LOG_WARN("regroup (round {}): no decision from rank {} ({}); trying the next", round,
+                 leader, decision.status().message());
+        suspects.insert(leader);
+        break;
+      default:
+        return decision.status();
+    }
+  }
+}
+
+}  // namespace fulcrum
