@@ -122,6 +122,31 @@ TEST(BroadcastTest, EveryRankHoldsTheRootsBuffer) {
   }
 }
 
+// Rounds: what a failed round left is dropped, a notice (empty) is never
+// received, and a rank waiting on a peer that moved on learns it at once.
+TEST(PeerLinksTest, RoundsDropTheOldAndShowAPeerThatMovedOn) {
+  Mailbox mailbox(2);
+  InProcessLinks zero(&mailbox, 0), one(&mailbox, 1);
+  ASSERT_TRUE(zero.Send(1, std::vector<float>{1.0f}).ok());  // round 0, never taken
+  zero.SetTag(1);
+  ASSERT_TRUE(zero.Send(1, {}).ok());  // the notice of round 1
+  ASSERT_TRUE(zero.Send(1, std::vector<float>{2.0f}).ok());
+  const absl::Time soon = absl::Now() + absl::Seconds(5);
+  // Still in round 0, rank 1 takes the old message, then sees rank 0 moved on.
+  EXPECT_EQ(*one.Recv(0, soon), std::vector<float>{1.0f});
+  const auto moved = one.Recv(0, soon);
+  EXPECT_EQ(moved.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(moved.status().message(), HasSubstr("rank 0 moved on to round 1"));
+  EXPECT_EQ(one.NewestTag(), 1u);
+  one.SetTag(1);
+  EXPECT_EQ(*one.Recv(0, soon), std::vector<float>{2.0f});  // past the notice
+  // In round 2, rank 1 drops whatever round 1 still held.
+  ASSERT_TRUE(zero.Send(1, std::vector<float>{3.0f}).ok());
+  one.SetTag(2);
+  EXPECT_EQ(one.Recv(0, absl::Now() + absl::Milliseconds(50)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 // A rank that never takes part fails the others within the timeout, naming
 // the silent peer, instead of hanging.
 TEST(AllReduceFailureTest, ASilentRankFailsTheOthersNamingIt) {

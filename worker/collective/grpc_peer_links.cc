@@ -32,7 +32,9 @@ class Service final : public Collective::Service {
                              " bytes: not a rank of ", inbox_->size(), " or not floats")};
       }
       std::vector<float> message(chunk.data().size() / sizeof(float));
-      std::memcpy(message.data(), chunk.data().data(), chunk.data().size());
+      if (!message.empty()) {  // an empty one is a notice of the sender's round
+        std::memcpy(message.data(), chunk.data().data(), chunk.data().size());
+      }
       inbox_->Put(from, rank_, chunk.tag(), std::move(message));
     }
     if (from >= 0 && context->IsCancelled()) {
@@ -81,7 +83,7 @@ class Outgoing {
     CollectiveChunk chunk;
     chunk.set_from_rank(rank_);
     chunk.set_tag(tag);
-    chunk.set_data(data.data(), data.size() * sizeof(float));
+    if (!data.empty()) chunk.set_data(data.data(), data.size() * sizeof(float));
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
     queue_.push_back(std::move(chunk));
