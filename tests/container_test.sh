@@ -4,7 +4,8 @@
 # libraries and that it runs as non-root, brings up deploy/docker-compose.yml
 # and checks that every container exits 0 and the chief's test accuracy; then
 # runs the cluster again, kills a parameter server mid-training, starts it
-# again, and checks that the job completes. Last, it makes the GPU bundle
+# again, and checks that the job completes; then the all-reduce variant
+# (deploy/docker-compose.all-reduce.yml: no servers) the same way. Last, it makes the GPU bundle
 # (scripts/gpu_bundle.sh) and runs its CPU part in a bare debian:12
 # container as a non-root user: the bundle needs nothing the image has not.
 #
@@ -17,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-CHECKS=(image ldd compose kill_and_start gpu_bundle_cpu)
+CHECKS=(image ldd compose kill_and_start compose_all_reduce gpu_bundle_cpu)
 # The bars sit below what single runs measure (0.882-0.889 clean, 0.879-0.885
 # with a server killed: sync steps sum gradients in arrival order, so runs
 # differ in the third decimal) and above what a worker training alone
@@ -208,6 +209,15 @@ if [ -n "$killed" ]; then
 else
   "${compose[@]}" logs --tail 30 >&2 2>&1
   report kill_and_start FAILED "the chief wrote no checkpoint to kill ps-1 after"
+fi
+
+log "all-reduce run: a chief and 2 workers, no servers (deploy/docker-compose.all-reduce.yml)"
+compose=(docker-compose -f deploy/docker-compose.all-reduce.yml -p "$project")
+start=$(date +%s)
+if up; then
+  judge compose_all_reduce "$ACCURACY"
+else
+  report compose_all_reduce FAILED "docker-compose up failed"
 fi
 
 # The GPU bundle's CPU run, in the bare base image.

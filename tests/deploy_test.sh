@@ -36,6 +36,11 @@ case "$out" in
   *) fail "StatefulSet ordinal: $out" ;;
 esac
 
+out=$(run FULCRUM_WORKER_HOSTS=w-0:2222,w-1:2222 FULCRUM_CHIEF_HOST=c:2222 FULCRUM_TASK_INDEX=1 \
+  sh "$entrypoint" worker --strategy=multi_worker_mirrored)
+expected='worker {"cluster": {"ps": [], "worker": ["w-0:2222", "w-1:2222"], "chief": ["c:2222"]}, "task": {"type": "worker", "index": 1}} --strategy=multi_worker_mirrored'
+[ "$out" = "$expected" ] || fail "all-reduce, no servers: $out"
+
 out=$(run TF_CONFIG='{"given": true}' sh "$entrypoint" chief --epochs=1)
 [ "$out" = 'worker {"given": true} --epochs=1' ] || fail "TF_CONFIG passthrough: $out"
 
@@ -50,6 +55,8 @@ compose=$root/deploy/docker-compose.yml
 docker-compose -f "$compose" config -q || fail "docker-compose.yml does not validate"
 docker-compose -f "$compose" -f "$root/deploy/docker-compose.gpu.yml" config -q ||
   fail "docker-compose.gpu.yml does not validate"
+docker-compose -f "$root/deploy/docker-compose.all-reduce.yml" config -q ||
+  fail "docker-compose.all-reduce.yml does not validate"
 sed 's/condition: service_healthy/condition: whenever/' "$compose" > "$tmp/broken.yml"
 if docker-compose -f "$tmp/broken.yml" config -q 2>/dev/null; then
   fail "a broken compose file validated"

@@ -5,6 +5,7 @@
 #
 # TF_CONFIG is used as given. Without it, it is built from
 #   FULCRUM_PS_HOSTS      comma-separated host:port of the parameter servers
+#                         (none with the all-reduce strategies)
 #   FULCRUM_WORKER_HOSTS  comma-separated host:port of the workers
 #   FULCRUM_CHIEF_HOST    host:port of the chief, if any
 # and the task index: FULCRUM_TASK_INDEX, else JOB_COMPLETION_INDEX (a
@@ -26,7 +27,8 @@ case "$role" in
     ;;
 esac
 
-json_list() {  # "a:1,b:2" -> ["a:1", "b:2"]
+json_list() {  # "a:1,b:2" -> ["a:1", "b:2"]; "" -> []
+  [ -n "$1" ] || { printf '[]'; return; }
   printf '%s' "$1" | awk -F, '{ printf "["; for (i = 1; i <= NF; i++) printf "%s\"%s\"", (i > 1 ? ", " : ""), $i; printf "]" }'
 }
 
@@ -40,11 +42,12 @@ if [ -z "${TF_CONFIG:-}" ]; then
       *) index=$ordinal ;;
     esac
   fi
-  if [ -z "${FULCRUM_PS_HOSTS:-}" ]; then
-    echo "fulcrum-entrypoint: set TF_CONFIG, or FULCRUM_PS_HOSTS and FULCRUM_WORKER_HOSTS" >&2
+  if [ -z "${FULCRUM_PS_HOSTS:-}${FULCRUM_WORKER_HOSTS:-}${FULCRUM_CHIEF_HOST:-}" ]; then
+    echo "fulcrum-entrypoint: set TF_CONFIG, or FULCRUM_PS_HOSTS and FULCRUM_WORKER_HOSTS" \
+      "(the all-reduce strategies: FULCRUM_WORKER_HOSTS alone)" >&2
     exit 2
   fi
-  cluster="\"ps\": $(json_list "$FULCRUM_PS_HOSTS"), \"worker\": $(json_list "${FULCRUM_WORKER_HOSTS:-}")"
+  cluster="\"ps\": $(json_list "${FULCRUM_PS_HOSTS:-}"), \"worker\": $(json_list "${FULCRUM_WORKER_HOSTS:-}")"
   if [ -n "${FULCRUM_CHIEF_HOST:-}" ]; then
     cluster="$cluster, \"chief\": $(json_list "$FULCRUM_CHIEF_HOST")"
   fi
