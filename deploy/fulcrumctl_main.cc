@@ -161,7 +161,7 @@ int Checkpoint(const std::vector<std::string>& hosts) {
     }
   }
   auto fs = MakeLocalFileSystem();
-  Checkpointer checkpointer(client.get(), fs.get(),
+  Checkpointer checkpointer([&client](int64_t at) { return client->SaveCheckpoint(at); }, fs.get(),
                             {absl::GetFlag(FLAGS_checkpoint_dir), 0, 0, 1 << 30});
   if (absl::Status s = checkpointer.Save(step); !s.ok()) {
     std::cerr << "fulcrumctl: " << s.message() << "\n";
