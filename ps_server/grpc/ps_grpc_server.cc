@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/options.h"
 #include "common/rpc/tensor_bytes.h"
 #include "common/slices.h"
 
@@ -220,20 +221,8 @@ absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServe
       std::min<int64_t>(ps->config().max_message_bytes(), std::numeric_limits<int>::max()));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
-  // gRPC sets SO_REUSEPORT by default, so a second server on this address
-  // would bind too and the kernel would split the workers between two
-  // servers holding different variables. Without it the second bind fails.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(max_bytes);
-  builder.SetMaxSendMessageSize(max_bytes);
-  // Accept the clients' keepalive pings (every 2 s, with or without calls).
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  ApplyServerOptions(builder, max_bytes);
   builder.RegisterService(server->service_.get());
-  // Request threads notice shutdown when their poll times out: gRPC's 10 s
-  // default would hold every exit that long.
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 200);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rpc/options.h"
 #include "proto/collective.grpc.pb.h"
 #include "worker/collective/mailbox.h"
 
@@ -54,13 +55,8 @@ class Service final : public Collective::Service {
 class Outgoing {
  public:
   Outgoing(int rank, int peer, std::string address) : rank_(rank), peer_(peer) {
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(-1);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    stub_ = Collective::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    stub_ = Collective::NewStub(grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), ClientChannelArguments(-1)));
     address_ = std::move(address);
     writer_thread_ = std::thread([this] { WriteLoop(); });
   }
@@ -166,13 +162,8 @@ absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> GrpcPeerLinks::Start(
   auto impl = std::make_unique<Impl>(rank, size);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &impl->port);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(-1);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  ApplyServerOptions(builder, -1);
   builder.RegisterService(&impl->service);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 200);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("collective: cannot listen on ", listen_address));

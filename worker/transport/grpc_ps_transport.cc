@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/options.h"
 #include "common/rpc/tensor_bytes.h"
 #include "common/slices.h"
 #include "worker/ps_client.h"
@@ -93,22 +94,7 @@ absl::StatusOr<Response> Unary(absl::Time deadline, Call call, Convert convert) 
 }  // namespace
 
 GrpcPsTransport::GrpcPsTransport(const std::string& address) : address_(address) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kClientMaxMessageBytes);
-  args.SetMaxSendMessageSize(kClientMaxMessageBytes);
-  // gRPC's own reconnect backoff (1 s growing to 120 s) would make a server
-  // that starts late look down long after it is up; PsClient retries with
-  // its own bounded backoff, so reconnect attempts stay frequent.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  // Keepalive pings find a connection that a network partition silently
-  // cut (no reset ever arrives) within seconds: its calls then fail
-  // UNAVAILABLE and are retried, instead of hanging to their deadline.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  grpc::ChannelArguments args = ClientChannelArguments(kClientMaxMessageBytes);
   // gRPC would share one connection among channels with equal arguments;
   // several transports to one server are there for several connections.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
