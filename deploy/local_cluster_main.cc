@@ -59,7 +59,9 @@ ABSL_FLAG(std::string, ps_args, "",
 ABSL_FLAG(int, max_restarts, 0,
           "A process that exits non-zero or is killed is started again with the same command, "
           "up to this many times each; a server comes back on its port and restores the newest "
-          "checkpoint (with --checkpoint_dir), a worker resumes. 0: any failure stops them all.");
+          "checkpoint (with --checkpoint_dir), a worker resumes. 0: any failure stops them all, "
+          "except that of an all-reduce worker other than the chief: the others go on without "
+          "it.");
 ABSL_FLAG(std::string, bin_dir, "",
           "Directory holding ps_server/ps_server and worker/worker; default: the bazel-bin "
           "tree this launcher was built into.");
@@ -368,8 +370,12 @@ int Run(const std::vector<std::string>& worker_args) {
   }
 
   // Run until every process has exited, one fails for good, or Ctrl-C.
+  // All-reduce workers other than the chief may fail: the others regroup
+  // without them and go on.
   auto failed = [&]() -> const Child* {
-    for (const Child& child : children) {
+    for (size_t i = 0; i < children.size(); ++i) {
+      const Child& child = children[i];
+      if (all_reduce && i > first_worker) continue;
       if (child.status && *child.status != 0 && child.restarts >= max_restarts) return &child;
     }
     return nullptr;

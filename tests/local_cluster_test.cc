@@ -179,6 +179,25 @@ TEST(LocalClusterTest, TrainsWithoutServersByAllReduceAndResumes) {
   EXPECT_TRUE(resumed.HasLine("after 624 global steps"));
 }
 
+// An all-reduce worker killed under the launcher: the launcher lets the
+// others go on (they regroup), and exits with the chief's status.
+TEST(LocalClusterTest, AKilledAllReduceWorkerIsLeftBehind) {
+  ChildProcess cluster(
+      "cluster", Launcher({"--num_ps=0", "--num_workers=3", "--strategy=multi_worker_mirrored",
+                           "--", "--epochs=2", "--hidden=64", "--log_every_steps=50"}));
+  const std::optional<std::string> started =
+      cluster.WaitForLine("[launcher] started worker 2 (pid ", absl::Seconds(60));
+  ASSERT_TRUE(started.has_value());
+  const pid_t pid = std::stoi(started->substr(started->rfind("pid ") + 4));
+  ASSERT_TRUE(cluster.WaitForLine("[worker 2] ", absl::Seconds(60)).has_value());
+  ASSERT_TRUE(cluster.WaitForLine("step 100/", absl::Seconds(120)).has_value());
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(cluster.HasLine("[launcher] worker 2 exited with status 137"));
+  EXPECT_TRUE(cluster.HasLine("the group is now ranks 0, 1"));
+  EXPECT_FALSE(cluster.HasLine("stopping every process"));
+}
+
 // MirroredStrategy: one worker, two local replicas, nothing else.
 TEST(LocalClusterTest, MirroredTrainsOneWorkerAlone) {
   ChildProcess cluster("cluster",
