@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # End to end: examples/s training the Fashion-MNIST MLP (784-256-128-10,
-# Adam 1e-3 on the servers, batch 64 per worker, async) on this machine with
-#   - Fulcrum, 2 parameter servers and 2 workers (deploy:local_cluster);
-#   - Fulcrum, 2 parameter servers and 1 worker alone;
+# Adam 1e-3, batch 64 per worker) on this machine with
+#   - Fulcrum, 2 parameter servers and 2 workers, async (deploy:local_cluster);
+#   - Fulcrum, 2 parameter servers and 1 worker alone, async;
+#   - Fulcrum, 2 parameter servers and 2 workers, sync;
+#   - Fulcrum, 2 workers all-reducing, no servers (multi_worker_mirrored);
 #   - TensorFlow's ParameterServerStrategy, 2 PS and 2 workers
 #     (bench/tf_pss_bench.py, tensorflow-cpu from PyPI in its own venv).
 # Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
-# e2e_vs_tensorflow and e2e_vs_one_worker.
+# e2e_vs_tensorflow, e2e_vs_one_worker and e2e_mwms_vs_sync_ps.
 #   bench/e2e_bench.sh [--quick]
 #
 # How each rate is counted: Fulcrum's is the chief's summary (its examples
@@ -34,14 +36,15 @@ bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-fulcrum() {  # fulcrum WORKERS: "examples/s accuracy" from the chief's summary
-  "$bin/deploy/local_cluster" --num_ps=2 --num_workers="$1" --mode=async \
-    --summary_json="$work/summary-$1.json" \
+fulcrum() {  # fulcrum NAME LAUNCHER_FLAGS...: "examples/s accuracy" from the chief's summary
+  local name=$1
+  shift
+  "$bin/deploy/local_cluster" "$@" --summary_json="$work/summary-$name.json" \
     -- --model=mlp --hidden=256,128 --optimizer=adam --learning_rate=0.001 \
-    --batch_size=64 --epochs=1 --log_every_steps=100000 > "$work/cluster-$1.log" 2>&1 ||
-    { tail -20 "$work/cluster-$1.log" >&2; exit 1; }
+    --batch_size=64 --epochs=1 --log_every_steps=100000 > "$work/cluster-$name.log" 2>&1 ||
+    { tail -20 "$work/cluster-$name.log" >&2; exit 1; }
   python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))
-print("%.1f %.4f" % (s["examples_per_sec"], s["test_accuracy"]))' "$work/summary-$1.json"
+print("%.1f %.4f" % (s["examples_per_sec"], s["test_accuracy"]))' "$work/summary-$name.json"
 }
 
 tensorflow() {  # "examples/s accuracy" of one ParameterServerStrategy run
@@ -52,22 +55,37 @@ tensorflow() {  # "examples/s accuracy" of one ParameterServerStrategy run
 
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-two=() one=() tf=()
+two=() one=() sync=() mwms=() tf=()
 for run in $(seq "$runs"); do
-  out=$(fulcrum 2); read -r rate two_acc <<< "$out"; two+=("$rate")
-  out=$(fulcrum 1); read -r rate one_acc <<< "$out"; one+=("$rate")
+  out=$(fulcrum two --num_ps=2 --num_workers=2 --mode=async); read -r rate two_acc <<< "$out"
+  two+=("$rate")
+  out=$(fulcrum one --num_ps=2 --num_workers=1 --mode=async); read -r rate one_acc <<< "$out"
+  one+=("$rate")
+  out=$(fulcrum sync --num_ps=2 --num_workers=2 --mode=sync); read -r rate sync_acc <<< "$out"
+  sync+=("$rate")
+  out=$(fulcrum mwms --num_ps=0 --num_workers=2 --strategy=multi_worker_mirrored)
+  read -r rate mwms_acc <<< "$out"
+  mwms+=("$rate")
   out=$(tensorflow); read -r rate tf_acc <<< "$out"; tf+=("$rate")
-  echo "run $run of $runs: fulcrum 2 workers ${two[-1]}, 1 worker ${one[-1]}, tensorflow ${tf[-1]} examples/s" >&2
+  echo "run $run of $runs: fulcrum async 2 workers ${two[-1]}, 1 worker ${one[-1]}," \
+    "sync ${sync[-1]}, all-reduce ${mwms[-1]}, tensorflow ${tf[-1]} examples/s" >&2
 done
 two_m=$(echo "${two[@]}" | median)
 one_m=$(echo "${one[@]}" | median)
+sync_m=$(echo "${sync[@]}" | median)
+mwms_m=$(echo "${mwms[@]}" | median)
 tf_m=$(echo "${tf[@]}" | median)
 echo "e2e_fulcrum_2ps_2workers_examples_per_sec=$two_m"
 echo "e2e_fulcrum_2ps_2workers_test_accuracy=$two_acc"
 echo "e2e_fulcrum_2ps_1worker_examples_per_sec=$one_m"
 echo "e2e_fulcrum_2ps_1worker_test_accuracy=$one_acc"
+echo "e2e_fulcrum_2ps_2workers_sync_examples_per_sec=$sync_m"
+echo "e2e_fulcrum_2ps_2workers_sync_test_accuracy=$sync_acc"
+echo "e2e_fulcrum_mwms_2workers_examples_per_sec=$mwms_m"
+echo "e2e_fulcrum_mwms_2workers_test_accuracy=$mwms_acc"
 echo "tf_pss_examples_per_sec=$tf_m"
 echo "tf_pss_test_accuracy=$tf_acc"
 sed -n 's/^tf_version=/tf_version=/p' "$work/tf.out"
 python3 -c "print('e2e_vs_tensorflow=%.2f' % ($two_m / $tf_m))"
 python3 -c "print('e2e_vs_one_worker=%.2f' % ($two_m / $one_m))"
+python3 -c "print('e2e_mwms_vs_sync_ps=%.2f' % ($mwms_m / $sync_m))"
