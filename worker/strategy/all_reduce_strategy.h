@@ -69,8 +69,8 @@ class AllReduceStrategy final : public Strategy {
   absl::StatusOr<int> Step(const TensorMap* gradients, TensorMap* weights) override;
   int64_t step() const override { return step_; }
   Dealing DealEpoch(int64_t epoch) override;
-  // The rank that is the chief now (the lowest live one) only:
-  // FAILED_PRECONDITION elsewhere, or without a directory.
+  // The chief only (the one given a checkpoint directory, while it leads
+  // the group): FAILED_PRECONDITION elsewhere.
   absl::StatusOr<std::vector<SaveCheckpointResponse>> SaveCheckpoint(int64_t step) override;
   absl::Status Finish() override { return absl::OkStatus(); }
   absl::Status EndJob(const std::string& reason) override { return absl::OkStatus(); }
