@@ -66,10 +66,14 @@ fi
 # kustomization.yaml lists them all, and a broken one fails.
 validate=/opt/fulcrum-tools/venv/bin/kubernetes-validate
 k8s=$root/deploy/k8s
-manifests=$(cd "$k8s" && ls *.yaml | grep -v '^kustomization.yaml$')
-(cd "$k8s" && "$validate" --strict --quiet $manifests) || fail "a Kubernetes manifest does not validate"
-for manifest in $manifests; do
-  grep -q -- "- $manifest\$" "$k8s/kustomization.yaml" || fail "kustomization.yaml misses $manifest"
+for dir in "$k8s" "$k8s/all-reduce"; do  # the base, and the all-reduce variant
+  manifests=$(cd "$dir" && ls *.yaml | grep -v '^kustomization.yaml$')
+  (cd "$dir" && "$validate" --strict --quiet $manifests) ||
+    fail "a Kubernetes manifest in $dir does not validate"
+  for manifest in $manifests; do
+    grep -q -- "- $manifest\$" "$dir/kustomization.yaml" ||
+      fail "$dir/kustomization.yaml misses $manifest"
+  done
 done
 sed 's/completions: 2/completions: two/' "$k8s/worker-job.yaml" > "$tmp/broken-job.yaml"
 if "$validate" --strict --quiet "$tmp/broken-job.yaml" >/dev/null 2>&1; then
