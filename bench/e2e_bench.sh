@@ -6,9 +6,11 @@
 #   - Fulcrum, 2 parameter servers and 2 workers, sync;
 #   - Fulcrum, 2 workers all-reducing, no servers (multi_worker_mirrored);
 #   - TensorFlow's ParameterServerStrategy, 2 PS and 2 workers
-#     (bench/tf_pss_bench.py, tensorflow-cpu from PyPI in its own venv).
+#     (bench/tf_pss_bench.py, tensorflow-cpu from PyPI in its own venv);
+#   - TensorFlow's MultiWorkerMirroredStrategy, 2 workers (bench/tf_mwms_bench.py).
 # Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
-# e2e_vs_tensorflow, e2e_vs_one_worker and e2e_mwms_vs_sync_ps.
+# e2e_vs_tensorflow, e2e_vs_one_worker, e2e_mwms_vs_sync_ps and
+# e2e_mwms_vs_tensorflow.
 #   bench/e2e_bench.sh [--quick]
 #
 # How each rate is counted: Fulcrum's is the chief's summary (its examples
@@ -53,9 +55,16 @@ tensorflow() {  # "examples/s accuracy" of one ParameterServerStrategy run
   sed -n 's/^tf_pss_examples_per_sec=//p; s/^tf_pss_test_accuracy=//p' "$work/tf.out" | xargs
 }
 
+tf_mwms() {  # "examples/s accuracy" of one MultiWorkerMirroredStrategy run, 2 workers
+  "$venv/bin/python" bench/tf_mwms_bench.py --num_workers=2 --batch_size=64 \
+    --steps=$((steps / 2)) > "$work/tf-mwms.out" 2> "$work/tf-mwms.log" ||
+    { tail -20 "$work/tf-mwms.log" >&2; exit 1; }
+  sed -n 's/^tf_mwms_examples_per_sec=//p; s/^tf_mwms_test_accuracy=//p' "$work/tf-mwms.out" | xargs
+}
+
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-two=() one=() sync=() mwms=() tf=()
+two=() one=() sync=() mwms=() tf=() tf_ar=()
 for run in $(seq "$runs"); do
   out=$(fulcrum two --num_ps=2 --num_workers=2 --mode=async); read -r rate two_acc <<< "$out"
   two+=("$rate")
@@ -67,14 +76,17 @@ for run in $(seq "$runs"); do
   read -r rate mwms_acc <<< "$out"
   mwms+=("$rate")
   out=$(tensorflow); read -r rate tf_acc <<< "$out"; tf+=("$rate")
+  out=$(tf_mwms); read -r rate tf_ar_acc <<< "$out"; tf_ar+=("$rate")
   echo "run $run of $runs: fulcrum async 2 workers ${two[-1]}, 1 worker ${one[-1]}," \
-    "sync ${sync[-1]}, all-reduce ${mwms[-1]}, tensorflow ${tf[-1]} examples/s" >&2
+    "sync ${sync[-1]}, all-reduce ${mwms[-1]}; tensorflow PSS ${tf[-1]}," \
+    "MWMS ${tf_ar[-1]} examples/s" >&2
 done
 two_m=$(echo "${two[@]}" | median)
 one_m=$(echo "${one[@]}" | median)
 sync_m=$(echo "${sync[@]}" | median)
 mwms_m=$(echo "${mwms[@]}" | median)
 tf_m=$(echo "${tf[@]}" | median)
+tf_ar_m=$(echo "${tf_ar[@]}" | median)
 echo "e2e_fulcrum_2ps_2workers_examples_per_sec=$two_m"
 echo "e2e_fulcrum_2ps_2workers_test_accuracy=$two_acc"
 echo "e2e_fulcrum_2ps_1worker_examples_per_sec=$one_m"
@@ -85,7 +97,10 @@ echo "e2e_fulcrum_mwms_2workers_examples_per_sec=$mwms_m"
 echo "e2e_fulcrum_mwms_2workers_test_accuracy=$mwms_acc"
 echo "tf_pss_examples_per_sec=$tf_m"
 echo "tf_pss_test_accuracy=$tf_acc"
+echo "tf_mwms_examples_per_sec=$tf_ar_m"
+echo "tf_mwms_test_accuracy=$tf_ar_acc"
 sed -n 's/^tf_version=/tf_version=/p' "$work/tf.out"
 python3 -c "print('e2e_vs_tensorflow=%.2f' % ($two_m / $tf_m))"
 python3 -c "print('e2e_vs_one_worker=%.2f' % ($two_m / $one_m))"
 python3 -c "print('e2e_mwms_vs_sync_ps=%.2f' % ($mwms_m / $sync_m))"
+python3 -c "print('e2e_mwms_vs_tensorflow=%.2f' % ($mwms_m / $tf_ar_m))"

@@ -10,7 +10,8 @@
 #        one worker alone (bench/e2e_bench.sh);
 #   6.   all-reduce among 2-4 ranks on loopback (bench:allreduce_bench),
 #        against iperf3 with 4 parallel streams (per stream: what each of 4
-#        ranks sharing this machine can carry).
+#        ranks sharing this machine can carry), and against TensorFlow's
+#        collective all-reduce (bench/tf_mwms_bench.py) at 64 MiB, n = 4.
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,3 +63,10 @@ out=$("$bin/bench/allreduce_bench" $quick 2>/dev/null)
 echo "$out"
 busbw=$(sed -n 's/^allreduce_64MiB_n4_busbw_MBps=//p' <<< "$out")
 python3 -c "print('allreduce_64MiB_n4_busbw_vs_tcp=%.2f' % ($busbw / $per_rank))"
+# TensorFlow's collective (MultiWorkerMirroredStrategy, RING) on the same
+# size and ranks; bench/e2e_bench.sh installed it.
+tf=$(/opt/fulcrum-tools/tf-venv/bin/python bench/tf_mwms_bench.py --mode=allreduce \
+       --num_workers=4 --bytes=$((64 << 20)) 2>/dev/null | grep '^tf_allreduce')
+echo "$tf"
+python3 -c "print('allreduce_vs_tf_collective=%.2f' % (
+    float('${tf#*=}') * 1000 / float('$(sed -n 's/^allreduce_64MiB_n4_p50_us=//p' <<< "$out")')))"
