@@ -163,6 +163,11 @@ absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> GrpcPeerLinks::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &impl->port);
   ApplyServerOptions(builder, -1);
+  // Pings on the incoming streams too: a peer cut off silently breaks its
+  // stream here within seconds, so a leader waiting for its state, or a
+  // rank for its data, need not wait out the collective timeout.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
   builder.RegisterService(&impl->service);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
