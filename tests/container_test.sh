@@ -90,6 +90,10 @@ if ! docker build --network host -q -f deploy/docker/Dockerfile -t fulcrum:lates
   skip_rest "no image"
   exit 1
 fi
+# Earlier runs' untagged images (their build stages, 1.5 GB each, copied
+# whole by the vfs driver) are removed, or repeated runs fill the disk; this
+# build's stage stays, and with it the layers the next build reuses.
+docker image prune -f --filter "until=$(($(date +%s) - build_start + 1))s" >/dev/null
 size=$(docker image inspect -f '{{.Size}}' fulcrum:latest)
 user=$(docker image inspect -f '{{.Config.User}}' fulcrum:latest)
 log "image fulcrum:latest: $(numfmt --to=iec "$size") ($size bytes), user '$user'," \
