@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from tf_pss_bench import free_ports, read_idx
+from tf_pss_bench import adam, forward, free_ports, initial_weights, read_idx, test_accuracy
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -65,7 +65,6 @@ def all_reduce(args, strategy, index):
 
 
 def train(args, strategy, index):
-    import numpy as np
     import tensorflow as tf
     x_train = read_idx(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz"))
     y_train = read_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz"))
@@ -75,30 +74,11 @@ def train(args, strategy, index):
     ds = ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, tf.cast(y, tf.int32)))
     iterator = iter(ds.batch(args.batch_size, drop_remainder=True).prefetch(4))
 
-    sizes = [784, 256, 128, 10]
-    rng = np.random.default_rng(1)
     with strategy.scope():
-        params, slots = [], []
-        for fan_in, fan_out in zip(sizes, sizes[1:]):
-            limit = np.sqrt(6.0 / (fan_in + fan_out))
-            for value in (rng.uniform(-limit, limit, (fan_in, fan_out)), np.zeros(fan_out)):
-                params.append(tf.Variable(value.astype(np.float32)))
-                slots.append((tf.Variable(tf.zeros_like(value, tf.float32)),
-                              tf.Variable(tf.zeros_like(value, tf.float32))))
+        params = [tf.Variable(value) for value in initial_weights()]
+        slots = [(tf.Variable(tf.zeros_like(var)), tf.Variable(tf.zeros_like(var)))
+                 for var in params]
         steps = tf.Variable(0.0)
-    lr, beta1, beta2, eps = 1e-3, 0.9, 0.999, 1e-7
-
-    def forward(x):
-        for i in range(0, len(params), 2):
-            x = tf.matmul(x, params[i]) + params[i + 1]
-            if i + 2 < len(params):
-                x = tf.nn.relu(x)
-        return x
-
-    def adam(var, grad, m, v, t):
-        m.assign(beta1 * m + (1 - beta1) * grad)
-        v.assign(beta2 * v + (1 - beta2) * grad * grad)
-        var.assign_sub(lr * tf.sqrt(1 - beta2 ** t) / (1 - beta1 ** t) * m / (tf.sqrt(v) + eps))
 
     def apply(distribution, grads):  # cross-replica: every worker applies the same mean
         distribution.extended.update(steps, lambda s: s.assign_add(1.0))
@@ -109,8 +89,8 @@ def train(args, strategy, index):
     def step(x, y):
         def replica_fn(x, y):
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(
-                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=forward(x)))
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=y, logits=forward(params, x)))
             context = tf.distribute.get_replica_context()
             grads = context.all_reduce("mean", tape.gradient(loss, params))
             context.merge_call(apply, args=(grads,))
@@ -125,10 +105,7 @@ def train(args, strategy, index):
     float(strategy.experimental_local_results(step(*next(iterator)))[0])
     seconds = time.time() - start
     if index == 0:
-        logits = forward(tf.constant(read_idx(os.path.join(
-            args.data_dir, "t10k-images-idx3-ubyte.gz")).reshape(-1, 784), tf.float32) / 255.0)
-        y_test = read_idx(os.path.join(args.data_dir, "t10k-labels-idx1-ubyte.gz"))
-        accuracy = float(np.mean(np.argmax(logits.numpy(), axis=1) == y_test))
+        accuracy = test_accuracy(params, args.data_dir)
         print("tf_mwms_examples_per_sec=%.1f" %
               ((args.steps + 1) * args.batch_size * args.num_workers / seconds))
         print("tf_mwms_test_accuracy=%.4f" % accuracy)

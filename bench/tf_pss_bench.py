@@ -50,6 +50,51 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
+# The model both TensorFlow baselines train, as Fulcrum's worker does.
+SIZES = [784, 256, 128, 10]
+LEARNING_RATE, BETA1, BETA2, EPSILON = 1e-3, 0.9, 0.999, 1e-7
+
+
+def initial_weights():
+    """Glorot-uniform kernels and zero biases, in layer order."""
+    import numpy as np
+    rng = np.random.default_rng(1)
+    weights = []
+    for fan_in, fan_out in zip(SIZES, SIZES[1:]):
+        limit = np.sqrt(6.0 / (fan_in + fan_out))
+        weights += [rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32),
+                    np.zeros(fan_out, np.float32)]
+    return weights
+
+
+def forward(params, x):
+    """The MLP's logits: ReLU between the dense layers."""
+    import tensorflow as tf
+    for i in range(0, len(params), 2):
+        x = tf.matmul(x, params[i]) + params[i + 1]
+        if i + 2 < len(params):
+            x = tf.nn.relu(x)
+    return x
+
+
+def adam(var, grad, m, v, t):
+    """One Adam update of `var`, its t-th, with slots m and v."""
+    import tensorflow as tf
+    m.assign(BETA1 * m + (1 - BETA1) * grad)
+    v.assign(BETA2 * v + (1 - BETA2) * grad * grad)
+    step = LEARNING_RATE * tf.sqrt(1 - BETA2 ** t) / (1 - BETA1 ** t)
+    var.assign_sub(step * m / (tf.sqrt(v) + EPSILON))
+
+
+def test_accuracy(params, data_dir):
+    import numpy as np
+    import tensorflow as tf
+    x_test = read_idx(os.path.join(data_dir, "t10k-images-idx3-ubyte.gz"))
+    y_test = read_idx(os.path.join(data_dir, "t10k-labels-idx1-ubyte.gz"))
+    logits = forward(params, tf.constant(x_test.reshape(-1, 784), tf.float32) / 255.0)
+    return float(np.mean(np.argmax(logits.numpy(), axis=1) == y_test))
+
+
 def serve(cluster, job, index, threads):
     """Runs one tf.distribute.Server until killed; threads > 0 caps the threads
     of each op (one inter-op thread would deadlock the remote calls)."""
@@ -61,7 +106,6 @@ def serve(cluster, job, index, threads):
 
 
 def coordinate(args, cluster):
-    import numpy as np
     import tensorflow as tf
 
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
@@ -71,8 +115,6 @@ def coordinate(args, cluster):
 
     x_train = read_idx(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz"))
     y_train = read_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz"))
-    x_test = read_idx(os.path.join(args.data_dir, "t10k-images-idx3-ubyte.gz"))
-    y_test = read_idx(os.path.join(args.data_dir, "t10k-labels-idx1-ubyte.gz"))
 
     def dataset_fn():
         ds = tf.data.Dataset.from_tensor_slices((x_train.reshape(-1, 784), y_train))
@@ -80,42 +122,26 @@ def coordinate(args, cluster):
         ds = ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, tf.cast(y, tf.int32)))
         return ds.batch(args.batch_size, drop_remainder=True).prefetch(4)
 
-    sizes = [784, 256, 128, 10]
-    rng = np.random.default_rng(1)
     with strategy.scope():
         params, slots = [], []
-        for fan_in, fan_out in zip(sizes, sizes[1:]):
-            limit = np.sqrt(6.0 / (fan_in + fan_out))
-            for value in (rng.uniform(-limit, limit, (fan_in, fan_out)), np.zeros(fan_out)):
-                var = tf.Variable(value.astype(np.float32))
-                # Adam's slots live beside their variable, as TF's optimizers put them.
-                with strategy.extended.colocate_vars_with(var):
-                    slots.append((tf.Variable(tf.zeros_like(var)), tf.Variable(tf.zeros_like(var)),
-                                  tf.Variable(0.0)))
-                params.append(var)
-
-    lr, beta1, beta2, eps = 1e-3, 0.9, 0.999, 1e-7
-
-    def forward(x):
-        for i in range(0, len(params), 2):
-            x = tf.matmul(x, params[i]) + params[i + 1]
-            if i + 2 < len(params):
-                x = tf.nn.relu(x)
-        return x
+        for value in initial_weights():
+            var = tf.Variable(value)
+            # Adam's slots live beside their variable, as TF's optimizers put them.
+            with strategy.extended.colocate_vars_with(var):
+                slots.append((tf.Variable(tf.zeros_like(var)), tf.Variable(tf.zeros_like(var)),
+                              tf.Variable(0.0)))
+            params.append(var)
 
     @tf.function
     def step_fn(iterator):
         def replica_fn(x, y):
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(
-                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=forward(x)))
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=y, logits=forward(params, x)))
             grads = tape.gradient(loss, params)
             for var, grad, (m, v, t) in zip(params, grads, slots):
                 t.assign_add(1.0)
-                m.assign(beta1 * m + (1 - beta1) * grad)
-                v.assign(beta2 * v + (1 - beta2) * grad * grad)
-                step = lr * tf.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
-                var.assign_sub(step * m / (tf.sqrt(v) + eps))
+                adam(var, grad, m, v, t)
             return loss
         x, y = next(iterator)
         return strategy.run(replica_fn, args=(x, y))
@@ -131,8 +157,7 @@ def coordinate(args, cluster):
     coordinator.join()
     seconds = time.time() - start
 
-    logits = forward(tf.constant(x_test.reshape(-1, 784), tf.float32) / 255.0)
-    accuracy = float(np.mean(np.argmax(logits.numpy(), axis=1) == y_test))
+    accuracy = test_accuracy(params, args.data_dir)
     print("tf_pss_steps=%d" % args.steps)
     print("tf_pss_seconds=%.2f" % seconds)
     print("tf_pss_examples_per_sec=%.1f" % (args.steps * args.batch_size / seconds))
