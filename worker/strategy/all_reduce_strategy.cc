@@ -118,29 +118,31 @@ absl::Status AllReduceStrategy::BroadcastState(int root, const AllReduceOptions&
   }
   step_ = static_cast<int64_t>(GetBits(header));
   completed_ = static_cast<int64_t>(GetBits(header + 2));
-  // Every variable's values, then its slots, in spec order.
-  std::vector<float> state(state_floats);
-  const bool sending = group_->rank() == root;
-  auto next = state.begin();
-  auto pass = [&](std::vector<float>& tensor) {
-    if (sending) std::copy(tensor.begin(), tensor.end(), next);
-    next += static_cast<int64_t>(tensor.size());
+  // Every variable's values, then its slots, in spec order: the root's
+  // go out, and the others take them.
+  auto each_tensor = [this](const auto& visit) {
+    for (Variable& v : variables_) {
+      visit(v.values);
+      for (std::vector<float>& slot : v.slots) visit(slot);
+    }
   };
-  for (Variable& v : variables_) {
-    pass(v.values);
-    for (std::vector<float>& slot : v.slots) pass(slot);
+  std::vector<float> state(state_floats);
+  auto next = state.begin();
+  const bool sending = group_->rank() == root;
+  if (sending) {
+    each_tensor(
+        [&](std::vector<float>& tensor) { next = std::copy(tensor.begin(), tensor.end(), next); });
   }
   if (absl::Status s = Broadcast(*group_, root, absl::MakeSpan(state), options); !s.ok()) {
     return s;
   }
-  next = state.begin();
-  auto take = [&](std::vector<float>& tensor) {
-    std::copy(next, next + static_cast<int64_t>(tensor.size()), tensor.begin());
-    next += static_cast<int64_t>(tensor.size());
-  };
-  for (Variable& v : variables_) {
-    take(v.values);
-    for (std::vector<float>& slot : v.slots) take(slot);
+  if (!sending) {
+    next = state.begin();
+    each_tensor([&](std::vector<float>& tensor) {
+      const auto end = next + static_cast<int64_t>(tensor.size());
+      std::copy(next, end, tensor.begin());
+      next = end;
+    });
   }
   return absl::OkStatus();
 }
