@@ -9,12 +9,9 @@
 //   local_cluster --num_ps=0 --num_workers=3 --strategy=multi_worker_mirrored -- --epochs=10
 //
 // Everything after `--` is passed to every worker; --ps_args to every server.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/loopback.h"
 
 ABSL_FLAG(int, num_ps, 2,
           "Parameter servers to start; 0 with the all-reduce strategies, which use none.");
@@ -233,20 +231,6 @@ std::string TfConfig(const std::vector<std::string>& ps, const std::vector<std::
                       R"(}, "task": {"type": ")", type, R"(", "index": )", index, "}}");
 }
 
-// "127.0.0.1:<port>" of a port free now on loopback (the kernel's pick), for
-// a worker to serve its all-reduce peers on; 127.0.0.1:0 when none is.
-std::string FreeLoopbackAddress() {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  const bool bound = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 &&
-                     getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  if (fd >= 0) close(fd);
-  return absl::StrCat("127.0.0.1:", bound ? ntohs(address.sin_port) : 0);
-}
-
 std::string DefaultBinDir() {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -335,7 +319,9 @@ int Run(const std::vector<std::string>& worker_args) {
   // worker's TF_CONFIG lists.
   std::vector<std::string> worker_addresses = placeholders_workers;
   if (all_reduce) {
-    std::generate(worker_addresses.begin(), worker_addresses.end(), FreeLoopbackAddress);
+    for (std::string& address : worker_addresses) {
+      address = absl::StrCat("127.0.0.1:", fulcrum::FreeLoopbackPort());
+    }
     std::printf("[launcher] starting %d worker(s), %s, on %s\n", num_workers, strategy.c_str(),
                 absl::StrJoin(worker_addresses, ", ").c_str());
   } else {

@@ -132,18 +132,6 @@ std::string ReadWholeFile(const std::string& path) {
   return text.str();
 }
 
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(addr);
-  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), length) == 0 &&
-                     getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0;
-  close(fd);
-  return bound ? ntohs(addr.sin_port) : 0;
-}
-
 int ConnectLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};

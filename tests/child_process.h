@@ -66,10 +66,6 @@ std::optional<int> WaitForPort(ChildProcess& process, const std::string& marker,
 // The whole file, or "" when it cannot be read.
 std::string ReadWholeFile(const std::string& path);
 
-// A port free on 127.0.0.1 now (the kernel's pick), for a daemon whose
-// peers must know its address before it starts (all-reduce workers).
-int FreeLoopbackPort();
-
 // A socket connected to 127.0.0.1:<port>, or -1.
 int ConnectLoopback(int port);
 

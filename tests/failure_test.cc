@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
+#include "common/loopback.h"
 #include "tests/child_process.h"
 
 namespace fulcrum {
