@@ -129,7 +129,7 @@ TEST_F(CheckpointerTest, CheckpointsRestoreUnderEitherStrategy) {
   AllReduceStrategy mirrored(&solo, {Spec(1)}, options);
   TensorMap weights;
   ASSERT_TRUE(mirrored.Start(&weights).ok());
-  for (int step = 0; step < 2; ++step) ASSERT_TRUE(mirrored.Step(&ones, &weights).ok());
+  for (int step = 0; step < 2; ++step) ASSERT_TRUE(mirrored.Step(&ones, {}, &weights).ok());
   Checkpointer by_workers([&](int64_t step) { return mirrored.SaveCheckpoint(step); }, &fs_,
                           {dir_, 0, 0, 5});
   ASSERT_TRUE(by_workers.Save(mirrored.step()).ok());
@@ -142,7 +142,7 @@ TEST_F(CheckpointerTest, CheckpointsRestoreUnderEitherStrategy) {
   EXPECT_EQ(on_servers["w"].values, weights["w"].values);
   EXPECT_EQ(three.client->step(), 2);
   // The slots came too: the next step moves both alike, to the bit.
-  ASSERT_TRUE(mirrored.Step(&ones, &weights).ok());
+  ASSERT_TRUE(mirrored.Step(&ones, {}, &weights).ok());
   ASSERT_TRUE(three.client->PushPull(ones, {}, &on_servers).ok());
   EXPECT_EQ(on_servers["w"].values, weights["w"].values);
 
@@ -152,9 +152,9 @@ TEST_F(CheckpointerTest, CheckpointsRestoreUnderEitherStrategy) {
   TensorMap restored;
   ASSERT_TRUE(again.Start(&restored).ok());
   EXPECT_EQ(again.step(), 3);
-  EXPECT_EQ(again.ResumedBatches(1), 3);
+  EXPECT_EQ(again.ResumedBatches(1, 100), 3);
   EXPECT_EQ(restored["w"].values, on_servers["w"].values);
-  ASSERT_TRUE(again.Step(&ones, &restored).ok());
+  ASSERT_TRUE(again.Step(&ones, {}, &restored).ok());
   ASSERT_TRUE(three.client->PushPull(ones, {}, &on_servers).ok());
   EXPECT_EQ(restored["w"].values, on_servers["w"].values);
 

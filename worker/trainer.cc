@@ -118,7 +118,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   TrainingSummary summary;
   TensorMap weights, grads;
   if (absl::Status s = strategy_->Start(&weights); !s.ok()) return s;
-  const int64_t resume = strategy_->ResumedBatches(options_.num_workers);
+  const int64_t resume = strategy_->ResumedBatches(
+      options_.num_workers, train_.num_examples / options_.num_workers / options_.batch_size);
   Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
                            options_.epochs, options_.seed, /*prefetch=*/4, resume,
                            [this](int64_t epoch) { return strategy_->DealEpoch(epoch); }});
@@ -154,7 +155,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     const std::string nonfinite = NonFiniteGradient(grads);
     // Applied, it would be refused (or poison every replica); skipped,
     // the strategy goes on without this worker's batch.
-    auto stale = strategy_->Step(nonfinite.empty() ? &grads : nullptr, &weights);
+    const StepPlace place{batch->epoch, batch->step_in_epoch + 1 == batch->steps_in_epoch};
+    auto stale = strategy_->Step(nonfinite.empty() ? &grads : nullptr, place, &weights);
     if (!stale.ok()) return stale.status();
     if (nonfinite.empty()) {
       consecutive_skips = 0;

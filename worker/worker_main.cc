@@ -423,6 +423,7 @@ absl::StatusOr<StrategyParts> MakeAllReduceStrategy(const std::string& name,
   options.name = name;
   options.collective.timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_secs));
   options.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_secs));
+  options.epochs = absl::GetFlag(FLAGS_epochs);
   if (is_chief) {
     options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
     options.fs = fs;

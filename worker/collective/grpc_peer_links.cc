@@ -16,7 +16,8 @@ namespace fulcrum {
 namespace {
 
 // Incoming streams: each message goes to the mailbox; a stream that ends
-// without the sender closing it breaks that sender's link.
+// without the sender closing it breaks that sender's link. A sender's new
+// stream (it restarted, or reconnects to rejoin) replaces its old one.
 class Service final : public Collective::Service {
  public:
   Service(Mailbox* inbox, int rank) : inbox_(inbox), rank_(rank) {}
@@ -25,12 +26,21 @@ class Service final : public Collective::Service {
                       CollectiveAck*) override {
     CollectiveChunk chunk;
     int from = -1;
+    uint64_t stream = 0;
     while (reader->Read(&chunk)) {
-      from = chunk.from_rank();
-      if (from < 0 || from >= inbox_->size() || chunk.data().size() % sizeof(float) != 0) {
+      if (from < 0 || chunk.from_rank() != from) {
+        if (from >= 0 || chunk.from_rank() < 0 || chunk.from_rank() >= inbox_->size()) {
+          return {grpc::StatusCode::INVALID_ARGUMENT,
+                  absl::StrCat("a chunk from rank ", chunk.from_rank(), " on a stream from rank ",
+                               from, ": not one rank of ", inbox_->size())};
+        }
+        from = chunk.from_rank();
+        stream = inbox_->Open(from, rank_);
+      }
+      if (chunk.data().size() % sizeof(float) != 0) {
         return {grpc::StatusCode::INVALID_ARGUMENT,
                 absl::StrCat("a chunk from rank ", from, " of ", chunk.data().size(),
-                             " bytes: not a rank of ", inbox_->size(), " or not floats")};
+                             " bytes: not floats")};
       }
       std::vector<float> message(chunk.data().size() / sizeof(float));
       if (!message.empty()) {  // an empty one is a notice of the sender's round
@@ -39,7 +49,7 @@ class Service final : public Collective::Service {
       inbox_->Put(from, rank_, chunk.tag(), std::move(message));
     }
     if (from >= 0 && context->IsCancelled()) {
-      inbox_->Break(from, rank_,
+      inbox_->Break(from, rank_, stream,
                     absl::UnavailableError(
                         absl::StrCat("rank ", rank_, ": the stream from rank ", from, " broke")));
     }
@@ -62,17 +72,24 @@ class Outgoing {
   }
 
   // Writes what was queued (for up to a second: a peer that never came
-  // is not waited for), then closes the stream.
+  // is not waited for; none when abandoned), then closes the stream.
   ~Outgoing() {
     {
       absl::MutexLock lock(&mu_);
       closing_ = true;
+      if (abandoned_) queue_.clear();
       auto flushed = [this]()
                          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return queue_.empty() && !writing_; };
       mu_.AwaitWithTimeout(absl::Condition(&flushed), absl::Seconds(1));
     }
     context_.TryCancel();
     writer_thread_.join();
+  }
+
+  // What is still queued is not to be written: a new stream replaces this.
+  void Abandon() {
+    absl::MutexLock lock(&mu_);
+    abandoned_ = true;
   }
 
   absl::Status Send(absl::Span<const float> data, uint64_t tag) {
@@ -134,6 +151,7 @@ class Outgoing {
   std::deque<CollectiveChunk> queue_ ABSL_GUARDED_BY(mu_);
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a chunk is off the queue, not yet written
   std::thread writer_thread_;
 };
@@ -150,6 +168,7 @@ class GrpcPeerLinks::Impl {
   Service service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
+  std::vector<std::string> addresses;               // by rank
   std::vector<std::unique_ptr<Outgoing>> outgoing;  // by rank; none for this one
 };
 
@@ -187,15 +206,26 @@ GrpcPeerLinks::~GrpcPeerLinks() {
 int GrpcPeerLinks::port() const { return impl_->port; }
 
 void GrpcPeerLinks::Connect(const std::vector<std::string>& addresses) {
+  impl_->addresses = addresses;
+  impl_->addresses.resize(impl_->size);
   impl_->outgoing.resize(impl_->size);
-  for (int peer = 0; peer < impl_->size && peer < static_cast<int>(addresses.size()); ++peer) {
-    if (peer != impl_->rank) {
-      impl_->outgoing[peer] = std::make_unique<Outgoing>(impl_->rank, peer, addresses[peer]);
-      // A notice opens the stream now, so that a peer that dies breaks
-      // this rank's link to it even if they never exchanged data.
-      impl_->outgoing[peer]->Send({}, tag()).IgnoreError();
-    }
+  for (int peer = 0; peer < impl_->size; ++peer) {
+    if (peer != impl_->rank && !impl_->addresses[peer].empty()) Reconnect(peer).IgnoreError();
   }
+}
+
+absl::Status GrpcPeerLinks::Reconnect(int peer) {
+  if (peer < 0 || peer >= static_cast<int>(impl_->outgoing.size()) || peer == impl_->rank ||
+      impl_->addresses[peer].empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", impl_->rank, ": no address of rank ", peer, " (Connect first)"));
+  }
+  if (impl_->outgoing[peer] != nullptr) impl_->outgoing[peer]->Abandon();
+  impl_->outgoing[peer] = std::make_unique<Outgoing>(impl_->rank, peer, impl_->addresses[peer]);
+  // A notice opens the stream now, so that a peer that dies breaks this
+  // rank's link to it even if they never exchanged data, and the peer
+  // learns of a reconnection at once.
+  return impl_->outgoing[peer]->Send({}, tag());
 }
 
 absl::Status GrpcPeerLinks::Send(int peer, absl::Span<const float> data) {

@@ -4,7 +4,8 @@
 // never waits for the peer. What arrives goes to a Mailbox that Recv takes
 // from. A stream that breaks (the peer died or was cut off: keepalive pings
 // notice within seconds) makes Send to that peer and Recv from it fail
-// UNAVAILABLE, naming it.
+// UNAVAILABLE, naming it. Reconnect replaces a peer's stream with a new one,
+// which the peer sees as a reconnection.
 #ifndef FULCRUM_WORKER_COLLECTIVE_GRPC_PEER_LINKS_H_
 #define FULCRUM_WORKER_COLLECTIVE_GRPC_PEER_LINKS_H_
 
@@ -33,6 +34,7 @@ class GrpcPeerLinks final : public MailboxLinks {
   void Connect(const std::vector<std::string>& addresses);
 
   absl::Status Send(int peer, absl::Span<const float> data) override;
+  absl::Status Reconnect(int peer) override;
 
   class Impl;
 

@@ -6,6 +6,17 @@
 
 namespace fulcrum {
 
+uint64_t Mailbox::Open(int from, int to) {
+  absl::MutexLock lock(&mu_);
+  Queue& queue = queues_[{from, to}];
+  if (++queue.streams > 1) {
+    queue.messages.clear();
+    queue.broken = absl::OkStatus();
+    reconnected_[to].insert(from);
+  }
+  return queue.streams;
+}
+
 void Mailbox::Put(int from, int to, uint64_t tag, std::vector<float> message) {
   absl::MutexLock lock(&mu_);
   queues_[{from, to}].messages.push_back({tag, std::move(message)});
@@ -18,10 +29,10 @@ uint64_t Mailbox::NewestTag(int to) const {
   return it == newest_tag_.end() ? 0 : it->second;
 }
 
-void Mailbox::Break(int from, int to, absl::Status why) {
+void Mailbox::Break(int from, int to, uint64_t stream, absl::Status why) {
   absl::MutexLock lock(&mu_);
   Queue& queue = queues_[{from, to}];
-  if (queue.broken.ok()) queue.broken = std::move(why);
+  if (queue.streams == stream && queue.broken.ok()) queue.broken = std::move(why);
 }
 
 absl::StatusOr<std::vector<float>> Mailbox::Take(int from, int to, uint64_t tag,
@@ -54,6 +65,45 @@ absl::StatusOr<std::vector<float>> Mailbox::Take(int from, int to, uint64_t tag,
   std::vector<float> message = std::move(queue.messages.front().data);
   queue.messages.pop_front();
   return message;
+}
+
+absl::StatusOr<std::pair<int, uint64_t>> Mailbox::AwaitRound(int to, int root, uint64_t tag,
+                                                             absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  std::pair<int, uint64_t> found;
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    found = {-1, 0};
+    for (const auto& [link, queue] : queues_) {
+      if (link.second != to) continue;
+      for (const Message& message : queue.messages) {
+        if (message.tag > tag ||
+            (link.first == root && message.tag == tag && !message.data.empty())) {
+          if (found.first < 0 || message.tag > found.second) found = {link.first, message.tag};
+        }
+      }
+    }
+    return found.first >= 0;
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("rank ", to, ": no message of a round after ", tag, " by the deadline"));
+  }
+  return found;
+}
+
+std::vector<int> Mailbox::TakeReconnected(int to) {
+  absl::MutexLock lock(&mu_);
+  std::set<int> ranks;
+  ranks.swap(reconnected_[to]);
+  return {ranks.begin(), ranks.end()};
+}
+
+void Mailbox::Forget(int to) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [link, queue] : queues_) {
+    if (link.second == to) queue.messages.clear();
+  }
+  newest_tag_.erase(to);
 }
 
 }  // namespace fulcrum

@@ -49,6 +49,22 @@ class PeerLinks {
   virtual uint64_t tag() const = 0;
   virtual void SetTag(uint64_t tag) = 0;
   virtual uint64_t NewestTag() const = 0;
+
+  // Rejoining a group (worker/collective/regroup.h). A group whose links
+  // never change (one rank, a subgroup) has none of this.
+  //
+  // Opens a new link to `peer`, dropping the old one and what it still
+  // held: how a rank asks to rejoin, and how a group's members reach one
+  // that restarted.
+  virtual absl::Status Reconnect(int peer) { return absl::OkStatus(); }
+  // The ranks that opened a new link to this one since the last call.
+  virtual std::vector<int> TakeReconnected() { return {}; }
+  // Waits for a message of a round after tag() from any rank, or a
+  // non-empty one of round tag() from `root` (-1: none): its sender and
+  // round. DEADLINE_EXCEEDED when none comes by `deadline`.
+  virtual absl::StatusOr<std::pair<int, uint64_t>> AwaitRound(int root, absl::Time deadline) {
+    return absl::DeadlineExceededError("a group that never changes has no later round");
+  }
 };
 
 // Integers travel in float messages by their bits: two floats each.
@@ -73,6 +89,10 @@ class MailboxLinks : public PeerLinks {
   uint64_t tag() const override { return tag_.load(); }
   void SetTag(uint64_t tag) override { tag_ = tag; }
   uint64_t NewestTag() const override { return inbox_->NewestTag(rank_); }
+  std::vector<int> TakeReconnected() override { return inbox_->TakeReconnected(rank_); }
+  absl::StatusOr<std::pair<int, uint64_t>> AwaitRound(int root, absl::Time deadline) override {
+    return inbox_->AwaitRound(rank_, root, tag(), deadline);
+  }
 
  private:
   Mailbox* const inbox_;

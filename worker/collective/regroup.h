@@ -23,6 +23,15 @@
 // A leader that does not answer is suspected and the next lowest tried, in
 // a later round; a member the leader did not hear from is left out and
 // told so when it asks.
+//
+// Rejoining: a worker that restarted (or was left out and asks again)
+// opens new links to every rank (PeerLinks::Reconnect). The leader sees
+// that before its next collective and regroups with the joiner among the
+// candidates: it reconnects to the joiner and sends it the new round's
+// notice; the joiner answers with a report that says it has no state
+// (JoinGroup). Joiners become members, but only the old members count
+// for the quorum, the furthest step and the epochs dealt; every member
+// reconnects to the joiners.
 #ifndef FULCRUM_WORKER_COLLECTIVE_REGROUP_H_
 #define FULCRUM_WORKER_COLLECTIVE_REGROUP_H_
 
@@ -39,6 +48,7 @@ namespace fulcrum {
 struct MemberState {
   int64_t completed = 0;    // collective steps it completed
   int64_t dealt_epoch = 0;  // the latest epoch whose data it dealt
+  bool joining = false;     // it has no state yet: it asks to (re)join
 };
 
 struct Regrouping {
@@ -46,14 +56,24 @@ struct Regrouping {
   int64_t completed = 0;     // the furthest member's completed steps
   int source = 0;            // the lowest member that completed them: its state is taken
   int64_t first_epoch = 0;   // the first epoch dealt over `members`
+  std::vector<int> joiners;  // the members admitted now, ascending
 };
 
 // Called by each live member of `current` (ranks of `links`, ascending,
-// this rank among them) after a collective among them failed. `timeout`
-// bounds each wait: the leader's for the others' states, a member's for
-// the leader's decision (twice as long).
+// this rank among them) after a collective among them failed, or by the
+// leader when ranks asked to join (`joiners`: those that reconnected to it,
+// members or not; the others pass none). `timeout` bounds each wait: the
+// leader's for the others' states, a member's for the leader's decision
+// (twice as long).
 absl::StatusOr<Regrouping> Regroup(PeerLinks& links, const std::vector<int>& current,
-                                   const MemberState& mine, absl::Duration timeout);
+                                   const std::vector<int>& joiners, const MemberState& mine,
+                                   absl::Duration timeout);
+
+// Called by a joiner that got a notice of round `round` from `leader`
+// (PeerLinks::AwaitRound): reports to it as a joiner and takes its
+// decision. FAILED_PRECONDITION when the leader left it out.
+absl::StatusOr<Regrouping> JoinGroup(PeerLinks& links, int leader, uint64_t round,
+                                     absl::Duration timeout);
 
 }  // namespace fulcrum
 

@@ -51,9 +51,11 @@ void Batcher::Produce() {
   bool first = true;
   for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
     if ((epoch + 1) * steps_per_epoch_ <= options_.skip) continue;  // resumed past it
-    // The epoch resumed into keeps the first dealing, which the skip counts in.
+    // The first epoch keeps the first dealing (the skip counts in it),
+    // unless the skip ends exactly where it begins.
+    const bool keep = first && (options_.skip == 0 || epoch * steps_per_epoch_ < options_.skip);
     Dealing dealing{options_.shard_index, options_.num_shards};
-    if (!first && options_.deal) dealing = options_.deal(epoch);
+    if (!keep && options_.deal) dealing = options_.deal(epoch);
     first = false;
     std::vector<int64_t> shard;
     for (int64_t i = dealing.shard_index; i < data_.num_examples; i += dealing.num_shards) {

@@ -49,7 +49,8 @@ struct BatcherOptions {
   int prefetch = 4;  // batches made ahead
   int64_t skip = 0;  // batches to skip first (resuming a job part-way), of the first dealing
   // The dealing of each later epoch, asked as the epoch begins (on the
-  // prefetch thread); none: the first dealing throughout.
+  // prefetch thread), and of the first when `skip` ends exactly where it
+  // begins; none: the first dealing throughout.
   std::function<Dealing(int64_t epoch)> deal;
 };
 

@@ -1,6 +1,7 @@
 #include "worker/strategy/all_reduce_strategy.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,7 +11,6 @@
 #include "common/logging.h"
 #include "common/restored_variables.h"
 #include "common/tensor.h"
-#include "worker/collective/regroup.h"
 
 namespace fulcrum {
 namespace {
@@ -23,6 +23,10 @@ int64_t Rows(const VariableSpec& spec) {
 // What the chief sends first: its step and completed collective steps, a
 // fingerprint of its model and the size of the state that follows.
 constexpr int kHeaderFloats = 8;
+
+// After the gradients in the fused buffer: the contributors, then the
+// batch's place (summed epoch, summed ends-the-epoch, members telling).
+constexpr int kTailFloats = 4;
 
 }  // namespace
 
@@ -40,7 +44,7 @@ AllReduceStrategy::AllReduceStrategy(PeerLinks* links, const std::vector<Variabl
     variable.offset = offset;
     offset += NumElements(spec.shape());
   }
-  fused_.resize(offset + 1);
+  fused_.resize(offset + kTailFloats);
 }
 
 absl::Status AllReduceStrategy::Restore() {
@@ -152,16 +156,35 @@ absl::Status AllReduceStrategy::Start(TensorMap* weights) {
     v.values.assign(NumElements(v.spec.shape()), 0.0f);
     v.slots = MakeSlots(v.spec.optimizer(), static_cast<int64_t>(v.values.size()));
   }
-  if (links_->rank() == 0) {
+  const bool chief = links_->rank() == 0;
+  if (chief) {
     if (absl::Status s = Restore(); !s.ok()) return s;
   }
-  AllReduceOptions startup = options_.collective;
-  startup.timeout = options_.startup_timeout;
-  if (absl::Status s = BroadcastState(0, startup); !s.ok()) return s;
+  // A running group invites a worker that restarted; else the chief's
+  // state comes, in round 0.
+  const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  auto invited = links_->AwaitRound(chief ? -1 : 0,
+                                    chief ? absl::Now() + options_.chief_join_grace : deadline);
+  if (invited.ok() && invited->second > 0) {
+    if (absl::Status s = Join(invited->first, invited->second, deadline); !s.ok()) return s;
+  } else if (!invited.ok() && !chief) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no state from the chief (rank 0), and no invitation from a running group, in ",
+        absl::FormatDuration(options_.startup_timeout), " (--startup_timeout_secs)"));
+  } else {
+    AllReduceOptions startup = options_.collective;
+    startup.timeout = options_.startup_timeout;
+    if (absl::Status s = BroadcastState(0, startup); !s.ok()) return s;
+    completed_ = step_;
+  }
   restored_step_ = step_;
-  completed_ = step_;
   CopyValues(weights);
   return absl::OkStatus();
+}
+
+int64_t AllReduceStrategy::ResumedBatches(int num_workers, int64_t steps_per_epoch) const {
+  if (first_epoch_ > 0) return std::min(first_epoch_, options_.epochs) * steps_per_epoch;
+  return restored_step_;
 }
 
 void AllReduceStrategy::CopyValues(TensorMap* weights) const {
@@ -172,7 +195,8 @@ void AllReduceStrategy::CopyValues(TensorMap* weights) const {
   }
 }
 
-absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, TensorMap* weights) {
+absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, const StepPlace& place,
+                                            TensorMap* weights) {
   if (gradients != nullptr) {
     for (const Variable& v : variables_) {
       auto it = gradients->find(v.spec.name());
@@ -185,6 +209,13 @@ absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, TensorMa
       }
     }
   }
+  if (auto reduced = Reduce(gradients, &place); !reduced.ok()) return reduced.status();
+  CopyValues(weights);
+  return 0;
+}
+
+absl::StatusOr<bool> AllReduceStrategy::Reduce(const TensorMap* gradients, const StepPlace* place) {
+  const size_t tail = fused_.size() - kTailFloats;
   for (;;) {
     std::fill(fused_.begin(), fused_.end(), 0.0f);
     if (gradients != nullptr) {
@@ -192,20 +223,28 @@ absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, TensorMa
         const std::vector<float>& grad = gradients->at(v.spec.name()).values;
         std::copy(grad.begin(), grad.end(), fused_.begin() + v.offset);
       }
-      fused_.back() = 1.0f;
+      fused_[tail] = 1.0f;
     }
-    absl::Status reduced = AllReduce(*group_, absl::MakeSpan(fused_), options_.collective);
+    if (place != nullptr) {
+      fused_[tail + 1] = static_cast<float>(place->epoch);
+      fused_[tail + 2] = place->ends_epoch ? 1.0f : 0.0f;
+      fused_[tail + 3] = 1.0f;
+    }
+    // Ranks that reconnected ask to join; the leader admits them.
+    std::vector<int> joiners = links_->TakeReconnected();
+    if (group_->rank() != 0) joiners.clear();
+    absl::Status reduced = joiners.empty()
+                               ? AllReduce(*group_, absl::MakeSpan(fused_), options_.collective)
+                               : absl::AbortedError(absl::StrCat(
+                                     "rank(s) ", absl::StrJoin(joiners, ", "), " asked to join"));
     if (reduced.ok()) break;
-    auto done = Regroup(reduced);
+    auto done = Regroup(reduced, joiners);
     if (!done.ok()) return done.status();
-    if (*done) {
-      CopyValues(weights);
-      return 0;
-    }
+    if (*done) return false;
   }
   ++completed_;
-  const int averaged = static_cast<int>(fused_.back());
-  if (averaged == 0) return 0;  // every worker's batch was skipped
+  const int averaged = static_cast<int>(fused_[tail]);
+  if (averaged == 0) return true;  // every worker's batch was skipped
   ++step_;
   const float scale = 1.0f / static_cast<float>(averaged);
   for (Variable& v : variables_) {
@@ -214,11 +253,19 @@ absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, TensorMa
     const absl::Span<const float> parts[] = {grad};
     ApplyGradient(v.spec.optimizer(), step_, averaged, parts, absl::MakeSpan(v.values), v.slots);
   }
-  CopyValues(weights);
-  return 0;
+  return true;
 }
 
-absl::StatusOr<bool> AllReduceStrategy::Regroup(const absl::Status& failure) {
+absl::Status AllReduceStrategy::TakeState(const Regrouping& decision) {
+  group_ = std::make_unique<SubgroupLinks>(links_, decision.members);
+  const int root = static_cast<int>(
+      std::find(decision.members.begin(), decision.members.end(), decision.source) -
+      decision.members.begin());
+  return BroadcastState(root, options_.collective);
+}
+
+absl::StatusOr<bool> AllReduceStrategy::Regroup(const absl::Status& failure,
+                                                const std::vector<int>& joiners) {
   MemberState mine;
   mine.completed = completed_;
   std::vector<int> current;
@@ -228,24 +275,28 @@ absl::StatusOr<bool> AllReduceStrategy::Regroup(const absl::Status& failure) {
     mine.dealt_epoch = dealt_epoch_;
     current = generations_.back().members;
   }
-  LOG_WARN("all-reduce of step {} failed: {}; regrouping", completed_ + 1, failure.message());
+  LOG_WARN("all-reduce of step {}: {}; regrouping", completed_ + 1, failure.message());
   const int64_t before = completed_;
+  std::vector<int> asking = joiners;
   for (;;) {
-    auto regrouped = fulcrum::Regroup(*links_, current, mine, options_.collective.timeout);
-    if (!regrouped.ok()) {
+    auto regrouped = fulcrum::Regroup(*links_, current, asking, mine, options_.collective.timeout);
+    absl::Status status = regrouped.status();
+    // Members differ by a step at most: a member further behind restarted
+    // (or was cut off) while the group ran on, and must rejoin as new.
+    if (status.ok() && regrouped->completed > before + 1) {
+      status = absl::FailedPreconditionError(
+          absl::StrCat("the group ran on to step ", regrouped->completed,
+                       " without this worker (at ", before, "); restart it to rejoin"));
+    }
+    if (!status.ok()) {
       absl::MutexLock lock(&mu_);
       regrouping_ = false;  // this worker stops; its prefetching must not wait on
-      return absl::Status(
-          regrouped.status().code(),
-          absl::StrCat("all-reduce of step ", before + 1, " failed (", failure.message(),
-                       "), and then ", regrouped.status().message()));
+      return absl::Status(status.code(),
+                          absl::StrCat("all-reduce of step ", before + 1, " (", failure.message(),
+                                       "), and then ", status.message()));
     }
-    group_ = std::make_unique<SubgroupLinks>(links_, regrouped->members);
-    const int root = static_cast<int>(
-        std::find(regrouped->members.begin(), regrouped->members.end(), regrouped->source) -
-        regrouped->members.begin());
-    absl::Status sent = BroadcastState(root, options_.collective);
-    if (sent.ok()) {
+    absl::Status taken = TakeState(*regrouped);
+    if (taken.ok()) {
       absl::MutexLock lock(&mu_);
       generations_.push_back({regrouped->first_epoch, regrouped->members});
       regrouping_ = false;
@@ -253,11 +304,59 @@ absl::StatusOr<bool> AllReduceStrategy::Regroup(const absl::Status& failure) {
                regrouped->members.size(), completed_, regrouped->first_epoch + 1);
       break;
     }
+    if (taken.code() == absl::StatusCode::kFailedPrecondition) return taken;  // another model
     LOG_WARN("taking the state from rank {} failed: {}; regrouping again", regrouped->source,
-             sent.message());
+             taken.message());
     current = regrouped->members;
+    asking.clear();
   }
   return completed_ > before;
+}
+
+absl::Status AllReduceStrategy::Join(int leader, uint64_t round, absl::Time deadline) {
+  LOG_WARN("the group is running (rank {} invites this worker, in round {}): joining it", leader,
+           round);
+  for (;;) {
+    auto decision = JoinGroup(*links_, leader, round, options_.collective.timeout);
+    absl::Status status = decision.ok() ? TakeState(*decision) : decision.status();
+    if (status.ok()) {
+      absl::MutexLock lock(&mu_);
+      first_epoch_ = decision->first_epoch;
+      dealt_epoch_ = first_epoch_ - 1;
+      generations_.push_back({first_epoch_, decision->members});
+      break;
+    }
+    // The state's model differs from this one: asking again cannot help.
+    if (decision.ok() && status.code() == absl::StatusCode::kFailedPrecondition) return status;
+    LOG_WARN("joining failed: {}; asking again", status.message());
+    for (int peer = 0; peer < links_->size(); ++peer) {
+      if (peer != links_->rank()) links_->Reconnect(peer).IgnoreError();
+    }
+    auto invited = links_->AwaitRound(-1, deadline);
+    if (!invited.ok()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no running group admitted this worker by the startup deadline (last: ", status.message(),
+          ")"));
+    }
+    std::tie(leader, round) = *invited;
+  }
+  // Its data begins at the first epoch dealt over it (none when that is
+  // past the last): until then it takes part with no gradients, and
+  // learns from the members' places when the group gets there.
+  const int64_t until = std::min(first_epoch_, options_.epochs);
+  LOG_WARN("joined at step {}; no gradients from this worker until {}", completed_,
+           until < options_.epochs ? absl::StrCat("epoch ", until + 1, ", the first dealt over it")
+                                   : std::string("the job ends: it joined in the last epoch"));
+  const size_t tail = fused_.size() - kTailFloats;
+  for (;;) {
+    auto reduced = Reduce(nullptr, nullptr);
+    if (!reduced.ok()) return reduced.status();
+    const float telling = fused_[tail + 3];
+    if (*reduced && telling > 0 && fused_[tail + 2] == telling &&
+        static_cast<int64_t>(fused_[tail + 1] / telling) + 1 >= until) {
+      return absl::OkStatus();
+    }
+  }
 }
 
 Dealing AllReduceStrategy::DealEpoch(int64_t epoch) {
@@ -271,7 +370,7 @@ Dealing AllReduceStrategy::DealEpoch(int64_t epoch) {
   }
   const std::vector<int>& members = in_force->members;
   if (in_force != &generations_.front() && epoch == in_force->first_epoch) {
-    LOG_WARN("epoch {}: dealt over the {} worker(s) left (ranks {})", epoch + 1, members.size(),
+    LOG_WARN("epoch {}: dealt over the group's {} worker(s) (ranks {})", epoch + 1, members.size(),
              absl::StrJoin(members, ", "));
   }
   const int index =

@@ -10,7 +10,9 @@
 // The fused buffer holds every variable's gradient, in spec order, then
 // one float: 1 from a worker that contributed, 0 from one whose batch was
 // skipped (not finite). Its sum is the number of gradients averaged, as a
-// parameter server's sync step counts them.
+// parameter server's sync step counts them. Three more floats sum the
+// batch's place: its epoch, 1 if it ends the epoch, and 1 from each
+// member that tells (all but a joiner catching up).
 //
 // A lost member (dead, hung, cut off) fails the step's all-reduce on every
 // other member within the collective timeout; the live members then
@@ -19,6 +21,13 @@
 // the failed step takes that state, the others redo the step with the same
 // gradients. Each epoch is dealt over the members of the group in force for
 // it (the new members from the first epoch none of them had dealt).
+//
+// A worker that restarts (same command) rejoins the running group: its new
+// links tell the leader, which admits it at the next step boundary; it
+// takes the furthest member's state, then takes part in every all-reduce
+// with no gradients until the group reaches the first epoch dealt over it,
+// where its own data begins. Each step's fused buffer therefore also
+// carries where the members' batches lie (StepPlace).
 //
 // Checkpoints are the servers' format: the chief writes its replica as the
 // file of a single server, each variable one whole shard, so that servers
@@ -37,6 +46,7 @@
 #include "proto/tensor.pb.h"
 #include "worker/collective/all_reduce.h"
 #include "worker/collective/peer_links.h"
+#include "worker/collective/regroup.h"
 #include "worker/strategy/strategy.h"
 
 namespace fulcrum {
@@ -47,6 +57,13 @@ struct AllReduceStrategyOptions {
   // How long the workers wait for the chief's initial state (they may
   // start minutes apart).
   absl::Duration startup_timeout = absl::Minutes(10);
+  // How long the chief waits for a running group's invitation before it
+  // starts a new job: the group's leader sees a restarted chief's new
+  // links within a step.
+  absl::Duration chief_join_grace = absl::Seconds(3);
+  // The job's epochs: a worker that joins in the last one has no data
+  // left, and follows the group to its end.
+  int64_t epochs = 1;
   // Where the chief writes checkpoints and restores the newest complete
   // one from ("" = none); `fs` is needed with it.
   std::string checkpoint_dir;
@@ -62,11 +79,14 @@ class AllReduceStrategy final : public Strategy {
 
   std::string name() const override { return options_.name; }
   // The chief restores or initialises the variables, then broadcasts them
-  // with their slots and step. Once. FAILED_PRECONDITION when a worker's model
-  // differs from the chief's, or the chief's checkpoints hold another model.
+  // with their slots and step; or, when the group is running already
+  // (this worker restarted), joins it. Once. FAILED_PRECONDITION when a
+  // worker's model differs from the chief's, or the chief's checkpoints
+  // hold another model.
   absl::Status Start(TensorMap* weights) override;
-  int64_t ResumedBatches(int num_workers) const override { return restored_step_; }
-  absl::StatusOr<int> Step(const TensorMap* gradients, TensorMap* weights) override;
+  int64_t ResumedBatches(int num_workers, int64_t steps_per_epoch) const override;
+  absl::StatusOr<int> Step(const TensorMap* gradients, const StepPlace& place,
+                           TensorMap* weights) override;
   int64_t step() const override { return step_; }
   Dealing DealEpoch(int64_t epoch) override;
   // The chief only (the one given a checkpoint directory, while it leads
@@ -96,10 +116,23 @@ class AllReduceStrategy final : public Strategy {
   // Every variable's values, slots, the step and the completed collective
   // steps, rank `root` of group_'s, on every member; `options` bounds it.
   absl::Status BroadcastState(int root, const AllReduceOptions& options);
-  // After a failed all-reduce: the live members re-form the group and take
-  // the furthest member's state. Whether this member's step is done (it
-  // had not completed it; the group had): else it is to be redone.
-  absl::StatusOr<bool> Regroup(const absl::Status& failure);
+  // One all-reduce of `gradients` (none: this worker's batch was skipped,
+  // or it is catching up) and the update, regrouping when it fails or
+  // ranks ask to join. `place` (nullptr: catching up) is told to the
+  // others. False when the group had completed the step without this
+  // member, whose state it then took.
+  absl::StatusOr<bool> Reduce(const TensorMap* gradients, const StepPlace* place);
+  // After a failed all-reduce, or when ranks asked to join (`joiners`, the
+  // leader's only): the live members re-form the group and take the
+  // furthest member's state. Whether this member's step is done (it had
+  // not completed it; the group had): else it is to be redone.
+  absl::StatusOr<bool> Regroup(const absl::Status& failure, const std::vector<int>& joiners);
+  // The group's members become `decision.members`, and they take the
+  // source's state.
+  absl::Status TakeState(const Regrouping& decision);
+  // A running group sent this worker a notice of `round` from `leader`:
+  // joins it by `deadline`, asking again when left out, then catches up.
+  absl::Status Join(int leader, uint64_t round, absl::Time deadline);
   void CopyValues(TensorMap* weights) const;
 
   PeerLinks* const links_;
@@ -110,6 +143,7 @@ class AllReduceStrategy final : public Strategy {
   int64_t step_ = 0;           // updates applied
   int64_t completed_ = 0;      // all-reduces completed: one per Step
   int64_t restored_step_ = 0;  // the step Start found
+  int64_t first_epoch_ = 0;    // where this worker's data begins: > 0 once it joined
 
   absl::Mutex mu_;  // DealEpoch (the prefetch thread) against regrouping
   std::vector<Generation> generations_ ABSL_GUARDED_BY(mu_);

@@ -24,11 +24,12 @@ absl::Status ParameterServerStrategy::Start(TensorMap* weights) {
   return client_->Pull({}, weights);
 }
 
-int64_t ParameterServerStrategy::ResumedBatches(int num_workers) const {
+int64_t ParameterServerStrategy::ResumedBatches(int num_workers, int64_t) const {
   return resume_ ? policy_->ResumedBatches(client_->step(), num_workers) : 0;
 }
 
-absl::StatusOr<int> ParameterServerStrategy::Step(const TensorMap* gradients, TensorMap* weights) {
+absl::StatusOr<int> ParameterServerStrategy::Step(const TensorMap* gradients, const StepPlace&,
+                                                  TensorMap* weights) {
   if (gradients == nullptr) {
     // Nothing pushed; in sync mode the next batch takes this one's place
     // in the same step.

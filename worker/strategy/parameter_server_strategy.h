@@ -25,8 +25,9 @@ class ParameterServerStrategy final : public Strategy {
 
   std::string name() const override;
   absl::Status Start(TensorMap* weights) override;
-  int64_t ResumedBatches(int num_workers) const override;
-  absl::StatusOr<int> Step(const TensorMap* gradients, TensorMap* weights) override;
+  int64_t ResumedBatches(int num_workers, int64_t steps_per_epoch) const override;
+  absl::StatusOr<int> Step(const TensorMap* gradients, const StepPlace& place,
+                           TensorMap* weights) override;
   int64_t step() const override;
   // Gone for good: a worker whose lease ran out (or that never came) on
   // every server.

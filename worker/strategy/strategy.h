@@ -19,6 +19,13 @@
 
 namespace fulcrum {
 
+// Where a step's batch lies in the data: what a worker that joins a
+// running group waits for (it takes part from the next epoch dealt).
+struct StepPlace {
+  int64_t epoch = 0;
+  bool ends_epoch = false;  // the epoch's last batch
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -32,15 +39,17 @@ class Strategy {
   virtual absl::Status Start(TensorMap* weights) = 0;
 
   // The batches this worker has done already in a job under way (it
-  // restarted, or the job resumed from a checkpoint), of `num_workers`;
-  // 0 in a new job.
-  virtual int64_t ResumedBatches(int num_workers) const = 0;
+  // restarted, or the job resumed from a checkpoint), of `num_workers`
+  // with `steps_per_epoch` each; 0 in a new job. A worker that joined a
+  // running group starts at an epoch's first batch.
+  virtual int64_t ResumedBatches(int num_workers, int64_t steps_per_epoch) const = 0;
 
-  // One step: applies this worker's `gradients`, or none when its batch
-  // was skipped (nullptr), as the strategy says, and leaves the variables
-  // the next step starts from in `weights`. The gradients dropped as
-  // stale.
-  virtual absl::StatusOr<int> Step(const TensorMap* gradients, TensorMap* weights) = 0;
+  // One step: applies this worker's `gradients` of the batch at `place`,
+  // or none when its batch was skipped (nullptr), as the strategy says,
+  // and leaves the variables the next step starts from in `weights`. The
+  // gradients dropped as stale.
+  virtual absl::StatusOr<int> Step(const TensorMap* gradients, const StepPlace& place,
+                                   TensorMap* weights) = 0;
 
   // The global step: updates applied to the variables so far.
   virtual int64_t step() const = 0;
