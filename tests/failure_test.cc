@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/checkpoint.h"
 #include "common/loopback.h"
 #include "tests/child_process.h"
@@ -35,8 +36,11 @@ constexpr absl::Duration kJobTimeout = absl::Seconds(240);
 class FailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // A parameterised test's name has a '/'.
+    dir_ = absl::StrCat(
+        std::getenv("TEST_TMPDIR"), "/",
+        absl::StrReplaceAll(::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                            {{"/", "_"}}));
   }
 
   // Server `index`: first on a port it picks, after a restart on the same.
@@ -271,12 +275,19 @@ TEST_F(FailureTest, LateAndStaggeredWorkersTrainAsAJobStartedAtOnce) {
 
 // MultiWorkerMirroredStrategy, where TensorFlow's job fails: one of four
 // all-reduce workers is killed mid-training; the other three regroup
-// without it, go on from their replicas with no restart, deal the next
-// epochs over the three, and reach the bar of an uninterrupted run.
-TEST_F(FailureTest, AllReduceWorkersGoOnWithoutAKilledOne) {
+// without it and go on from their replicas with no restart, dealing the
+// next epochs over the three. Started again with the same command, it
+// rejoins: the leader admits it at a step boundary, and the job completes
+// on four, at the bar of an uninterrupted run. The chief too: while it is
+// gone rank 1 leads, and once back it evaluates and writes the summary.
+class AllReduceFailureTest : public FailureTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(AllReduceFailureTest, WorkersGoOnWithoutAKilledOneAndTakeItBack) {
+  const int killed = GetParam();
   ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);  // for the summary
   std::vector<std::string> hosts;
   for (int w = 0; w < 4; ++w) hosts.push_back(absl::StrCat("127.0.0.1:", FreeLoopbackPort()));
+  std::vector<std::vector<std::string>> argvs;
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 4; ++w) {
     std::vector<std::string> argv = {RunfilePath("worker/worker"),
@@ -291,16 +302,32 @@ TEST_F(FailureTest, AllReduceWorkersGoOnWithoutAKilledOne) {
                                      "--cpu_threads=1",
                                      "--device=cpu"};
     if (w == 0) argv.push_back("--summary_json=" + dir_ + "/summary.json");
+    argvs.push_back(argv);
     workers.push_back(std::make_unique<ChildProcess>(absl::StrCat("worker", w), argv));
   }
-  ASSERT_TRUE(workers[2]->WaitForLine("step 100/", absl::Seconds(120)));
-  workers[2]->Signal(SIGKILL);
-  ASSERT_EQ(workers[2]->Wait(absl::Seconds(30)), 128 + SIGKILL);
-  for (int w : {0, 1, 3}) EXPECT_EQ(workers[w]->Wait(kJobTimeout), 0) << "worker " << w;
-  EXPECT_TRUE(workers[0]->HasLine("the group is now ranks 0, 1, 3"));
-  EXPECT_TRUE(workers[3]->HasLine("dealt over the 3 worker(s) left (ranks 0, 1, 3)"));
+  std::vector<int> others;
+  for (int w = 0; w < 4; ++w) {
+    if (w != killed) others.push_back(w);
+  }
+  const int leader = others.front();
+  ASSERT_TRUE(workers[killed]->WaitForLine("step 100/", absl::Seconds(120)));
+  workers[killed]->Signal(SIGKILL);
+  ASSERT_EQ(workers[killed]->Wait(absl::Seconds(30)), 128 + SIGKILL);
+  ASSERT_TRUE(workers[leader]->WaitForLine(
+      absl::StrCat("the group is now ranks ", absl::StrJoin(others, ", ")), absl::Seconds(30)));
+  workers[killed] =
+      std::make_unique<ChildProcess>(absl::StrCat("worker", killed, "-again"), argvs[killed]);
+  for (int w = 0; w < 4; ++w) EXPECT_EQ(workers[w]->Wait(kJobTimeout), 0) << "worker " << w;
+  EXPECT_TRUE(workers[3]->HasLine(absl::StrCat("dealt over the group's 3 worker(s) (ranks ",
+                                               absl::StrJoin(others, ", "), ")")));
+  EXPECT_TRUE(workers[leader]->HasLine(
+      absl::StrCat("the group is now ranks 0, 1, 2, 3 (leader ", leader, ")")));
+  EXPECT_TRUE(workers[killed]->HasLine(absl::StrCat("rank(s) ", killed, " joined")));
+  EXPECT_TRUE(workers[killed]->HasLine("joined at step"));
   EXPECT_GE(FinalAccuracy(), kAccuracyBar);
 }
+
+INSTANTIATE_TEST_SUITE_P(KilledRank, AllReduceFailureTest, ::testing::Values(2, 0));
 
 TEST_F(FailureTest, UnwritableCheckpointDirectoryFailsAtStart) {
   std::ofstream(dir_ + "-file") << "a file, not a directory";

@@ -198,6 +198,27 @@ TEST(LocalClusterTest, AKilledAllReduceWorkerIsLeftBehind) {
   EXPECT_FALSE(cluster.HasLine("stopping every process"));
 }
 
+// With --max_restarts the launcher starts a killed all-reduce worker again,
+// and it rejoins the running group.
+TEST(LocalClusterTest, ARestartedAllReduceWorkerRejoins) {
+  ChildProcess cluster(
+      "cluster",
+      Launcher({"--num_ps=0", "--num_workers=3", "--strategy=multi_worker_mirrored",
+                "--max_restarts=1", "--", "--epochs=4", "--hidden=64", "--log_every_steps=50"}));
+  const std::optional<std::string> started =
+      cluster.WaitForLine("[launcher] started worker 1 (pid ", absl::Seconds(60));
+  ASSERT_TRUE(started.has_value());
+  const pid_t pid = std::stoi(started->substr(started->rfind("pid ") + 4));
+  ASSERT_TRUE(cluster.WaitForLine("[worker 1] ", absl::Seconds(60)).has_value());
+  ASSERT_TRUE(cluster.WaitForLine("step 100/", absl::Seconds(120)).has_value());
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(cluster.HasLine("[launcher] restarting worker 1 (restart 1 of 1)"));
+  EXPECT_TRUE(cluster.HasLine("the group is now ranks 0, 2 (leader 0)"));
+  EXPECT_TRUE(cluster.HasLine("the group is now ranks 0, 1, 2 (leader 0)"));
+  EXPECT_TRUE(cluster.HasLine("[launcher] worker 1 exited with status 0"));
+}
+
 // MirroredStrategy: one worker, two local replicas, nothing else.
 TEST(LocalClusterTest, MirroredTrainsOneWorkerAlone) {
   ChildProcess cluster("cluster",

@@ -5,8 +5,9 @@
 # completes; then a partition: nftables drops one worker's traffic to one
 # server for a few seconds, the worker's calls fail and are retried, and the
 # job still completes. Then all-reduce workers on the four hosts, one of them
-# cut off for good: the others regroup and finish, and it stops for want of
-# a quorum. Needs root. Every namespace is removed at the end.
+# cut off: the others regroup and go on, and it stops for want of a
+# quorum; once the network heals, it is started again and rejoins. Needs
+# root. Every namespace is removed at the end.
 set -euo pipefail
 root=${TEST_SRCDIR}/${TEST_WORKSPACE}
 ps_server=$root/ps_server/ps_server
@@ -98,18 +99,19 @@ python3 -c "import sys; sys.exit(0 if float('$accuracy') >= 0.80 else 1)" ||
 echo "multi-host training with a partition completed: test accuracy $accuracy"
 
 # All-reduce across the four hosts (no servers); once they train, worker 3
-# is cut off from the others for good. The three regroup without it and
-# finish; alone, it is no quorum and stops, saying so.
+# is cut off from the others. The three regroup without it and go on;
+# alone, it is no quorum and stops, saying so. The network heals, worker 3
+# is started again with the same command and rejoins the running group.
 ar_hosts=${address[ps0]}:2222,${address[ps1]}:2222,${address[w0]}:2222,${address[w1]}:2222
 pids=()
-for i in 0 1 2 3; do
-  h=${hosts[$i]}
-  on "$h" "$worker" --strategy=multi_worker_mirrored --worker_hosts="$ar_hosts" --task_index=$i \
-    --collective_timeout_secs=10 --epochs=3 --hidden=64 --log_every_steps=50 --device=cpu \
-    --cpu_threads=1 $([ $i = 0 ] && echo --summary_json="$tmp/ar-summary.json") \
-    > "$tmp/ar$i.log" 2>&1 &
-  pids+=($!)
-done
+ar_worker() {  # INDEX LOG
+  on "${hosts[$1]}" "$worker" --strategy=multi_worker_mirrored --worker_hosts="$ar_hosts" \
+    --task_index="$1" --collective_timeout_secs=10 --startup_timeout_secs=120 --epochs=8 \
+    --hidden=64 --log_every_steps=50 --device=cpu --cpu_threads=1 \
+    $([ "$1" = 0 ] && echo --summary_json="$tmp/ar-summary.json") > "$2" 2>&1 &
+  pids[$1]=$!
+}
+for i in 0 1 2 3; do ar_worker $i "$tmp/ar$i.log"; done
 await_line "$tmp/ar3.log" "step 100/" "${pids[3]}" ||
   { cat "$tmp"/ar*.log >&2; echo "FAIL: all-reduce worker 3 never trained" >&2; exit 1; }
 on w1 nft add table inet fulcrum_partition
@@ -118,21 +120,26 @@ on w1 nft add chain inet fulcrum_partition in '{ type filter hook input priority
 on w1 nft add rule inet fulcrum_partition out ip daddr "${address[ps0]%.*}.0/24" drop
 on w1 nft add rule inet fulcrum_partition in ip saddr "${address[ps0]%.*}.0/24" drop
 echo "partition: all-reduce worker 3 is cut off from the others"
-status=0
-for i in 0 1 2; do
-  timeout 300 tail --pid="${pids[$i]}" -f /dev/null || true
-  wait "${pids[$i]}" || status=1
-done
 timeout 120 tail --pid="${pids[3]}" -f /dev/null || true
 cut_off=0
 wait "${pids[3]}" || cut_off=$?
-grep -h "failed\|regroup (\|quorum" "$tmp"/ar*.log | cut -c1-220 || true
-if [ $status != 0 ]; then cat "$tmp"/ar*.log >&2; echo "FAIL: an all-reduce worker failed" >&2; exit 1; fi
-grep -q "the group is now ranks 0, 1, 2" "$tmp/ar0.log" ||
-  { cat "$tmp"/ar0.log >&2; echo "FAIL: the three did not regroup" >&2; exit 1; }
 [ "$cut_off" = 1 ] && grep -q "not a quorum" "$tmp/ar3.log" ||
   { cat "$tmp"/ar3.log >&2; echo "FAIL: the cut-off worker did not stop for want of a quorum" >&2; exit 1; }
+on w1 nft delete table inet fulcrum_partition
+echo "partition healed: all-reduce worker 3 starts again"
+ar_worker 3 "$tmp/ar3-again.log"
+status=0
+for i in 0 1 2 3; do
+  timeout 300 tail --pid="${pids[$i]}" -f /dev/null || true
+  wait "${pids[$i]}" || status=1
+done
+grep -h "failed\|regroup (\|quorum\|joined" "$tmp"/ar*.log | cut -c1-220 || true
+if [ $status != 0 ]; then cat "$tmp"/ar*.log >&2; echo "FAIL: an all-reduce worker failed" >&2; exit 1; fi
+grep -q "the group is now ranks 0, 1, 2 " "$tmp/ar0.log" ||
+  { cat "$tmp"/ar0.log >&2; echo "FAIL: the three did not regroup" >&2; exit 1; }
+grep -q "the group is now ranks 0, 1, 2, 3 (leader 0).*rank(s) 3 joined" "$tmp/ar0.log" ||
+  { cat "$tmp"/ar0.log "$tmp"/ar3-again.log >&2; echo "FAIL: worker 3 did not rejoin" >&2; exit 1; }
 accuracy=$(sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p' "$tmp/ar-summary.json")
 python3 -c "import sys; sys.exit(0 if float('$accuracy') >= 0.80 else 1)" ||
   { echo "FAIL: all-reduce test accuracy $accuracy < 0.80" >&2; exit 1; }
-echo "all-reduce across hosts went on without a partitioned worker: test accuracy $accuracy"
+echo "all-reduce across hosts went on without a partitioned worker and took it back: test accuracy $accuracy"
