@@ -215,13 +215,33 @@ else
   report kill_and_start FAILED "the chief wrote no checkpoint to kill ps-1 after"
 fi
 
-log "all-reduce run: a chief and 2 workers, no servers (deploy/docker-compose.all-reduce.yml)"
+log "all-reduce run: a chief and 2 workers, no servers (deploy/docker-compose.all-reduce.yml);"
+log "worker-1 killed once it trains, then started again: it rejoins the running group"
 compose=(docker-compose -f deploy/docker-compose.all-reduce.yml -p "$project")
 start=$(date +%s)
+killed=""
 if up; then
-  judge compose_all_reduce "$ACCURACY"
+  worker1=$("${compose[@]}" ps -q worker-1)
+  deadline=$(($(date +%s) + JOB_TIMEOUT))
+  while (($(date +%s) < deadline)); do
+    if logged "$worker1" "epoch 2/"; then
+      docker kill "$worker1" >/dev/null && killed=yes
+      log "killed worker-1 in its second epoch"
+      "${compose[@]}" start worker-1 >&2
+      break
+    fi
+    [ "$(docker inspect -f '{{.State.Running}}' "$worker1")" = true ] || break
+    sleep 1  # polls worker-1's log for its second epoch
+  done
+fi
+worker1_rejoined() {
+  logged "$worker1" "joined at step" || echo "worker-1 did not rejoin the group"
+}
+if [ -n "$killed" ]; then
+  judge compose_all_reduce "$ACCURACY" worker1_rejoined
 else
-  report compose_all_reduce FAILED "docker-compose up failed"
+  "${compose[@]}" logs --tail 30 >&2 2>&1
+  report compose_all_reduce FAILED "worker-1 never reached its second epoch to be killed in"
 fi
 
 # The GPU bundle's CPU run, in the bare base image.
