@@ -44,47 +44,61 @@ absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
   const int64_t chunk = std::max<int64_t>(1, options.chunk_elements);
   const absl::Time deadline = absl::Now() + options.timeout;
 
+  // The chunks of the segment this rank sends next, as they arrived in the
+  // step before (in the reduce-scatter, with this rank's part added):
+  // forwarded as they are, not copied. None at first: the first segment
+  // goes from the buffer.
+  std::vector<std::vector<float>> forward;
+
   // Sends segment `send` to the right and receives segment `receive` from
-  // the left, chunk by chunk; `add` adds what arrives, else it replaces.
-  auto exchange = [&](int send, int receive, bool add) -> absl::Status {
+  // the left, chunk by chunk. `add`: this rank's part is added to what
+  // arrives (reduce-scatter); `store`: what arrives (with it) goes into
+  // the buffer; `keep`: it is forwarded in the next step.
+  auto exchange = [&](int send, int receive, bool add, bool store, bool keep) -> absl::Status {
     const Range out = Segment(length, n, send);
     const Range in = Segment(length, n, receive);
+    std::vector<std::vector<float>> received;
+    size_t forwarded = 0;
     for (int64_t offset = 0; offset < std::max(out.end - out.begin, in.end - in.begin);
          offset += chunk) {
       if (out.begin + offset < out.end) {
         const int64_t count = std::min(chunk, out.end - out.begin - offset);
-        if (absl::Status s = links.Send(right, buffer.subspan(out.begin + offset, count));
-            !s.ok()) {
-          return s;
-        }
+        absl::Status sent = forwarded < forward.size()
+                                ? links.SendOwned(right, std::move(forward[forwarded++]))
+                                : links.Send(right, buffer.subspan(out.begin + offset, count));
+        if (!sent.ok()) return sent;
       }
       if (in.begin + offset < in.end) {
         const int64_t count = std::min(chunk, in.end - in.begin - offset);
         auto message = RecvExactly(links, left, count, deadline);
         if (!message.ok()) return message.status();
-        float* target = buffer.data() + in.begin + offset;
-        const float* incoming = message->data();
+        float* incoming = message->data();
+        float* own = buffer.data() + in.begin + offset;
         if (add) {
-          for (int64_t i = 0; i < count; ++i) target[i] += incoming[i];
-        } else {
-          std::copy(incoming, incoming + count, target);
+          for (int64_t i = 0; i < count; ++i) incoming[i] += own[i];  // b + a == a + b
         }
+        if (store) std::copy(incoming, incoming + count, own);
+        if (keep) received.push_back(*std::move(message));
       }
     }
+    forward = std::move(received);
     return absl::OkStatus();
   };
 
   // Reduce-scatter: after step k, rank r holds the sum of k + 2 ranks in
-  // segment r - k - 1; at the end, the whole sum of segment r + 1.
+  // segment r - k - 1; at the end, the whole sum of segment r + 1, which
+  // it stores.
   for (int step = 0; step < n - 1; ++step) {
-    if (absl::Status s = exchange(Mod(rank - step, n), Mod(rank - step - 1, n), /*add=*/true);
+    if (absl::Status s = exchange(Mod(rank - step, n), Mod(rank - step - 1, n), /*add=*/true,
+                                  /*store=*/step == n - 2, /*keep=*/true);
         !s.ok()) {
       return s;
     }
   }
   // All-gather: the whole sums go round.
   for (int step = 0; step < n - 1; ++step) {
-    if (absl::Status s = exchange(Mod(rank + 1 - step, n), Mod(rank - step, n), /*add=*/false);
+    if (absl::Status s = exchange(Mod(rank + 1 - step, n), Mod(rank - step, n), /*add=*/false,
+                                  /*store=*/true, /*keep=*/step < n - 2);
         !s.ok()) {
       return s;
     }

@@ -1,5 +1,7 @@
 #include "worker/collective/grpc_peer_links.h"
 
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
@@ -9,51 +11,151 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/options.h"
-#include "proto/collective.grpc.pb.h"
 #include "worker/collective/mailbox.h"
 
 namespace fulcrum {
 namespace {
 
-// Incoming streams: each message goes to the mailbox; a stream that ends
-// without the sender closing it breaks that sender's link. A sender's new
-// stream (it restarted, or reconnects to rejoin) replaces its old one.
-class Service final : public Collective::Service {
+// Each PeerLinks message is one gRPC message on a client stream of this
+// method, in a format of its own rather than a protobuf, so that the floats
+// are not copied on the way out (gRPC writes them from the message's own
+// vector) and once on the way in (out of the slices received): a header --
+// the sender's rank (int32), 4 zero bytes, the round (uint64),
+// little-endian -- then the floats.
+constexpr char kMethod[] = "/fulcrum.Collective/Stream";
+constexpr size_t kHeaderBytes = 16;
+
+grpc::Slice Header(int rank, uint64_t tag) {
+  grpc::Slice slice(grpc_slice_malloc(kHeaderBytes), grpc::Slice::STEAL_REF);
+  char* out = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
+  const int32_t from = rank;
+  const uint32_t zero = 0;
+  std::memcpy(out, &from, 4);
+  std::memcpy(out + 4, &zero, 4);
+  std::memcpy(out + 8, &tag, 8);
+  return slice;
+}
+
+// The message of `data`, which the slices then own: gRPC writes the floats
+// from where they are.
+grpc::ByteBuffer Encode(int rank, uint64_t tag, std::vector<float> data) {
+  if (data.empty()) {
+    grpc::Slice header = Header(rank, tag);
+    return grpc::ByteBuffer(&header, 1);
+  }
+  auto* owned = new std::vector<float>(std::move(data));
+  const grpc::Slice slices[] = {
+      Header(rank, tag),
+      grpc::Slice(
+          grpc_slice_new_with_user_data(
+              owned->data(), owned->size() * sizeof(float),
+              [](void* user_data) { delete static_cast<std::vector<float>*>(user_data); }, owned),
+          grpc::Slice::STEAL_REF)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+struct Decoded {
+  int from = -1;
+  uint64_t tag = 0;
+  std::vector<float> data;
+};
+
+// INVALID_ARGUMENT when it is not a message of a rank of `size`.
+absl::StatusOr<Decoded> Decode(grpc::ByteBuffer& buffer, int size) {
+  std::vector<grpc::Slice> slices;
+  const size_t length = buffer.Length();
+  if (!buffer.Dump(&slices).ok() || length < kHeaderBytes ||
+      (length - kHeaderBytes) % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a collective message of ", length, " bytes: not a header and floats"));
+  }
+  char header[kHeaderBytes];
+  Decoded decoded;
+  decoded.data.resize((length - kHeaderBytes) / sizeof(float));
+  char* const data = reinterpret_cast<char*>(decoded.data.data());
+  size_t offset = 0;  // in the message
+  for (const grpc::Slice& slice : slices) {
+    const char* in = reinterpret_cast<const char*>(slice.begin());
+    size_t n = slice.size();
+    if (offset < kHeaderBytes) {
+      const size_t take = std::min(n, kHeaderBytes - offset);
+      std::memcpy(header + offset, in, take);
+      offset += take;
+      in += take;
+      n -= take;
+    }
+    if (n > 0) std::memcpy(data + (offset - kHeaderBytes), in, n);
+    offset += n;
+  }
+  int32_t from = 0;
+  std::memcpy(&from, header, 4);
+  std::memcpy(&decoded.tag, header + 8, 8);
+  if (from < 0 || from >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a collective message from rank ", from, ": not a rank of ", size));
+  }
+  decoded.from = from;
+  return decoded;
+}
+
+// One incoming stream: each message goes to the mailbox; a stream that
+// ends without the sender closing it breaks that sender's link. A sender's
+// new stream (it restarted, or reconnects to rejoin) replaces its old one.
+class Incoming final : public grpc::ServerGenericBidiReactor {
+ public:
+  Incoming(Mailbox* inbox, int rank, grpc::GenericCallbackServerContext* context)
+      : inbox_(inbox), rank_(rank), context_(context) {
+    StartRead(&buffer_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (from_ >= 0 && context_->IsCancelled()) {
+        inbox_->Break(from_, rank_, stream_,
+                      absl::UnavailableError(absl::StrCat("rank ", rank_, ": the stream from rank ",
+                                                          from_, " broke")));
+      }
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::StatusOr<Decoded> message = Decode(buffer_, inbox_->size());
+    if (message.ok() && from_ >= 0 && message->from != from_) {
+      message = absl::InvalidArgumentError(absl::StrCat(
+          "a collective message from rank ", message->from, " on a stream from rank ", from_));
+    }
+    if (!message.ok()) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          std::string(message.status().message())));
+      return;
+    }
+    if (from_ < 0) {
+      from_ = message->from;
+      stream_ = inbox_->Open(from_, rank_);
+    }
+    inbox_->Put(from_, rank_, message->tag, std::move(message->data));
+    buffer_.Clear();
+    StartRead(&buffer_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  Mailbox* const inbox_;
+  const int rank_;
+  grpc::GenericCallbackServerContext* const context_;
+  grpc::ByteBuffer buffer_;
+  int from_ = -1;
+  uint64_t stream_ = 0;
+};
+
+class Service final : public grpc::CallbackGenericService {
  public:
   Service(Mailbox* inbox, int rank) : inbox_(inbox), rank_(rank) {}
 
-  grpc::Status Stream(grpc::ServerContext* context, grpc::ServerReader<CollectiveChunk>* reader,
-                      CollectiveAck*) override {
-    CollectiveChunk chunk;
-    int from = -1;
-    uint64_t stream = 0;
-    while (reader->Read(&chunk)) {
-      if (from < 0 || chunk.from_rank() != from) {
-        if (from >= 0 || chunk.from_rank() < 0 || chunk.from_rank() >= inbox_->size()) {
-          return {grpc::StatusCode::INVALID_ARGUMENT,
-                  absl::StrCat("a chunk from rank ", chunk.from_rank(), " on a stream from rank ",
-                               from, ": not one rank of ", inbox_->size())};
-        }
-        from = chunk.from_rank();
-        stream = inbox_->Open(from, rank_);
-      }
-      if (chunk.data().size() % sizeof(float) != 0) {
-        return {grpc::StatusCode::INVALID_ARGUMENT,
-                absl::StrCat("a chunk from rank ", from, " of ", chunk.data().size(),
-                             " bytes: not floats")};
-      }
-      std::vector<float> message(chunk.data().size() / sizeof(float));
-      if (!message.empty()) {  // an empty one is a notice of the sender's round
-        std::memcpy(message.data(), chunk.data().data(), chunk.data().size());
-      }
-      inbox_->Put(from, rank_, chunk.tag(), std::move(message));
-    }
-    if (from >= 0 && context->IsCancelled()) {
-      inbox_->Break(from, rank_, stream,
-                    absl::UnavailableError(
-                        absl::StrCat("rank ", rank_, ": the stream from rank ", from, " broke")));
-    }
-    return grpc::Status::OK;
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    if (context->method() != kMethod) return CallbackGenericService::CreateReactor(context);
+    return new Incoming(inbox_, rank_, context);
   }
 
  private:
@@ -64,10 +166,12 @@ class Service final : public Collective::Service {
 // The stream to one peer, written in order by its own thread.
 class Outgoing {
  public:
-  Outgoing(int rank, int peer, std::string address) : rank_(rank), peer_(peer) {
-    stub_ = Collective::NewStub(grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), ClientChannelArguments(-1)));
-    address_ = std::move(address);
+  Outgoing(int rank, int peer, std::string address)
+      : rank_(rank),
+        peer_(peer),
+        address_(std::move(address)),
+        stub_(grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
+                                        ClientChannelArguments(-1))) {
     writer_thread_ = std::thread([this] { WriteLoop(); });
   }
 
@@ -92,67 +196,89 @@ class Outgoing {
     abandoned_ = true;
   }
 
-  absl::Status Send(absl::Span<const float> data, uint64_t tag) {
-    CollectiveChunk chunk;
-    chunk.set_from_rank(rank_);
-    chunk.set_tag(tag);
-    if (!data.empty()) chunk.set_data(data.data(), data.size() * sizeof(float));
+  absl::Status Send(std::vector<float> data, uint64_t tag) {
+    grpc::ByteBuffer message = Encode(rank_, tag, std::move(data));
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
-    queue_.push_back(std::move(chunk));
+    queue_.push_back(std::move(message));
     return absl::OkStatus();
   }
 
  private:
+  // The stream is driven through a completion queue of its own, one
+  // operation at a time: whether it succeeded.
+  bool Await() {
+    void* tag = nullptr;
+    bool ok = false;
+    return cq_.Next(&tag, &ok) && ok;
+  }
+
   void WriteLoop() {
     context_.set_wait_for_ready(true);  // a peer that is not listening yet is waited for
-    CollectiveAck ack;
-    std::unique_ptr<grpc::ClientWriter<CollectiveChunk>> writer;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call;
+    bool written = true;
     for (;;) {
-      CollectiveChunk chunk;
+      grpc::ByteBuffer message;
       {
         absl::MutexLock lock(&mu_);
         auto ready = [this]()
                          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return closing_ || !queue_.empty(); };
         mu_.Await(absl::Condition(&ready));
         if (queue_.empty()) break;  // closing, everything written
-        chunk = std::move(queue_.front());
+        message = queue_.front();   // shares the slices
         queue_.pop_front();
         writing_ = true;
       }
-      if (writer == nullptr) writer = stub_->Stream(&context_, &ack);
-      const bool written = writer->Write(chunk);
+      if (call == nullptr) {
+        call = stub_.PrepareCall(&context_, kMethod, &cq_);
+        call->StartCall(nullptr);
+        written = Await();
+      }
+      if (written) {
+        call->Write(message, nullptr);
+        written = Await();
+      }
       {
         absl::MutexLock lock(&mu_);
         writing_ = false;
       }
-      if (!written) {
-        const grpc::Status status = writer->Finish();
-        absl::MutexLock lock(&mu_);
-        broken_ =
-            absl::UnavailableError(absl::StrCat("rank ", rank_, ": the link to rank ", peer_, " (",
-                                                address_, ") broke: ", status.error_message()));
-        queue_.clear();
-        return;
-      }
+      if (!written) break;
     }
-    if (writer != nullptr) {
-      writer->WritesDone();
-      writer->Finish();
+    grpc::Status status;
+    if (call != nullptr) {
+      if (written) {
+        call->WritesDone(nullptr);
+        Await();
+      }
+      call->Finish(&status, nullptr);
+      Await();
+    }
+    if (!written) {
+      absl::MutexLock lock(&mu_);
+      broken_ =
+          absl::UnavailableError(absl::StrCat("rank ", rank_, ": the link to rank ", peer_, " (",
+                                              address_, ") broke: ", status.error_message()));
+      queue_.clear();
+    }
+    cq_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_.Next(&tag, &ok)) {
     }
   }
 
   const int rank_;
   const int peer_;
-  std::string address_;
-  std::unique_ptr<Collective::Stub> stub_;
+  const std::string address_;
+  grpc::GenericStub stub_;
   grpc::ClientContext context_;  // of the stream
+  grpc::CompletionQueue cq_;
   absl::Mutex mu_;
-  std::deque<CollectiveChunk> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a chunk is off the queue, not yet written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a message is off the queue, not yet written
   std::thread writer_thread_;
 };
 
@@ -187,7 +313,7 @@ absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> GrpcPeerLinks::Start(
   // rank for its data, need not wait out the collective timeout.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-  builder.RegisterService(&impl->service);
+  builder.RegisterCallbackGenericService(&impl->service);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("collective: cannot listen on ", listen_address));
@@ -229,12 +355,16 @@ absl::Status GrpcPeerLinks::Reconnect(int peer) {
 }
 
 absl::Status GrpcPeerLinks::Send(int peer, absl::Span<const float> data) {
+  return SendOwned(peer, std::vector<float>(data.begin(), data.end()));
+}
+
+absl::Status GrpcPeerLinks::SendOwned(int peer, std::vector<float> data) {
   if (peer < 0 || peer >= static_cast<int>(impl_->outgoing.size()) ||
       impl_->outgoing[peer] == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", impl_->rank, ": no link to rank ", peer, " (Connect first)"));
   }
-  return impl_->outgoing[peer]->Send(data, tag());
+  return impl_->outgoing[peer]->Send(std::move(data), tag());
 }
 
 }  // namespace fulcrum

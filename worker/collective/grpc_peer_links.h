@@ -1,6 +1,7 @@
-// PeerLinks over gRPC, for the all-reduce strategies: each rank serves
-// Collective (proto/collective.proto) on its own port and keeps one stream
-// open to each peer it sends to, written by a thread of its own so that Send
+// PeerLinks over gRPC, for the all-reduce strategies: each rank serves the
+// method /fulcrum.Collective/Stream (a client stream of raw messages: see
+// grpc_peer_links.cc) on its own port and keeps one stream open to each
+// peer it sends to, written by a thread of its own so that Send
 // never waits for the peer. What arrives goes to a Mailbox that Recv takes
 // from. A stream that breaks (the peer died or was cut off: keepalive pings
 // notice within seconds) makes Send to that peer and Recv from it fail
@@ -34,6 +35,7 @@ class GrpcPeerLinks final : public MailboxLinks {
   void Connect(const std::vector<std::string>& addresses);
 
   absl::Status Send(int peer, absl::Span<const float> data) override;
+  absl::Status SendOwned(int peer, std::vector<float> data) override;
   absl::Status Reconnect(int peer) override;
 
   class Impl;

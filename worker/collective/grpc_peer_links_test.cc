@@ -2,8 +2,11 @@
 #include "worker/collective/grpc_peer_links.h"
 
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -78,6 +81,98 @@ TEST(GrpcPeerLinksTest, AGoneRankFailsTheOthersNamingIt) {
   EXPECT_FALSE(results[0].ok());
   EXPECT_THAT(results[0].message(), HasSubstr("rank 2"));
   EXPECT_FALSE(results[1].ok());
+}
+
+// A rank that restarts on its port: its new streams are reconnections to
+// the others, who learn of them (TakeReconnected), reconnect to it, and
+// talk to the new process in a later round.
+TEST(GrpcPeerLinksTest, ARestartedRankReconnects) {
+  auto links = StartGroup(2);
+  ASSERT_EQ(links.size(), size_t{2});
+  const std::vector<std::string> addresses = {absl::StrCat("127.0.0.1:", links[0]->port()),
+                                              absl::StrCat("127.0.0.1:", links[1]->port())};
+  const float hello[] = {1.0f, 2.0f};
+  ASSERT_TRUE(links[1]->Send(0, hello).ok());
+  ASSERT_TRUE(links[0]->Recv(1, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(links[0]->TakeReconnected().empty());
+
+  links[1].reset();
+  auto restarted = GrpcPeerLinks::Start(1, 2, addresses[1]);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  links[1] = *std::move(restarted);
+  links[1]->Connect(addresses);
+  links[1]->SetTag(5);
+  const float again[] = {3.0f};
+  ASSERT_TRUE(links[1]->Send(0, again).ok());
+
+  // Rank 0 sees the new process's message of round 5, and a reconnection.
+  auto round = links[0]->AwaitRound(-1, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(round.ok()) << round.status();
+  EXPECT_EQ(*round, (std::pair<int, uint64_t>{1, 5}));
+  EXPECT_EQ(links[0]->TakeReconnected(), std::vector<int>{1});
+  links[0]->SetTag(5);
+  auto received = links[0]->Recv(1, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(*received, std::vector<float>{3.0f});
+
+  // Its old stream to rank 1 is gone; a new one reaches the new process.
+  ASSERT_TRUE(links[0]->Reconnect(1).ok());
+  const float welcome[] = {4.0f, 5.0f, 6.0f};
+  ASSERT_TRUE(links[0]->Send(1, welcome).ok());
+  received = links[1]->Recv(0, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(*received, (std::vector<float>{4.0f, 5.0f, 6.0f}));
+}
+
+// Messages that are not the collective's (too short, a rank out of range,
+// another rank than the stream's) end that stream with INVALID_ARGUMENT;
+// the rank serves its peers as before.
+TEST(GrpcPeerLinksTest, MalformedMessagesAreRefusedAndTheRankGoesOn) {
+  auto links = StartGroup(2);
+  ASSERT_EQ(links.size(), size_t{2});
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", links[0]->port()),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  auto header = [](int32_t rank) {
+    std::string bytes(16, '\0');
+    std::memcpy(bytes.data(), &rank, 4);
+    return bytes;
+  };
+  const std::vector<std::vector<std::string>> hostile = {
+      {"abc"},                                // shorter than a header
+      {header(7)},                            // not a rank of 2
+      {header(1) + "xy"},                     // not whole floats
+      {header(1), header(0)},                 // a second rank on one stream
+      {header(-1) + std::string(4096, 'z')},  // a negative rank
+  };
+  for (const auto& messages : hostile) {
+    grpc::ClientContext context;
+    grpc::CompletionQueue cq;
+    auto call = stub.PrepareCall(&context, "/fulcrum.Collective/Stream", &cq);
+    void* tag = nullptr;
+    bool ok = false;
+    call->StartCall(nullptr);
+    ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+    for (const std::string& bytes : messages) {
+      grpc::Slice slice(bytes);
+      call->Write(grpc::ByteBuffer(&slice, 1), nullptr);
+      cq.Next(&tag, &ok);
+    }
+    call->WritesDone(nullptr);
+    cq.Next(&tag, &ok);
+    grpc::Status status;
+    call->Finish(&status, nullptr);
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+  const float data[] = {1.0f, 2.0f};
+  ASSERT_TRUE(links[1]->Send(0, data).ok());
+  auto received = links[0]->Recv(1, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(*received, (std::vector<float>{1.0f, 2.0f}));
 }
 
 }  // namespace

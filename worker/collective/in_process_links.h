@@ -22,7 +22,10 @@ class InProcessLinks final : public MailboxLinks {
   }
 
   absl::Status Send(int peer, absl::Span<const float> data) override {
-    mailbox_->Put(rank(), peer, tag(), std::vector<float>(data.begin(), data.end()));
+    return SendOwned(peer, std::vector<float>(data.begin(), data.end()));
+  }
+  absl::Status SendOwned(int peer, std::vector<float> data) override {
+    mailbox_->Put(rank(), peer, tag(), std::move(data));
     return absl::OkStatus();
   }
 

@@ -38,6 +38,10 @@ class PeerLinks {
   // naming the peer when the link is broken.
   virtual absl::Status Send(int peer, absl::Span<const float> data) = 0;
 
+  // As Send, taking the message's floats rather than a copy of them (what
+  // a collective forwards as it arrived, or summed into).
+  virtual absl::Status SendOwned(int peer, std::vector<float> data) = 0;
+
   // The next message of the current round from `peer`, as sent; those of
   // earlier rounds are dropped. ABORTED naming the peer when it has moved on
   // to a later round; DEADLINE_EXCEEDED naming it when none comes by
@@ -107,6 +111,7 @@ class SoloLinks final : public PeerLinks {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   absl::Status Send(int peer, absl::Span<const float>) override { return NoPeer(peer); }
+  absl::Status SendOwned(int peer, std::vector<float>) override { return NoPeer(peer); }
   absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time) override { return NoPeer(peer); }
   uint64_t tag() const override { return 0; }
   void SetTag(uint64_t) override {}
@@ -135,6 +140,9 @@ class SubgroupLinks final : public PeerLinks {
   int size() const override { return static_cast<int>(members_.size()); }
   absl::Status Send(int peer, absl::Span<const float> data) override {
     return base_->Send(members_[peer], data);
+  }
+  absl::Status SendOwned(int peer, std::vector<float> data) override {
+    return base_->SendOwned(members_[peer], std::move(data));
   }
   absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) override {
     return base_->Recv(members_[peer], deadline);
