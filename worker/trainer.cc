@@ -230,8 +230,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   }
   summary.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   summary.global_steps = strategy_->step();
-  summary.examples_per_sec =
-      summary.examples * options_.num_workers / std::max(summary.wall_seconds, 1e-9);
+  const std::optional<int64_t> batches = strategy_->ClusterBatches();
+  const double cluster_examples =
+      batches ? static_cast<double>(*batches * options_.batch_size)
+              : static_cast<double>(summary.examples) * options_.num_workers;
+  summary.examples_per_sec = cluster_examples / std::max(summary.wall_seconds, 1e-9);
   if (options_.checkpointer != nullptr)
     options_.checkpointer->Save(strategy_->step()).IgnoreError();
   if (summary.stopped) return summary;  // the job goes on: a restarted worker resumes it

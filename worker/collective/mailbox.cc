@@ -73,8 +73,10 @@ absl::StatusOr<std::pair<int, uint64_t>> Mailbox::AwaitRound(int to, int root, u
   std::pair<int, uint64_t> found;
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     found = {-1, 0};
+    int connected = 0;
     for (const auto& [link, queue] : queues_) {
       if (link.second != to) continue;
+      if (queue.streams > 0) ++connected;
       for (const Message& message : queue.messages) {
         if (message.tag > tag ||
             (link.first == root && message.tag == tag && !message.data.empty())) {
@@ -82,6 +84,7 @@ absl::StatusOr<std::pair<int, uint64_t>> Mailbox::AwaitRound(int to, int root, u
         }
       }
     }
+    if (found.first < 0 && root == to && connected == size_ - 1) found = {to, tag};
     return found.first >= 0;
   };
   if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {

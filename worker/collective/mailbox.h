@@ -49,9 +49,10 @@ class Mailbox {
   uint64_t NewestTag(int to) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Waits until `to` holds a message of a round after `tag`, from any
-  // rank, or a non-empty one of round `tag` from `root` (-1: none); the
-  // sender and round of such a message (a later round first).
-  // DEADLINE_EXCEEDED when none comes by `deadline`.
+  // rank, or a non-empty one of round `tag` from `root` (-1: none), or,
+  // when `root` is `to`, a stream from every other rank; the sender and
+  // round of such a message (a later round first), else {to, tag}.
+  // DEADLINE_EXCEEDED when none of that comes by `deadline`.
   absl::StatusOr<std::pair<int, uint64_t>> AwaitRound(int to, int root, uint64_t tag,
                                                       absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -63,11 +63,14 @@ class PeerLinks {
   virtual absl::Status Reconnect(int peer) { return absl::OkStatus(); }
   // The ranks that opened a new link to this one since the last call.
   virtual std::vector<int> TakeReconnected() { return {}; }
-  // Waits for a message of a round after tag() from any rank, or a
-  // non-empty one of round tag() from `root` (-1: none): its sender and
-  // round. DEADLINE_EXCEEDED when none comes by `deadline`.
+  // Waits for a message of a round after tag() from any rank (a running
+  // group's invitation), or for what a new group's start needs: a
+  // non-empty message of round tag() from `root` (-1: none), or, when
+  // `root` is this rank, a link from every other rank. The message's
+  // sender and round, else {rank(), tag()}. DEADLINE_EXCEEDED when none of
+  // that comes by `deadline`.
   virtual absl::StatusOr<std::pair<int, uint64_t>> AwaitRound(int root, absl::Time deadline) {
-    return absl::DeadlineExceededError("a group that never changes has no later round");
+    return std::pair<int, uint64_t>{rank(), tag()};  // no one else to wait for
   }
 };
 

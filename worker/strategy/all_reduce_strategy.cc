@@ -160,17 +160,19 @@ absl::Status AllReduceStrategy::Start(TensorMap* weights) {
   if (chief) {
     if (absl::Status s = Restore(); !s.ok()) return s;
   }
-  // A running group invites a worker that restarted; else the chief's
-  // state comes, in round 0.
+  // A running group invites a worker that restarted. Else a new group
+  // starts: the chief once every worker has linked to it, the others
+  // with the chief's state, in round 0.
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  auto invited = links_->AwaitRound(chief ? -1 : 0,
-                                    chief ? absl::Now() + options_.chief_join_grace : deadline);
-  if (invited.ok() && invited->second > 0) {
+  auto invited = links_->AwaitRound(0, deadline);
+  if (!invited.ok()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(chief ? "not every worker started" : "no state from the chief (rank 0)",
+                     ", and no running group invited this worker, in ",
+                     absl::FormatDuration(options_.startup_timeout), " (--startup_timeout_secs)"));
+  }
+  if (invited->second > 0) {
     if (absl::Status s = Join(invited->first, invited->second, deadline); !s.ok()) return s;
-  } else if (!invited.ok() && !chief) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "no state from the chief (rank 0), and no invitation from a running group, in ",
-        absl::FormatDuration(options_.startup_timeout), " (--startup_timeout_secs)"));
   } else {
     AllReduceOptions startup = options_.collective;
     startup.timeout = options_.startup_timeout;
@@ -244,6 +246,7 @@ absl::StatusOr<bool> AllReduceStrategy::Reduce(const TensorMap* gradients, const
   }
   ++completed_;
   const int averaged = static_cast<int>(fused_[tail]);
+  batches_averaged_ += averaged;
   if (averaged == 0) return true;  // every worker's batch was skipped
   ++step_;
   const float scale = 1.0f / static_cast<float>(averaged);

@@ -54,13 +54,9 @@ namespace fulcrum {
 struct AllReduceStrategyOptions {
   std::string name = "multi_worker_mirrored";  // for logs and the summary
   AllReduceOptions collective;                 // its timeout: --collective_timeout_secs
-  // How long the workers wait for the chief's initial state (they may
-  // start minutes apart).
+  // How long the workers wait for the chief's initial state, and the
+  // chief for every worker to start (they may start minutes apart).
   absl::Duration startup_timeout = absl::Minutes(10);
-  // How long the chief waits for a running group's invitation before it
-  // starts a new job: the group's leader sees a restarted chief's new
-  // links within a step.
-  absl::Duration chief_join_grace = absl::Seconds(3);
   // The job's epochs: a worker that joins in the last one has no data
   // left, and follows the group to its end.
   int64_t epochs = 1;
@@ -95,6 +91,9 @@ class AllReduceStrategy final : public Strategy {
   absl::Status Finish() override { return absl::OkStatus(); }
   absl::Status EndJob(const std::string& reason) override { return absl::OkStatus(); }
   absl::StatusOr<int64_t> ClusterStaleGradients() override { return 0; }
+  // Every member's batches averaged (each step's count of contributors),
+  // so a group that shrank or grew is counted as it was.
+  std::optional<int64_t> ClusterBatches() const override { return batches_averaged_; }
 
  private:
   struct Variable {
@@ -139,11 +138,12 @@ class AllReduceStrategy final : public Strategy {
   const AllReduceStrategyOptions options_;
   std::unique_ptr<SubgroupLinks> group_;  // the live members
   std::vector<Variable> variables_;
-  std::vector<float> fused_;   // gradients, then the count of contributors
-  int64_t step_ = 0;           // updates applied
-  int64_t completed_ = 0;      // all-reduces completed: one per Step
-  int64_t restored_step_ = 0;  // the step Start found
-  int64_t first_epoch_ = 0;    // where this worker's data begins: > 0 once it joined
+  std::vector<float> fused_;      // gradients, then the count of contributors
+  int64_t step_ = 0;              // updates applied
+  int64_t completed_ = 0;         // all-reduces completed: one per Step
+  int64_t batches_averaged_ = 0;  // by those all-reduces
+  int64_t restored_step_ = 0;     // the step Start found
+  int64_t first_epoch_ = 0;       // where this worker's data begins: > 0 once it joined
 
   absl::Mutex mu_;  // DealEpoch (the prefetch thread) against regrouping
   std::vector<Generation> generations_ ABSL_GUARDED_BY(mu_);

@@ -66,17 +66,9 @@ void RunRanks(int n, const std::function<void(PeerLinks&)>& body) {
   for (std::thread& t : threads) t.join();
 }
 
-// The defaults, but the chief does not wait for a running group to invite
-// it: these tests start every group afresh.
-AllReduceStrategyOptions Fresh() {
-  AllReduceStrategyOptions options;
-  options.chief_join_grace = absl::ZeroDuration();
-  return options;
-}
-
-// And a failed rank is noticed quickly.
+// A failed rank is noticed quickly.
 AllReduceStrategyOptions Quick() {
-  AllReduceStrategyOptions options = Fresh();
+  AllReduceStrategyOptions options;
   options.collective.timeout = absl::Milliseconds(300);
   return options;
 }
@@ -94,7 +86,7 @@ TEST(AllReduceStrategyTest, ReplicasStayBitIdenticalAndFollowTheMeanGradient) {
     std::vector<int64_t> steps(n);
     RunRanks(n, [&](PeerLinks& links) {
       const int r = links.rank();
-      AllReduceStrategy strategy(&links, Specs(), Fresh());
+      AllReduceStrategy strategy(&links, Specs(), {});
       ASSERT_TRUE(strategy.Start(&weights[r]).ok());
       for (int s = 0; s < kSteps; ++s) {
         const TensorMap grads = Gradients(r, s);
@@ -289,7 +281,7 @@ TEST(AllReduceStrategyTest, ARestartedMemberRejoinsAndTheGroupGrowsBack) {
 TEST(AllReduceStrategyTest, EveryRankStartsFromTheChiefsVariables) {
   std::vector<TensorMap> weights(3);
   RunRanks(3, [&](PeerLinks& links) {
-    AllReduceStrategy strategy(&links, Specs(), Fresh());
+    AllReduceStrategy strategy(&links, Specs(), {});
     ASSERT_TRUE(strategy.Start(&weights[links.rank()]).ok());
     EXPECT_EQ(strategy.ResumedBatches(3, 100), 0);
   });
@@ -307,7 +299,7 @@ TEST(AllReduceStrategyTest, EveryRankStartsFromTheChiefsVariables) {
 TEST(AllReduceStrategyTest, AWorkerWithAnotherModelIsRefused) {
   std::vector<absl::Status> started(2);
   RunRanks(2, [&](PeerLinks& links) {
-    AllReduceStrategy strategy(&links, Specs(links.rank() == 0 ? 5 : 6), Fresh());
+    AllReduceStrategy strategy(&links, Specs(links.rank() == 0 ? 5 : 6), {});
     TensorMap weights;
     started[links.rank()] = strategy.Start(&weights);
   });

@@ -36,6 +36,7 @@ class ParameterServerStrategy final : public Strategy {
   absl::Status Finish() override;
   absl::Status EndJob(const std::string& reason) override;
   absl::StatusOr<int64_t> ClusterStaleGradients() override;
+  std::optional<int64_t> ClusterBatches() const override { return std::nullopt; }
 
  private:
   PsClient* const client_;

@@ -9,6 +9,7 @@
 #define FULCRUM_WORKER_STRATEGY_STRATEGY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,11 @@ class Strategy {
 
   // The chief: gradients the whole cluster dropped as stale.
   virtual absl::StatusOr<int64_t> ClusterStaleGradients() = 0;
+
+  // The batches of every worker that went into the variables while this
+  // one ran, where the strategy counts them; none: this worker's own,
+  // times the workers, is the estimate.
+  virtual std::optional<int64_t> ClusterBatches() const = 0;
 };
 
 }  // namespace fulcrum
