@@ -35,9 +35,12 @@ constexpr size_t kParallelElements = size_t{1} << 20;
 
 // The update rule on elements [0, n) of the shard's arrays. The arrays never
 // overlap; `__restrict` lets the compiler vectorise (with -fno-math-errno
-// for sqrt, set in BUILD).
-void ApplyRange(const OptimizerSpec& spec, float lr, size_t n, const float* __restrict grad,
-                float* __restrict var, float* __restrict slot0, float* __restrict slot1) {
+// for sqrt, set in BUILD), in AVX2 where the CPU has it (chosen as the
+// program loads). Without FMA (-ffp-contract=off) every path rounds each
+// operation alike, so replicas on different CPUs stay bit-identical.
+__attribute__((target_clones("avx2", "default"))) void ApplyRange(
+    const OptimizerSpec& spec, float lr, size_t n, const float* __restrict grad,
+    float* __restrict var, float* __restrict slot0, float* __restrict slot1) {
   switch (spec.kind()) {
     case OptimizerSpec::SGD:
       for (size_t i = 0; i < n; ++i) var[i] -= lr * grad[i];
