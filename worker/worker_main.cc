@@ -128,8 +128,9 @@ ABSL_FLAG(int, collective_timeout_secs, 60,
           "multi_worker_mirrored: an all-reduce that has not completed in this long (a peer "
           "died, hangs or is cut off) fails, naming the peer.");
 ABSL_FLAG(int, startup_timeout_secs, 600,
-          "multi_worker_mirrored: how long the workers wait for the chief's initial variables "
-          "(pods start minutes apart).");
+          "multi_worker_mirrored: how long the chief waits for every worker to start (pods "
+          "start minutes apart) before it starts without those missing; the others wait twice "
+          "as long for its initial variables, and a restarted worker to be admitted back.");
 ABSL_FLAG(int, call_timeout_secs, 120,
           "Deadline of each call to a server, long polls included; servers not up yet are "
           "waited for this long.");

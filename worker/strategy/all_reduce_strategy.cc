@@ -161,17 +161,26 @@ absl::Status AllReduceStrategy::Start(TensorMap* weights) {
     if (absl::Status s = Restore(); !s.ok()) return s;
   }
   // A running group invites a worker that restarted. Else a new group
-  // starts: the chief once every worker has linked to it, the others
-  // with the chief's state, in round 0.
-  const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  // starts: the chief once every worker has linked to it (or the start-up
+  // timeout passed), the others with the chief's state, in round 0: they
+  // wait twice as long, as the chief may start that much after them.
+  const absl::Duration wait = (chief ? 1 : 2) * options_.startup_timeout;
+  const absl::Time deadline = absl::Now() + wait;
   auto invited = links_->AwaitRound(0, deadline);
-  if (!invited.ok()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(chief ? "not every worker started" : "no state from the chief (rank 0)",
-                     ", and no running group invited this worker, in ",
-                     absl::FormatDuration(options_.startup_timeout), " (--startup_timeout_secs)"));
+  if (!invited.ok() && !chief) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no state from the chief (rank 0), and no running group invited this worker, in ",
+        absl::FormatDuration(wait), " (twice --startup_timeout_secs)"));
   }
-  if (invited->second > 0) {
+  if (!invited.ok()) {
+    // Those missing fail the first all-reduce, and the group goes on
+    // without them.
+    LOG_WARN(
+        "not every worker had started after {} (--startup_timeout_secs); starting without "
+        "those missing",
+        absl::FormatDuration(options_.startup_timeout));
+  }
+  if (invited.ok() && invited->second > 0) {
     if (absl::Status s = Join(invited->first, invited->second, deadline); !s.ok()) return s;
   } else {
     AllReduceOptions startup = options_.collective;

@@ -54,8 +54,9 @@ namespace fulcrum {
 struct AllReduceStrategyOptions {
   std::string name = "multi_worker_mirrored";  // for logs and the summary
   AllReduceOptions collective;                 // its timeout: --collective_timeout_secs
-  // How long the workers wait for the chief's initial state, and the
-  // chief for every worker to start (they may start minutes apart).
+  // How long the chief waits for every worker to start (they may start
+  // minutes apart) before it starts without those missing; the others
+  // wait twice as long for its state.
   absl::Duration startup_timeout = absl::Minutes(10);
   // The job's epochs: a worker that joins in the last one has no data
   // left, and follows the group to its end.

@@ -277,6 +277,36 @@ TEST(AllReduceStrategyTest, ARestartedMemberRejoinsAndTheGroupGrowsBack) {
   }
 }
 
+// A worker that never starts: the chief waits for it until the start-up
+// timeout, then the group starts without it and leaves it out at the
+// first all-reduce.
+TEST(AllReduceStrategyTest, AWorkerThatNeverStartsIsLeftOut) {
+  Mailbox mailbox(3);
+  std::vector<absl::Status> results(2);
+  std::vector<int64_t> steps(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      InProcessLinks links(&mailbox, r);
+      AllReduceStrategyOptions options = Quick();
+      options.startup_timeout = absl::Milliseconds(300);
+      AllReduceStrategy strategy(&links, Specs(), options);
+      TensorMap weights;
+      results[r] = strategy.Start(&weights);
+      for (int s = 0; s < 5 && results[r].ok(); ++s) {
+        const TensorMap grads = Gradients(r, s);
+        results[r] = strategy.Step(&grads, {}, &weights).status();
+      }
+      steps[r] = strategy.step();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+    EXPECT_EQ(steps[r], 5);
+  }
+}
+
 // Every rank starts from the chief's initial values.
 TEST(AllReduceStrategyTest, EveryRankStartsFromTheChiefsVariables) {
   std::vector<TensorMap> weights(3);
