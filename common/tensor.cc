@@ -84,9 +84,12 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
           absl::StrCat(where, ": optimizer momentum, beta1 and beta2 must be in [0, 1), got ", v));
     }
   }
-  if (!(opt.epsilon() >= 0) || !(opt.initial_accumulator_value() >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": optimizer epsilon and initial_accumulator_value must be >= 0"));
+  if (!(opt.epsilon() >= 0) || !(opt.initial_accumulator_value() >= 0) || !(opt.l1() >= 0) ||
+      !(opt.l2() >= 0) || !(opt.ftrl_beta() >= 0) || !std::isfinite(opt.l1()) ||
+      !std::isfinite(opt.l2()) || !std::isfinite(opt.ftrl_beta())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where,
+        ": optimizer epsilon, initial_accumulator_value, l1, l2 and ftrl_beta must be >= 0"));
   }
   const PartitionerSpec& part = spec.partitioner();
   if (part.min_shard_bytes() < 0 || part.max_shards() < 0 || part.num_shards() < 0 ||

@@ -74,9 +74,13 @@ ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
 ABSL_FLAG(int, num_classes, 10, "Classes of the labels (0 .. num_classes-1).");
 ABSL_FLAG(int64_t, epochs, 10, "Passes over this worker's share of the training set.");
 ABSL_FLAG(int64_t, batch_size, 64, "Examples per step on this worker (split over local replicas).");
-ABSL_FLAG(std::string, optimizer, "adam", "sgd, momentum, adagrad or adam (run on the servers).");
+ABSL_FLAG(std::string, optimizer, "adam",
+          "sgd, momentum, adagrad, adam or ftrl (FTRL-Proximal), run on the servers (or on "
+          "every worker under all-reduce).");
 ABSL_FLAG(double, learning_rate, 1e-3, "The optimizer's learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "momentum: its coefficient.");
+ABSL_FLAG(double, l1, 0.0, "ftrl: L1 regularisation strength (weights under it are exactly 0).");
+ABSL_FLAG(double, l2, 0.0, "ftrl: L2 regularisation strength.");
 ABSL_FLAG(std::string, learning_rate_scaling, "sqrt",
           "sync: how the learning rate grows with the n gradients a step averages, whose mean "
           "is one batch n times larger: sqrt (x sqrt(n), suits Adam), linear (x n, suits SGD), "
@@ -154,9 +158,16 @@ absl::StatusOr<OptimizerSpec> OptimizerFromFlags() {
     spec.set_kind(OptimizerSpec::ADAGRAD);
   } else if (name == "adam") {
     spec.set_kind(OptimizerSpec::ADAM);
+  } else if (name == "ftrl") {
+    spec.set_kind(OptimizerSpec::FTRL);
+    spec.set_l1(static_cast<float>(absl::GetFlag(FLAGS_l1)));
+    spec.set_l2(static_cast<float>(absl::GetFlag(FLAGS_l2)));
+    if (!(spec.l1() >= 0) || !(spec.l2() >= 0)) {
+      return absl::InvalidArgumentError("--l1 and --l2 must be >= 0");
+    }
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer: '", name, "' is not one of sgd, momentum, adagrad, adam"));
+        absl::StrCat("--optimizer: '", name, "' is not one of sgd, momentum, adagrad, adam, ftrl"));
   }
   const double lr = absl::GetFlag(FLAGS_learning_rate);
   if (!(lr > 0)) {

@@ -15,6 +15,7 @@ int NumSlots(const OptimizerSpec& spec) {
     case OptimizerSpec::ADAGRAD:
       return 1;
     case OptimizerSpec::ADAM:
+    case OptimizerSpec::FTRL:
       return 2;
     default:
       return 0;
@@ -22,9 +23,13 @@ int NumSlots(const OptimizerSpec& spec) {
 }
 
 OptimizerSlots MakeSlots(const OptimizerSpec& spec, int64_t num_elements) {
-  const float initial =
-      spec.kind() == OptimizerSpec::ADAGRAD ? spec.initial_accumulator_value() : 0.0f;
-  return OptimizerSlots(NumSlots(spec), std::vector<float>(num_elements, initial));
+  OptimizerSlots slots(NumSlots(spec), std::vector<float>(num_elements, 0.0f));
+  // Adagrad's accumulator, and FTRL's n (its second slot), start at
+  // initial_accumulator_value.
+  if (spec.kind() == OptimizerSpec::ADAGRAD || spec.kind() == OptimizerSpec::FTRL) {
+    std::fill(slots.back().begin(), slots.back().end(), spec.initial_accumulator_value());
+  }
+  return slots;
 }
 
 namespace {
@@ -76,6 +81,21 @@ __attribute__((target_clones("avx2", "default"))) void ApplyRange(
         slot0[i] = b1 * slot0[i] + (1.0f - b1) * grad[i];
         slot1[i] = b2 * slot1[i] + (1.0f - b2) * grad[i] * grad[i];
         var[i] -= lr * slot0[i] / (std::sqrt(slot1[i]) + eps);
+      }
+      break;
+    }
+    case OptimizerSpec::FTRL: {  // slot0 z, slot1 n
+      const float l1 = spec.l1();
+      const float two_l2 = 2.0f * spec.l2();
+      const float beta = spec.ftrl_beta();
+      for (size_t i = 0; i < n; ++i) {
+        const float n_new = slot1[i] + grad[i] * grad[i];
+        const float sqrt_new = std::sqrt(n_new);
+        slot0[i] += grad[i] - (sqrt_new - std::sqrt(slot1[i])) / lr * var[i];
+        slot1[i] = n_new;
+        const float z = slot0[i];
+        const float shrunk = z > l1 ? l1 - z : (z < -l1 ? -l1 - z : 0.0f);
+        var[i] = shrunk / ((beta + sqrt_new) / lr + two_l2);
       }
       break;
     }

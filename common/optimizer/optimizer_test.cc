@@ -131,6 +131,51 @@ TEST(OptimizerTest, LearningRateScalesWithTheGradientsAveraged) {
   EXPECT_FLOAT_EQ(var[0], 1.0f - 4e-3f * 10.0f);
 }
 
+// FTRL-Proximal against a reference in double precision, written from the
+// rule in McMahan et al. (2013) as Keras's Ftrl states it, over several
+// steps with L1, L2 and beta.
+TEST(FtrlTest, MatchesAReferenceInDouble) {
+  VariableSpec spec;
+  spec.set_name("w");
+  spec.add_shape(4);
+  spec.set_dtype(DT_FLOAT);
+  OptimizerSpec* ftrl = spec.mutable_optimizer();
+  ftrl->set_kind(OptimizerSpec::FTRL);
+  ftrl->set_learning_rate(0.1f);
+  ftrl->set_l1(0.05f);
+  ftrl->set_l2(0.01f);
+  ftrl->set_ftrl_beta(0.5f);
+  const OptimizerSpec opt = CanonicalSpec(spec).optimizer();
+  std::vector<float> var = {0.0f, 0.3f, -0.2f, 0.0f};
+  OptimizerSlots slots = MakeSlots(opt, 4);
+  std::vector<double> w(var.begin(), var.end()), z(4, 0.0), n(4, 0.1);
+  const double grads[5][4] = {{1.0, -0.5, 0.02, 0.0},
+                              {0.5, -0.5, -0.01, 0.0},
+                              {-2.0, 0.25, 0.03, 0.0},
+                              {0.1, 1.0, -0.04, 0.0},
+                              {0.3, -0.7, 0.01, 0.0}};
+  for (int step = 0; step < 5; ++step) {
+    std::vector<float> grad(grads[step], grads[step] + 4);
+    const absl::Span<const float> whole(grad);
+    ApplyGradient(opt, step + 1, 1, {whole}, absl::MakeSpan(var), slots);
+    for (int i = 0; i < 4; ++i) {
+      const double g = grads[step][i], n_new = n[i] + g * g;
+      z[i] += g - (std::sqrt(n_new) - std::sqrt(n[i])) / 0.1 * w[i];
+      n[i] = n_new;
+      w[i] = std::abs(z[i]) <= 0.05
+                 ? 0.0
+                 : ((z[i] > 0 ? 0.05 : -0.05) - z[i]) / ((0.5 + std::sqrt(n[i])) / 0.1 + 2 * 0.01);
+      EXPECT_NEAR(var[i], w[i], 1e-6 + 1e-5 * std::abs(w[i]))
+          << "step " << step + 1 << " [" << i << "]";
+      EXPECT_NEAR(slots[0][i], z[i], 1e-5 + 1e-5 * std::abs(z[i]));
+      EXPECT_NEAR(slots[1][i], n[i], 1e-6 * n[i]);
+    }
+  }
+  EXPECT_EQ(var[2], 0.0f);  // its small gradients never lift |z| over l1: exactly 0
+  EXPECT_EQ(var[3], 0.0f);
+  EXPECT_NE(var[0], 0.0f);
+}
+
 TEST(OptimizerSlotsTest, SlotsMatchTheOptimizer) {
   OptimizerSpec spec;
   spec.set_kind(OptimizerSpec::SGD);
@@ -140,6 +185,11 @@ TEST(OptimizerSlotsTest, SlotsMatchTheOptimizer) {
   spec.set_kind(OptimizerSpec::ADAGRAD);
   spec.set_initial_accumulator_value(0.5f);
   EXPECT_EQ(MakeSlots(spec, 3)[0], std::vector<float>(3, 0.5f));
+  spec.set_kind(OptimizerSpec::FTRL);  // z from 0, n from the accumulator value
+  const OptimizerSlots ftrl = MakeSlots(spec, 3);
+  ASSERT_EQ(ftrl.size(), 2u);
+  EXPECT_EQ(ftrl[0], std::vector<float>(3, 0.0f));
+  EXPECT_EQ(ftrl[1], std::vector<float>(3, 0.5f));
 }
 
 }  // namespace
