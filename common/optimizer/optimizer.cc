@@ -104,6 +104,19 @@ __attribute__((target_clones("avx2", "default"))) void ApplyRange(
   }
 }
 
+// The rate of this update: scaled, and for Adam bias-corrected (in double,
+// as Keras does).
+float UpdateRate(const OptimizerSpec& spec, int64_t iteration, int averaged) {
+  float lr = ScaledLearningRate(spec, averaged);
+  if (spec.kind() == OptimizerSpec::ADAM) {
+    const double t = static_cast<double>(iteration);
+    const double b1 = spec.beta1();
+    const double b2 = spec.beta2();
+    lr = static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+  }
+  return lr;
+}
+
 }  // namespace
 
 float ScaledLearningRate(const OptimizerSpec& spec, int averaged) {
@@ -119,18 +132,22 @@ float ScaledLearningRate(const OptimizerSpec& spec, int averaged) {
   }
 }
 
+void ApplyGradientToRow(const OptimizerSpec& spec, int64_t iteration, int averaged,
+                        absl::Span<const float> grad, absl::Span<float> row) {
+  const size_t width = grad.size();
+  const int slots = NumSlots(spec);
+  CHECK(row.size() == width * (1 + slots));
+  ApplyRange(spec, UpdateRate(spec, iteration, averaged), width, grad.data(), row.data(),
+             slots > 0 ? row.data() + width : nullptr,
+             slots > 1 ? row.data() + 2 * width : nullptr);
+}
+
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots) {
   size_t grad_size = 0;
   for (absl::Span<const float> part : grad) grad_size += part.size();
   CHECK(grad_size == var.size());
-  float lr = ScaledLearningRate(spec, averaged);
-  if (spec.kind() == OptimizerSpec::ADAM) {  // bias correction, in double as Keras does
-    const double t = static_cast<double>(iteration);
-    const double b1 = spec.beta1();
-    const double b2 = spec.beta2();
-    lr = static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
-  }
+  const float lr = UpdateRate(spec, iteration, averaged);
   float* slot0 = slots.size() > 0 ? slots[0].data() : nullptr;
   float* slot1 = slots.size() > 1 ? slots[1].data() : nullptr;
   const size_t n = var.size();

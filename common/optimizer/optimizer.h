@@ -39,6 +39,12 @@ float ScaledLearningRate(const OptimizerSpec& spec, int averaged);
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots);
 
+// The same rule on one embedding row: `row` holds the values, then each of
+// NumSlots(spec) slots, each grad.size() floats (so only the rows a push
+// touches move: sparse Adagrad, lazy Adam, FTRL). Small rows, one thread.
+void ApplyGradientToRow(const OptimizerSpec& spec, int64_t iteration, int averaged,
+                        absl::Span<const float> grad, absl::Span<float> row);
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_COMMON_OPTIMIZER_OPTIMIZER_H_

@@ -1,0 +1,70 @@
+#include "common/embedding.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/initializer.h"
+#include "common/logging.h"
+#include "common/tensor.h"
+
+namespace fulcrum {
+namespace {
+
+uint64_t Mix(uint64_t z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Widest row accepted: its floats and slots stay far from overflowing.
+constexpr int64_t kMaxWidth = int64_t{1} << 20;
+
+// The table as a variable of one row: what the initializer and the
+// variable checks take. Its seed mixes in the table's name (FNV-1a), so
+// two tables of one seed start apart.
+VariableSpec AsVariable(const EmbeddingTableSpec& spec) {
+  VariableSpec variable;
+  variable.set_name(spec.name());
+  variable.add_shape(1);
+  variable.add_shape(spec.width());
+  variable.set_dtype(DT_FLOAT);
+  *variable.mutable_initializer() = spec.initializer();
+  *variable.mutable_optimizer() = spec.optimizer();
+  uint64_t name_hash = 0xCBF29CE484222325ull;
+  for (unsigned char c : spec.name()) name_hash = (name_hash ^ c) * 0x100000001B3ull;
+  variable.mutable_initializer()->set_seed(spec.initializer().seed() ^ Mix(name_hash));
+  return variable;
+}
+
+}  // namespace
+
+int EmbeddingOwner(int64_t id, int num_servers) {
+  CHECK(num_servers >= 1);
+  return static_cast<int>(Mix(static_cast<uint64_t>(id) + 0x9E3779B97F4A7C15ull) %
+                          static_cast<uint64_t>(num_servers));
+}
+
+absl::Status ValidateEmbeddingTableSpec(const EmbeddingTableSpec& spec) {
+  if (spec.name().empty()) return absl::InvalidArgumentError("an embedding table needs a name");
+  const std::string where = absl::StrCat("embedding table '", spec.name(), "'");
+  if (spec.width() < 1 || spec.width() > kMaxWidth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": width must be in [1, ", kMaxWidth, "], got ", spec.width()));
+  }
+  if (spec.initializer().kind() == InitializerSpec::GLOROT_UNIFORM) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     ": GLOROT_UNIFORM needs a variable's fans, which a table has not; use "
+                     "RANDOM_UNIFORM (Keras's embeddings take -0.05 to 0.05), RANDOM_NORMAL, "
+                     "TRUNCATED_NORMAL, ZEROS or CONSTANT"));
+  }
+  if (spec.max_rows() < 0 || spec.admit_after() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": max_rows and admit_after must be >= 0"));
+  }
+  return ValidateVariableSpec(AsVariable(spec));
+}
+
+void InitialEmbeddingRow(const EmbeddingTableSpec& spec, int64_t id, absl::Span<float> out) {
+  InitializeRows(AsVariable(spec), id, 1, out);
+}
+
+}  // namespace fulcrum

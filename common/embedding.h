@@ -1,0 +1,31 @@
+// Where the rows of an embedding table live and how they start: shared by
+// the servers that hold them and the clients that route ids to them.
+// Pure functions; thread-safe.
+#ifndef FULCRUM_COMMON_EMBEDDING_H_
+#define FULCRUM_COMMON_EMBEDDING_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "proto/tensor.pb.h"
+
+namespace fulcrum {
+
+// The server (of `num_servers`) that holds row `id` of any table: a fixed
+// mix of the id (splitmix64), so that placement depends on nothing but the
+// id and the number of servers, and skewed ids still spread evenly.
+int EmbeddingOwner(int64_t id, int num_servers);
+
+// INVALID_ARGUMENT naming what is wrong with `spec` (a name, width >= 1, a
+// known initializer other than GLOROT_UNIFORM, a valid optimizer,
+// max_rows >= 0, admit_after >= 0).
+absl::Status ValidateEmbeddingTableSpec(const EmbeddingTableSpec& spec);
+
+// Row `id`'s initial values (spec.width floats into `out`), drawn from a
+// generator seeded by (the initializer's seed, the table's name, id).
+void InitialEmbeddingRow(const EmbeddingTableSpec& spec, int64_t id, absl::Span<float> out);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COMMON_EMBEDDING_H_

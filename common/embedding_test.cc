@@ -1,0 +1,78 @@
+#include "common/embedding.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+EmbeddingTableSpec Table(const std::string& name) {
+  EmbeddingTableSpec spec;
+  spec.set_name(name);
+  spec.set_width(8);
+  spec.mutable_initializer()->set_kind(InitializerSpec::RANDOM_UNIFORM);
+  spec.mutable_initializer()->set_minval(-0.05f);
+  spec.mutable_initializer()->set_maxval(0.05f);
+  spec.mutable_initializer()->set_seed(11);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  spec.mutable_optimizer()->set_learning_rate(0.05f);
+  return spec;
+}
+
+// Every server gets its share of consecutive and of strided ids alike,
+// and an id's owner depends on nothing else.
+TEST(EmbeddingTest, OwnersSpreadIdsEvenly) {
+  for (int servers : {1, 2, 3, 7}) {
+    for (int64_t stride : {1, 1024}) {
+      std::vector<int> count(servers);
+      for (int64_t i = 0; i < 70000; ++i) {
+        const int owner = EmbeddingOwner(i * stride - 35000, servers);
+        ASSERT_GE(owner, 0);
+        ASSERT_LT(owner, servers);
+        ++count[owner];
+      }
+      for (int c : count) EXPECT_NEAR(c, 70000.0 / servers, 70000.0 / servers * 0.03) << servers;
+    }
+  }
+  EXPECT_EQ(EmbeddingOwner(123456789, 4), EmbeddingOwner(123456789, 4));
+}
+
+// An id's initial row depends on the table and the id only.
+TEST(EmbeddingTest, InitialRowsAreSeededByTableAndId) {
+  std::vector<float> a(8), b(8), c(8), d(8);
+  InitialEmbeddingRow(Table("user"), 42, absl::MakeSpan(a));
+  InitialEmbeddingRow(Table("user"), 42, absl::MakeSpan(b));
+  InitialEmbeddingRow(Table("user"), 43, absl::MakeSpan(c));
+  InitialEmbeddingRow(Table("item"), 42, absl::MakeSpan(d));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a, d);
+  for (float v : a) {
+    EXPECT_GE(v, -0.05f);
+    EXPECT_LE(v, 0.05f);
+  }
+}
+
+TEST(EmbeddingTest, BadSpecsAreNamed) {
+  EXPECT_TRUE(ValidateEmbeddingTableSpec(Table("user")).ok());
+  EmbeddingTableSpec spec = Table("user");
+  spec.set_width(0);
+  EXPECT_THAT(ValidateEmbeddingTableSpec(spec).message(), HasSubstr("'user': width"));
+  spec = Table("user");
+  spec.mutable_initializer()->set_kind(InitializerSpec::GLOROT_UNIFORM);
+  EXPECT_THAT(ValidateEmbeddingTableSpec(spec).message(), HasSubstr("GLOROT_UNIFORM"));
+  spec = Table("user");
+  spec.set_max_rows(-1);
+  EXPECT_THAT(ValidateEmbeddingTableSpec(spec).message(), HasSubstr("max_rows"));
+  spec = Table("user");
+  spec.mutable_optimizer()->set_learning_rate(-1);
+  EXPECT_THAT(ValidateEmbeddingTableSpec(spec).message(), HasSubstr("learning_rate"));
+  EXPECT_THAT(ValidateEmbeddingTableSpec(Table("")).message(), HasSubstr("needs a name"));
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,188 @@
+#include "ps_server/embedding/embedding_table.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/embedding.h"
+#include "common/optimizer/optimizer.h"
+#include "common/tensor.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kWidth = 4;
+
+EmbeddingTableSpec Spec(OptimizerSpec::Kind kind) {
+  EmbeddingTableSpec spec;
+  spec.set_name("ads");
+  spec.set_width(kWidth);
+  spec.mutable_initializer()->set_kind(InitializerSpec::RANDOM_UNIFORM);
+  spec.mutable_initializer()->set_minval(-0.05f);
+  spec.mutable_initializer()->set_maxval(0.05f);
+  spec.mutable_optimizer()->set_kind(kind);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  spec.mutable_optimizer()->set_l1(0.01f);
+  return spec;
+}
+
+std::unique_ptr<EmbeddingTable> Make(const EmbeddingTableSpec& spec) {
+  auto table = EmbeddingTable::Create(spec);
+  EXPECT_TRUE(table.ok()) << table.status();
+  return table.ok() ? *std::move(table) : nullptr;
+}
+
+// An SGD table with these bounds.
+std::unique_ptr<EmbeddingTable> Bounded(int64_t max_rows, int admit_after) {
+  EmbeddingTableSpec spec = Spec(OptimizerSpec::SGD);
+  spec.set_max_rows(max_rows);
+  spec.set_admit_after(admit_after);
+  return Make(spec);
+}
+
+std::vector<float> Pull(EmbeddingTable& table, const std::vector<int64_t>& ids) {
+  std::vector<float> out(ids.size() * kWidth);
+  EXPECT_TRUE(table.Pull(ids, absl::MakeSpan(out)).ok());
+  return out;
+}
+
+// A row as the dense optimizer updates a one-row variable: the reference
+// a table row must follow, step by step.
+struct Reference {
+  Reference(const EmbeddingTableSpec& spec, int64_t id)
+      : opt(EmbeddingTable::Create(spec).value()->spec().optimizer()),
+        values(kWidth),
+        slots(MakeSlots(opt, kWidth)) {
+    InitialEmbeddingRow(spec, id, absl::MakeSpan(values));
+  }
+  void Apply(int64_t step, const std::vector<float>& grad) {
+    const absl::Span<const float> whole(grad);
+    ApplyGradient(opt, step, 1, {whole}, absl::MakeSpan(values), slots);
+  }
+  OptimizerSpec opt;
+  std::vector<float> values;
+  OptimizerSlots slots;
+};
+
+TEST(EmbeddingTableTest, UnseenIdsPullTheirInitialRowsAndStoreNothing) {
+  auto table = Make(Spec(OptimizerSpec::ADAGRAD));
+  const std::vector<float> rows = Pull(*table, {5, -9});
+  std::vector<float> five(kWidth), nine(kWidth);
+  InitialEmbeddingRow(table->spec(), 5, absl::MakeSpan(five));
+  InitialEmbeddingRow(table->spec(), -9, absl::MakeSpan(nine));
+  EXPECT_EQ(std::vector<float>(rows.begin(), rows.begin() + kWidth), five);
+  EXPECT_EQ(std::vector<float>(rows.begin() + kWidth, rows.end()), nine);
+  EXPECT_EQ(table->stats().rows, 0);
+}
+
+// Sparse Adagrad, lazy Adam and FTRL move exactly the rows a push touches,
+// each as the dense rule moves a one-row variable; lazy Adam's untouched
+// rows keep their slots while the table's step goes on (its bias
+// correction takes the table's step, as TensorFlow's LazyAdam does).
+class SparseOptimizerTest : public ::testing::TestWithParam<OptimizerSpec::Kind> {};
+
+TEST_P(SparseOptimizerTest, TouchedRowsFollowTheDenseRule) {
+  const EmbeddingTableSpec spec = Spec(GetParam());
+  auto table = Make(spec);
+  Reference one(spec, 1), two(spec, 2);
+  const std::vector<float> g1 = {0.5f, -1.0f, 0.25f, 2.0f}, g2 = {-0.3f, 0.1f, 0.0f, 1.5f};
+  // Step 1 touches both, steps 2 and 3 only id 1, step 4 only id 2.
+  ASSERT_TRUE(table
+                  ->Push(
+                      {1, 2},
+                      [&] {
+                        std::vector<float> both = g1;
+                        both.insert(both.end(), g2.begin(), g2.end());
+                        return both;
+                      }(),
+                      1)
+                  .ok());
+  one.Apply(1, g1);
+  two.Apply(1, g2);
+  for (int64_t step : {2, 3}) {
+    ASSERT_TRUE(table->Push({1}, g1, 1).ok());
+    one.Apply(step, g1);
+  }
+  ASSERT_TRUE(table->Push({2}, g2, 1).ok());
+  two.Apply(4, g2);
+  const std::vector<float> rows = Pull(*table, {1, 2});
+  for (int i = 0; i < kWidth; ++i) {
+    EXPECT_FLOAT_EQ(rows[i], one.values[i]) << i;
+    EXPECT_FLOAT_EQ(rows[kWidth + i], two.values[i]) << i;
+  }
+  EXPECT_EQ(table->stats().step, 4);
+  EXPECT_EQ(table->stats().rows, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, SparseOptimizerTest,
+                         ::testing::Values(OptimizerSpec::ADAGRAD, OptimizerSpec::ADAM,
+                                           OptimizerSpec::FTRL, OptimizerSpec::SGD));
+
+// Bad pushes and pulls are refused with a status naming what was wrong,
+// and the table is as it was.
+TEST(EmbeddingTableTest, BadRequestsChangeNothing) {
+  auto table = Make(Spec(OptimizerSpec::ADAGRAD));
+  ASSERT_TRUE(table->Push({7}, {1, 1, 1, 1}, 1).ok());
+  const std::vector<float> before = Pull(*table, {7, 8});
+
+  std::vector<float> out(3);
+  EXPECT_THAT(table->Pull({7}, absl::MakeSpan(out)).message(), HasSubstr("not 1 rows of width 4"));
+  EXPECT_THAT(table->Push({7, 8}, {1, 1, 1, 1}, 1).message(), HasSubstr("2 ids with 4 floats"));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  absl::Status s = table->Push({8, 7}, {0, 0, 0, 0, 1, nan, 1, 1}, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("gradient of id 7 is not finite"));
+  EXPECT_THAT(table->Push({8, 8}, std::vector<float>(8, 1.0f), 1).message(),
+              HasSubstr("id 8 twice"));
+  std::vector<int64_t> many(EmbeddingTable::kMaxIdsPerRequest + 1);
+  std::vector<float> many_rows(many.size() * kWidth);
+  EXPECT_EQ(table->Pull(many, absl::MakeSpan(many_rows)).code(),
+            absl::StatusCode::kResourceExhausted);
+
+  EXPECT_EQ(Pull(*table, {7, 8}), before);
+  EXPECT_EQ(table->stats().step, 1);
+  EXPECT_EQ(table->stats().rows, 1);
+}
+
+// admit_after = 2: an id's first push is dropped (it reads as its initial
+// row), its second creates and updates the row.
+TEST(EmbeddingTableTest, RowsAreAdmittedAfterTheirFthPush) {
+  auto table = Bounded(/*max_rows=*/0, /*admit_after=*/2);
+  const std::vector<float> initial = Pull(*table, {3});
+  ASSERT_TRUE(table->Push({3}, {1, 1, 1, 1}, 1).ok());
+  EXPECT_EQ(Pull(*table, {3}), initial);
+  EXPECT_EQ(table->stats().candidates, 1);
+  ASSERT_TRUE(table->Push({3}, {1, 1, 1, 1}, 1).ok());
+  const std::vector<float> after = Pull(*table, {3});
+  EXPECT_FLOAT_EQ(after[0], initial[0] - 0.1f);  // one SGD step, not two
+  EXPECT_EQ(table->stats().admissions, 1);
+}
+
+// max_rows = 2: a third row evicts the least recently used, which then
+// reads as its initial row again.
+TEST(EmbeddingTableTest, PastMaxRowsTheLeastRecentlyUsedRowGoes) {
+  auto table = Bounded(/*max_rows=*/2, /*admit_after=*/0);
+  const std::vector<float> initial = Pull(*table, {1});
+  for (int64_t id : {1, 2}) ASSERT_TRUE(table->Push({id}, {1, 1, 1, 1}, 1).ok());
+  Pull(*table, {1});  // 2 is now the least recently used
+  ASSERT_TRUE(table->Push({3}, {1, 1, 1, 1}, 1).ok());
+  EXPECT_EQ(table->stats().evictions, 1);
+  EXPECT_NE(Pull(*table, {1}), initial);
+  std::vector<float> two(kWidth);
+  InitialEmbeddingRow(table->spec(), 2, absl::MakeSpan(two));
+  EXPECT_EQ(Pull(*table, {2}), two);
+}
+
+TEST(EmbeddingTableTest, BadSpecsAreRefused) {
+  EmbeddingTableSpec spec = Spec(OptimizerSpec::ADAM);
+  spec.set_width(0);
+  EXPECT_EQ(EmbeddingTable::Create(spec).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fulcrum
