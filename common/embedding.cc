@@ -1,18 +1,13 @@
 #include "common/embedding.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "common/initializer.h"
 #include "common/logging.h"
 #include "common/tensor.h"
 
 namespace fulcrum {
 namespace {
-
-uint64_t Mix(uint64_t z) {  // splitmix64's finaliser
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // Widest row accepted: its floats and slots stay far from overflowing.
 constexpr int64_t kMaxWidth = int64_t{1} << 20;
@@ -30,7 +25,7 @@ VariableSpec AsVariable(const EmbeddingTableSpec& spec) {
   *variable.mutable_optimizer() = spec.optimizer();
   uint64_t name_hash = 0xCBF29CE484222325ull;
   for (unsigned char c : spec.name()) name_hash = (name_hash ^ c) * 0x100000001B3ull;
-  variable.mutable_initializer()->set_seed(spec.initializer().seed() ^ Mix(name_hash));
+  variable.mutable_initializer()->set_seed(spec.initializer().seed() ^ Mix64(name_hash));
   return variable;
 }
 
@@ -38,7 +33,7 @@ VariableSpec AsVariable(const EmbeddingTableSpec& spec) {
 
 int EmbeddingOwner(int64_t id, int num_servers) {
   CHECK(num_servers >= 1);
-  return static_cast<int>(Mix(static_cast<uint64_t>(id) + 0x9E3779B97F4A7C15ull) %
+  return static_cast<int>(Mix64(static_cast<uint64_t>(id) + kGoldenGamma) %
                           static_cast<uint64_t>(num_servers));
 }
 

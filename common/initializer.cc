@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/hash.h"
 #include "common/logging.h"
 #include "common/tensor.h"
 
@@ -23,10 +24,7 @@ void Fans(absl::Span<const int64_t> shape, double* fan_in, double* fan_out) {
 
 uint64_t RowSeed(uint64_t seed, int64_t row) {
   // splitmix64 of (seed, row): well-spread seeds for neighbouring rows.
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(row) + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return Mix64(seed + kGoldenGamma * (static_cast<uint64_t>(row) + 1));
 }
 
 }  // namespace
