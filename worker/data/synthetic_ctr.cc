@@ -1,0 +1,95 @@
+#include "worker/data/synthetic_ctr.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "common/hash.h"
+#include "common/logging.h"
+
+namespace fulcrum {
+namespace {
+
+uint64_t Mix(uint64_t z) { return Mix64(z + kGoldenGamma); }
+
+// A hash of (seed, what, a, b): what distinguishes the kinds of weight.
+uint64_t Key(uint64_t seed, uint64_t what, int64_t a, int64_t b) {
+  return Mix(seed ^ Mix(what ^ Mix(static_cast<uint64_t>(a) ^ Mix(static_cast<uint64_t>(b)))));
+}
+
+// A standard normal drawn from a hash (Box-Muller on two of its uniforms).
+double HashNormal(uint64_t h) {
+  const double u1 = (static_cast<double>(h >> 11) + 0.5) / 9007199254740992.0;  // (0, 1)
+  const double u2 = static_cast<double>(Mix(h) >> 11) / 9007199254740992.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+enum What : uint64_t { kIdWeight = 1, kNumericWeight, kLeftFactor, kRightFactor, kId, kPair };
+
+}  // namespace
+
+SyntheticCtr::SyntheticCtr(const SyntheticCtrOptions& options) : options_(options) {
+  CHECK(options.num_fields >= 1 && options.num_numeric >= 0 && options.vocabulary >= 1);
+  cdf_.resize(options.vocabulary);
+  double sum = 0;
+  for (int64_t r = 0; r < options.vocabulary; ++r) {
+    sum += std::pow(static_cast<double>(r + 1), -options.zipf_exponent);
+    cdf_[r] = sum;
+  }
+  for (double& c : cdf_) c /= sum;
+  for (int p = 0; p < options.num_pairs && options.num_fields >= 2; ++p) {
+    const uint64_t h = Key(options.seed, kPair, p, 0);
+    const int a = static_cast<int>(h % options.num_fields);
+    const int b = static_cast<int>((a + 1 + (h >> 32) % (options.num_fields - 1)) %
+                                   options.num_fields);  // another field
+    pairs_.emplace_back(a, b);
+  }
+}
+
+double SyntheticCtr::Logit(const int64_t* ranks, const float* numeric) const {
+  const uint64_t seed = options_.seed;
+  double logit = options_.bias;
+  for (int f = 0; f < options_.num_fields; ++f) {
+    logit += options_.id_scale * HashNormal(Key(seed, kIdWeight, f, ranks[f]));
+  }
+  for (int d = 0; d < options_.num_numeric; ++d) {
+    logit += 0.3 * HashNormal(Key(seed, kNumericWeight, d, 0)) * numeric[d];
+  }
+  for (const auto& [a, b] : pairs_) {
+    logit += 0.5 * HashNormal(Key(seed, kLeftFactor, a, ranks[a])) *
+             HashNormal(Key(seed, kRightFactor, b, ranks[b]));
+  }
+  return logit;
+}
+
+CtrExamples SyntheticCtr::Generate(int64_t count, int shard) const {
+  CtrExamples out;
+  out.num_examples = count;
+  out.num_fields = options_.num_fields;
+  out.num_numeric = options_.num_numeric;
+  out.ids.resize(count * options_.num_fields);
+  out.numeric.resize(count * options_.num_numeric);
+  out.labels.resize(count);
+  out.true_prob.resize(count);
+  std::mt19937_64 gen(Mix(options_.seed ^ Mix(static_cast<uint64_t>(shard) + 7)));
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<int64_t> ranks(options_.num_fields);
+  for (int64_t e = 0; e < count; ++e) {
+    for (int f = 0; f < options_.num_fields; ++f) {
+      ranks[f] = std::lower_bound(cdf_.begin(), cdf_.end(), uniform(gen)) - cdf_.begin();
+      ranks[f] = std::min<int64_t>(ranks[f], options_.vocabulary - 1);
+      // Ids look like hashed features: spread over the int64 range, per field.
+      out.ids[e * options_.num_fields + f] =
+          static_cast<int64_t>(Key(options_.seed, kId, f, ranks[f]) >> 1);
+    }
+    float* numeric = out.numeric.data() + e * options_.num_numeric;
+    for (int d = 0; d < options_.num_numeric; ++d) numeric[d] = normal(gen);
+    const double p = 1.0 / (1.0 + std::exp(-Logit(ranks.data(), numeric)));
+    out.true_prob[e] = static_cast<float>(p);
+    out.labels[e] = uniform(gen) < p ? 1.0f : 0.0f;
+  }
+  return out;
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,63 @@
+// Click-through-rate data with a known answer (issue 15's
+// --dataset=synthetic_ctr): examples of `num_fields` categorical ids and
+// `num_numeric` numeric features, labelled by a logistic model whose
+// weights the generator knows, so that the best AUC any model can reach on
+// the test split -- the AUC of the true probabilities -- is known too.
+//
+// Per field, ids are drawn from a Zipf distribution over `vocabulary`
+// ranks (exponent `zipf_exponent`), each rank mapped to an id by a mix of
+// (field, rank), so the tables are large and sparse and a few ids are
+// frequent. The true model: a bias, a weight per (field, id) and per
+// numeric feature, and products of the ids' factors for a few pairs of
+// fields; every weight is a hash of the seed, never a stored table.
+// Seeded and reproducible: each worker generates its own shard of the
+// training split; the test split is the same everywhere.
+#ifndef FULCRUM_WORKER_DATA_SYNTHETIC_CTR_H_
+#define FULCRUM_WORKER_DATA_SYNTHETIC_CTR_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace fulcrum {
+
+// Labelled CTR examples in memory.
+struct CtrExamples {
+  int64_t num_examples = 0;
+  int num_fields = 0;
+  int num_numeric = 0;
+  std::vector<int64_t> ids;      // num_examples x num_fields
+  std::vector<float> numeric;    // num_examples x num_numeric
+  std::vector<float> labels;     // 0 or 1
+  std::vector<float> true_prob;  // the generator's probability of a click (synthetic only)
+};
+
+struct SyntheticCtrOptions {
+  int num_fields = 26;
+  int num_numeric = 13;
+  int64_t vocabulary = 1000000;  // ranks per field
+  double zipf_exponent = 1.05;
+  int num_pairs = 3;      // pairs of fields whose ids interact
+  double bias = -1.0;     // the base logit: about a quarter of examples are clicks
+  double id_scale = 0.8;  // standard deviation of an id's weight
+  uint64_t seed = 0;
+};
+
+class SyntheticCtr {
+ public:
+  explicit SyntheticCtr(const SyntheticCtrOptions& options);
+
+  // `count` training examples of shard `shard` (of any number: each shard
+  // draws its own), or of the test split (shard -1).
+  CtrExamples Generate(int64_t count, int shard) const;
+
+ private:
+  double Logit(const int64_t* ranks, const float* numeric) const;
+
+  const SyntheticCtrOptions options_;
+  std::vector<double> cdf_;                 // of the Zipf ranks
+  std::vector<std::pair<int, int>> pairs_;  // fields that interact
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_DATA_SYNTHETIC_CTR_H_
