@@ -175,16 +175,20 @@ class Outgoing {
     writer_thread_ = std::thread([this] { WriteLoop(); });
   }
 
-  // Writes what was queued (for up to a second: a peer that never came
-  // is not waited for; none when abandoned), then closes the stream.
+  // Writes what was queued and closes the stream once the peer has read
+  // it all (a write that completed is only in gRPC's hands: cancelling then
+  // could lose it). A peer that never came, or died, is waited for a
+  // second at most; an abandoned stream not at all.
   ~Outgoing() {
     {
       absl::MutexLock lock(&mu_);
       closing_ = true;
-      if (abandoned_) queue_.clear();
-      auto flushed = [this]()
-                         ABSL_SHARED_LOCKS_REQUIRED(mu_) { return queue_.empty() && !writing_; };
-      mu_.AwaitWithTimeout(absl::Condition(&flushed), absl::Seconds(1));
+      if (abandoned_) {
+        queue_.clear();
+      } else {
+        auto finished = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return finished_; };
+        mu_.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(1));
+      }
     }
     context_.TryCancel();
     writer_thread_.join();
@@ -227,7 +231,6 @@ class Outgoing {
         if (queue_.empty()) break;  // closing, everything written
         message = queue_.front();   // shares the slices
         queue_.pop_front();
-        writing_ = true;
       }
       if (call == nullptr) {
         call = stub_.PrepareCall(&context_, kMethod, &cq_);
@@ -237,10 +240,6 @@ class Outgoing {
       if (written) {
         call->Write(message, nullptr);
         written = Await();
-      }
-      {
-        absl::MutexLock lock(&mu_);
-        writing_ = false;
       }
       if (!written) break;
     }
@@ -253,12 +252,15 @@ class Outgoing {
       call->Finish(&status, nullptr);
       Await();
     }
-    if (!written) {
+    {
       absl::MutexLock lock(&mu_);
-      broken_ =
-          absl::UnavailableError(absl::StrCat("rank ", rank_, ": the link to rank ", peer_, " (",
-                                              address_, ") broke: ", status.error_message()));
-      queue_.clear();
+      if (!written) {
+        broken_ =
+            absl::UnavailableError(absl::StrCat("rank ", rank_, ": the link to rank ", peer_, " (",
+                                                address_, ") broke: ", status.error_message()));
+        queue_.clear();
+      }
+      finished_ = true;  // the peer read everything, or the stream is gone
     }
     cq_.Shutdown();
     void* tag = nullptr;
@@ -278,7 +280,7 @@ class Outgoing {
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a message is off the queue, not yet written
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // the stream is closed
   std::thread writer_thread_;
 };
 

@@ -83,6 +83,26 @@ TEST(GrpcPeerLinksTest, AGoneRankFailsTheOthersNamingIt) {
   EXPECT_FALSE(results[1].ok());
 }
 
+// What a rank sent arrives though it closes its links at once (as a worker
+// that finished its last step exits while its peer still reads).
+TEST(GrpcPeerLinksTest, WhatWasSentArrivesThoughTheSenderCloses) {
+  auto links = StartGroup(2);
+  ASSERT_EQ(links.size(), size_t{2});
+  std::vector<float> big(8 << 20, 0.5f);  // 32 MiB, more than the transport buffers
+  big.back() = 2.0f;
+  ASSERT_TRUE(links[1]->Send(0, big).ok());
+  const float last[] = {7.0f};
+  ASSERT_TRUE(links[1]->Send(0, last).ok());
+  links[1].reset();
+  auto received = links[0]->Recv(1, absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->size(), big.size());
+  EXPECT_EQ(received->back(), 2.0f);
+  received = links[0]->Recv(1, absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(*received, std::vector<float>{7.0f});
+}
+
 // A rank that restarts on its port: its new streams are reconnections to
 // the others, who learn of them (TakeReconnected), reconnect to it, and
 // talk to the new process in a later round.
