@@ -119,7 +119,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   TensorMap weights, grads;
   if (absl::Status s = strategy_->Start(&weights); !s.ok()) return s;
   const int64_t resume = strategy_->ResumedBatches(
-      options_.num_workers, train_.num_examples / options_.num_workers / options_.batch_size);
+      options_.num_workers,
+      StepsPerEpoch(train_.num_examples, options_.num_workers, options_.batch_size));
   Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
                            options_.epochs, options_.seed, /*prefetch=*/4, resume,
                            [this](int64_t epoch) { return strategy_->DealEpoch(epoch); }});

@@ -35,7 +35,7 @@ std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size) {
 Batcher::Batcher(const Dataset& data, BatcherOptions options)
     : data_(data),
       options_(std::move(options)),
-      steps_per_epoch_(data.num_examples / options_.num_shards / options_.batch_size) {
+      steps_per_epoch_(StepsPerEpoch(data.num_examples, options_.num_shards, options_.batch_size)) {
   producer_ = std::thread([this] { Produce(); });
 }
 
@@ -61,7 +61,8 @@ void Batcher::Produce() {
     for (int64_t i = dealing.shard_index; i < data_.num_examples; i += dealing.num_shards) {
       shard.push_back(i);
     }
-    const int64_t steps = data_.num_examples / dealing.num_shards / options_.batch_size;
+    const int64_t steps =
+        StepsPerEpoch(data_.num_examples, dealing.num_shards, options_.batch_size);
     // The same permutation on every run with this seed, a different one each epoch.
     std::mt19937_64 gen(options_.seed * 1000003 + epoch * 7919 + dealing.shard_index);
     std::shuffle(shard.begin(), shard.end(), gen);

@@ -54,6 +54,12 @@ struct BatcherOptions {
   std::function<Dealing(int64_t epoch)> deal;
 };
 
+// The batches of an epoch dealt over `num_shards`: the same on every shard
+// (the remainder is dropped).
+inline int64_t StepsPerEpoch(int64_t num_examples, int num_shards, int64_t batch_size) {
+  return num_examples / num_shards / batch_size;
+}
+
 // Yields `epochs` epochs of batches. Every shard of one dealing yields the
 // same number of batches per epoch (the remainder is dropped), so
 // synchronous workers stay in step. Thread-safe; `data` must outlive it.
