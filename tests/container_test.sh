@@ -156,6 +156,24 @@ up() {
 }
 at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)" 2>/dev/null; }
 
+# Once container WATCHED logs TEXT, kills container VICTIM (of compose
+# service SERVICE) and starts the service again; 0 if it did, 1 if WATCHED
+# stopped or JOB_TIMEOUT passed first.
+kill_and_start() {  # WATCHED TEXT SERVICE VICTIM
+  local deadline=$(($(date +%s) + JOB_TIMEOUT))
+  while (($(date +%s) < deadline)); do
+    if logged "$1" "$2"; then
+      docker kill "$4" >/dev/null || return 1
+      log "killed $3 once its run logged '$2'"
+      "${compose[@]}" start "$3" >&2
+      return 0
+    fi
+    [ "$(docker inspect -f '{{.State.Running}}' "$1")" = true ] || return 1
+    sleep 1  # polls the log for TEXT
+  done
+  return 1
+}
+
 # Waits for the run (started at $start) to end, then reports check NAME:
 # every container exited 0, CHECK (a function, if given) printed no reason
 # to fail, and the chief's test accuracy is at least BAR.
@@ -192,17 +210,7 @@ killed=""
 if up; then
   chief=$("${compose[@]}" ps -q chief)
   ps1=$("${compose[@]}" ps -q ps-1)
-  deadline=$(($(date +%s) + JOB_TIMEOUT))
-  while (($(date +%s) < deadline)); do
-    if logged "$chief" "checkpoint .* complete"; then
-      docker kill "$ps1" >/dev/null && killed=yes
-      log "killed ps-1 after the chief's first checkpoint"
-      "${compose[@]}" start ps-1 >&2
-      break
-    fi
-    [ "$(docker inspect -f '{{.State.Running}}' "$chief")" = true ] || break
-    sleep 1  # polls the chief's log for its first checkpoint
-  done
+  kill_and_start "$chief" "checkpoint .* complete" ps-1 "$ps1" && killed=yes
 fi
 ps1_restored() {
   logged "$ps1" "restoring from checkpoint" ||
@@ -222,17 +230,7 @@ start=$(date +%s)
 killed=""
 if up; then
   worker1=$("${compose[@]}" ps -q worker-1)
-  deadline=$(($(date +%s) + JOB_TIMEOUT))
-  while (($(date +%s) < deadline)); do
-    if logged "$worker1" "epoch 2/"; then
-      docker kill "$worker1" >/dev/null && killed=yes
-      log "killed worker-1 in its second epoch"
-      "${compose[@]}" start worker-1 >&2
-      break
-    fi
-    [ "$(docker inspect -f '{{.State.Running}}' "$worker1")" = true ] || break
-    sleep 1  # polls worker-1's log for its second epoch
-  done
+  kill_and_start "$worker1" "epoch 2/" worker-1 "$worker1" && killed=yes
 fi
 worker1_rejoined() {
   logged "$worker1" "joined at step" || echo "worker-1 did not rejoin the group"
