@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
+#include "common/embedding.h"
 #include "common/logging.h"
 #include "common/memory_size.h"
 #include "common/tensor.h"
@@ -168,6 +169,119 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     } else {
       response.set_existing(response.existing() + 1);
     }
+  }
+  for (const EmbeddingTableSpec& spec : request.tables()) {
+    absl::StatusOr<bool> created = store_.CreateTable(spec);
+    if (!created.ok()) return created.status();
+    if (*created) {
+      response.set_tables_created(response.tables_created() + 1);
+      LOG_INFO("created embedding table '{}' (width {}, {}, max_rows {})", spec.name(),
+               spec.width(), OptimizerSpec::Kind_Name(spec.optimizer().kind()),
+               spec.max_rows() > 0 ? absl::StrCat(spec.max_rows()) : "unbounded");
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<EmbeddingTable*> ParameterServer::FindRows(const TableRows& rows,
+                                                          int64_t* ids_so_far) const {
+  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(rows.table());
+  if (!table.ok()) return table.status();
+  *ids_so_far += rows.ids_size();
+  if (*ids_so_far > EmbeddingTable::kMaxIdsPerRequest) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a request names over ", EmbeddingTable::kMaxIdsPerRequest, " ids; split it"));
+  }
+  // A server outside a cluster spec (tests, tools) holds every id.
+  const int index = config_.cluster().task().index();
+  const int num_ps = std::max(1, config_.cluster().cluster().ps_size());
+  for (int64_t id : rows.ids()) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("embedding table '", rows.table(), "': id ",
+                                                     id, " is outside the key space [0, 2^63)"));
+    }
+    if (const int owner = EmbeddingOwner(id, num_ps); owner != index) {
+      return absl::InvalidArgumentError(absl::StrCat("embedding table '", rows.table(), "': id ",
+                                                     id, " belongs to ps ", owner, ", not ps ",
+                                                     index));
+    }
+  }
+  return table;
+}
+
+absl::StatusOr<PullRowsResponse> ParameterServer::PullRows(const PullRowsRequest& request,
+                                                           absl::Time deadline) {
+  if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
+  PullRequest waits;  // what the policy waits for: the worker's clock
+  if (request.has_worker_id()) {
+    if (absl::Status s = workers_.CheckWorkerId(request.worker_id()); !s.ok()) return s;
+    Renew(request.worker_id());
+    waits.set_worker_id(request.worker_id());
+    if (request.has_clock()) waits.set_clock(request.clock());
+  }
+  std::vector<EmbeddingTable*> tables;
+  int64_t ids = 0, bytes = 0;
+  for (const TableRows& rows : request.tables()) {
+    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, &ids);
+    if (!table.ok()) return table.status();
+    tables.push_back(*table);
+    bytes += rows.ids_size() * (*table)->spec().width() * static_cast<int64_t>(sizeof(float));
+  }
+  if (bytes > config_.max_message_bytes()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pull of rows: answers ", bytes, " bytes; a message carries at most ",
+                     config_.max_message_bytes(), " (ask for fewer ids at a time)"));
+  }
+  if (absl::Status s = policy_->AwaitPull(waits, deadline); !s.ok()) return s;
+  PullRowsResponse response;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const TableRows& rows = request.tables(i);
+    if (absl::Status s = tables[i]->AwaitVersion(rows.version(), deadline); !s.ok()) return s;
+    TableRows* out = response.add_tables();
+    out->set_table(rows.table());
+    out->set_version(tables[i]->version());
+    google::protobuf::RepeatedField<float>& values = *out->mutable_values();
+    values.Resize(rows.ids_size() * tables[i]->spec().width(), 0.0f);
+    if (absl::Status s =
+            tables[i]->Pull(rows.ids(), absl::MakeSpan(values.mutable_data(), values.size()));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest& request) {
+  if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
+  if (!request.has_worker_id()) {
+    return absl::InvalidArgumentError("push of rows: carries no worker_id; only workers push");
+  }
+  const int worker = request.worker_id();
+  if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
+  Renew(worker);
+  // Check the whole request before touching any table.
+  std::vector<EmbeddingTable*> tables;
+  int64_t ids = 0;
+  for (const TableRows& rows : request.tables()) {
+    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, &ids);
+    if (!table.ok()) return table.status();
+    if (std::find(tables.begin(), tables.end(), *table) != tables.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("embedding table '", rows.table(), "' twice in one push"));
+    }
+    if (absl::Status s = (*table)->CheckPush(rows.ids(), rows.values()); !s.ok()) return s;
+    if (absl::Status s = store_.AdmitRows(**table, rows.ids_size()); !s.ok()) return s;
+    tables.push_back(*table);
+  }
+  PushRowsResponse response;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const TableRows& rows = request.tables(i);
+    absl::StatusOr<ShardPushResult> result =
+        policy_->PushRows(*tables[i], worker, rows.version(), rows.ids(), rows.values());
+    if (!result.ok()) return result.status();
+    result->set_shard(config_.cluster().task().index());
+    RecordOutcome(*result);
+    *response.add_results() = *std::move(result);
   }
   return response;
 }
@@ -373,6 +487,20 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_ps_index(config_.cluster().task().index());
   response.set_num_ps(config_.cluster().cluster().ps_size());
   for (const Shard* shard : store_.All()) *response.add_shards() = shard->Describe();
+  for (const EmbeddingTable* table : store_.AllTables()) {
+    const EmbeddingTable::Stats stats = table->stats();
+    TableInfo* info = response.add_tables();
+    info->set_name(table->spec().name());
+    info->set_width(table->spec().width());
+    info->set_optimizer(OptimizerSpec::Kind_Name(table->spec().optimizer().kind()));
+    info->set_version(stats.step);
+    info->set_rows(stats.rows);
+    info->set_max_rows(table->spec().max_rows());
+    info->set_candidates(stats.candidates);
+    info->set_evictions(stats.evictions);
+    info->set_admissions(stats.admissions);
+    info->set_memory_bytes(stats.bytes);
+  }
   for (const WorkerInfo& info : workers_.Describe()) *response.add_workers() = info;
   policy_->Describe(&response);
   response.set_updates_applied(updates_applied_.load());
@@ -463,6 +591,7 @@ bool ParameterServer::WaitForJobDone(absl::Duration timeout) const {
 void ParameterServer::CancelWaits() {
   policy_->Cancel();
   for (Shard* shard : store_.All()) shard->Cancel();
+  for (EmbeddingTable* table : store_.AllTables()) table->Cancel();
 }
 
 void ParameterServer::CheckLeases() {

@@ -103,6 +103,17 @@ class ParameterServer {
   // that receives a push in parts asks as they come, before buffering more.
   absl::Status AdmitPushBytes(uint64_t incarnation, int64_t bytes) const;
 
+  // Rows of embedding tables. Waits (until `deadline`) for each table's
+  // requested version and, as Pull, for the mode's policy. Ids must be
+  // this server's (>= 0, EmbeddingOwner(id, num_ps) its index); the
+  // answer at most max_message_bytes of floats (RESOURCE_EXHAUSTED).
+  absl::StatusOr<PullRowsResponse> PullRows(const PullRowsRequest& request, absl::Time deadline);
+
+  // Row gradients, handled as the mode's policy says. Checked whole first
+  // (worker, tables, ids, sizes, NaN/Inf, the memory budget): on any error
+  // nothing changes.
+  absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request);
+
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
 
   DescribeResponse Describe() const;
@@ -152,6 +163,10 @@ class ParameterServer {
   // Writes this server's shards, as of now, to a checkpoint file at `path`.
   absl::StatusOr<CheckpointFileWriter::Written> WriteCheckpointFile(const std::string& path,
                                                                     int64_t step) const;
+  // A table of `request` and its ids, checked: the table exists, each id
+  // is this server's, the request names at most kMaxIdsPerRequest ids.
+  absl::StatusOr<EmbeddingTable*> FindRows(const TableRows& rows, int64_t* ids_so_far) const;
+
   // ABORTED when the caller learned its versions from another incarnation.
   absl::Status CheckIncarnation(uint64_t incarnation) const;
 

@@ -2,6 +2,8 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/memory_size.h"
 #include "common/optimizer/optimizer.h"
@@ -25,6 +27,10 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
   const std::string& name = spec.variable().name();
   const Key key(name, spec.shard());
   absl::MutexLock lock(&mu_);
+  if (tables_.count(name) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("variable '", name, "': an embedding table has that name"));
+  }
   auto existing = variables_.find(name);
   if (existing != variables_.end() && !SameMessage(existing->second, spec.variable())) {
     return absl::AlreadyExistsError(absl::StrCat(
@@ -46,11 +52,12 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
   const int64_t bytes = elements * static_cast<int64_t>(sizeof(float)) *
                             (1 + NumSlots(spec.variable().optimizer()) + extra_floats_per_element) +
                         static_cast<int64_t>(spec.ByteSizeLong()) + kShardOverheadBytes;
-  if (bytes > max_memory_bytes_ - memory_bytes_) {
+  const int64_t held = HeldBytesLocked();
+  if (bytes > max_memory_bytes_ - held) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "variable '", name, "' shard ", spec.shard(), " (", spec.rows(), " of ",
         ShapeString(spec.variable().shape()), ") needs ", FormatBytes(bytes),
-        " (values and optimizer slots); this server holds ", FormatBytes(memory_bytes_), " of its ",
+        " (values and optimizer slots); this server holds ", FormatBytes(held), " of its ",
         FormatBytes(max_memory_bytes_), " budget (ps_server --max_memory_mb)"));
   }
   auto contents = NewShardContents(spec, restored);
@@ -63,9 +70,69 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
   return true;
 }
 
+int64_t VariableStore::HeldBytesLocked() const {
+  int64_t bytes = memory_bytes_;
+  for (const auto& [name, table] : tables_) bytes += table->stats().bytes;
+  return bytes;
+}
+
 int64_t VariableStore::memory_bytes() const {
   absl::ReaderMutexLock lock(&mu_);
-  return memory_bytes_;
+  return HeldBytesLocked();
+}
+
+absl::StatusOr<bool> VariableStore::CreateTable(const EmbeddingTableSpec& spec) {
+  auto table = EmbeddingTable::Create(spec);
+  if (!table.ok()) return table.status();
+  absl::MutexLock lock(&mu_);
+  if (variables_.count(spec.name()) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("embedding table '", spec.name(), "': a variable has that name"));
+  }
+  auto it = tables_.find(spec.name());
+  if (it == tables_.end()) {
+    tables_.emplace(spec.name(), *std::move(table));
+    return true;
+  }
+  if (!SameMessage(it->second->spec(), (*table)->spec())) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("embedding table '", spec.name(), "' exists with spec {",
+                     it->second->spec().ShortDebugString(), "}; the request has spec {",
+                     (*table)->spec().ShortDebugString(), "}"));
+  }
+  return false;
+}
+
+absl::StatusOr<EmbeddingTable*> VariableStore::FindTable(const std::string& name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = tables_.find(name);
+  if (it == tables_.end()) {
+    return absl::NotFoundError(absl::StrCat("embedding table '", name, "' does not exist"));
+  }
+  return it->second.get();
+}
+
+std::vector<EmbeddingTable*> VariableStore::AllTables() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<EmbeddingTable*> out;
+  for (const auto& [name, table] : tables_) out.push_back(table.get());
+  return out;
+}
+
+absl::Status VariableStore::AdmitRows(const EmbeddingTable& table, int64_t ids) const {
+  const EmbeddingTable::Stats stats = table.stats();
+  const int64_t max_rows = table.spec().max_rows();
+  const int64_t new_rows = max_rows > 0 ? std::min(ids, max_rows - stats.rows) : ids;
+  const int64_t held = memory_bytes();
+  const int64_t wanted = new_rows * table.BytesPerRow();
+  if (wanted > max_memory_bytes_ - held) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("embedding table '", table.spec().name(), "': up to ", new_rows,
+                     " new rows need ", FormatBytes(wanted), "; this server holds ",
+                     FormatBytes(held), " of its ", FormatBytes(max_memory_bytes_),
+                     " budget (ps_server --max_memory_mb; bound the table with max_rows)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Shard*> VariableStore::Find(const std::string& variable, int shard) const {

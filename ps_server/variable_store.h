@@ -1,4 +1,5 @@
-// The shards one parameter server holds, by (variable, shard index).
+// The shards one parameter server holds, by (variable, shard index), and
+// its embedding tables, by name.
 // Thread-safe: the map takes a reader lock on lookups; each shard has its
 // own lock for its data, so the hot path holds no global lock.
 #ifndef FULCRUM_PS_SERVER_VARIABLE_STORE_H_
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/ps_service.pb.h"
+#include "ps_server/embedding/embedding_table.h"
 #include "ps_server/shard.h"
 
 namespace fulcrum {
@@ -46,14 +48,30 @@ class VariableStore {
   // Every shard, ordered by variable name and shard index.
   std::vector<Shard*> All() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Creates the table, or accepts it when it exists with an equal spec
+  // (true: created, false: existed); another spec under its name is
+  // ALREADY_EXISTS. Validates `spec`. Its rows take memory as they come
+  // (AdmitRows).
+  absl::StatusOr<bool> CreateTable(const EmbeddingTableSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
+  // The table, or NOT_FOUND naming it. Tables live as long as the store.
+  absl::StatusOr<EmbeddingTable*> FindTable(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every table, by name.
+  std::vector<EmbeddingTable*> AllTables() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `table` may store up to `ids` new rows within the budget, with
+  // what the shards and every table hold now: RESOURCE_EXHAUSTED saying so.
+  absl::Status AdmitRows(const EmbeddingTable& table, int64_t ids) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Bytes of all shards' values (float32), excluding optimizer slots.
   int64_t value_bytes() const { return value_bytes_.load(); }
-  // Bytes the shards take, as Create counted them, and the budget.
+  // Bytes the shards take, as Create counted them, and the tables' rows;
+  // and the budget.
   int64_t memory_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t max_memory_bytes() const { return max_memory_bytes_; }
 
  private:
   using Key = std::pair<std::string, int>;
+  // The shards' bytes, as Create counted them, and the tables' rows.
+  int64_t HeldBytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   const int64_t max_memory_bytes_;
   mutable absl::Mutex mu_;
   int64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -61,6 +79,7 @@ class VariableStore {
   std::atomic<int64_t> value_bytes_{0};
   // The spec every shard of a variable was created with.
   std::map<std::string, VariableSpec> variables_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<EmbeddingTable>> tables_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fulcrum

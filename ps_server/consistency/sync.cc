@@ -1,7 +1,8 @@
 // sync (SyncReplicasOptimizer's semantics): a shard accumulates the
 // gradients of its current step; the replicas_to_aggregate-th applies their
-// mean. Gradients of older steps are stale. When workers die or finish, a
-// step completes with the active workers' gradients instead of waiting.
+// mean (an embedding table's, each id's mean over the pushes that had it). Gradients of older steps
+// are stale. When workers die or finish, a step completes with the active workers' gradients
+// instead of waiting.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -22,11 +23,23 @@ class SyncPolicy final : public ConsistencyPolicy {
     return shard.Accumulate(grad, RequiredReplicas());
   }
 
+  absl::StatusOr<ShardPushResult> PushRows(EmbeddingTable& table, int worker, int64_t computed_at,
+                                           absl::Span<const int64_t> ids,
+                                           absl::Span<const float> grads) override {
+    return table.Accumulate(worker, computed_at, ids, grads, RequiredReplicas());
+  }
+
   void OnWorkersChanged() override {
     const int required = RequiredReplicas();
     for (Shard* shard : store_.All()) {
       if (shard->CompleteIfReady(required)) {
         LOG_INFO("{}: step completed with {} active worker(s)", shard->label(), required);
+      }
+    }
+    for (EmbeddingTable* table : store_.AllTables()) {
+      if (table->CompleteIfReady(required)) {
+        LOG_INFO("embedding table '{}': step completed with {} active worker(s)",
+                 table->spec().name(), required);
       }
     }
   }

@@ -70,8 +70,8 @@ absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<floa
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids, absl::Span<const float> grads,
-                                  int averaged) {
+absl::Status EmbeddingTable::CheckPush(absl::Span<const int64_t> ids,
+                                       absl::Span<const float> grads) const {
   if (absl::Status s = CheckIds(ids, grads.size(), "push"); !s.ok()) return s;
   const int64_t width = spec_.width();
   absl::flat_hash_set<int64_t> seen;
@@ -88,7 +88,22 @@ absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids, absl::Span<cons
           "embedding table '", spec_.name(), "': the gradient of id ", ids[i], " is not finite"));
     }
   }
-  absl::MutexLock lock(&mu_);
+  return absl::OkStatus();
+}
+
+ShardPushResult EmbeddingTable::ResultLocked(ShardPushResult::Outcome outcome,
+                                             int64_t staleness) const {
+  ShardPushResult result;
+  result.set_variable(spec_.name());
+  result.set_outcome(outcome);
+  result.set_version(step_);
+  result.set_staleness(staleness);
+  return result;
+}
+
+void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads,
+                                 int averaged) {
+  const int64_t width = spec_.width();
   ++step_;
   const auto init = [this](int64_t id, absl::Span<float> row) {
     InitialEmbeddingRow(spec_, id, row.subspan(0, spec_.width()));
@@ -100,7 +115,102 @@ absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids, absl::Span<cons
     ApplyGradientToRow(spec_.optimizer(), step_, averaged, grads.subspan(i * width, width),
                        absl::MakeSpan(row, store_.row_floats()));
   }
+  version_changed_.SignalAll();
+}
+
+absl::StatusOr<ShardPushResult> EmbeddingTable::Push(absl::Span<const int64_t> ids,
+                                                     absl::Span<const float> grads) {
+  if (absl::Status s = CheckPush(ids, grads); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  ApplyLocked(ids, grads, 1);
+  return ResultLocked(ShardPushResult::APPLIED, 0);
+}
+
+absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, int64_t computed_at,
+                                                           absl::Span<const int64_t> ids,
+                                                           absl::Span<const float> grads,
+                                                           int required) {
+  if (absl::Status s = CheckPush(ids, grads); !s.ok()) return s;
+  const int64_t width = spec_.width();
+  absl::MutexLock lock(&mu_);
+  if (computed_at > step_) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding table '", spec_.name(),
+                                                   "': gradients computed at version ", computed_at,
+                                                   ", but the table is at ", step_));
+  }
+  if (computed_at < step_) return ResultLocked(ShardPushResult::STALE, step_ - computed_at);
+  if (std::find(pending_from_.begin(), pending_from_.end(), worker) != pending_from_.end()) {
+    return ResultLocked(ShardPushResult::DUPLICATE, 0);
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto [it, added] = pending_index_.try_emplace(ids[i], pending_ids_.size());
+    if (added) {
+      pending_ids_.push_back(ids[i]);
+      pending_sums_.resize(pending_sums_.size() + width, 0.0f);
+      pending_counts_.push_back(0);
+    }
+    float* sum = pending_sums_.data() + static_cast<int64_t>(it->second) * width;
+    const float* g = grads.data() + i * width;
+    for (int64_t j = 0; j < width; ++j) sum[j] += g[j];
+    ++pending_counts_[it->second];
+  }
+  pending_from_.push_back(worker);
+  if (static_cast<int>(pending_from_.size()) < required) {
+    return ResultLocked(ShardPushResult::ACCUMULATED, 0);
+  }
+  ApplyAccumulatedLocked();
+  return ResultLocked(ShardPushResult::APPLIED, 0);
+}
+
+void EmbeddingTable::ApplyAccumulatedLocked() {
+  const int64_t width = spec_.width();
+  for (size_t i = 0; i < pending_ids_.size(); ++i) {
+    const float scale = 1.0f / static_cast<float>(pending_counts_[i]);
+    for (int64_t j = 0; j < width; ++j) pending_sums_[i * width + j] *= scale;
+  }
+  ApplyLocked(pending_ids_, pending_sums_, static_cast<int>(pending_from_.size()));
+  pending_index_.clear();
+  pending_ids_.clear();
+  pending_sums_.clear();
+  pending_counts_.clear();
+  pending_from_.clear();
+}
+
+bool EmbeddingTable::CompleteIfReady(int required) {
+  absl::MutexLock lock(&mu_);
+  if (pending_from_.empty() || static_cast<int>(pending_from_.size()) < required) return false;
+  ApplyAccumulatedLocked();
+  return true;
+}
+
+int64_t EmbeddingTable::version() const {
+  absl::MutexLock lock(&mu_);
+  return step_;
+}
+
+absl::Status EmbeddingTable::AwaitVersion(int64_t min_version, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  while (step_ < min_version && !cancelled_) {
+    if (version_changed_.WaitWithDeadline(&mu_, deadline)) {
+      if (step_ >= min_version || cancelled_) break;
+      return absl::DeadlineExceededError(absl::StrCat("embedding table '", spec_.name(),
+                                                      "': waited for version ", min_version,
+                                                      "; it is at ", step_));
+    }
+  }
+  if (cancelled_) return absl::UnavailableError("the parameter server is shutting down");
   return absl::OkStatus();
+}
+
+void EmbeddingTable::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  version_changed_.SignalAll();
+}
+
+int64_t EmbeddingTable::BytesPerRow() const {
+  return spec_.width() * (1 + NumSlots(spec_.optimizer())) * static_cast<int64_t>(sizeof(float)) +
+         RowStore::kMaxOverheadBytesPerRow;
 }
 
 EmbeddingTable::Stats EmbeddingTable::stats() const {

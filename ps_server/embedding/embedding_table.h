@@ -10,9 +10,12 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "proto/ps_service.pb.h"
 #include "proto/tensor.pb.h"
 #include "ps_server/embedding/row_store.h"
 
@@ -34,14 +37,45 @@ class EmbeddingTable {
   // as they are, the others their initial rows (nothing is stored).
   absl::Status Pull(absl::Span<const int64_t> ids, absl::Span<float> out);
 
-  // Applies `grads` (ids.size() x width floats, each id's row gradient:
-  // the mean of `averaged` >= 1 gradients) to the rows of `ids` (distinct),
-  // creating rows as admitted; an id not admitted yet has its gradient
-  // dropped. Each push is one step of the table (lazy Adam's t).
-  // INVALID_ARGUMENT for a size that does not fit, a repeated id or a
-  // gradient that is not finite, naming it; RESOURCE_EXHAUSTED past
-  // kMaxIdsPerRequest. Then nothing changes.
-  absl::Status Push(absl::Span<const int64_t> ids, absl::Span<const float> grads, int averaged);
+  // Checks a push of `grads` (ids.size() x width floats, one row gradient
+  // per id) for `ids`: INVALID_ARGUMENT for a size that does not fit, a
+  // repeated id or a gradient that is not finite, naming it;
+  // RESOURCE_EXHAUSTED past kMaxIdsPerRequest. Push and Accumulate check
+  // the same, and on an error change nothing.
+  absl::Status CheckPush(absl::Span<const int64_t> ids, absl::Span<const float> grads) const;
+
+  // Applies `grads` to the rows of `ids` now as one step of the table
+  // (lazy Adam's t, the version), creating rows as admitted; an id not
+  // admitted yet has its gradient dropped. APPLIED, with the new version.
+  absl::StatusOr<ShardPushResult> Push(absl::Span<const int64_t> ids, absl::Span<const float> grads)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Sync: adds `worker`'s gradients, computed at version `computed_at`, to
+  // the step being accumulated. An older step's are STALE; a second push
+  // of one worker in a step is DUPLICATE; the `required`-th worker's push
+  // applies the step (APPLIED): each id's gradients averaged over the
+  // workers that pushed it, the learning rate scaled for the step's
+  // workers. Earlier pushes are ACCUMULATED.
+  absl::StatusOr<ShardPushResult> Accumulate(int worker, int64_t computed_at,
+                                             absl::Span<const int64_t> ids,
+                                             absl::Span<const float> grads, int required)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies the step being accumulated when at least `required` workers
+  // pushed to it (the live workers shrank). True when it applied.
+  bool CompleteIfReady(int required) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Steps applied.
+  int64_t version() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until version() >= min_version: DEADLINE_EXCEEDED at `deadline`,
+  // UNAVAILABLE once Cancel.
+  absl::Status AwaitVersion(int64_t min_version, absl::Time deadline) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Wakes the waiters of AwaitVersion.
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Bytes a stored row takes at most: its floats and its share of the
+  // index and the order of use (a bound for budgets).
+  int64_t BytesPerRow() const;
 
   struct Stats {
     int64_t rows = 0;
@@ -56,12 +90,28 @@ class EmbeddingTable {
  private:
   explicit EmbeddingTable(const EmbeddingTableSpec& spec);
   absl::Status CheckIds(absl::Span<const int64_t> ids, size_t floats, const char* what) const;
+  // Applies `grads` (each the mean of its id's gradients) as one step that
+  // averaged `averaged` workers' pushes.
+  void ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads, int averaged)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const EmbeddingTableSpec spec_;
   std::vector<float> initial_slots_;  // a new row's slots, one after another
   mutable absl::Mutex mu_;
   RowStore store_ ABSL_GUARDED_BY(mu_);
-  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;  // the version
+  // Sync: the step being accumulated: each id's summed gradient (at
+  // index_ * width in sums_) and how many workers pushed it; who pushed.
+  absl::flat_hash_map<int64_t, int32_t> pending_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> pending_ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> pending_sums_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> pending_counts_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> pending_from_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  mutable absl::CondVar version_changed_;
 };
 
 }  // namespace fulcrum

@@ -35,6 +35,11 @@ class RowStore {
     int admit_after = 1;   // touches before an id is stored
   };
 
+  // What a stored row takes besides its floats, at most: its index entry
+  // (at the map's lowest load), its id and its links in the order of use
+  // (vectors at double their size).
+  static constexpr int64_t kMaxOverheadBytesPerRow = 64;
+
   // `options` must hold width >= 1, num_slots >= 0, max_rows >= 0 and
   // admit_after >= 1 (the table checks what a peer sends).
   explicit RowStore(const Options& options);

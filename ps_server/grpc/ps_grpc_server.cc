@@ -21,6 +21,15 @@ absl::Time Deadline(const grpc::ServerContext* context) {
   return absl::FromChrono(context->deadline());
 }
 
+// Bytes of the floats in rows of tables.
+int64_t RowBytes(const google::protobuf::RepeatedPtrField<TableRows>& tables) {
+  int64_t bytes = 0;
+  for (const TableRows& rows : tables) {
+    bytes += rows.values_size() * static_cast<int64_t>(sizeof(float));
+  }
+  return bytes;
+}
+
 // Merges the messages of a streamed push into one push, asking the server
 // whether it takes the bytes so far before buffering more.
 absl::Status MergePush(const ParameterServer& ps, PushRequest* part, bool first,
@@ -130,6 +139,26 @@ class PsGrpcServer::Service final : public PsService::Service {
       return ToGrpcStatus(s);
     }
     *response->mutable_push_results() = std::move(*pushed->mutable_results());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PullRows(grpc::ServerContext* context, const PullRowsRequest* request,
+                        PullRowsResponse* response) override {
+    RpcTimer timer(metrics_, "PullRows");
+    auto result = ps_->PullRows(*request, Deadline(context));
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    if (metrics_ != nullptr) metrics_->AddPulledBytes(RowBytes(response->tables()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PushRows(grpc::ServerContext*, const PushRowsRequest* request,
+                        PushRowsResponse* response) override {
+    RpcTimer timer(metrics_, "PushRows");
+    auto result = ps_->PushRows(*request);
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(RowBytes(request->tables()));
     return grpc::Status::OK;
   }
 

@@ -36,6 +36,25 @@ prometheus::MetricFamily Single(const std::string& name, const std::string& help
   return family;
 }
 
+// One gauge or counter per embedding table, labelled with its name.
+prometheus::MetricFamily PerTable(const std::string& name, const std::string& help,
+                                  prometheus::MetricType type, const DescribeResponse& d,
+                                  int64_t (TableInfo::*field)() const) {
+  prometheus::MetricFamily family = Family(name, help, type);
+  for (const TableInfo& table : d.tables()) {
+    prometheus::ClientMetric metric;
+    metric.label.push_back({"table", table.name()});
+    const auto value = static_cast<double>((table.*field)());
+    if (type == prometheus::MetricType::Counter) {
+      metric.counter.value = value;
+    } else {
+      metric.gauge.value = value;
+    }
+    family.metric.push_back(metric);
+  }
+  return family;
+}
+
 // Reads the server's state at each scrape.
 class StateCollector final : public prometheus::Collectable {
  public:
@@ -62,12 +81,34 @@ class StateCollector final : public prometheus::Collectable {
                          prometheus::MetricType::Gauge, static_cast<double>(active)));
     out.push_back(Single("fulcrum_ps_shards", "Shards this server holds.",
                          prometheus::MetricType::Gauge, static_cast<double>(d.shards_size())));
-    out.push_back(Single("fulcrum_ps_memory_bytes",
-                         "Memory the shards take: values, optimizer slots, sync accumulators.",
-                         prometheus::MetricType::Gauge, static_cast<double>(d.memory_bytes())));
+    out.push_back(Single(
+        "fulcrum_ps_memory_bytes",
+        "Memory the shards and embedding tables take: values, optimizer slots, sync accumulators.",
+        prometheus::MetricType::Gauge, static_cast<double>(d.memory_bytes())));
     out.push_back(Single("fulcrum_ps_memory_budget_bytes",
                          "The most memory the shards may take (--max_memory_mb).",
                          prometheus::MetricType::Gauge, static_cast<double>(d.max_memory_bytes())));
+
+    if (!d.tables().empty()) {
+      constexpr auto kGauge = prometheus::MetricType::Gauge;
+      constexpr auto kCounter = prometheus::MetricType::Counter;
+      out.push_back(PerTable("fulcrum_ps_table_rows", "Rows an embedding table stores here.",
+                             kGauge, d, &TableInfo::rows));
+      out.push_back(PerTable("fulcrum_ps_table_candidates",
+                             "Ids seen but not admitted yet (admit_after).", kGauge, d,
+                             &TableInfo::candidates));
+      out.push_back(PerTable("fulcrum_ps_table_evictions_total",
+                             "Rows evicted as least recently used (max_rows).", kCounter, d,
+                             &TableInfo::evictions));
+      out.push_back(PerTable("fulcrum_ps_table_admissions_total",
+                             "Ids admitted after admit_after pushes.", kCounter, d,
+                             &TableInfo::admissions));
+      out.push_back(PerTable("fulcrum_ps_table_memory_bytes",
+                             "Memory an embedding table's rows, slots and index take.", kGauge, d,
+                             &TableInfo::memory_bytes));
+      out.push_back(PerTable("fulcrum_ps_table_version", "Steps applied to an embedding table.",
+                             kGauge, d, &TableInfo::version));
+    }
 
     // Staleness of accepted pushes, in versions; the last bucket of the
     // server's counts holds everything at or above its index.

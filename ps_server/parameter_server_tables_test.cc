@@ -1,0 +1,200 @@
+// ParameterServer's embedding tables: creation, sparse pulls and pushes in
+// each consistency mode, placement checks, and bad requests that change
+// nothing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "common/embedding.h"
+#include "ps_server/parameter_server.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kWidth = 2;
+
+// Server `index` of `num_ps` in `mode` with `replicas` workers.
+PsServerConfig Config(ConsistencyMode mode, int replicas, int index = 0, int num_ps = 1) {
+  PsServerConfig config;
+  config.set_mode(mode);
+  config.set_num_replicas(replicas);
+  config.set_replicas_to_aggregate(replicas);
+  config.set_staleness_bound(1);
+  config.set_max_staleness(-1);
+  config.set_lease_timeout_ms(10000);
+  config.set_startup_timeout_ms(200);
+  config.set_max_message_bytes(64 << 20);
+  for (int i = 0; i < num_ps; ++i) config.mutable_cluster()->mutable_cluster()->add_ps("h:0");
+  config.mutable_cluster()->mutable_task()->set_type("ps");
+  config.mutable_cluster()->mutable_task()->set_index(index);
+  return config;
+}
+
+// Table "emb": zeros, SGD with learning rate 1 (a push subtracts the mean).
+EmbeddingTableSpec Table(int64_t max_rows = 0) {
+  EmbeddingTableSpec spec;
+  spec.set_name("emb");
+  spec.set_width(kWidth);
+  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  spec.set_max_rows(max_rows);
+  return spec;
+}
+
+void CreateTable(ParameterServer& ps, const EmbeddingTableSpec& spec = Table()) {
+  CreateShardsRequest request;
+  *request.add_tables() = spec;
+  auto created = ps.CreateShards(request);
+  ASSERT_TRUE(created.ok()) << created.status();
+}
+
+TableRows Rows(const std::vector<int64_t>& ids, const std::vector<float>& values = {},
+               int64_t version = 0) {
+  TableRows rows;
+  rows.set_table("emb");
+  rows.mutable_ids()->Assign(ids.begin(), ids.end());
+  rows.mutable_values()->Assign(values.begin(), values.end());
+  rows.set_version(version);
+  return rows;
+}
+
+absl::StatusOr<PushRowsResponse> PushRows(ParameterServer& ps, int worker, const TableRows& rows) {
+  PushRowsRequest request;
+  request.set_worker_id(worker);
+  *request.add_tables() = rows;
+  return ps.PushRows(request);
+}
+
+// The values of `ids`, waiting for `version`.
+std::vector<float> PullRows(ParameterServer& ps, const std::vector<int64_t>& ids,
+                            int64_t version = 0) {
+  PullRowsRequest request;
+  *request.add_tables() = Rows(ids, {}, version);
+  auto pulled = ps.PullRows(request, absl::Now() + absl::Seconds(10));
+  EXPECT_TRUE(pulled.ok()) << pulled.status();
+  if (!pulled.ok()) return {};
+  return {pulled->tables(0).values().begin(), pulled->tables(0).values().end()};
+}
+
+TEST(ParameterServerTablesTest, AsyncPushesApplyAtOnceAndDescribeCountsRows) {
+  ParameterServer ps(Config(ASYNC, 2));
+  CreateTable(ps);
+  CreateTable(ps);  // the same spec again is fine
+  auto pushed = PushRows(ps, 0, Rows({5, 9}, {1, 2, 3, 4}));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->results(0).outcome(), ShardPushResult::APPLIED);
+  EXPECT_EQ(PullRows(ps, {9, 5, 11}), (std::vector<float>{-3, -4, -1, -2, 0, 0}));
+  const DescribeResponse d = ps.Describe();
+  ASSERT_EQ(d.tables_size(), 1);
+  EXPECT_EQ(d.tables(0).rows(), 2);
+  EXPECT_EQ(d.tables(0).version(), 1);
+  EXPECT_GT(d.memory_bytes(), 0);
+}
+
+// Sync: a step applies once both workers pushed, each id averaged over the
+// workers that pushed it; a pull for the next version waits for it.
+TEST(ParameterServerTablesTest, SyncAveragesEachIdOverTheStepsPushers) {
+  ParameterServer ps(Config(SYNC, 2));
+  CreateTable(ps);
+  std::vector<float> pulled;
+  std::thread reader([&] { pulled = PullRows(ps, {1, 2}, /*version=*/1); });
+  auto first = PushRows(ps, 0, Rows({1, 2}, {2, 2, 4, 4}));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->results(0).outcome(), ShardPushResult::ACCUMULATED);
+  auto second = PushRows(ps, 1, Rows({1}, {4, 4}));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->results(0).outcome(), ShardPushResult::APPLIED);
+  reader.join();
+  EXPECT_EQ(pulled, (std::vector<float>{-3, -3, -4, -4}));
+}
+
+// Each id lives on one server: another server refuses it, naming the owner.
+TEST(ParameterServerTablesTest, IdsOfAnotherServerAreRefused) {
+  ParameterServer ps0(Config(ASYNC, 1, 0, 2));
+  CreateTable(ps0);
+  int64_t foreign = 0;
+  while (EmbeddingOwner(foreign, 2) == 0) ++foreign;
+  PullRowsRequest request;
+  *request.add_tables() = Rows({foreign});
+  auto pulled = ps0.PullRows(request, absl::Now() + absl::Seconds(1));
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pulled.status().message(), HasSubstr("belongs to ps 1"));
+}
+
+// Every bad request gets a status naming what was wrong, and the table
+// holds what it held.
+TEST(ParameterServerTablesTest, BadRequestsChangeNothing) {
+  ParameterServer ps(Config(ASYNC, 1));
+  CreateTable(ps);
+  ASSERT_TRUE(PushRows(ps, 0, Rows({1}, {1, 1})).ok());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    TableRows rows;
+    absl::StatusCode code;
+    const char* says;
+  };
+  TableRows unknown = Rows({1}, {1, 1});
+  unknown.set_table("nope");
+  const std::vector<Case> cases = {
+      {unknown, absl::StatusCode::kNotFound, "'nope' does not exist"},
+      {Rows({-4}, {1, 1}), absl::StatusCode::kInvalidArgument, "outside the key space"},
+      {Rows({1, 2}, {1, 1, 1}), absl::StatusCode::kInvalidArgument, "not 2 rows of width 2"},
+      {Rows({2, 1}, {1, 1, nan, 1}), absl::StatusCode::kInvalidArgument, "id 1 is not finite"},
+      {Rows({3, 3}, {1, 1, 1, 1}), absl::StatusCode::kInvalidArgument, "id 3 twice"},
+  };
+  for (const Case& c : cases) {
+    auto pushed = PushRows(ps, 0, c.rows);
+    EXPECT_EQ(pushed.status().code(), c.code) << c.says;
+    EXPECT_THAT(pushed.status().message(), HasSubstr(c.says));
+  }
+  std::vector<int64_t> many(EmbeddingTable::kMaxIdsPerRequest + 1, 0);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>(i);
+  EXPECT_EQ(PushRows(ps, 0, Rows(many)).status().code(), absl::StatusCode::kResourceExhausted);
+  PushRowsRequest anonymous;
+  *anonymous.add_tables() = Rows({1}, {1, 1});
+  EXPECT_EQ(ps.PushRows(anonymous).status().code(), absl::StatusCode::kInvalidArgument);
+  EmbeddingTableSpec other = Table();
+  other.set_width(3);
+  CreateShardsRequest clash;
+  *clash.add_tables() = other;
+  EXPECT_EQ(ps.CreateShards(clash).status().code(), absl::StatusCode::kAlreadyExists);
+
+  EXPECT_EQ(PullRows(ps, {1, 2}), (std::vector<float>{-1, -1, 0, 0}));
+  EXPECT_EQ(ps.Describe().tables(0).version(), 1);
+  EXPECT_EQ(ps.Describe().tables(0).rows(), 1);
+}
+
+// Rows past the server's memory budget are refused; a table bounded by
+// max_rows within it goes on, evicting.
+TEST(ParameterServerTablesTest, RowsStayWithinTheMemoryBudget) {
+  PsServerConfig config = Config(ASYNC, 1);
+  config.set_max_memory_bytes(64 << 10);
+  ParameterServer ps(config);
+  CreateTable(ps);
+  std::vector<int64_t> ids(10000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+  auto pushed = PushRows(ps, 0, Rows(ids, std::vector<float>(ids.size() * kWidth, 1.0f)));
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(pushed.status().message(), HasSubstr("max_rows"));
+  EXPECT_EQ(ps.Describe().tables(0).rows(), 0);
+
+  ParameterServer bounded(config);
+  EmbeddingTableSpec spec = Table(/*max_rows=*/100);
+  CreateTable(bounded, spec);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int64_t> some(ids.begin() + round * 100, ids.begin() + (round + 1) * 100);
+    ASSERT_TRUE(PushRows(bounded, 0, Rows(some, std::vector<float>(200, 1.0f))).ok());
+  }
+  EXPECT_EQ(bounded.Describe().tables(0).rows(), 100);
+  EXPECT_EQ(bounded.Describe().tables(0).evictions(), 200);
+  EXPECT_LE(bounded.Describe().memory_bytes(), config.max_memory_bytes());
+}
+
+}  // namespace
+}  // namespace fulcrum
