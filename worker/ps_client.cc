@@ -98,6 +98,10 @@ absl::Status PsClientImpl::CreateVariables(const std::vector<VariableSpec>& spec
       spec->set_rows(shard.rows);
     }
   }
+  // Tables created before stay in what a restarted server is given again.
+  for (const auto& [name, table] : tables_) {
+    for (CreateShardsRequest& request : requests) *request.add_tables() = table;
+  }
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = requests[ps].shards_size() > 0;
   std::vector<uint64_t> incarnations(servers_.size(), 0);
@@ -507,12 +511,191 @@ absl::StatusOr<PushStats> PsClientImpl::PushPull(const TensorMap& gradients,
   return stats;
 }
 
+absl::Status PsClientImpl::CreateTables(const std::vector<EmbeddingTableSpec>& specs) {
+  CreateShardsRequest request;
+  for (const EmbeddingTableSpec& spec : specs) *request.add_tables() = spec;
+  std::vector<uint64_t> incarnations(servers_.size(), 0);
+  absl::Status status = ForEachServer(
+      std::vector<bool>(servers_.size(), true), "create tables", [&](int ps, absl::Time deadline) {
+        auto created = servers_[ps]->CreateShards(request, deadline);
+        if (created.ok()) incarnations[ps] = created->incarnation();
+        return created.status();
+      });
+  if (!status.ok()) return status;
+  create_requests_.resize(servers_.size());
+  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+    // A server that restarted since the variables were made keeps its old
+    // incarnation here: the next call is ABORTED and recovers it whole.
+    if (incarnations_[ps] == 0) incarnations_[ps] = incarnations[ps];
+    for (const EmbeddingTableSpec& spec : specs) {
+      if (tables_.count(spec.name()) == 0) *create_requests_[ps].add_tables() = spec;
+    }
+  }
+  for (const EmbeddingTableSpec& spec : specs) tables_[spec.name()] = spec;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> PsClientImpl::TableWidth(const std::string& table) const {
+  auto it = tables_.find(table);
+  if (it == tables_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("embedding table '", table, "' was not created by this client"));
+  }
+  return it->second.width();
+}
+
+absl::StatusOr<std::vector<RoutedIds>> PsClientImpl::RouteLookups(
+    const std::vector<TableIds>& lookups, const std::vector<std::vector<float>>* grads) const {
+  if (grads != nullptr && grads->size() != lookups.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("push of rows: ", lookups.size(),
+                                                   " lookups with ", grads->size(), " gradients"));
+  }
+  std::vector<RoutedIds> routed;
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    absl::StatusOr<int64_t> width = TableWidth(lookups[i].table);
+    if (!width.ok()) return width.status();
+    if (grads != nullptr && (*grads)[i].size() != lookups[i].ids.size() * *width) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("embedding table '", lookups[i].table, "': ", (*grads)[i].size(),
+                       " gradient floats for ", lookups[i].ids.size(), " ids of width ", *width));
+    }
+    routed.push_back(RouteIds(lookups[i].ids, num_servers()));
+  }
+  return routed;
+}
+
+absl::Status PsClientImpl::PullRows(const std::vector<TableIds>& lookups,
+                                    std::vector<std::vector<float>>* rows) {
+  auto routed = RouteLookups(lookups, nullptr);
+  if (!routed.ok()) return routed.status();
+  std::vector<PullRowsRequest> requests(servers_.size());
+  std::vector<bool> involved(servers_.size());
+  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+    PullRowsRequest& request = requests[ps];
+    if (options_.worker_id >= 0) request.set_worker_id(options_.worker_id);
+    if (policy_->CarriesClock() && options_.worker_id >= 0) request.set_clock(clock_);
+    request.set_incarnation(incarnations_[ps]);
+    for (size_t i = 0; i < lookups.size(); ++i) {
+      TableRows* part = request.add_tables();
+      part->set_table(lookups[i].table);
+      for (int32_t u : (*routed)[i].by_server[ps]) part->add_ids((*routed)[i].unique[u]);
+      auto it = table_state_.find({lookups[i].table, static_cast<int>(ps)});
+      if (it != table_state_.end()) part->set_version(it->second.min_version);
+      involved[ps] = involved[ps] || part->ids_size() > 0;
+    }
+  }
+  std::vector<PullRowsResponse> responses(servers_.size());
+  std::vector<bool> recovered(servers_.size());
+  absl::Status status = ForEachServer(involved, "pull rows", [&](int ps, absl::Time deadline) {
+    auto pulled = servers_[ps]->PullRows(requests[ps], deadline);
+    if (LostState(pulled.status())) {
+      recovered[ps] = true;
+      if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
+      PullRowsRequest again = requests[ps];
+      again.set_incarnation(incarnations_[ps]);
+      for (TableRows& part : *again.mutable_tables()) part.set_version(0);
+      pulled = servers_[ps]->PullRows(again, deadline);
+    }
+    if (!pulled.ok()) return pulled.status();
+    if (pulled->tables_size() != requests[ps].tables_size()) {
+      return absl::DataLossError(absl::StrCat("pull of rows answered ", pulled->tables_size(),
+                                              " tables of ", requests[ps].tables_size()));
+    }
+    responses[ps] = *std::move(pulled);
+    return absl::OkStatus();
+  });
+  ForgetVersions(recovered);
+  if (!status.ok()) return status;
+  rows->resize(lookups.size());
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    const int64_t width = *TableWidth(lookups[i].table);
+    const RoutedIds& r = (*routed)[i];
+    std::vector<float> unique_rows(r.unique.size() * width);
+    for (size_t ps = 0; ps < servers_.size(); ++ps) {
+      if (!involved[ps]) continue;
+      const TableRows& part = responses[ps].tables(static_cast<int>(i));
+      if (part.values_size() != static_cast<int64_t>(r.by_server[ps].size()) * width) {
+        return absl::DataLossError(absl::StrCat("ps ", ps, ": embedding table '", lookups[i].table,
+                                                "' answered ", part.values_size(), " floats for ",
+                                                r.by_server[ps].size(), " ids of width ", width));
+      }
+      for (size_t k = 0; k < r.by_server[ps].size(); ++k) {
+        std::copy_n(part.values().data() + k * width, width,
+                    unique_rows.begin() + r.by_server[ps][k] * width);
+      }
+      table_state_[{lookups[i].table, static_cast<int>(ps)}].pulled_version = part.version();
+    }
+    (*rows)[i].resize(lookups[i].ids.size() * width);
+    ScatterRows(r, unique_rows, width, absl::MakeSpan((*rows)[i]));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushStats> PsClientImpl::PushRows(const std::vector<TableIds>& lookups,
+                                                 const std::vector<std::vector<float>>& grads) {
+  auto routed = RouteLookups(lookups, &grads);
+  if (!routed.ok()) return routed.status();
+  std::vector<PushRowsRequest> requests(servers_.size());
+  std::vector<bool> involved(servers_.size(), policy_->PushReachesEveryServer());
+  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+    requests[ps].set_worker_id(options_.worker_id);
+    requests[ps].set_incarnation(incarnations_[ps]);
+  }
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    const int64_t width = *TableWidth(lookups[i].table);
+    const RoutedIds& r = (*routed)[i];
+    const std::vector<float> sums = SumRowsPerId(r, grads[i], width);
+    for (size_t ps = 0; ps < servers_.size(); ++ps) {
+      if (r.by_server[ps].empty() && !policy_->PushReachesEveryServer()) continue;
+      TableRows* part = requests[ps].add_tables();
+      part->set_table(lookups[i].table);
+      auto it = table_state_.find({lookups[i].table, static_cast<int>(ps)});
+      part->set_version(it == table_state_.end() ? 0 : it->second.pulled_version);
+      part->mutable_ids()->Reserve(static_cast<int>(r.by_server[ps].size()));
+      part->mutable_values()->Reserve(static_cast<int>(r.by_server[ps].size() * width));
+      for (int32_t u : r.by_server[ps]) {
+        part->add_ids(r.unique[u]);
+        part->mutable_values()->Add(sums.begin() + u * width, sums.begin() + (u + 1) * width);
+      }
+      involved[ps] = true;
+    }
+  }
+  std::vector<PushRowsResponse> responses(servers_.size());
+  std::vector<bool> recovered(servers_.size());
+  absl::Status status = ForEachServer(involved, "push rows", [&](int ps, absl::Time deadline) {
+    auto pushed = servers_[ps]->PushRows(requests[ps], deadline);
+    if (LostState(pushed.status())) {
+      recovered[ps] = true;  // computed from rows it no longer has
+      return Recover(ps, deadline);
+    }
+    if (!pushed.ok()) return pushed.status();
+    responses[ps] = *std::move(pushed);
+    return absl::OkStatus();
+  });
+  ForgetVersions(recovered);
+  if (!status.ok()) return status;
+  PushStats stats;
+  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+    stats = Summarize(responses[ps].results(), stats);
+    if (recovered[ps]) {
+      stats.lost += requests[ps].tables_size();
+      continue;
+    }
+    for (const TableRows& part : requests[ps].tables()) {
+      ShardState& state = table_state_[{part.table(), static_cast<int>(ps)}];
+      state.min_version = policy_->MinVersionAfterPush(state.pulled_version);
+    }
+  }
+  return stats;
+}
+
 absl::Status PsClientImpl::Recover(int ps, absl::Time deadline) {
   auto created = servers_[ps]->CreateShards(create_requests_[ps], deadline);
   if (!created.ok()) return created.status();
   incarnations_[ps] = created->incarnation();
-  LOG_WARN("ps {} ({}) restarted: its {} shard(s) are created again{}", ps, servers_[ps]->address(),
-           create_requests_[ps].shards_size(),
+  LOG_WARN("ps {} ({}) restarted: its {} shard(s) and {} table(s) are created again{}", ps,
+           servers_[ps]->address(), create_requests_[ps].shards_size(),
+           create_requests_[ps].tables_size(),
            created->restored() > 0 ? ", from its checkpoint" : "");
   return absl::OkStatus();
 }
@@ -533,6 +716,9 @@ void PsClientImpl::ForgetVersions(const std::vector<bool>& recovered) {
     for (const ShardPlacement& shard : variable.shards) {
       if (recovered[shard.ps]) shard_state_[{variable.spec.name(), shard.shard}].min_version = 0;
     }
+  }
+  for (auto& [key, state] : table_state_) {
+    if (recovered[key.second]) state = ShardState();
   }
 }
 

@@ -24,6 +24,7 @@
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "worker/consistency/policy.h"
+#include "worker/row_routing.h"
 #include "worker/transport/ps_transport.h"
 
 namespace fulcrum {
@@ -44,6 +45,11 @@ class PsClientImpl final : public PsClient {
   absl::StatusOr<PushStats> PushPull(const TensorMap& gradients,
                                      const std::vector<std::string>& names,
                                      TensorMap* out) override;
+  absl::Status CreateTables(const std::vector<EmbeddingTableSpec>& specs) override;
+  absl::Status PullRows(const std::vector<TableIds>& lookups,
+                        std::vector<std::vector<float>>* rows) override;
+  absl::StatusOr<PushStats> PushRows(const std::vector<TableIds>& lookups,
+                                     const std::vector<std::vector<float>>& grads) override;
   absl::Status Heartbeat() override;
   absl::Status AwaitJobStart(const std::atomic<bool>* stop) override;
   absl::Status Finish() override;
@@ -65,6 +71,12 @@ class PsClientImpl final : public PsClient {
     int64_t min_version = 0;  // the next pull waits for this (the policy says)
   };
 
+  // The table's width, or NOT_FOUND when this client did not create it.
+  absl::StatusOr<int64_t> TableWidth(const std::string& table) const;
+  // Routes each lookup's ids (RouteIds); checks the tables and, with
+  // `grads`, their sizes.
+  absl::StatusOr<std::vector<RoutedIds>> RouteLookups(
+      const std::vector<TableIds>& lookups, const std::vector<std::vector<float>>* grads) const;
   absl::StatusOr<const VariablePlacement*> Find(const std::string& name) const;
   absl::StatusOr<std::vector<const VariablePlacement*>> Resolve(
       const std::vector<std::string>& names) const;
@@ -114,6 +126,8 @@ class PsClientImpl final : public PsClient {
   std::vector<CreateShardsRequest> create_requests_;  // per server
   std::vector<uint64_t> incarnations_;                // per server, from CreateShards
   std::map<std::pair<std::string, int>, ShardState> shard_state_;
+  std::map<std::string, EmbeddingTableSpec> tables_;               // created by this client
+  std::map<std::pair<std::string, int>, ShardState> table_state_;  // (table, ps)
   int64_t step_ = 0;
   int64_t clock_ = 0;
   std::mt19937_64 push_ids_;

@@ -90,6 +90,13 @@ struct PsClientOptions {
   int channels_per_server = 1;
 };
 
+// One embedding table's ids in a sparse pull or push, repeats allowed, in
+// any order (a batch's ids of one field, say).
+struct TableIds {
+  std::string table;
+  std::vector<int64_t> ids;
+};
+
 // What the servers did with one push, summed over shards.
 struct PushStats {
   int applied = 0;      // applied now
@@ -115,6 +122,25 @@ class PsClient {
   // same specs again are OK (so every worker may call it); a different spec
   // under an existing name is ALREADY_EXISTS. Must precede pulls and pushes.
   virtual absl::Status CreateVariables(const std::vector<VariableSpec>& specs) = 0;
+
+  // Creates embedding tables on every server, each holding the rows that
+  // EmbeddingOwner gives it; idempotent as CreateVariables. Call after
+  // CreateVariables; a restarted server gets them again as it does its
+  // variables.
+  virtual absl::Status CreateTables(const std::vector<EmbeddingTableSpec>& specs) = 0;
+
+  // The rows of each lookup's ids: (*rows)[i] gets lookups[i].ids.size()
+  // rows of the table's width, in the ids' order. Each distinct id is asked
+  // of its server once; the servers are asked in parallel.
+  virtual absl::Status PullRows(const std::vector<TableIds>& lookups,
+                                std::vector<std::vector<float>>* rows) = 0;
+
+  // Pushes row gradients: grads[i] holds a row per id of lookups[i]; a
+  // repeated id's rows are summed, and each distinct id goes to its server
+  // once. In sync, every table of `lookups` reaches every server each step,
+  // ids for it or not, so that the step completes.
+  virtual absl::StatusOr<PushStats> PushRows(const std::vector<TableIds>& lookups,
+                                             const std::vector<std::vector<float>>& grads) = 0;
 
   // Pulls the named variables (all when `names` is empty) into `out`. The
   // values are read into `out` as they arrive, so after an error its

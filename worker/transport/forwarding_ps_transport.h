@@ -33,6 +33,14 @@ class ForwardingPsTransport : public PsTransport {
                                         absl::Time deadline, SlicePlacer* sink) override {
     return inner_->PushPull(std::move(push), pull, response_bytes, deadline, sink);
   }
+  absl::StatusOr<PullRowsResponse> PullRows(const PullRowsRequest& request,
+                                            absl::Time deadline) override {
+    return inner_->PullRows(request, deadline);
+  }
+  absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request,
+                                            absl::Time deadline) override {
+    return inner_->PushRows(request, deadline);
+  }
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override {
     return inner_->Heartbeat(request, deadline);

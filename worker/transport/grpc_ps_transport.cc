@@ -224,6 +224,22 @@ absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequ
       [this](const grpc::Status& s) { return Convert(s); });
 }
 
+absl::StatusOr<PullRowsResponse> GrpcPsTransport::PullRows(const PullRowsRequest& request,
+                                                           absl::Time deadline) {
+  return Unary<PullRowsResponse>(
+      deadline,
+      [&](auto* context, auto* response) { return stub_->PullRows(context, request, response); },
+      [this](const grpc::Status& s) { return Convert(s); });
+}
+
+absl::StatusOr<PushRowsResponse> GrpcPsTransport::PushRows(const PushRowsRequest& request,
+                                                           absl::Time deadline) {
+  return Unary<PushRowsResponse>(
+      deadline,
+      [&](auto* context, auto* response) { return stub_->PushRows(context, request, response); },
+      [this](const grpc::Status& s) { return Convert(s); });
+}
+
 absl::StatusOr<DescribeResponse> GrpcPsTransport::Describe(absl::Time deadline) {
   return Unary<DescribeResponse>(
       deadline,

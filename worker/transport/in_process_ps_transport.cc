@@ -68,6 +68,16 @@ absl::StatusOr<HeartbeatResponse> InProcessPsTransport::Heartbeat(const Heartbea
   return ps_->Heartbeat(request);
 }
 
+absl::StatusOr<PullRowsResponse> InProcessPsTransport::PullRows(const PullRowsRequest& request,
+                                                                absl::Time deadline) {
+  return ps_->PullRows(request, deadline);
+}
+
+absl::StatusOr<PushRowsResponse> InProcessPsTransport::PushRows(const PushRowsRequest& request,
+                                                                absl::Time) {
+  return ps_->PushRows(request);
+}
+
 absl::StatusOr<DescribeResponse> InProcessPsTransport::Describe(absl::Time) {
   return ps_->Describe();
 }

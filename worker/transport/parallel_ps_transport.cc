@@ -157,6 +157,18 @@ absl::StatusOr<HeartbeatResponse> ParallelPsTransport::Heartbeat(const Heartbeat
   return lanes_[0]->Heartbeat(request, deadline);
 }
 
+// Rows travel on the first lane: a table's request is small beside a dense
+// push (a batch's distinct ids), and one unary call.
+absl::StatusOr<PullRowsResponse> ParallelPsTransport::PullRows(const PullRowsRequest& request,
+                                                               absl::Time deadline) {
+  return lanes_[0]->PullRows(request, deadline);
+}
+
+absl::StatusOr<PushRowsResponse> ParallelPsTransport::PushRows(const PushRowsRequest& request,
+                                                               absl::Time deadline) {
+  return lanes_[0]->PushRows(request, deadline);
+}
+
 absl::StatusOr<DescribeResponse> ParallelPsTransport::Describe(absl::Time deadline) {
   return lanes_[0]->Describe(deadline);
 }

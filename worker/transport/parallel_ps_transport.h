@@ -53,6 +53,10 @@ class ParallelPsTransport final : public PsTransport {
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override;
   absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;
+  absl::StatusOr<PullRowsResponse> PullRows(const PullRowsRequest& request,
+                                            absl::Time deadline) override;
+  absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request,
+                                            absl::Time deadline) override;
   absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request,
                                                         absl::Time deadline) override;
   absl::Status JobDone(const std::string& reason, absl::Time deadline) override;

@@ -50,6 +50,12 @@ class PsTransport {
                                                 const PullRequest& pull, int64_t response_bytes,
                                                 absl::Time deadline, SlicePlacer* sink) = 0;
 
+  // Rows of embedding tables by id; their row gradients.
+  virtual absl::StatusOr<PullRowsResponse> PullRows(const PullRowsRequest& request,
+                                                    absl::Time deadline) = 0;
+  virtual absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request,
+                                                    absl::Time deadline) = 0;
+
   virtual absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                                       absl::Time deadline) = 0;
 
