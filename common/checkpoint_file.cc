@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/embedding.h"
+#include "common/optimizer/optimizer.h"
 #include "common/slices.h"
 #include "common/tensor.h"
 
@@ -21,7 +23,25 @@ constexpr size_t kDataPrefixBytes = 4 + 8 + 8;
 // Records other than data hold a few protobuf fields.
 constexpr uint64_t kMaxMessageRecordBytes = 1 << 20;
 
-enum RecordKind : uint32_t { kHeader = 1, kShard = 2, kData = 3, kEnd = 4 };
+enum RecordKind : uint32_t {
+  kHeader = 1,
+  kShard = 2,
+  kData = 3,
+  kEnd = 4,
+  kTable = 5,
+  kRows = 6,
+  kCandidates = 7,
+};
+
+// Records of any length, read in pieces: all but their prefix is data.
+bool IsBulk(uint32_t kind) { return kind == kData || kind == kRows || kind == kCandidates; }
+size_t PrefixBytes(uint32_t kind) { return kind == kData ? kDataPrefixBytes : 8; }
+
+// Bytes of a row or candidate record of `count` entries.
+uint64_t TableRecordBytes(bool rows, int64_t count, int64_t row_floats) {
+  const uint64_t n = static_cast<uint64_t>(count);
+  return 8 + n * 8 + n * (rows ? static_cast<uint64_t>(row_floats) * sizeof(float) : 4);
+}
 
 template <typename T>
 void Put(std::string* out, T value) {
@@ -204,9 +224,51 @@ absl::Status CheckpointFileWriter::AddShard(const ShardCheckpoint& shard,
   return absl::OkStatus();
 }
 
+absl::Status CheckpointFileWriter::AddTable(const TableCheckpoint& table) {
+  if (absl::Status s = ValidateEmbeddingTableSpec(table.spec()); !s.ok()) {
+    failed_ = s;
+    return s;
+  }
+  if (absl::Status s = AddMessage(kTable, table); !s.ok()) return s;
+  table_floats_ = table.spec().width() * (1 + NumSlots(table.spec().optimizer()));
+  ++tables_;
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointFileWriter::AddTableRows(absl::Span<const int64_t> ids,
+                                                absl::Span<const float> rows) {
+  if (table_floats_ == 0 || rows.size() != ids.size() * table_floats_) {
+    failed_ = absl::InvalidArgumentError(absl::StrCat("checkpoint '", path_, "': ", ids.size(),
+                                                      " table rows with ", rows.size(), " floats"));
+    return failed_;
+  }
+  std::string prefix;
+  Put<uint64_t>(&prefix, ids.size());
+  const absl::string_view id_bytes(reinterpret_cast<const char*>(ids.data()),
+                                   ids.size() * sizeof(int64_t));
+  return AddRecord(kRows, {prefix, id_bytes, FloatBytes(rows)});
+}
+
+absl::Status CheckpointFileWriter::AddTableCandidates(absl::Span<const int64_t> ids,
+                                                      absl::Span<const uint32_t> touches) {
+  if (table_floats_ == 0 || touches.size() != ids.size()) {
+    failed_ = absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", path_, "': ", ids.size(), " candidates with ", touches.size(), " counts"));
+    return failed_;
+  }
+  std::string prefix;
+  Put<uint64_t>(&prefix, ids.size());
+  return AddRecord(kCandidates, {prefix,
+                                 absl::string_view(reinterpret_cast<const char*>(ids.data()),
+                                                   ids.size() * sizeof(int64_t)),
+                                 absl::string_view(reinterpret_cast<const char*>(touches.data()),
+                                                   touches.size() * sizeof(uint32_t))});
+}
+
 absl::StatusOr<CheckpointFileWriter::Written> CheckpointFileWriter::Commit() {
   PsCheckpointEnd end;
   end.set_shards(shards_);
+  end.set_tables(tables_);
   end.set_records(records_);
   if (absl::Status s = AddMessage(kEnd, end); !s.ok()) return s;
   if (absl::Status s = file_->Commit(); !s.ok()) return s;
@@ -238,7 +300,7 @@ absl::Status CheckpointFile::Scan(const ManifestFile* expected) {
                 start->size() < kFileHeaderBytes ? "too short" : "bad magic", ")");
   }
   const uint32_t version = Get<uint32_t>(*start, 8);
-  if (version != kCheckpointFileVersion) {
+  if (version != kCheckpointFileVersion && version != 2) {
     return absl::FailedPreconditionError(absl::StrCat("'", path_, "' has format version ", version,
                                                       "; this build reads version ",
                                                       kCheckpointFileVersion));
@@ -253,6 +315,14 @@ absl::Status CheckpointFile::Scan(const ManifestFile* expected) {
              return row == shards_.back().meta.spec().rows();
            });
   };
+  // Of the last table: rows and candidates read so far. A table is
+  // complete when they are its counts.
+  int64_t table_rows = 0, table_candidates = 0;
+  bool in_table = false;  // the last shard or table record was a table's
+  auto table_complete = [&]() {
+    return tables_.empty() || (table_rows == tables_.back().meta.rows() &&
+                               table_candidates == tables_.back().meta.candidates());
+  };
   while (offset < size) {
     if (ended) return loss("has data after its end record, at byte ", offset);
     char head[kRecordHeaderBytes];
@@ -263,7 +333,7 @@ absl::Status CheckpointFile::Scan(const ManifestFile* expected) {
     const uint64_t length = Get<uint64_t>(*read, 4);
     const uint32_t crc = Get<uint32_t>(*read, 12);
     // Data is read in pieces, whatever its length; the other records whole.
-    if ((kind != kData && length > kMaxMessageRecordBytes) ||
+    if ((!IsBulk(kind) && length > kMaxMessageRecordBytes) ||
         length > size - offset - kRecordHeaderBytes) {
       return loss("is truncated or corrupt: record ", records, " at byte ", offset, " claims ",
                   length, " bytes");
@@ -280,9 +350,10 @@ absl::Status CheckpointFile::Scan(const ManifestFile* expected) {
       if (!piece.ok()) return piece.status();
       if (piece->size() < n) return loss("is truncated at byte ", payload_offset + done);
       payload_crc = Crc32(*piece, payload_crc);
-      if (done < kDataPrefixBytes || kind != kData) {
-        payload.append(piece->data(),
-                       kind == kData ? std::min<size_t>(n, kDataPrefixBytes - done) : n);
+      if (!IsBulk(kind)) {
+        payload.append(piece->data(), n);
+      } else if (done < PrefixBytes(kind)) {
+        payload.append(piece->data(), std::min<size_t>(n, PrefixBytes(kind) - done));
       }
       done += n;
     }
@@ -300,6 +371,8 @@ absl::Status CheckpointFile::Scan(const ManifestFile* expected) {
         break;
       case kShard: {
         if (!shard_complete()) return loss("has a shard with missing rows before ", where);
+        if (!table_complete()) return loss("has a table with missing rows before ", where);
+        in_table = false;
         CheckpointShard shard;
         if (!shard.meta.ParseFromString(payload)) return loss("has a bad shard: ", where);
         if (absl::Status s = ValidateShardSpec(shard.meta.spec()); !s.ok()) {
@@ -313,8 +386,44 @@ absl::Status CheckpointFile::Scan(const ManifestFile* expected) {
         shards_.push_back(std::move(shard));
         break;
       }
+      case kTable: {
+        if (!shard_complete()) return loss("has a shard with missing rows before ", where);
+        if (!table_complete()) return loss("has a table with missing rows before ", where);
+        CheckpointTable table;
+        if (!table.meta.ParseFromString(payload)) return loss("has a bad table: ", where);
+        if (absl::Status s = ValidateEmbeddingTableSpec(table.meta.spec()); !s.ok()) {
+          return loss("has a bad table: ", where, ": ", s.message());
+        }
+        if (table.meta.rows() < 0 || table.meta.candidates() < 0) {
+          return loss("has a bad table: ", where, ": negative counts");
+        }
+        table.row_floats =
+            table.meta.spec().width() * (1 + NumSlots(table.meta.spec().optimizer()));
+        tables_.push_back(std::move(table));
+        table_rows = table_candidates = 0;
+        in_table = true;
+        break;
+      }
+      case kRows:
+      case kCandidates: {
+        if (!in_table || length < 8) return loss("has a stray ", where);
+        CheckpointTable& table = tables_.back();
+        const bool rows = kind == kRows;
+        const auto count = static_cast<int64_t>(Get<uint64_t>(payload, 0));
+        int64_t& so_far = rows ? table_rows : table_candidates;
+        const int64_t limit = rows ? table.meta.rows() : table.meta.candidates();
+        if (count < 1 || count > limit - so_far ||
+            length != TableRecordBytes(rows, count, table.row_floats)) {
+          return loss("has table data that does not fit its table: ", where);
+        }
+        so_far += count;
+        table.records.push_back({rows, count, payload_offset, length, crc});
+        break;
+      }
       case kData: {
-        if (shards_.empty() || length < kDataPrefixBytes) return loss("has a stray ", where);
+        if (shards_.empty() || in_table || length < kDataPrefixBytes) {
+          return loss("has a stray ", where);
+        }
         CheckpointShard& shard = shards_.back();
         CheckpointShard::Data data;
         data.tensor = Get<uint32_t>(payload, 0);
@@ -335,8 +444,9 @@ absl::Status CheckpointFile::Scan(const ManifestFile* expected) {
       }
       case kEnd: {
         PsCheckpointEnd end;
-        if (!end.ParseFromString(payload) || !shard_complete() ||
-            end.shards() != static_cast<int32_t>(shards_.size()) || end.records() != records) {
+        if (!end.ParseFromString(payload) || !shard_complete() || !table_complete() ||
+            end.shards() != static_cast<int32_t>(shards_.size()) ||
+            end.tables() != static_cast<int32_t>(tables_.size()) || end.records() != records) {
           return loss("has an end record that does not match its contents: ", where);
         }
         ended = true;
@@ -351,6 +461,40 @@ absl::Status CheckpointFile::Scan(const ManifestFile* expected) {
   if (!ended) return loss("is truncated: no end record");
   if (expected != nullptr && file_crc != expected->crc32()) {
     return loss("does not match its manifest: its checksum differs");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointFile::ReadTable(
+    const CheckpointTable& table,
+    absl::FunctionRef<void(int64_t id, absl::Span<const float> row)> row,
+    absl::FunctionRef<void(int64_t id, uint32_t touches)> candidate) const {
+  std::string scratch;
+  for (const CheckpointTable::Records& records : table.records) {
+    scratch.resize(records.length);
+    auto read = file_->Read(records.offset, scratch.size(), scratch.data());
+    if (!read.ok()) return read.status();
+    if (read->size() != scratch.size() || Crc32(*read) != records.crc32) {
+      return absl::DataLossError(absl::StrCat("'", path_,
+                                              "' changed since it was verified: "
+                                              "embedding table '",
+                                              table.meta.spec().name(), "' fails its checksum"));
+    }
+    const absl::string_view data = *read;
+    const size_t ids_at = 8, values_at = 8 + records.count * sizeof(int64_t);
+    std::vector<float> values;
+    if (records.rows) {
+      values.resize(records.count * table.row_floats);
+      std::memcpy(values.data(), data.data() + values_at, values.size() * sizeof(float));
+    }
+    for (int64_t i = 0; i < records.count; ++i) {
+      const auto id = Get<int64_t>(data, ids_at + i * sizeof(int64_t));
+      if (records.rows) {
+        row(id, absl::MakeConstSpan(values).subspan(i * table.row_floats, table.row_floats));
+      } else {
+        candidate(id, Get<uint32_t>(data, values_at + i * sizeof(uint32_t)));
+      }
+    }
   }
   return absl::OkStatus();
 }

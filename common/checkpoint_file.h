@@ -12,6 +12,10 @@
 //              u64 rows, then those rows as float32 (by default at most
 //              about kMaxDataRecordBytes a record; each tensor's rows in
 //              order)
+//     kTable   TableCheckpoint (spec, version, counts); its records follow:
+//     kRows    u64 n, then n ids (i64), then n rows of the table's values
+//              and slots (float32), the least recently used first
+//     kCandidates  u64 n, then n ids (i64), then their touches (u32)
 //     kEnd     PsCheckpointEnd, last: the file is whole
 //
 // All integers and floats little-endian (x86-64 and arm64 hosts).
@@ -25,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/file_system.h"
@@ -32,7 +37,8 @@
 
 namespace fulcrum {
 
-constexpr uint32_t kCheckpointFileVersion = 2;
+// Version 3 added embedding tables; version 2 files (no tables) still read.
+constexpr uint32_t kCheckpointFileVersion = 3;
 constexpr int64_t kMaxDataRecordBytes = 64 << 20;
 
 // CRC-32 (zlib's) of `data`, continuing `crc` (0 to start).
@@ -68,6 +74,14 @@ class CheckpointFileWriter {
   absl::Status AddShard(const ShardCheckpoint& shard, absl::Span<const float> values,
                         const std::vector<absl::Span<const float>>& slots);
 
+  // One embedding table: `table`, then as many AddTableRows and
+  // AddTableCandidates as hold its counts, before the next shard or table.
+  absl::Status AddTable(const TableCheckpoint& table);
+  // Rows of the table begun last: ids.size() rows of its row floats.
+  absl::Status AddTableRows(absl::Span<const int64_t> ids, absl::Span<const float> rows);
+  absl::Status AddTableCandidates(absl::Span<const int64_t> ids,
+                                  absl::Span<const uint32_t> touches);
+
   // The end record, then the file in place. The whole file's size and
   // CRC-32, for the manifest.
   struct Written {
@@ -94,6 +108,8 @@ class CheckpointFileWriter {
   int64_t bytes_ = 0;
   uint32_t crc_ = 0;
   int32_t shards_ = 0;
+  int32_t tables_ = 0;
+  int64_t table_floats_ = 0;  // row floats of the table begun last
   int64_t records_ = 0;
 };
 
@@ -111,6 +127,20 @@ struct CheckpointShard {
   std::vector<Data> data;  // by tensor, each tensor's rows in order
 };
 
+// Where one embedding table's records lie in its file.
+struct CheckpointTable {
+  TableCheckpoint meta;
+  int64_t row_floats = 0;  // values and slots
+  struct Records {
+    bool rows;  // else candidates
+    int64_t count;
+    uint64_t offset;  // of the payload
+    uint64_t length;
+    uint32_t crc32;
+  };
+  std::vector<Records> records;
+};
+
 // An opened checkpoint file, verified whole, that reads its data on demand.
 class CheckpointFile {
  public:
@@ -125,6 +155,14 @@ class CheckpointFile {
   const std::string& path() const { return path_; }
   const PsCheckpointHeader& header() const { return header_; }
   const std::vector<CheckpointShard>& shards() const { return shards_; }
+  const std::vector<CheckpointTable>& tables() const { return tables_; }
+
+  // Every row (id, values and slots) and candidate (id, touches) of
+  // `table` (one of tables()), rows in the order written. DATA_LOSS naming
+  // the file when a read fails or a record no longer verifies.
+  absl::Status ReadTable(const CheckpointTable& table,
+                         absl::FunctionRef<void(int64_t id, absl::Span<const float> row)> row,
+                         absl::FunctionRef<void(int64_t id, uint32_t touches)> candidate) const;
 
   // Rows [first_row, first_row + out.size() / row_elems) of tensor `tensor`
   // of `shard` (one of shards()) into `out`. DATA_LOSS naming the file when
@@ -142,6 +180,7 @@ class CheckpointFile {
   const std::unique_ptr<RandomAccessFile> file_;
   PsCheckpointHeader header_;
   std::vector<CheckpointShard> shards_;
+  std::vector<CheckpointTable> tables_;
 };
 
 }  // namespace fulcrum

@@ -43,7 +43,9 @@ class CheckpointFileTest : public ::testing::Test {
   }
 
   // Writes two shards, "a" [10, 3] with two slots and "b" [1, 5], in data
-  // records of 2 rows of "a": several records per tensor.
+  // records of 2 rows of "a": several records per tensor; then table "t"
+  // (width 2, Adagrad's one slot) with 3 rows in two records and 2
+  // candidates.
   CheckpointFileWriter::Written Write() {
     PsCheckpointHeader header;
     header.set_ps_index(1);
@@ -53,6 +55,20 @@ class CheckpointFileTest : public ::testing::Test {
     EXPECT_TRUE(writer.ok()) << writer.status();
     EXPECT_TRUE((*writer)->AddShard(Shard("a", 10, 3, 2), a_values_, {a_slot0_, a_slot1_}).ok());
     EXPECT_TRUE((*writer)->AddShard(Shard("b", 1, 5, 0), b_values_, {}).ok());
+    TableCheckpoint table;
+    table.mutable_spec()->set_name("t");
+    table.mutable_spec()->set_width(2);
+    table.mutable_spec()->mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+    table.mutable_spec()->mutable_optimizer()->set_learning_rate(0.1f);
+    table.set_version(9);
+    table.set_rows(3);
+    table.set_candidates(2);
+    const absl::Status added = (*writer)->AddTable(table);
+    EXPECT_TRUE(added.ok()) << added;
+    const std::vector<float> rows = Iota(12, 500);
+    EXPECT_TRUE((*writer)->AddTableRows({11, 22}, absl::MakeSpan(rows).subspan(0, 8)).ok());
+    EXPECT_TRUE((*writer)->AddTableRows({33}, absl::MakeSpan(rows).subspan(8)).ok());
+    EXPECT_TRUE((*writer)->AddTableCandidates({44, 55}, {1, 2}).ok());
     auto written = (*writer)->Commit();
     EXPECT_TRUE(written.ok()) << written.status();
     return written.value_or(CheckpointFileWriter::Written{});
@@ -90,6 +106,25 @@ TEST_F(CheckpointFileTest, RoundTripsAndReadsAnyRows) {
   std::vector<float> b(5);
   ASSERT_TRUE((*file)->ReadRows((*file)->shards()[1], 0, 0, absl::MakeSpan(b)).ok());
   EXPECT_EQ(b, b_values_);
+
+  ASSERT_EQ((*file)->tables().size(), 1u);
+  const CheckpointTable& t = (*file)->tables()[0];
+  EXPECT_EQ(t.meta.version(), 9);
+  std::vector<int64_t> ids;
+  std::vector<float> values;
+  std::vector<std::pair<int64_t, uint32_t>> candidates;
+  ASSERT_TRUE((*file)
+                  ->ReadTable(
+                      t,
+                      [&](int64_t id, absl::Span<const float> row) {
+                        ids.push_back(id);
+                        values.insert(values.end(), row.begin(), row.end());
+                      },
+                      [&](int64_t id, uint32_t touches) { candidates.emplace_back(id, touches); })
+                  .ok());
+  EXPECT_EQ(ids, (std::vector<int64_t>{11, 22, 33}));
+  EXPECT_EQ(values, Iota(12, 500));
+  EXPECT_EQ(candidates, (std::vector<std::pair<int64_t, uint32_t>>{{44, 1}, {55, 2}}));
 }
 
 // Cut anywhere, or with any byte changed, the file is refused naming the
@@ -110,7 +145,7 @@ TEST_F(CheckpointFileTest, EveryTruncationAndCorruptionIsFound) {
   }
   std::string version = good;
   version[8] = 1;
-  EXPECT_THAT(OpenError(version), HasSubstr("has format version 1; this build reads version 2"));
+  EXPECT_THAT(OpenError(version), HasSubstr("has format version 1; this build reads version 3"));
   EXPECT_THAT(OpenError(good + "x"), HasSubstr("has data after its end record"));
   EXPECT_EQ(OpenError(good), "opened");
 }

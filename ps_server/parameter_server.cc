@@ -100,6 +100,7 @@ absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) {
     LOG_INFO("no complete checkpoint in {}: starting from the initializers", dir);
     return absl::OkStatus();
   }
+  restored_files_ = chosen;
   for (const auto& file : chosen) restored_step_ = std::max(restored_step_, file->header().step());
   restored_step_ = std::max<int64_t>(restored_step_, 0);  // a final file alone has no step
   if (final_used) {
@@ -175,12 +176,39 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     if (!created.ok()) return created.status();
     if (*created) {
       response.set_tables_created(response.tables_created() + 1);
+      auto restored = RestoreTable(spec.name());
+      if (!restored.ok()) return restored.status();
+      if (*restored > 0) response.set_tables_restored(response.tables_restored() + 1);
       LOG_INFO("created embedding table '{}' (width {}, {}, max_rows {})", spec.name(),
                spec.width(), OptimizerSpec::Kind_Name(spec.optimizer().kind()),
                spec.max_rows() > 0 ? absl::StrCat(spec.max_rows()) : "unbounded");
     }
   }
   return response;
+}
+
+absl::StatusOr<int64_t> ParameterServer::RestoreTable(const std::string& name) {
+  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(name);
+  if (!table.ok()) return table.status();
+  const int index = config_.cluster().task().index();
+  const int num_ps = std::max(1, config_.cluster().cluster().ps_size());
+  int64_t parts = 0;
+  for (const auto& file : restored_files_) {
+    for (const CheckpointTable& part : file->tables()) {
+      if (part.meta.spec().name() != name) continue;
+      if (absl::Status s = (*table)->Restore(
+              *file, part, [&](int64_t id) { return EmbeddingOwner(id, num_ps) == index; });
+          !s.ok()) {
+        return s;
+      }
+      ++parts;
+    }
+  }
+  if (parts > 0) {
+    LOG_INFO("embedding table '{}': {} rows restored from {} checkpoint file(s)", name,
+             (*table)->stats().rows, parts);
+  }
+  return parts;
 }
 
 absl::StatusOr<EmbeddingTable*> ParameterServer::FindRows(const TableRows& rows,
@@ -560,6 +588,9 @@ absl::StatusOr<CheckpointFileWriter::Written> ParameterServer::WriteCheckpointFi
   if (!writer.ok()) return writer.status();
   for (const Shard* shard : store_.All()) {
     if (absl::Status s = shard->WriteCheckpoint(**writer); !s.ok()) return s;
+  }
+  for (const EmbeddingTable* table : store_.AllTables()) {
+    if (absl::Status s = table->WriteCheckpoint(**writer); !s.ok()) return s;
   }
   return (*writer)->Commit();
 }

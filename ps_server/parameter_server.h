@@ -65,8 +65,11 @@ class ParameterServer {
   // Errors name the directory.
   absl::Status EnableCheckpoints(FileSystem* fs);
 
-  // Creates shards; a shard of a checkpointed variable is filled from the
-  // checkpoint (FAILED_PRECONDITION if its shape, dtype or optimizer differ).
+  // Creates shards and tables; a shard of a checkpointed variable is filled
+  // from the checkpoint (FAILED_PRECONDITION if its shape, dtype or
+  // optimizer differ), a new table with the checkpointed rows this server
+  // owns now, from every server's file (so the number of servers may
+  // change; FAILED_PRECONDITION if its width or optimizer differ).
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request);
 
   // Writes every shard, with slots and versions, to
@@ -163,6 +166,9 @@ class ParameterServer {
   // Writes this server's shards, as of now, to a checkpoint file at `path`.
   absl::StatusOr<CheckpointFileWriter::Written> WriteCheckpointFile(const std::string& path,
                                                                     int64_t step) const;
+  // Fills the new table `name` from the restored checkpoint's files, with
+  // the rows this server owns; how many files held it.
+  absl::StatusOr<int64_t> RestoreTable(const std::string& name);
   // A table of `request` and its ids, checked: the table exists, each id
   // is this server's, the request names at most kMaxIdsPerRequest ids.
   absl::StatusOr<EmbeddingTable*> FindRows(const TableRows& rows, int64_t* ids_so_far) const;
@@ -174,6 +180,7 @@ class ParameterServer {
   const uint64_t incarnation_;
   FileSystem* fs_ = nullptr;  // set by EnableCheckpoints
   RestoredVariables restored_;
+  CheckpointFiles restored_files_;  // of restored_, with the tables' rows
   int64_t restored_step_ = -1;
   VariableStore store_;
   WorkerTable workers_;

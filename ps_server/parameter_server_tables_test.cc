@@ -4,11 +4,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
 #include "common/embedding.h"
+#include "common/file_system.h"
 #include "ps_server/parameter_server.h"
 
 namespace fulcrum {
@@ -194,6 +200,101 @@ TEST(ParameterServerTablesTest, RowsStayWithinTheMemoryBudget) {
   EXPECT_EQ(bounded.Describe().tables(0).rows(), 100);
   EXPECT_EQ(bounded.Describe().tables(0).evictions(), 200);
   EXPECT_LE(bounded.Describe().memory_bytes(), config.max_memory_bytes());
+}
+
+// A checkpoint written by two servers restores onto one and onto three:
+// every row lands on the server that owns it now, with its optimizer
+// slots, and admission counts and versions carry over.
+TEST(ParameterServerTablesTest, CheckpointsRestoreOntoAnyNumberOfServers) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tables_ckpt");
+  auto fs = MakeLocalFileSystem();
+  EmbeddingTableSpec spec = Table();
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  spec.set_admit_after(2);
+  auto config = [&](int index, int num_ps) {
+    PsServerConfig c = Config(ASYNC, 1, index, num_ps);
+    c.set_checkpoint_dir(dir);
+    return c;
+  };
+  std::vector<int64_t> ids;
+  for (int64_t id = 0; id < 200; ++id) ids.push_back(id * 131);
+  const std::vector<float> grads(ids.size() * kWidth, 0.5f);
+  std::vector<float> expected;  // every id's row as the two servers hold it
+  {
+    std::vector<std::unique_ptr<ParameterServer>> servers;
+    std::vector<ManifestFile> files;
+    for (int i = 0; i < 2; ++i) {
+      servers.push_back(std::make_unique<ParameterServer>(config(i, 2)));
+      ASSERT_TRUE(servers[i]->EnableCheckpoints(fs.get()).ok());
+      CreateTable(*servers[i], spec);
+    }
+    // Twice each id (admitted at the second), once more the first half.
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 0; i < 2; ++i) {
+        std::vector<int64_t> own;
+        for (size_t k = 0; k < (round < 2 ? ids.size() : ids.size() / 2); ++k) {
+          if (EmbeddingOwner(ids[k], 2) == i) own.push_back(ids[k]);
+        }
+        ASSERT_TRUE(
+            PushRows(*servers[i], 0, Rows(own, std::vector<float>(own.size() * kWidth, 0.5f)))
+                .ok());
+      }
+    }
+    // One id seen once: a candidate.
+    const int64_t once = 999983;
+    const int owner = EmbeddingOwner(once, 2);
+    ASSERT_TRUE(PushRows(*servers[owner], 0, Rows({once}, {1, 1})).ok());
+    for (int64_t id : ids) {
+      const std::vector<float> row = PullRows(*servers[EmbeddingOwner(id, 2)], {id});
+      expected.insert(expected.end(), row.begin(), row.end());
+    }
+    for (int i = 0; i < 2; ++i) {
+      SaveCheckpointRequest request;
+      request.set_step(3);
+      auto saved = servers[i]->SaveCheckpoint(request);
+      ASSERT_TRUE(saved.ok()) << saved.status();
+      ManifestFile file;
+      file.set_name(saved->file());
+      file.set_bytes(saved->bytes());
+      file.set_crc32(saved->crc32());
+      files.push_back(file);
+    }
+    ASSERT_TRUE(WriteManifest(*fs, dir, 3, 2, files).ok());
+  }
+  for (int num_ps : {1, 3}) {
+    std::vector<std::unique_ptr<ParameterServer>> servers;
+    int64_t rows = 0, candidates = 0;
+    for (int i = 0; i < num_ps; ++i) {
+      servers.push_back(std::make_unique<ParameterServer>(config(i, num_ps)));
+      ASSERT_TRUE(servers[i]->EnableCheckpoints(fs.get()).ok());
+      CreateShardsRequest request;
+      *request.add_tables() = spec;
+      auto created = servers[i]->CreateShards(request);
+      ASSERT_TRUE(created.ok()) << created.status();
+      EXPECT_EQ(created->tables_restored(), 1);
+      const TableInfo info = servers[i]->Describe().tables(0);
+      rows += info.rows();
+      candidates += info.candidates();
+      EXPECT_EQ(info.version(), 4) << num_ps;  // the newest server's
+    }
+    EXPECT_EQ(rows, static_cast<int64_t>(ids.size())) << num_ps;
+    EXPECT_EQ(candidates, 1) << num_ps;
+    std::vector<float> restored;
+    for (int64_t id : ids) {
+      const std::vector<float> row = PullRows(*servers[EmbeddingOwner(id, num_ps)], {id});
+      restored.insert(restored.end(), row.begin(), row.end());
+    }
+    EXPECT_EQ(restored, expected) << num_ps;
+    // The slots came too: one more push moves a row as Adagrad would from
+    // its accumulated state, identically on any number of servers.
+    const int64_t id = ids[0];
+    ParameterServer& owner = *servers[EmbeddingOwner(id, num_ps)];
+    ASSERT_TRUE(PushRows(owner, 0, Rows({id}, {0.5f, 0.5f})).ok());
+    const float moved = PullRows(owner, {id})[0] - expected[0];
+    // Admitted at its second push: accumulator 0.1 + 2 * 0.25, then + 0.25
+    // now: a step of 0.5 / sqrt(0.85) at learning rate 1.
+    EXPECT_NEAR(moved, -0.5f / std::sqrt(0.85f), 1e-5) << num_ps;
+  }
 }
 
 }  // namespace

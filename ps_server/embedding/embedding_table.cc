@@ -208,6 +208,66 @@ void EmbeddingTable::Cancel() {
   version_changed_.SignalAll();
 }
 
+absl::Status EmbeddingTable::WriteCheckpoint(CheckpointFileWriter& writer) const {
+  // Rows go in records of about 4 MiB.
+  const int64_t row_floats = spec_.width() * (1 + NumSlots(spec_.optimizer()));
+  const size_t per_record = static_cast<size_t>(
+      std::max<int64_t>(1, (4 << 20) / ((row_floats + 2) * static_cast<int64_t>(sizeof(float)))));
+  absl::MutexLock lock(&mu_);
+  TableCheckpoint meta;
+  *meta.mutable_spec() = spec_;
+  meta.set_version(step_);
+  meta.set_rows(store_.size());
+  meta.set_candidates(store_.candidates());
+  if (absl::Status s = writer.AddTable(meta); !s.ok()) return s;
+  absl::Status status;
+  std::vector<int64_t> ids;
+  std::vector<float> rows;
+  std::vector<uint32_t> touches;
+  const auto flush = [&](bool candidates) {
+    if (ids.empty() || !status.ok()) return;
+    status = candidates ? writer.AddTableCandidates(ids, touches) : writer.AddTableRows(ids, rows);
+    ids.clear();
+    rows.clear();
+    touches.clear();
+  };
+  store_.ForEachRow([&](int64_t id, absl::Span<const float> row) {
+    ids.push_back(id);
+    rows.insert(rows.end(), row.begin(), row.end());
+    if (ids.size() == per_record) flush(false);
+  });
+  flush(false);
+  store_.ForEachCandidate([&](int64_t id, uint32_t count) {
+    ids.push_back(id);
+    touches.push_back(count);
+    if (ids.size() == per_record) flush(true);
+  });
+  flush(true);
+  return status;
+}
+
+absl::Status EmbeddingTable::Restore(const CheckpointFile& file, const CheckpointTable& part,
+                                     absl::FunctionRef<bool(int64_t id)> keep) {
+  const EmbeddingTableSpec& saved = part.meta.spec();
+  if (saved.width() != spec_.width() || saved.optimizer().kind() != spec_.optimizer().kind()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("embedding table '", spec_.name(), "': the checkpoint holds it with width ",
+                     saved.width(), " and ", OptimizerSpec::Kind_Name(saved.optimizer().kind()),
+                     "; it is now created with width ", spec_.width(), " and ",
+                     OptimizerSpec::Kind_Name(spec_.optimizer().kind())));
+  }
+  absl::MutexLock lock(&mu_);
+  step_ = std::max(step_, part.meta.version());
+  return file.ReadTable(
+      part,
+      [&](int64_t id, absl::Span<const float> row) {
+        if (keep(id)) store_.Put(id, row);
+      },
+      [&](int64_t id, uint32_t touches) {
+        if (keep(id)) store_.PutCandidate(id, touches);
+      });
+}
+
 int64_t EmbeddingTable::BytesPerRow() const {
   return spec_.width() * (1 + NumSlots(spec_.optimizer())) * static_cast<int64_t>(sizeof(float)) +
          RowStore::kMaxOverheadBytesPerRow;

@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/checkpoint_file.h"
 #include "proto/ps_service.pb.h"
 #include "proto/tensor.pb.h"
 #include "ps_server/embedding/row_store.h"
@@ -72,6 +74,18 @@ class EmbeddingTable {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Wakes the waiters of AwaitVersion.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Adds the table (spec, version, rows least recently used first,
+  // candidates), as of one moment, to `writer`. Pushes wait meanwhile.
+  absl::Status WriteCheckpoint(CheckpointFileWriter& writer) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Adds the rows and candidates of `part` (a table of `file`) that `keep`
+  // says are this server's; the version becomes the newest restored.
+  // FAILED_PRECONDITION when the checkpointed table's width or optimizer
+  // differ from this one's; DATA_LOSS naming the file when it cannot be
+  // read.
+  absl::Status Restore(const CheckpointFile& file, const CheckpointTable& part,
+                       absl::FunctionRef<bool(int64_t id)> keep) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Bytes a stored row takes at most: its floats and its share of the
   // index and the order of use (a bound for budgets).
