@@ -2,6 +2,7 @@
 //
 //   fulcrumctl status     --ps_hosts=h:p,...   every server: health, mode, shards, workers
 //   fulcrumctl variables  --ps_hosts=h:p,...   every variable: shape and where its shards are
+//   fulcrumctl tables     --ps_hosts=h:p,...   every embedding table: rows, evictions, memory
 //   fulcrumctl checkpoint --ps_hosts=h:p,... --checkpoint_dir=DIR [--step=N]
 //   fulcrumctl stop       --ps_hosts=h:p,... [--reason=...]   job done: the servers exit 0
 //   fulcrumctl health     --address=h:p        exit 0 when SERVING (a probe for images)
@@ -99,6 +100,14 @@ int Status(const std::vector<std::string>& hosts) {
                                    s.variable(), s.shard(), s.num_shards(), ShapeString(s.shape()),
                                    s.version(), s.pending_gradients(), s.optimizer());
     }
+    for (const TableInfo& t : d.tables()) {
+      std::cout << absl::StrFormat(
+          "  table %s  width %d  rows %d of %s  candidates %d  evictions %d  admissions %d  "
+          "memory %s  version %d  %s\n",
+          t.name(), t.width(), t.rows(),
+          t.max_rows() > 0 ? absl::StrCat(t.max_rows()) : std::string("unbounded"), t.candidates(),
+          t.evictions(), t.admissions(), FormatBytes(t.memory_bytes()), t.version(), t.optimizer());
+    }
     for (const WorkerInfo& w : d.workers()) {
       const char* state = w.live()      ? "live"
                           : w.awaited() ? "awaited (not started yet)"
@@ -138,6 +147,36 @@ int Variables(const std::vector<std::string>& hosts) {
     std::sort(v.shards.begin(), v.shards.end());
     std::cout << absl::StrFormat("%-24s %-14s %s\n", name, ShapeString(v.shape),
                                  absl::StrJoin(v.shards, ", "));
+  }
+  return 0;
+}
+
+// Each table summed over the servers, with its bytes per stored row.
+int Tables(const std::vector<std::string>& hosts) {
+  auto described = Client(hosts)->Describe();
+  if (!described.ok()) {
+    std::cerr << "fulcrumctl: " << described.status().message() << "\n";
+    return 1;
+  }
+  std::map<std::string, TableInfo> tables;
+  for (const DescribeResponse& d : *described) {
+    for (const TableInfo& t : d.tables()) {
+      TableInfo& sum = tables[t.name()];
+      sum.set_width(t.width());
+      sum.set_rows(sum.rows() + t.rows());
+      sum.set_candidates(sum.candidates() + t.candidates());
+      sum.set_evictions(sum.evictions() + t.evictions());
+      sum.set_admissions(sum.admissions() + t.admissions());
+      sum.set_memory_bytes(sum.memory_bytes() + t.memory_bytes());
+    }
+  }
+  std::cout << absl::StrFormat("%-20s %6s %12s %12s %12s %12s %10s %10s\n", "table", "width",
+                               "rows", "candidates", "evictions", "admissions", "memory", "B/row");
+  for (const auto& [name, t] : tables) {
+    std::cout << absl::StrFormat(
+        "%-20s %6d %12d %12d %12d %12d %10s %10s\n", name, t.width(), t.rows(), t.candidates(),
+        t.evictions(), t.admissions(), FormatBytes(t.memory_bytes()),
+        t.rows() > 0 ? absl::StrCat(t.memory_bytes() / t.rows()) : std::string("-"));
   }
   return 0;
 }
@@ -190,6 +229,7 @@ int main(int argc, char** argv) {
       "Looks at and steers a running Fulcrum cluster.\n\n"
       "  fulcrumctl status     --ps_hosts=h:p,...\n"
       "  fulcrumctl variables  --ps_hosts=h:p,...\n"
+      "  fulcrumctl tables     --ps_hosts=h:p,...\n"
       "  fulcrumctl checkpoint --ps_hosts=h:p,... --checkpoint_dir=DIR [--step=N]\n"
       "  fulcrumctl stop       --ps_hosts=h:p,... [--reason=TEXT]\n"
       "  fulcrumctl health     --address=h:p    (exit 0 when SERVING: a probe)\n\n"
@@ -214,9 +254,10 @@ int main(int argc, char** argv) {
   }
   if (command == "status") return fulcrum::Status(*hosts);
   if (command == "variables") return fulcrum::Variables(*hosts);
+  if (command == "tables") return fulcrum::Tables(*hosts);
   if (command == "checkpoint") return fulcrum::Checkpoint(*hosts);
   if (command == "stop") return fulcrum::Stop(*hosts);
   std::cerr << "fulcrumctl: unknown command '" << command
-            << "'; one of status, variables, checkpoint, stop, health (see --help)\n";
+            << "'; one of status, variables, tables, checkpoint, stop, health (see --help)\n";
   return 2;
 }

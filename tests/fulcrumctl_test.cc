@@ -77,6 +77,28 @@ TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
   EXPECT_TRUE(ctl->HasLine("shard embedding/1 of 2  shape [5, 4]  version 1"));
   EXPECT_TRUE(ctl->HasLine("worker 0  live  clock 0"));
 
+  // A table bounded to 3 rows a server: each keeps 3 of the 20 pushed.
+  EmbeddingTableSpec table;
+  table.set_name("ads");
+  table.set_width(8);
+  table.set_max_rows(3);
+  table.mutable_optimizer()->set_learning_rate(0.1f);
+  ASSERT_TRUE(client->CreateTables({table}).ok());
+  std::vector<int64_t> ids(20);
+  for (int64_t i = 0; i < 20; ++i) ids[i] = i;
+  ASSERT_TRUE(client->PushRows({{"ads", ids}}, {std::vector<float>(20 * 8, 1.0f)}).ok());
+  ASSERT_EQ(Ctl({"status", "--ps_hosts=" + ps_hosts}, &ctl), 0);
+  EXPECT_TRUE(ctl->HasLine("table ads  width 8  rows 3 of 3"));
+
+  ASSERT_EQ(Ctl({"tables", "--ps_hosts=" + ps_hosts}, &ctl), 0);
+  std::smatch table_line;
+  const std::regex sums("ads\\s+8\\s+6\\s+0\\s+(\\d+)\\s+0");
+  const auto found = std::find_if(ctl->lines().begin(), ctl->lines().end(), [&](const auto& l) {
+    return std::regex_search(l, table_line, sums);
+  });
+  ASSERT_NE(found, ctl->lines().end());
+  EXPECT_EQ(std::stoi(table_line[1]), 14);  // 20 rows, 6 kept
+
   ASSERT_EQ(Ctl({"variables", "--ps_hosts=" + ps_hosts}, &ctl), 0);
   EXPECT_TRUE(ctl->HasLine("[10, 4]"));
   EXPECT_TRUE(ctl->HasLine("0@ps0 v1, 1@ps1 v1"));
