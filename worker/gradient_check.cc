@@ -125,6 +125,7 @@ void CheckModelGradients(Device* device) {
     config.hidden = {5, 4};
     config.input_dim = 6;
     config.num_classes = 3;
+    config.input_gradients = true;
     Mlp model(device, config, 8);
     TensorMap params;
     for (const VariableSpec& spec : ModelVariables(config)) {
@@ -151,6 +152,14 @@ void CheckModelGradients(Device* device) {
       ExpectGradientMatches(tensor.values, grads[name].values, loss, std::string(kind) + " " + name,
                             1e-3f);
     }
+    // The inputs' gradient, as embedding rows take it.
+    ASSERT_TRUE(model.SetParameters(params).ok());
+    model.ComputeGradients(batch);
+    std::vector<float> input_grads(batch.features.size());
+    model.CopyInputGradients(batch.size, input_grads.data());
+    ExpectGradientMatches(
+        batch.features, input_grads, [&] { return model.Evaluate(batch).loss; },
+        std::string(kind) + " input", 1e-3f);
   }
 }
 

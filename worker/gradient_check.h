@@ -28,7 +28,8 @@ void CheckDenseLayerGradients(Device* device);
 void CheckReluGradients(Device* device);
 // dlogits of softmax cross-entropy, and its accuracy count.
 void CheckSoftmaxCrossEntropyGradients(Device* device);
-// Every variable's gradient in small MLP and softmax models.
+// Every variable's gradient, and the input's, in small MLP and softmax
+// models.
 void CheckModelGradients(Device* device);
 
 }  // namespace fulcrum

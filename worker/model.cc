@@ -15,7 +15,8 @@ std::string BiasName(size_t layer) { return absl::StrCat("dense_", layer, "/bias
 
 std::vector<int64_t> Widths(const ModelConfig& config) {
   std::vector<int64_t> widths = {config.input_dim};
-  if (config.kind == "mlp") widths.insert(widths.end(), config.hidden.begin(), config.hidden.end());
+  if (config.kind != "softmax")
+    widths.insert(widths.end(), config.hidden.begin(), config.hidden.end());
   widths.push_back(config.num_classes);
   return widths;
 }
@@ -23,9 +24,9 @@ std::vector<int64_t> Widths(const ModelConfig& config) {
 }  // namespace
 
 absl::Status ValidateModelConfig(const ModelConfig& config) {
-  if (config.kind != "mlp" && config.kind != "softmax") {
+  if (config.kind != "mlp" && config.kind != "softmax" && config.kind != "ctr") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--model: '", config.kind, "' is not one of mlp, softmax"));
+        absl::StrCat("--model: '", config.kind, "' is not one of mlp, softmax, ctr"));
   }
   for (int64_t width : config.hidden) {
     if (width < 1 || width > (1 << 20)) {
@@ -96,6 +97,7 @@ Mlp::Mlp(Device* device, const ModelConfig& config, int64_t max_batch)
     widest = std::max(widest, widths[i]);
   }
   input_ = DeviceArray<float>(device, max_batch * widths[0]);
+  if (config.input_gradients) input_grad_ = DeviceArray<float>(device, max_batch * widths[0]);
   loss_grad_ = DeviceArray<float>(device, max_batch * widths.back());
   scratch_grad_a_ = DeviceArray<float>(device, max_batch * widest);
   scratch_grad_b_ = DeviceArray<float>(device, max_batch * widest);
@@ -157,9 +159,9 @@ BatchStats Mlp::ComputeGradients(const Batch& batch) {
   float* buffers[2] = {scratch_grad_a_.data(), scratch_grad_b_.data()};
   for (size_t i = layers_.size(); i-- > 0;) {
     const float* x = i == 0 ? input_.data() : layers_[i - 1].output().data();
-    float* dx = i == 0 ? nullptr : buffers[i % 2];
+    float* dx = i > 0 ? buffers[i % 2] : input_grad_.data();  // null: no input gradient
     layers_[i].Backward(x, dy, batch.size, dx);
-    if (dx != nullptr) {
+    if (i > 0) {
       device_->ReluGrad(batch.size * layers_[i].in(), layers_[i - 1].output().data(), dx, dx);
       dy = dx;
     }
@@ -182,5 +184,15 @@ void Mlp::CopyGradients(TensorMap* grads) {
 }
 
 BatchStats Mlp::Evaluate(const Batch& batch) { return Forward(batch); }
+
+void Mlp::CopyInputGradients(int64_t rows, float* out) {
+  CHECK(input_grad_.data() != nullptr && rows <= max_batch_);
+  input_grad_.CopyTo(out, rows * layers_.front().in());
+}
+
+void Mlp::CopyLogits(int64_t rows, float* out) {
+  CHECK(rows <= max_batch_);
+  layers_.back().output().CopyTo(out, rows * layers_.back().out());
+}
 
 }  // namespace fulcrum

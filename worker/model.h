@@ -19,13 +19,18 @@
 namespace fulcrum {
 
 struct ModelConfig {
-  std::string kind = "mlp";                  // mlp or softmax
+  // mlp, softmax, or ctr (an mlp over numeric features and embedding
+  // rows; see embedding_inputs.h)
+  std::string kind = "mlp";
   std::vector<int64_t> hidden = {256, 128};  // mlp: widths of the hidden layers
   int64_t input_dim = 784;
   int num_classes = 10;
   OptimizerSpec optimizer;  // applied on the parameter servers
   uint64_t seed = 0;        // of the initializers
   int num_ps = 1;           // kernels are sharded over at most this many servers
+  // Also the gradient with respect to the input (CopyInputGradients): for
+  // inputs that are themselves trained, as embedding rows are.
+  bool input_gradients = false;
 };
 
 // Checks kind, widths and sizes; errors name the flag.
@@ -84,8 +89,15 @@ class Mlp {
   // entry per variable.
   void CopyGradients(TensorMap* grads);
 
+  // After ComputeGradients, with config.input_gradients: the gradient of
+  // the batch's mean loss with respect to each input, rows x input_dim.
+  void CopyInputGradients(int64_t rows, float* out);
+
   // Forward only.
   BatchStats Evaluate(const Batch& batch);
+
+  // After Evaluate or ComputeGradients: the logits, rows x num_classes.
+  void CopyLogits(int64_t rows, float* out);
 
   std::vector<DenseLayer>& layers() { return layers_; }
   Device* device() const { return device_; }
@@ -98,6 +110,7 @@ class Mlp {
   const int64_t max_batch_;
   std::vector<DenseLayer> layers_;
   DeviceArray<float> input_, loss_grad_, scratch_grad_a_, scratch_grad_b_;
+  DeviceArray<float> input_grad_;  // with config.input_gradients
   DeviceArray<int32_t> labels_;
   DeviceArray<float> loss_;
   DeviceArray<int32_t> correct_;

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "common/logging.h"
 #include "common/partitioner.h"
 #include "common/tensor.h"
+#include "worker/binary_metrics.h"
 #include "worker/data/batcher.h"
 
 namespace fulcrum {
@@ -22,16 +24,22 @@ Batch SubBatch(const Batch& batch, int64_t offset, int64_t rows) {
   part.features.assign(batch.features.begin() + offset * batch.feature_dim,
                        batch.features.begin() + (offset + rows) * batch.feature_dim);
   part.labels.assign(batch.labels.begin() + offset, batch.labels.begin() + offset + rows);
+  part.ids_per_example = batch.ids_per_example;
+  part.ids.assign(batch.ids.begin() + offset * batch.ids_per_example,
+                  batch.ids.begin() + (offset + rows) * batch.ids_per_example);
   return part;
 }
 
 // "gradient of 'dense_0/kernel' element 17 is nan", or "" when every
-// gradient is finite.
-std::string NonFiniteGradient(const TensorMap& grads) {
+// gradient (those of the embedding inputs too) is finite.
+std::string NonFiniteGradient(const TensorMap& grads, const std::vector<float>& input_grads) {
   for (const auto& [name, grad] : grads) {
     if (const int64_t bad = FirstNonFinite(grad.values); bad >= 0) {
       return absl::StrCat("gradient of '", name, "' element ", bad, " is ", grad.values[bad]);
     }
+  }
+  if (const int64_t bad = FirstNonFinite(input_grads); bad >= 0) {
+    return absl::StrCat("gradient of embedding input ", bad, " is ", input_grads[bad]);
   }
   return "";
 }
@@ -57,7 +65,7 @@ Trainer::Trainer(Strategy* strategy, std::vector<Mlp*> replicas, LocalReducer* r
 }
 
 absl::StatusOr<BatchStats> Trainer::ComputeStep(const Batch& batch, const TensorMap& weights,
-                                                TensorMap* grads) {
+                                                TensorMap* grads, std::vector<float>* input_grads) {
   const int n = static_cast<int>(replicas_.size());
   const std::vector<int64_t> rows = SplitRows(batch.size, n);
   std::vector<BatchStats> stats(n);
@@ -87,6 +95,16 @@ absl::StatusOr<BatchStats> Trainer::ComputeStep(const Batch& batch, const Tensor
     total.examples += stats[r].examples;
   }
   reducer_->Reduce(replicas_, shares, grads);
+  if (options_.embeddings != nullptr) {
+    // Each replica's rows, scaled from its part's mean loss to the batch's.
+    input_grads->resize(batch.size * batch.feature_dim);
+    float* out = input_grads->data();
+    for (int r = 0; r < n; ++r) {
+      replicas_[r]->CopyInputGradients(rows[r], out);
+      for (int64_t i = 0; i < rows[r] * batch.feature_dim; ++i) out[i] *= shares[r];
+      out += rows[r] * batch.feature_dim;
+    }
+  }
   return total;
 }
 
@@ -94,17 +112,32 @@ absl::StatusOr<EpochResult> Trainer::Evaluate(int64_t epoch, const TensorMap& we
   Mlp* model = replicas_[0];
   if (absl::Status s = model->SetParameters(weights); !s.ok()) return s;
   const int64_t eval_batch = std::max<int64_t>(1, options_.batch_size / replicas_.size());
+  const bool binary = test_->num_classes == 2;
   double loss = 0;
   int64_t correct = 0;
-  for (const Batch& batch : SequentialBatches(*test_, eval_batch)) {
+  std::vector<float> probs, labels, logits;
+  for (Batch& batch : SequentialBatches(*test_, eval_batch)) {
+    if (options_.embeddings != nullptr) {
+      if (absl::Status s = options_.embeddings->Gather(&batch); !s.ok()) return s;
+    }
     const BatchStats stats = model->Evaluate(batch);
     loss += stats.loss * stats.examples;
     correct += stats.correct;
+    if (binary) {
+      // P(class 1) of two softmax logits: the sigmoid of their difference.
+      logits.resize(batch.size * 2);
+      model->CopyLogits(batch.size, logits.data());
+      for (int64_t i = 0; i < batch.size; ++i) {
+        probs.push_back(1.0f / (1.0f + std::exp(logits[2 * i] - logits[2 * i + 1])));
+        labels.push_back(static_cast<float>(batch.labels[i]));
+      }
+    }
   }
   EpochResult result;
   result.epoch = epoch;
   result.test_loss = loss / test_->num_examples;
   result.test_accuracy = static_cast<double>(correct) / test_->num_examples;
+  if (binary) result.test_auc = Auc(probs, labels);
   return result;
 }
 
@@ -117,6 +150,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   const absl::Time start = absl::Now();
   TrainingSummary summary;
   TensorMap weights, grads;
+  std::vector<float> input_grads;
   if (absl::Status s = strategy_->Start(&weights); !s.ok()) return s;
   const int64_t resume = strategy_->ResumedBatches(
       options_.num_workers,
@@ -151,9 +185,21 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     if (batch->step_in_epoch == 0) {
       total_steps = steps_done + batch->steps_in_epoch * (options_.epochs - batch->epoch);
     }
-    auto stats = ComputeStep(*batch, weights, &grads);
+    if (options_.embeddings != nullptr) {
+      if (absl::Status s = options_.embeddings->Gather(&*batch); !s.ok()) return s;
+    }
+    auto stats = ComputeStep(*batch, weights, &grads, &input_grads);
     if (!stats.ok()) return stats.status();
-    const std::string nonfinite = NonFiniteGradient(grads);
+    const std::string nonfinite = NonFiniteGradient(grads, input_grads);
+    if (options_.embeddings != nullptr) {
+      if (!nonfinite.empty()) {
+        if (absl::Status s = options_.embeddings->PushNothing(); !s.ok()) return s;
+      } else {
+        auto pushed = options_.embeddings->Push(*batch, input_grads);
+        if (!pushed.ok()) return pushed.status();
+        summary.stale_gradients_dropped += pushed->stale;
+      }
+    }
     // Applied, it would be refused (or poison every replica); skipped,
     // the strategy goes on without this worker's batch.
     const StepPlace place{batch->epoch, batch->step_in_epoch + 1 == batch->steps_in_epoch};
@@ -211,8 +257,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     if (epoch_end && options_.is_chief) {
       auto result = Evaluate(batch->epoch + 1, weights);
       if (!result.ok()) return result.status();
-      LOG_INFO("epoch {} test loss {:.4f} test accuracy {:.4f} (global step {})", result->epoch,
-               result->test_loss, result->test_accuracy, strategy_->step());
+      LOG_INFO("epoch {} test loss {:.4f} test accuracy {:.4f}{} (global step {})", result->epoch,
+               result->test_loss, result->test_accuracy,
+               result->test_auc >= 0 ? absl::StrFormat(" test AUC %.4f", result->test_auc) : "",
+               strategy_->step());
       EpochRecord record;
       record.set_type("epoch");
       record.set_epoch(static_cast<int32_t>(result->epoch));
@@ -220,6 +268,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       record.set_wall_seconds(absl::ToDoubleSeconds(absl::Now() - start));
       record.set_test_loss(result->test_loss);
       record.set_test_accuracy(result->test_accuracy);
+      if (result->test_auc >= 0) {
+        record.set_test_auc(result->test_auc);
+        record.set_test_logloss(result->test_loss);
+      }
       log_.Append(record);
       summary.epochs.push_back(*result);
     }
@@ -270,6 +322,11 @@ absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
   record.set_model(options_.model_name);
   record.set_device(options_.device_name);
   record.set_nonfinite_gradients_skipped(static_cast<double>(summary.nonfinite_gradients_skipped));
+  if (last.test_auc >= 0) {
+    record.set_test_auc(last.test_auc);
+    record.set_test_logloss(last.test_loss);
+  }
+  if (test_ != nullptr && test_->oracle_auc >= 0) record.set_ground_truth_auc(test_->oracle_auc);
   return log_.WriteSummary(record);
 }
 

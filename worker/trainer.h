@@ -20,6 +20,7 @@
 #include "worker/checkpointer.h"
 #include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
+#include "worker/embedding_inputs.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
 #include "worker/strategy/strategy.h"
@@ -56,12 +57,19 @@ struct TrainerOptions {
   int max_consecutive_skips = 100;
   // Called after every step (for metrics).
   std::function<void(const StepInfo& step)> on_step;
+  // The model's embedding inputs (--model=ctr): each batch's rows are
+  // pulled before its step and their gradients pushed after it. The
+  // replicas must then compute input gradients.
+  EmbeddingInputs* embeddings = nullptr;
 };
 
 struct EpochResult {
   int64_t epoch = 0;
   double test_loss = 0;
   double test_accuracy = 0;
+  // Two-class test sets: the AUC of the predicted probabilities; else
+  // negative. (test_loss is then the log loss.)
+  double test_auc = -1;
 };
 
 struct TrainingSummary {
@@ -87,10 +95,11 @@ class Trainer {
 
  private:
   // Each replica computes gradients on its part of `batch` (in parallel);
-  // their weighted mean goes to `grads`. Returns the batch's mean loss and
-  // correct count.
+  // their weighted mean goes to `grads`, and with embeddings the gradient
+  // of the batch's mean loss with respect to its inputs to `input_grads`.
+  // Returns the batch's mean loss and correct count.
   absl::StatusOr<BatchStats> ComputeStep(const Batch& batch, const TensorMap& weights,
-                                         TensorMap* grads);
+                                         TensorMap* grads, std::vector<float>* input_grads);
   absl::StatusOr<EpochResult> Evaluate(int64_t epoch, const TensorMap& weights);
   absl::Status WriteSummary(const TrainingSummary& summary);
 

@@ -18,10 +18,12 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
+#include "common/embedding.h"
 #include "common/file_system.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -34,6 +36,7 @@
 #include "worker/cpu/cpu_device.h"
 #include "worker/cuda/cuda.h"
 #include "worker/data/dataset.h"
+#include "worker/embedding_inputs.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
 #include "worker/strategy/all_reduce_strategy.h"
@@ -64,11 +67,33 @@ ABSL_FLAG(std::string, mode, "sync",
 ABSL_FLAG(int64_t, staleness, -1, "ssp: the bound k the servers must run with; -1 accepts theirs.");
 ABSL_FLAG(int, replicas_to_aggregate, 0,
           "sync: the count the servers must run with; 0 accepts theirs.");
-ABSL_FLAG(std::string, model, "mlp", "mlp (ReLU hidden layers) or softmax (regression).");
+ABSL_FLAG(std::string, model, "mlp",
+          "mlp (ReLU hidden layers), softmax (regression), or ctr (click-through rate: each "
+          "categorical field's ids looked up in an embedding table on the parameter servers, the "
+          "rows and the numeric features into an mlp of --hidden; for --dataset=criteo or "
+          "synthetic_ctr).");
 ABSL_FLAG(std::string, hidden, "256,128", "mlp: comma-separated hidden layer widths.");
 ABSL_FLAG(std::string, dataset, "fashion_mnist",
           "fashion_mnist or idx ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] in "
-          "--data_dir) or libsvm (train.libsvm and test.libsvm in --data_dir).");
+          "--data_dir), libsvm (train.libsvm and test.libsvm in --data_dir), criteo (labelled "
+          "Criteo TSV: train.txt and test.txt in --data_dir) or synthetic_ctr (generated, with a "
+          "known best AUC).");
+ABSL_FLAG(int64_t, ctr_vocabulary, 1000000, "synthetic_ctr: distinct ids per field (Zipf).");
+ABSL_FLAG(int64_t, ctr_train_examples, 1000000,
+          "synthetic_ctr: training examples; every worker draws the same from --seed and takes "
+          "its share.");
+ABSL_FLAG(int64_t, ctr_test_examples, 100000, "synthetic_ctr: test examples.");
+ABSL_FLAG(int64_t, embedding_dim, 16, "ctr: the width of each field's embedding rows.");
+ABSL_FLAG(std::string, embedding_optimizer, "adagrad",
+          "ctr: the embedding tables' optimizer, applied on the servers to the rows a step "
+          "touches only: sgd, adagrad (sparse), adam (lazy), ftrl (with --l1, --l2).");
+ABSL_FLAG(double, embedding_learning_rate, 0.05, "ctr: the embedding tables' learning rate.");
+ABSL_FLAG(int64_t, embedding_max_rows, 0,
+          "ctr: rows each server keeps per table; past it the least recently used row goes. 0: "
+          "no bound but the servers' --max_memory_mb.");
+ABSL_FLAG(int, embedding_admit_after, 0,
+          "ctr: an id is stored only at its this-many-th push (before that it reads as its "
+          "initial row and its gradients are dropped); 0 or 1: at the first.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Where the data set is (Debian's dataset-fashion-mnist installs it here).");
 ABSL_FLAG(int, num_classes, 10, "Classes of the labels (0 .. num_classes-1).");
@@ -146,9 +171,12 @@ namespace {
 std::atomic<bool> g_stop{false};
 void OnStopSignal(int) { g_stop = true; }
 
-absl::StatusOr<OptimizerSpec> OptimizerFromFlags() {
+// The optimizer `name` at learning rate `lr`, as flags `flag` and
+// `lr_flag` give them (for errors), with --momentum, --l1, --l2 and
+// --learning_rate_scaling.
+absl::StatusOr<OptimizerSpec> OptimizerFromFlags(const std::string& name, double lr,
+                                                 const char* flag, const char* lr_flag) {
   OptimizerSpec spec;
-  const std::string name = absl::GetFlag(FLAGS_optimizer);
   if (name == "sgd") {
     spec.set_kind(OptimizerSpec::SGD);
   } else if (name == "momentum") {
@@ -167,11 +195,10 @@ absl::StatusOr<OptimizerSpec> OptimizerFromFlags() {
     }
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer: '", name, "' is not one of sgd, momentum, adagrad, adam, ftrl"));
+        absl::StrCat(flag, ": '", name, "' is not one of sgd, momentum, adagrad, adam, ftrl"));
   }
-  const double lr = absl::GetFlag(FLAGS_learning_rate);
   if (!(lr > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("--learning_rate: must be > 0, got ", lr));
+    return absl::InvalidArgumentError(absl::StrCat(lr_flag, ": must be > 0, got ", lr));
   }
   spec.set_learning_rate(static_cast<float>(lr));
   const std::string scaling = absl::GetFlag(FLAGS_learning_rate_scaling);
@@ -371,16 +398,18 @@ absl::Status CheckStrategy(const std::string& strategy, const TfConfig& cluster)
 
 // A strategy and what it runs on.
 struct StrategyParts {
-  std::unique_ptr<PsClient> client;  // parameter_server
-  std::unique_ptr<PeerLinks> links;  // the all-reduce strategies
+  std::unique_ptr<PsClient> client;             // parameter_server
+  std::unique_ptr<EmbeddingInputs> embeddings;  // parameter_server, --model=ctr
+  std::unique_ptr<PeerLinks> links;             // the all-reduce strategies
   std::unique_ptr<Strategy> strategy;
 };
 
 // Connects to the servers, checks they run this worker's mode, creates the
 // model's variables there and waits for the job to start. The flags are
 // checked (CheckStrategy).
-absl::StatusOr<StrategyParts> MakeParameterServerStrategy(const TfConfig& cluster, int replica,
-                                                          const ModelConfig& model) {
+absl::StatusOr<StrategyParts> MakeParameterServerStrategy(
+    const TfConfig& cluster, int replica, const ModelConfig& model,
+    const std::optional<EmbeddingConfig>& embeddings) {
   PsClientOptions options;
   options.worker_id = replica;
   options.mode = *ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
@@ -395,6 +424,10 @@ absl::StatusOr<StrategyParts> MakeParameterServerStrategy(const TfConfig& cluste
   auto servers = CheckServers(*parts.client, replica, ps);
   if (!servers.ok()) return servers.status();
   if (absl::Status s = parts.client->CreateVariables(ModelVariables(model)); !s.ok()) return s;
+  if (embeddings) {
+    parts.embeddings = std::make_unique<EmbeddingInputs>(parts.client.get(), *embeddings);
+    if (absl::Status s = parts.embeddings->CreateTables(); !s.ok()) return s;
+  }
   parts.client->StartHeartbeats(absl::Seconds(1));
   if (absl::Status s = parts.client->AwaitJobStart(&g_stop); !s.ok()) return s;
   parts.strategy = std::make_unique<ParameterServerStrategy>(
@@ -477,7 +510,9 @@ absl::Status Run(bool* configured) {
   }
   if (absl::Status s = CheckStrategy(strategy_name, *cluster); !s.ok()) return s;
 
-  auto optimizer = OptimizerFromFlags();
+  auto optimizer =
+      OptimizerFromFlags(absl::GetFlag(FLAGS_optimizer), absl::GetFlag(FLAGS_learning_rate),
+                         "--optimizer", "--learning_rate");
   if (!optimizer.ok()) return optimizer.status();
   auto hidden = ParseHidden(absl::GetFlag(FLAGS_hidden));
   if (!hidden.ok()) return hidden.status();
@@ -495,10 +530,61 @@ absl::Status Run(bool* configured) {
   model.num_ps = std::max(1, cluster->cluster().ps_size());            // shards per variable
   if (absl::Status s = ValidateModelConfig(model); !s.ok()) return s;  // before the slow load
 
+  // The CTR model's tables, checked before the slow load.
+  std::optional<EmbeddingConfig> embeddings;
+  if (model.kind == "ctr") {
+    if (all_reduce) {
+      return absl::InvalidArgumentError(
+          "--model=ctr keeps its embedding tables on parameter servers: use "
+          "--strategy=parameter_server");
+    }
+    auto table_optimizer = OptimizerFromFlags(absl::GetFlag(FLAGS_embedding_optimizer),
+                                              absl::GetFlag(FLAGS_embedding_learning_rate),
+                                              "--embedding_optimizer", "--embedding_learning_rate");
+    if (!table_optimizer.ok()) return table_optimizer.status();
+    if (table_optimizer->kind() == OptimizerSpec::MOMENTUM) {
+      return absl::InvalidArgumentError(
+          "--embedding_optimizer: momentum has no sparse form; use sgd, adagrad, adam or ftrl");
+    }
+    embeddings.emplace();
+    EmbeddingTableSpec& table = embeddings->table;
+    table.set_width(absl::GetFlag(FLAGS_embedding_dim));
+    table.mutable_initializer()->set_kind(InitializerSpec::RANDOM_UNIFORM);
+    table.mutable_initializer()->set_minval(-0.05f);
+    table.mutable_initializer()->set_maxval(0.05f);
+    table.mutable_initializer()->set_seed(absl::GetFlag(FLAGS_seed));
+    *table.mutable_optimizer() = *table_optimizer;
+    table.set_max_rows(absl::GetFlag(FLAGS_embedding_max_rows));
+    table.set_admit_after(absl::GetFlag(FLAGS_embedding_admit_after));
+    table.set_name("field");
+    if (absl::Status s = ValidateEmbeddingTableSpec(table); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--embedding_*: ", s.message()));
+    }
+  }
+
   DataSource source;
   source.kind = absl::GetFlag(FLAGS_dataset);
   source.data_dir = absl::GetFlag(FLAGS_data_dir);
   source.num_classes = absl::GetFlag(FLAGS_num_classes);
+  source.ctr_vocabulary = absl::GetFlag(FLAGS_ctr_vocabulary);
+  source.ctr_train_examples = absl::GetFlag(FLAGS_ctr_train_examples);
+  source.ctr_test_examples = absl::GetFlag(FLAGS_ctr_test_examples);
+  source.seed = absl::GetFlag(FLAGS_seed);
+  if (source.kind == "synthetic_ctr" &&
+      (source.ctr_vocabulary < 1 || source.ctr_train_examples < 1 ||
+       source.ctr_test_examples < 1)) {
+    return absl::InvalidArgumentError(
+        "--ctr_vocabulary, --ctr_train_examples and --ctr_test_examples must be >= 1");
+  }
+  const bool ctr_data = source.kind == "criteo" || source.kind == "synthetic_ctr";
+  if (ctr_data != (model.kind == "ctr")) {
+    return absl::InvalidArgumentError(
+        ctr_data ? absl::StrCat("--dataset=", source.kind,
+                                " has categorical fields: train it with --model=ctr")
+                 : absl::StrCat("--model=ctr needs categorical fields: --dataset=criteo or "
+                                "synthetic_ctr, not ",
+                                source.kind));
+  }
   auto train = LoadTrainingSet(source);
   if (!train.ok()) return train.status();
   std::optional<Dataset> test;
@@ -511,6 +597,14 @@ absl::Status Run(bool* configured) {
            test ? absl::StrCat(", ", test->num_examples, " test examples") : "");
 
   model.input_dim = train->feature_dim;
+  if (embeddings) {
+    embeddings->fields = static_cast<int>(train->ids_per_example);
+    model.input_dim += embeddings->fields * embeddings->table.width();
+    model.num_classes = 2;  // click or not
+    model.input_gradients = true;
+    LOG_INFO("ctr model: {} fields of {} floats from the servers' tables and {} numeric features",
+             embeddings->fields, embeddings->table.width(), train->feature_dim);
+  }
   if (absl::Status s = ValidateModelConfig(model); !s.ok()) return s;
 
   const int local_replicas = absl::GetFlag(FLAGS_local_replicas);
@@ -532,7 +626,7 @@ absl::Status Run(bool* configured) {
     if (!made.ok()) return made.status();
     parts = *std::move(made);
   } else {
-    auto made = MakeParameterServerStrategy(*cluster, *replica, model);
+    auto made = MakeParameterServerStrategy(*cluster, *replica, model, embeddings);
     if (!made.ok()) return made.status();
     parts = *std::move(made);
   }
@@ -549,8 +643,10 @@ absl::Status Run(bool* configured) {
   trainer_options.num_ps = all_reduce ? 0 : cluster->cluster().ps_size();
   trainer_options.summary_json = absl::GetFlag(FLAGS_summary_json);
   trainer_options.metrics_jsonl = absl::GetFlag(FLAGS_metrics_jsonl);
-  trainer_options.model_name =
-      model.kind == "mlp" ? absl::StrCat("mlp ", absl::GetFlag(FLAGS_hidden)) : model.kind;
+  trainer_options.model_name = model.kind == "softmax"
+                                   ? model.kind
+                                   : absl::StrCat(model.kind, " ", absl::GetFlag(FLAGS_hidden));
+  trainer_options.embeddings = parts.embeddings.get();
   trainer_options.device_name = devices->devices[0]->name();
   std::optional<Checkpointer> checkpointer;
   if (is_chief && !absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
@@ -623,9 +719,17 @@ absl::Status Run(bool* configured) {
   if (!summary.ok()) return summary.status();
   if (summary->stopped) return absl::OkStatus();
   if (is_chief && !summary->epochs.empty()) {
-    LOG_INFO("final test accuracy {:.4f} (test loss {:.4f}) after {} global steps in {:.1f}s",
-             summary->epochs.back().test_accuracy, summary->epochs.back().test_loss,
-             summary->global_steps, summary->wall_seconds);
+    const EpochResult& last = summary->epochs.back();
+    if (last.test_auc >= 0) {
+      LOG_INFO(
+          "final test AUC {:.4f}{} (log loss {:.4f}) after {} global steps in {:.1f}s",
+          last.test_auc,
+          test->oracle_auc >= 0 ? absl::StrFormat(", the data's best %.4f", test->oracle_auc) : "",
+          last.test_loss, summary->global_steps, summary->wall_seconds);
+    } else {
+      LOG_INFO("final test accuracy {:.4f} (test loss {:.4f}) after {} global steps in {:.1f}s",
+               last.test_accuracy, last.test_loss, summary->global_steps, summary->wall_seconds);
+    }
   }
   return absl::OkStatus();
 }

@@ -14,10 +14,14 @@ Batch GatherBatch(const Dataset& data, const std::vector<int64_t>& indices) {
   batch.feature_dim = data.feature_dim;
   batch.features.resize(batch.size * data.feature_dim);
   batch.labels.resize(batch.size);
+  batch.ids_per_example = data.ids_per_example;
+  batch.ids.resize(batch.size * data.ids_per_example);
   for (int64_t i = 0; i < batch.size; ++i) {
     std::memcpy(&batch.features[i * data.feature_dim],
                 &data.features[indices[i] * data.feature_dim], data.feature_dim * sizeof(float));
     batch.labels[i] = data.labels[indices[i]];
+    std::memcpy(&batch.ids[i * data.ids_per_example], &data.ids[indices[i] * data.ids_per_example],
+                data.ids_per_example * sizeof(int64_t));
   }
   return batch;
 }

@@ -15,12 +15,15 @@
 
 namespace fulcrum {
 
-// One batch: `size` examples of `feature_dim` floats, and their labels.
+// One batch: `size` examples of `feature_dim` floats, and their labels
+// (and ids_per_example categorical ids each, for CTR data).
 struct Batch {
   int64_t size = 0;
   int64_t feature_dim = 0;
   std::vector<float> features;
   std::vector<int32_t> labels;
+  int64_t ids_per_example = 0;
+  std::vector<int64_t> ids;
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   int64_t steps_in_epoch = 0;  // of this epoch's dealing

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "worker/data/ctr_data.h"
 
 namespace fulcrum {
 namespace {
@@ -172,19 +173,39 @@ absl::StatusOr<Dataset> ReadLibsvm(const std::string& path, int num_classes, int
   return data;
 }
 
+namespace {
+
+SyntheticCtr Generator(const DataSource& source) {
+  SyntheticCtrOptions options;
+  options.vocabulary = source.ctr_vocabulary;
+  options.seed = source.seed;
+  return SyntheticCtr(options);
+}
+
+}  // namespace
+
 absl::StatusOr<Dataset> LoadTrainingSet(const DataSource& source) {
   if (source.kind == "libsvm") {
     return ReadLibsvm(source.data_dir + "/train.libsvm", source.num_classes, source.feature_dim);
   }
   if (source.kind == "fashion_mnist" || source.kind == "idx") return LoadIdxSplit(source, "train");
+  if (source.kind == "criteo") return ReadCriteoFile(source.data_dir + "/train.txt");
+  if (source.kind == "synthetic_ctr") {
+    return CtrDataset(Generator(source).Generate(source.ctr_train_examples, 0));
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("--dataset: '", source.kind, "' is not one of fashion_mnist, idx, libsvm"));
+      absl::StrCat("--dataset: '", source.kind,
+                   "' is not one of fashion_mnist, idx, libsvm, criteo, synthetic_ctr"));
 }
 
 absl::StatusOr<Dataset> LoadTestSet(const DataSource& source, int64_t feature_dim) {
   absl::StatusOr<Dataset> data =
       source.kind == "libsvm"
           ? ReadLibsvm(source.data_dir + "/test.libsvm", source.num_classes, feature_dim)
+      : source.kind == "criteo" ? ReadCriteoFile(source.data_dir + "/test.txt")
+      : source.kind == "synthetic_ctr"
+          ? absl::StatusOr<Dataset>(
+                CtrDataset(Generator(source).Generate(source.ctr_test_examples, -1)))
           : LoadIdxSplit(source, "t10k");
   if (data.ok() && data->feature_dim != feature_dim) {
     return absl::InvalidArgumentError(absl::StrCat("the test set has ", data->feature_dim,

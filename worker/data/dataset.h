@@ -12,13 +12,21 @@
 
 namespace fulcrum {
 
-// Dense examples with integer class labels.
+// Examples with integer class labels: dense features and, for
+// click-through-rate data, categorical ids.
 struct Dataset {
   int64_t num_examples = 0;
   int64_t feature_dim = 0;
   int num_classes = 0;
   std::vector<float> features;  // num_examples x feature_dim, row-major
   std::vector<int32_t> labels;  // num_examples, each in [0, num_classes)
+  // Categorical features: ids_per_example ids per example, one per field
+  // (each field's ids its own); none for dense data.
+  int64_t ids_per_example = 0;
+  std::vector<int64_t> ids;  // num_examples x ids_per_example
+  // The AUC of the true click probabilities on this set, where the data's
+  // generator knows them (synthetic_ctr's test split); else negative.
+  double oracle_auc = -1;
 };
 
 // Reads an IDX images file (magic 0x00000803, unsigned bytes, 3 dims) and an
@@ -36,16 +44,25 @@ absl::StatusOr<Dataset> ReadLibsvm(const std::string& path, int num_classes,
 
 // Which data set, and where.
 struct DataSource {
-  std::string kind = "fashion_mnist";  // fashion_mnist, idx or libsvm
+  // fashion_mnist, idx, libsvm, criteo or synthetic_ctr
+  std::string kind = "fashion_mnist";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int num_classes = 10;
   int64_t feature_dim = 0;  // libsvm: 0 infers it from the training file
+  // synthetic_ctr: ids per field, and the examples of each split, drawn
+  // from `seed` (the same on every worker).
+  int64_t ctr_vocabulary = 1000000;
+  int64_t ctr_train_examples = 1000000;
+  int64_t ctr_test_examples = 100000;
+  uint64_t seed = 0;
 };
 
 // The training and test sets of a source. fashion_mnist and idx read
 // {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from data_dir; libsvm
-// reads train.libsvm and test.libsvm. A missing Fashion-MNIST names the
-// Debian package that provides it.
+// reads train.libsvm and test.libsvm; criteo reads train.txt and test.txt
+// (labelled Criteo TSV, streamed); synthetic_ctr generates both, the test
+// split with its oracle AUC. A missing Fashion-MNIST names the Debian
+// package that provides it.
 absl::StatusOr<Dataset> LoadTrainingSet(const DataSource& source);
 absl::StatusOr<Dataset> LoadTestSet(const DataSource& source, int64_t feature_dim);
 

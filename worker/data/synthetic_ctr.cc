@@ -48,16 +48,23 @@ SyntheticCtr::SyntheticCtr(const SyntheticCtrOptions& options) : options_(option
 
 double SyntheticCtr::Logit(const int64_t* ranks, const float* numeric) const {
   const uint64_t seed = options_.seed;
+  // How much of its weight rank r keeps: 1 up to signal_ranks, then
+  // signal_ranks / r.
+  const auto keep = [this](int64_t r) {
+    return r < options_.signal_ranks
+               ? 1.0
+               : static_cast<double>(options_.signal_ranks) / static_cast<double>(r);
+  };
   double logit = options_.bias;
   for (int f = 0; f < options_.num_fields; ++f) {
-    logit += options_.id_scale * HashNormal(Key(seed, kIdWeight, f, ranks[f]));
+    logit += options_.id_scale * keep(ranks[f]) * HashNormal(Key(seed, kIdWeight, f, ranks[f]));
   }
   for (int d = 0; d < options_.num_numeric; ++d) {
     logit += 0.3 * HashNormal(Key(seed, kNumericWeight, d, 0)) * numeric[d];
   }
   for (const auto& [a, b] : pairs_) {
-    logit += 0.5 * HashNormal(Key(seed, kLeftFactor, a, ranks[a])) *
-             HashNormal(Key(seed, kRightFactor, b, ranks[b]));
+    logit += 0.5 * keep(ranks[a]) * HashNormal(Key(seed, kLeftFactor, a, ranks[a])) *
+             keep(ranks[b]) * HashNormal(Key(seed, kRightFactor, b, ranks[b]));
   }
   return logit;
 }

@@ -9,7 +9,8 @@
 // (field, rank), so the tables are large and sparse and a few ids are
 // frequent. The true model: a bias, a weight per (field, id) and per
 // numeric feature, and products of the ids' factors for a few pairs of
-// fields; every weight is a hash of the seed, never a stored table.
+// fields; every weight is a hash of the seed, never a stored table, and
+// shrinks past signal_ranks.
 // Seeded and reproducible: each worker generates its own shard of the
 // training split; the test split is the same everywhere.
 #ifndef FULCRUM_WORKER_DATA_SYNTHETIC_CTR_H_
@@ -38,7 +39,12 @@ struct SyntheticCtrOptions {
   double zipf_exponent = 1.05;
   int num_pairs = 3;      // pairs of fields whose ids interact
   double bias = -1.0;     // the base logit: about a quarter of examples are clicks
-  double id_scale = 0.8;  // standard deviation of an id's weight
+  double id_scale = 0.8;  // standard deviation of a frequent id's weight
+  // Past this rank an id's weight shrinks as signal_ranks / rank, so that
+  // the long tail, which no training set covers, carries little of the
+  // signal (as rare ids do in click logs), and the best AUC stays within
+  // reach of a model that learns the ids it sees often.
+  int64_t signal_ranks = 100;
   uint64_t seed = 0;
 };
 
