@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "bench/echo.grpc.pb.h"
 #include "common/malloc_tuning.h"
 #include "fulcrum/ps_client.h"
@@ -45,31 +46,15 @@ class EchoService final : public bench::Echo::Service {
   }
 };
 
-PsServerConfig ServerConfig() {
-  PsServerConfig config;
-  config.set_mode(ASYNC);
-  config.set_num_replicas(1);
-  config.set_replicas_to_aggregate(1);
-  config.set_max_staleness(-1);
-  config.set_lease_timeout_ms(600000);
-  config.set_max_message_bytes(int64_t{1} << 30);
-  return config;
-}
-
 // `num_ps` servers on loopback and a client sending `wire` encodings over
 // `channels` channels to each.
 struct Cluster {
-  explicit Cluster(int num_ps, DataType wire = DT_FLOAT, int channels = 1) {
-    std::vector<std::string> addresses;
-    for (int i = 0; i < num_ps; ++i) {
-      servers.push_back(std::make_unique<ParameterServer>(ServerConfig()));
-      grpc_servers.push_back(*PsGrpcServer::Start(servers.back().get(), "127.0.0.1:0"));
-      addresses.push_back(absl::StrCat("127.0.0.1:", grpc_servers.back()->port()));
-    }
+  explicit Cluster(int num_ps, DataType wire = DT_FLOAT, int channels = 1)
+      : loopback(num_ps, BenchServerConfig()) {
     PsClientOptions options;
     options.wire_dtype = wire;
     options.channels_per_server = channels;
-    client = PsClient::Connect(addresses, options);
+    client = PsClient::Connect(loopback.addresses, options);
   }
   // Holding one variable of `bytes` (float32), split evenly over the servers
   // and, on each, over its channels.
@@ -100,24 +85,10 @@ struct Cluster {
       grad.values.assign(NumElements(grad.shape), 1e-3f);
     }
   }
-  std::vector<std::unique_ptr<ParameterServer>> servers;
-  std::vector<std::unique_ptr<PsGrpcServer>> grpc_servers;
+  LoopbackServers loopback;
   std::unique_ptr<PsClient> client;
   TensorMap grads;
 };
-
-// Seconds per call of `fn`, over `iterations` after one warm-up call.
-template <typename Fn>
-std::vector<double> Time(int iterations, Fn fn) {
-  fn();
-  std::vector<double> seconds;
-  for (int i = 0; i < iterations; ++i) {
-    const absl::Time start = absl::Now();
-    fn();
-    seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-  }
-  return seconds;
-}
 
 // Seconds per push-pull of the cluster's gradients, pulling every variable.
 std::vector<double> TimePushPull(Cluster& cluster, int iterations) {
@@ -175,11 +146,6 @@ std::vector<double> TcpPingPong(size_t bytes, int iterations) {
   echo.join();
   close(listener);
   return seconds;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
 // Rounds of each throughput measurement; the best counts.
