@@ -204,7 +204,14 @@ int Run() {
   if (sig == SIGUSR1) grace = std::min(grace, absl::Seconds(1));
   (*server)->Shutdown(absl::Now() + grace);
   if (sig != SIGUSR1) ps.SaveFinalCheckpoint().IgnoreError();  // logged
-  LOG_INFO("stopped");
+  const DescribeResponse final_state = ps.Describe();
+  for (const TableInfo& t : final_state.tables()) {
+    LOG_INFO("embedding table '{}': {} rows{}, {} candidates, {} evictions, {} admissions, {}",
+             t.name(), t.rows(), t.max_rows() > 0 ? absl::StrCat(" of ", t.max_rows()) : "",
+             t.candidates(), t.evictions(), t.admissions(), FormatBytes(t.memory_bytes()));
+  }
+  LOG_INFO("stopped: memory {} of its budget {}", FormatBytes(final_state.memory_bytes()),
+           FormatBytes(final_state.max_memory_bytes()));
   // Every call has finished or been cancelled. gRPC 1.51's server destructor
   // can then stall for seconds after streamed calls (grpc/grpc#41050), so the
   // process ends here without tearing the server down.

@@ -439,17 +439,10 @@ absl::StatusOr<PushStats> PsClientImpl::Push(const TensorMap& gradients) {
     involved[ps] = pushes[ps]->gradients_size() > 0 || policy_->PushReachesEveryServer();
   }
   std::vector<bool> recovered(servers_.size());
-  absl::Status status = ForEachServer(involved, "push", [&](int ps, absl::Time deadline) {
-    auto pushed = servers_[ps]->Push(pushes[ps], deadline);
-    if (LostState(pushed.status())) {
-      recovered[ps] = true;  // the gradients were computed from values it no longer has
-      return Recover(ps, deadline);
-    }
-    if (!pushed.ok()) return pushed.status();
-    responses[ps] = *std::move(pushed);
-    return absl::OkStatus();
-  });
-  ForgetVersions(recovered);
+  absl::Status status = PushEach<PushResponse>(
+      involved, "push",
+      [&](int ps, absl::Time deadline) { return servers_[ps]->Push(pushes[ps], deadline); },
+      &responses, &recovered);
   if (!status.ok()) return status;
   PushStats stats;
   for (const PushResponse& response : responses) stats = Summarize(response.results(), stats);
@@ -662,17 +655,10 @@ absl::StatusOr<PushStats> PsClientImpl::PushRows(const std::vector<TableIds>& lo
   }
   std::vector<PushRowsResponse> responses(servers_.size());
   std::vector<bool> recovered(servers_.size());
-  absl::Status status = ForEachServer(involved, "push rows", [&](int ps, absl::Time deadline) {
-    auto pushed = servers_[ps]->PushRows(requests[ps], deadline);
-    if (LostState(pushed.status())) {
-      recovered[ps] = true;  // computed from rows it no longer has
-      return Recover(ps, deadline);
-    }
-    if (!pushed.ok()) return pushed.status();
-    responses[ps] = *std::move(pushed);
-    return absl::OkStatus();
-  });
-  ForgetVersions(recovered);
+  absl::Status status = PushEach<PushRowsResponse>(
+      involved, "push rows",
+      [&](int ps, absl::Time deadline) { return servers_[ps]->PushRows(requests[ps], deadline); },
+      &responses, &recovered);
   if (!status.ok()) return status;
   PushStats stats;
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
@@ -687,6 +673,25 @@ absl::StatusOr<PushStats> PsClientImpl::PushRows(const std::vector<TableIds>& lo
     }
   }
   return stats;
+}
+
+template <typename Response>
+absl::Status PsClientImpl::PushEach(
+    const std::vector<bool>& involved, const std::string& what,
+    const std::function<absl::StatusOr<Response>(int ps, absl::Time deadline)>& push,
+    std::vector<Response>* responses, std::vector<bool>* recovered) {
+  absl::Status status = ForEachServer(involved, what, [&](int ps, absl::Time deadline) {
+    absl::StatusOr<Response> pushed = push(ps, deadline);
+    if (LostState(pushed.status())) {
+      (*recovered)[ps] = true;  // computed from values it no longer has
+      return Recover(ps, deadline);
+    }
+    if (!pushed.ok()) return pushed.status();
+    (*responses)[ps] = *std::move(pushed);
+    return absl::OkStatus();
+  });
+  ForgetVersions(*recovered);
+  return status;
 }
 
 absl::Status PsClientImpl::Recover(int ps, absl::Time deadline) {

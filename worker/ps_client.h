@@ -110,6 +110,15 @@ class PsClientImpl final : public PsClient {
   // Recover(ps), then `pull` from it afresh, its values placed by `placer`.
   absl::StatusOr<PullResponse> RecoverAndPull(int ps, PullRequest pull, int64_t response_bytes,
                                               absl::Time deadline, Placer* placer);
+  // push(ps) on every server `involved`, in parallel (ForEachServer), into
+  // (*responses)[ps]. A server that lost its state is recovered and marked
+  // in `recovered` (what was pushed to it is lost), and the versions
+  // learned from it forgotten.
+  template <typename Response>
+  absl::Status PushEach(
+      const std::vector<bool>& involved, const std::string& what,
+      const std::function<absl::StatusOr<Response>(int ps, absl::Time deadline)>& push,
+      std::vector<Response>* responses, std::vector<bool>* recovered);
   // Forgets the versions learned from the servers in `recovered`.
   void ForgetVersions(const std::vector<bool>& recovered);
   // Runs call(ps) for every server with work (`involved`), in parallel;

@@ -570,12 +570,7 @@ absl::Status Run(bool* configured) {
   source.ctr_train_examples = absl::GetFlag(FLAGS_ctr_train_examples);
   source.ctr_test_examples = absl::GetFlag(FLAGS_ctr_test_examples);
   source.seed = absl::GetFlag(FLAGS_seed);
-  if (source.kind == "synthetic_ctr" &&
-      (source.ctr_vocabulary < 1 || source.ctr_train_examples < 1 ||
-       source.ctr_test_examples < 1)) {
-    return absl::InvalidArgumentError(
-        "--ctr_vocabulary, --ctr_train_examples and --ctr_test_examples must be >= 1");
-  }
+  if (absl::Status s = ValidateDataSource(source); !s.ok()) return s;
   const bool ctr_data = source.kind == "criteo" || source.kind == "synthetic_ctr";
   if (ctr_data != (model.kind == "ctr")) {
     return absl::InvalidArgumentError(
@@ -585,12 +580,17 @@ absl::Status Run(bool* configured) {
                                 "synthetic_ctr, not ",
                                 source.kind));
   }
+  // A data file that does not parse is the run's error (exit 1), not the
+  // flags'.
+  const auto data_error = [](const absl::Status& s) {
+    return s.code() == absl::StatusCode::kInvalidArgument ? absl::DataLossError(s.message()) : s;
+  };
   auto train = LoadTrainingSet(source);
-  if (!train.ok()) return train.status();
+  if (!train.ok()) return data_error(train.status());
   std::optional<Dataset> test;
   if (is_chief) {
     auto loaded = LoadTestSet(source, train->feature_dim);
-    if (!loaded.ok()) return loaded.status();
+    if (!loaded.ok()) return data_error(loaded.status());
     test = *std::move(loaded);
   }
   LOG_INFO("data: {} training examples of {} features{}", train->num_examples, train->feature_dim,

@@ -23,16 +23,21 @@ prometheus::MetricFamily Family(const std::string& name, const std::string& help
   return family;
 }
 
-prometheus::MetricFamily Single(const std::string& name, const std::string& help,
-                                prometheus::MetricType type, double value) {
-  prometheus::MetricFamily family = Family(name, help, type);
+// A counter's or gauge's value.
+prometheus::ClientMetric Value(prometheus::MetricType type, double value) {
   prometheus::ClientMetric metric;
   if (type == prometheus::MetricType::Counter) {
     metric.counter.value = value;
   } else {
     metric.gauge.value = value;
   }
-  family.metric.push_back(metric);
+  return metric;
+}
+
+prometheus::MetricFamily Single(const std::string& name, const std::string& help,
+                                prometheus::MetricType type, double value) {
+  prometheus::MetricFamily family = Family(name, help, type);
+  family.metric.push_back(Value(type, value));
   return family;
 }
 
@@ -42,14 +47,8 @@ prometheus::MetricFamily PerTable(const std::string& name, const std::string& he
                                   int64_t (TableInfo::*field)() const) {
   prometheus::MetricFamily family = Family(name, help, type);
   for (const TableInfo& table : d.tables()) {
-    prometheus::ClientMetric metric;
+    prometheus::ClientMetric metric = Value(type, static_cast<double>((table.*field)()));
     metric.label.push_back({"table", table.name()});
-    const auto value = static_cast<double>((table.*field)());
-    if (type == prometheus::MetricType::Counter) {
-      metric.counter.value = value;
-    } else {
-      metric.gauge.value = value;
-    }
     family.metric.push_back(metric);
   }
   return family;

@@ -184,18 +184,32 @@ SyntheticCtr Generator(const DataSource& source) {
 
 }  // namespace
 
+absl::Status ValidateDataSource(const DataSource& source) {
+  for (const char* kind : {"fashion_mnist", "idx", "libsvm", "criteo", "synthetic_ctr"}) {
+    if (source.kind == kind) break;
+    if (std::string(kind) == "synthetic_ctr") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dataset: '", source.kind,
+                       "' is not one of fashion_mnist, idx, libsvm, criteo, synthetic_ctr"));
+    }
+  }
+  if (source.kind == "synthetic_ctr" &&
+      (source.ctr_vocabulary < 1 || source.ctr_train_examples < 1 ||
+       source.ctr_test_examples < 1)) {
+    return absl::InvalidArgumentError(
+        "--ctr_vocabulary, --ctr_train_examples and --ctr_test_examples must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Dataset> LoadTrainingSet(const DataSource& source) {
+  if (absl::Status s = ValidateDataSource(source); !s.ok()) return s;
   if (source.kind == "libsvm") {
     return ReadLibsvm(source.data_dir + "/train.libsvm", source.num_classes, source.feature_dim);
   }
   if (source.kind == "fashion_mnist" || source.kind == "idx") return LoadIdxSplit(source, "train");
   if (source.kind == "criteo") return ReadCriteoFile(source.data_dir + "/train.txt");
-  if (source.kind == "synthetic_ctr") {
-    return CtrDataset(Generator(source).Generate(source.ctr_train_examples, 0));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--dataset: '", source.kind,
-                   "' is not one of fashion_mnist, idx, libsvm, criteo, synthetic_ctr"));
+  return CtrDataset(Generator(source).Generate(source.ctr_train_examples, 0));  // synthetic_ctr
 }
 
 absl::StatusOr<Dataset> LoadTestSet(const DataSource& source, int64_t feature_dim) {

@@ -57,6 +57,10 @@ struct DataSource {
   uint64_t seed = 0;
 };
 
+// INVALID_ARGUMENT naming the flag when `source` names no known data set
+// or synthetic_ctr sizes below 1.
+absl::Status ValidateDataSource(const DataSource& source);
+
 // The training and test sets of a source. fashion_mnist and idx read
 // {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from data_dir; libsvm
 // reads train.libsvm and test.libsvm; criteo reads train.txt and test.txt

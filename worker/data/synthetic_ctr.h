@@ -44,7 +44,7 @@ struct SyntheticCtrOptions {
   // the long tail, which no training set covers, carries little of the
   // signal (as rare ids do in click logs), and the best AUC stays within
   // reach of a model that learns the ids it sees often.
-  int64_t signal_ranks = 100;
+  int64_t signal_ranks = 30;
   uint64_t seed = 0;
 };
 
