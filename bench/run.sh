@@ -11,7 +11,10 @@
 #   6.   all-reduce among 2-4 ranks on loopback (bench:allreduce_bench),
 #        against iperf3 with 4 parallel streams (per stream: what each of 4
 #        ranks sharing this machine can carry), and against TensorFlow's
-#        collective all-reduce (bench/tf_mwms_bench.py) at 64 MiB, n = 4.
+#        collective all-reduce (bench/tf_mwms_bench.py) at 64 MiB, n = 4;
+#   7.   embedding rows pulled and pushed per second, against a dense pull
+#        and push of the same bytes, and a million rows' memory against
+#        their raw floats (bench:sparse_bench).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +22,8 @@ quick=""
 [ "${1:-}" = "--quick" ] && quick="--quick"
 
 command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; }
-bazel build -c opt //bench:dataplane_bench //bench:scaling_bench //bench:allreduce_bench
+bazel build -c opt //bench:dataplane_bench //bench:scaling_bench //bench:allreduce_bench \
+  //bench:sparse_bench
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 
 work=$(mktemp -d)
@@ -70,3 +74,4 @@ tf=$(/opt/fulcrum-tools/tf-venv/bin/python bench/tf_mwms_bench.py --mode=allredu
 echo "$tf"
 python3 -c "print('allreduce_vs_tf_collective=%.2f' % (
     float('${tf#*=}') * 1000 / float('$(sed -n 's/^allreduce_64MiB_n4_p50_us=//p' <<< "$out")')))"
+"$bin/bench/sparse_bench" $quick 2>/dev/null | grep -v "\] \[info\] "

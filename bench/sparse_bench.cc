@@ -164,8 +164,8 @@ void MeasureMemory() {
   const TableInfo info = server.Describe().tables(0);
   const double raw = static_cast<double>(kWidth * 2 * sizeof(float));  // values and one slot
   std::printf(
-      "\nmemory: %lld rows of width %lld with Adagrad: table %.1f B/row, resident %.1f "
-      "B/row; raw values and slot %.0f B/row\n",
+      "memory: %lld rows of width %lld with Adagrad: table %.1f B/row, resident %.1f "
+      "B/row; raw values and slot %.0f B/row\n\n",
       static_cast<long long>(info.rows()), static_cast<long long>(kWidth),
       static_cast<double>(info.memory_bytes()) / info.rows(),
       static_cast<double>(resident) / info.rows(), raw);
@@ -177,6 +177,9 @@ void MeasureMemory() {
 }
 
 void Run(bool quick) {
+  // First, while no freed memory is kept for reuse, so that the resident
+  // growth is the table's.
+  MeasureMemory();
   const std::vector<int> servers = {1, 4};
   const std::vector<int64_t> widths = {16, 64};
   const std::vector<int64_t> sizes =
@@ -218,7 +221,6 @@ void Run(bool quick) {
       }
     }
   }
-  MeasureMemory();
 }
 
 }  // namespace
