@@ -26,12 +26,7 @@ steps=938  # one epoch of 60,000 examples in batches of 64
 runs=3
 [ "${1:-}" = "--quick" ] && { steps=300; runs=1; }
 
-venv=/opt/fulcrum-tools/tf-venv
-if ! "$venv/bin/python" -c 'import tensorflow' 2>/dev/null; then
-  echo "installing tensorflow-cpu into $venv (once)" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q 'tensorflow-cpu==2.17.*'
-fi
+python=$(bench/tf_venv.sh)
 
 bazel build -c opt //deploy:local_cluster //worker:worker //ps_server:ps_server 2>/dev/null
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
@@ -50,13 +45,13 @@ print("%.1f %.4f" % (s["examples_per_sec"], s["test_accuracy"]))' "$work/summary
 }
 
 tensorflow() {  # "examples/s accuracy" of one ParameterServerStrategy run
-  "$venv/bin/python" bench/tf_pss_bench.py --num_ps=2 --num_workers=2 --batch_size=64 \
+  "$python" bench/tf_pss_bench.py --num_ps=2 --num_workers=2 --batch_size=64 \
     --steps="$steps" > "$work/tf.out" 2> "$work/tf.log" || { tail -20 "$work/tf.log" >&2; exit 1; }
   sed -n 's/^tf_pss_examples_per_sec=//p; s/^tf_pss_test_accuracy=//p' "$work/tf.out" | xargs
 }
 
 tf_mwms() {  # "examples/s accuracy" of one MultiWorkerMirroredStrategy run, 2 workers
-  "$venv/bin/python" bench/tf_mwms_bench.py --num_workers=2 --batch_size=64 \
+  "$python" bench/tf_mwms_bench.py --num_workers=2 --batch_size=64 \
     --steps=$((steps / 2)) > "$work/tf-mwms.out" 2> "$work/tf-mwms.log" ||
     { tail -20 "$work/tf-mwms.log" >&2; exit 1; }
   sed -n 's/^tf_mwms_examples_per_sec=//p; s/^tf_mwms_test_accuracy=//p' "$work/tf-mwms.out" | xargs

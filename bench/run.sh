@@ -14,7 +14,9 @@
 #        collective all-reduce (bench/tf_mwms_bench.py) at 64 MiB, n = 4;
 #   7.   embedding rows pulled and pushed per second, against a dense pull
 #        and push of the same bytes, and a million rows' memory against
-#        their raw floats (bench:sparse_bench).
+#        their raw floats (bench:sparse_bench);
+#   8.   the CTR model end to end against TensorFlow's
+#        ParameterServerStrategy on the same model (bench/e2e_ctr_bench.sh).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,9 +71,10 @@ busbw=$(sed -n 's/^allreduce_64MiB_n4_busbw_MBps=//p' <<< "$out")
 python3 -c "print('allreduce_64MiB_n4_busbw_vs_tcp=%.2f' % ($busbw / $per_rank))"
 # TensorFlow's collective (MultiWorkerMirroredStrategy, RING) on the same
 # size and ranks; bench/e2e_bench.sh installed it.
-tf=$(/opt/fulcrum-tools/tf-venv/bin/python bench/tf_mwms_bench.py --mode=allreduce \
+tf=$("$(bench/tf_venv.sh)" bench/tf_mwms_bench.py --mode=allreduce \
        --num_workers=4 --bytes=$((64 << 20)) 2>/dev/null | grep '^tf_allreduce')
 echo "$tf"
 python3 -c "print('allreduce_vs_tf_collective=%.2f' % (
     float('${tf#*=}') * 1000 / float('$(sed -n 's/^allreduce_64MiB_n4_p50_us=//p' <<< "$out")')))"
 "$bin/bench/sparse_bench" $quick 2>/dev/null | grep -v "\] \[info\] "
+bench/e2e_ctr_bench.sh $quick

@@ -59,7 +59,14 @@ absl::Status ValidateEmbeddingTableSpec(const EmbeddingTableSpec& spec) {
 }
 
 void InitialEmbeddingRow(const EmbeddingTableSpec& spec, int64_t id, absl::Span<float> out) {
-  InitializeRows(AsVariable(spec), id, 1, out);
+  EmbeddingRowInitializer(spec).Row(id, out);
+}
+
+EmbeddingRowInitializer::EmbeddingRowInitializer(const EmbeddingTableSpec& spec)
+    : variable_(AsVariable(spec)) {}
+
+void EmbeddingRowInitializer::Row(int64_t id, absl::Span<float> out) const {
+  InitializeRows(variable_, id, 1, out);
 }
 
 }  // namespace fulcrum

@@ -26,6 +26,17 @@ absl::Status ValidateEmbeddingTableSpec(const EmbeddingTableSpec& spec);
 // generator seeded by (the initializer's seed, the table's name, id).
 void InitialEmbeddingRow(const EmbeddingTableSpec& spec, int64_t id, absl::Span<float> out);
 
+// The same for one table, with the spec prepared once (a table makes rows
+// for every unseen id it is asked for).
+class EmbeddingRowInitializer {
+ public:
+  explicit EmbeddingRowInitializer(const EmbeddingTableSpec& spec);
+  void Row(int64_t id, absl::Span<float> out) const;
+
+ private:
+  VariableSpec variable_;
+};
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_COMMON_EMBEDDING_H_

@@ -289,6 +289,7 @@ absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest
   Renew(worker);
   // Check the whole request before touching any table.
   std::vector<EmbeddingTable*> tables;
+  std::vector<std::pair<const EmbeddingTable*, int64_t>> growth;
   int64_t ids = 0;
   for (const TableRows& rows : request.tables()) {
     absl::StatusOr<EmbeddingTable*> table = FindRows(rows, &ids);
@@ -298,9 +299,10 @@ absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest
           absl::StrCat("embedding table '", rows.table(), "' twice in one push"));
     }
     if (absl::Status s = (*table)->CheckPush(rows.ids(), rows.values()); !s.ok()) return s;
-    if (absl::Status s = store_.AdmitRows(**table, rows.ids_size()); !s.ok()) return s;
     tables.push_back(*table);
+    growth.emplace_back(*table, rows.ids_size());
   }
+  if (absl::Status s = store_.AdmitRows(growth); !s.ok()) return s;
   PushRowsResponse response;
   for (size_t i = 0; i < tables.size(); ++i) {
     const TableRows& rows = request.tables(i);

@@ -120,6 +120,22 @@ TEST(ParameterServerTablesTest, SyncAveragesEachIdOverTheStepsPushers) {
   EXPECT_EQ(pulled, (std::vector<float>{-3, -3, -4, -4}));
 }
 
+// SSP: a pull of rows waits, as a dense pull does, for the slowest worker
+// to come within the bound of the puller's clock.
+TEST(ParameterServerTablesTest, SspPullsOfRowsWaitForTheSlowestWorker) {
+  ParameterServer ps(Config(SSP, 2));  // bound 1
+  CreateTable(ps);
+  PullRowsRequest ahead;
+  ahead.set_worker_id(0);
+  ahead.set_clock(3);  // worker 1 is at clock 0
+  *ahead.add_tables() = Rows({1});
+  auto waited = ps.PullRows(ahead, absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(waited.status().message()), HasSubstr("waits for worker(s)"));
+  ahead.set_clock(1);
+  EXPECT_TRUE(ps.PullRows(ahead, absl::Now() + absl::Seconds(10)).ok());
+}
+
 // Each id lives on one server: another server refuses it, naming the owner.
 TEST(ParameterServerTablesTest, IdsOfAnotherServerAreRefused) {
   ParameterServer ps0(Config(ASYNC, 1, 0, 2));

@@ -119,18 +119,21 @@ std::vector<EmbeddingTable*> VariableStore::AllTables() const {
   return out;
 }
 
-absl::Status VariableStore::AdmitRows(const EmbeddingTable& table, int64_t ids) const {
-  const EmbeddingTable::Stats stats = table.stats();
-  const int64_t max_rows = table.spec().max_rows();
-  const int64_t new_rows = max_rows > 0 ? std::min(ids, max_rows - stats.rows) : ids;
+absl::Status VariableStore::AdmitRows(
+    const std::vector<std::pair<const EmbeddingTable*, int64_t>>& growth) const {
   const int64_t held = memory_bytes();
-  const int64_t wanted = new_rows * table.BytesPerRow();
-  if (wanted > max_memory_bytes_ - held) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("embedding table '", table.spec().name(), "': up to ", new_rows,
-                     " new rows need ", FormatBytes(wanted), "; this server holds ",
-                     FormatBytes(held), " of its ", FormatBytes(max_memory_bytes_),
-                     " budget (ps_server --max_memory_mb; bound the table with max_rows)"));
+  int64_t wanted = 0;
+  for (const auto& [table, ids] : growth) {
+    const int64_t max_rows = table->spec().max_rows();
+    const int64_t new_rows = max_rows > 0 ? std::min(ids, max_rows - table->stats().rows) : ids;
+    wanted += new_rows * table->BytesPerRow();
+    if (wanted > max_memory_bytes_ - held) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "embedding table '", table->spec().name(), "': up to ", new_rows, " new rows need ",
+          FormatBytes(new_rows * table->BytesPerRow()), "; this server holds ", FormatBytes(held),
+          " of its ", FormatBytes(max_memory_bytes_),
+          " budget (ps_server --max_memory_mb; bound the table with max_rows)"));
+    }
   }
   return absl::OkStatus();
 }

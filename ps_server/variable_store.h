@@ -57,9 +57,11 @@ class VariableStore {
   absl::StatusOr<EmbeddingTable*> FindTable(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
   // Every table, by name.
   std::vector<EmbeddingTable*> AllTables() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether `table` may store up to `ids` new rows within the budget, with
-  // what the shards and every table hold now: RESOURCE_EXHAUSTED saying so.
-  absl::Status AdmitRows(const EmbeddingTable& table, int64_t ids) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether each table of `growth` may store up to its count of new rows,
+  // all together within the budget with what the shards and every table
+  // hold now: RESOURCE_EXHAUSTED naming the table that would pass it.
+  absl::Status AdmitRows(const std::vector<std::pair<const EmbeddingTable*, int64_t>>& growth) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Bytes of all shards' values (float32), excluding optimizer slots.
   int64_t value_bytes() const { return value_bytes_.load(); }

@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(
 
 EmbeddingTable::EmbeddingTable(const EmbeddingTableSpec& spec)
     : spec_(spec),
+      initializer_(spec),
       store_({spec.width(), NumSlots(spec.optimizer()), spec.max_rows(),
               std::max(1, spec.admit_after())}) {
   // The slots as MakeSlots starts them (Adagrad's and FTRL's accumulators
@@ -64,7 +65,7 @@ absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<floa
     if (const float* row = store_.Find(ids[i])) {
       std::copy(row, row + width, to.begin());
     } else {
-      InitialEmbeddingRow(spec_, ids[i], to);
+      initializer_.Row(ids[i], to);
     }
   }
   return absl::OkStatus();
@@ -106,7 +107,7 @@ void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const
   const int64_t width = spec_.width();
   ++step_;
   const auto init = [this](int64_t id, absl::Span<float> row) {
-    InitialEmbeddingRow(spec_, id, row.subspan(0, spec_.width()));
+    initializer_.Row(id, row.subspan(0, spec_.width()));
     std::copy(initial_slots_.begin(), initial_slots_.end(), row.begin() + spec_.width());
   };
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -260,10 +261,10 @@ absl::Status EmbeddingTable::Restore(const CheckpointFile& file, const Checkpoin
   step_ = std::max(step_, part.meta.version());
   return file.ReadTable(
       part,
-      [&](int64_t id, absl::Span<const float> row) {
+      [&](int64_t id, absl::Span<const float> row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         if (keep(id)) store_.Put(id, row);
       },
-      [&](int64_t id, uint32_t touches) {
+      [&](int64_t id, uint32_t touches) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         if (keep(id)) store_.PutCandidate(id, touches);
       });
 }

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/checkpoint_file.h"
+#include "common/embedding.h"
 #include "proto/ps_service.pb.h"
 #include "proto/tensor.pb.h"
 #include "ps_server/embedding/row_store.h"
@@ -113,6 +114,7 @@ class EmbeddingTable {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const EmbeddingTableSpec spec_;
+  const EmbeddingRowInitializer initializer_;
   std::vector<float> initial_slots_;  // a new row's slots, one after another
   mutable absl::Mutex mu_;
   RowStore store_ ABSL_GUARDED_BY(mu_);

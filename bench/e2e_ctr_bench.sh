@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# End to end on the CTR model: examples/s and test AUC training
+# --model=ctr (26 embedding tables of 16 floats over a vocabulary of
+# 100,000 ids per field, an MLP of 64 and 32 over them and 13 numeric
+# features; Adagrad 0.1 on the tables, Adam 0.002 on the MLP; batch 256
+# per worker) on synthetic_ctr data, 2 parameter servers and 3 async
+# workers, with
+#   - Fulcrum (deploy:local_cluster), and
+#   - TensorFlow's ParameterServerStrategy, the tables split over the
+#     servers (bench/tf_pss_ctr_bench.py),
+# each on the same number of examples (one pass over --examples). Each
+# one's AUC is compared with the best its test split allows (the AUC of its
+# true probabilities): the two draw from the same distribution, not the
+# same examples.
+# Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
+# e2e_ctr_vs_tensorflow (examples/s) and the AUC gaps.
+#   bench/e2e_ctr_bench.sh [--quick]
+#
+# How each rate is counted, as in bench/e2e_bench.sh: Fulcrum's from the
+# chief's summary (its examples times the workers, over its wall time from
+# first pull to last push, with one test-set evaluation); TensorFlow's over
+# the steps after a warm-up, with no evaluation. Both favour TensorFlow.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+examples=600000
+runs=3
+[ "${1:-}" = "--quick" ] && { examples=150000; runs=1; }
+
+python=$(bench/tf_venv.sh)
+bazel build -c opt //deploy:local_cluster //worker:worker //ps_server:ps_server 2>/dev/null
+bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fulcrum() {  # "examples/s auc best_auc" from the chief's summary
+  "$bin/deploy/local_cluster" --num_ps=2 --num_workers=3 --mode=async \
+    --summary_json="$work/summary.json" -- --model=ctr --dataset=synthetic_ctr \
+    --ctr_vocabulary=100000 --ctr_train_examples="$examples" --ctr_test_examples=20000 \
+    --hidden=64,32 --embedding_dim=16 --optimizer=adam --learning_rate=0.002 \
+    --embedding_optimizer=adagrad --embedding_learning_rate=0.1 --batch_size=256 --epochs=1 \
+    --log_every_steps=100000 > "$work/cluster.log" 2>&1 ||
+    { tail -20 "$work/cluster.log" >&2; exit 1; }
+  python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))
+print("%.1f %.4f %.4f" % (s["examples_per_sec"], s["test_auc"], s["ground_truth_auc"]))' \
+    "$work/summary.json"
+}
+
+tensorflow() {  # "examples/s auc best_auc"
+  "$python" bench/tf_pss_ctr_bench.py --num_ps=2 --num_workers=3 --batch_size=256 \
+    --train_examples="$examples" --vocabulary=100000 > "$work/tf.out" 2> "$work/tf.log" ||
+    { tail -20 "$work/tf.log" >&2; exit 1; }
+  sed -n 's/^tf_ctr_examples_per_sec=//p; s/^tf_ctr_test_auc=//p; s/^tf_ctr_ground_truth_auc=//p' \
+    "$work/tf.out" | xargs
+}
+
+median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+ours=() theirs=()
+for run in $(seq "$runs"); do
+  read -r rate auc best <<< "$(fulcrum)"
+  ours+=("$rate")
+  read -r tf_rate tf_auc tf_best <<< "$(tensorflow)"
+  theirs+=("$tf_rate")
+  echo "run $run of $runs: fulcrum $rate examples/s AUC $auc (best $best);" \
+    "tensorflow $tf_rate examples/s AUC $tf_auc (best $tf_best)" >&2
+done
+ours_m=$(echo "${ours[@]}" | median)
+theirs_m=$(echo "${theirs[@]}" | median)
+echo "e2e_ctr_fulcrum_examples_per_sec=$ours_m"
+echo "e2e_ctr_fulcrum_test_auc=$auc"
+echo "e2e_ctr_fulcrum_ground_truth_auc=$best"
+echo "e2e_ctr_tf_examples_per_sec=$theirs_m"
+echo "e2e_ctr_tf_test_auc=$tf_auc"
+echo "e2e_ctr_tf_ground_truth_auc=$tf_best"
+python3 -c "print('e2e_ctr_fulcrum_auc_gap=%.4f' % ($best - $auc))"
+python3 -c "print('e2e_ctr_tf_auc_gap=%.4f' % ($tf_best - $tf_auc))"
+python3 -c "print('e2e_ctr_vs_tensorflow=%.2f' % ($ours_m / $theirs_m))"
