@@ -41,6 +41,21 @@ def free_ports(n):
     return ports
 
 
+def start_cluster(num_ps, num_workers, threads):
+    """The cluster spec of num_ps servers, num_workers workers and a chief
+    (this process) on loopback, and the server processes, started."""
+    ports = iter(free_ports(num_ps + num_workers + 1))
+    cluster = {
+        "ps": ["127.0.0.1:%d" % next(ports) for _ in range(num_ps)],
+        "worker": ["127.0.0.1:%d" % next(ports) for _ in range(num_workers)],
+        "chief": ["127.0.0.1:%d" % next(ports)],
+    }
+    servers = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve",
+                                 json.dumps([cluster, job, i, threads])])
+               for job in ("ps", "worker") for i in range(len(cluster[job]))]
+    return cluster, servers
+
+
 def read_idx(path):
     import numpy as np
     with gzip.open(path, "rb") as f:
@@ -180,15 +195,7 @@ def main():
         serve(*json.loads(args.serve))
         return
 
-    ports = iter(free_ports(args.num_ps + args.num_workers + 1))
-    cluster = {
-        "ps": ["127.0.0.1:%d" % next(ports) for _ in range(args.num_ps)],
-        "worker": ["127.0.0.1:%d" % next(ports) for _ in range(args.num_workers)],
-        "chief": ["127.0.0.1:%d" % next(ports)],
-    }
-    servers = [subprocess.Popen([sys.executable, __file__, "--serve",
-                                 json.dumps([cluster, job, i, args.threads])])
-               for job in ("ps", "worker") for i in range(len(cluster[job]))]
+    cluster, servers = start_cluster(args.num_ps, args.num_workers, args.threads)
     try:
         coordinate(args, cluster)
     finally:

@@ -24,9 +24,7 @@ tf_ctr_test_auc and tf_ctr_ground_truth_auc.
                       [--train_examples=300000] [--vocabulary=100000]
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +32,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tf_pss_bench import free_ports  # noqa: E402  (the same launch as the dense baseline)
+from tf_pss_bench import start_cluster  # noqa: E402  (the same launch as the dense baseline)
 
 FIELDS, NUMERIC, PAIRS = 26, 13, 3
 HIDDEN = [64, 32]
@@ -231,16 +229,7 @@ def main():
     write_records(train_path, *generate(args, args.train_examples, rng, truth)[:3])
     test = generate(args, args.test_examples, rng, truth)
 
-    ports = iter(free_ports(args.num_ps + args.num_workers + 1))
-    cluster = {
-        "ps": ["127.0.0.1:%d" % next(ports) for _ in range(args.num_ps)],
-        "worker": ["127.0.0.1:%d" % next(ports) for _ in range(args.num_workers)],
-        "chief": ["127.0.0.1:%d" % next(ports)],
-    }
-    dense_bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_pss_bench.py")
-    servers = [subprocess.Popen([sys.executable, dense_bench, "--serve",
-                                 json.dumps([cluster, job, i, 0])])
-               for job in ("ps", "worker") for i in range(len(cluster[job]))]
+    cluster, servers = start_cluster(args.num_ps, args.num_workers, 0)
     try:
         coordinate(args, cluster, train_path, test)
     finally:

@@ -1,5 +1,8 @@
 #include "common/embedding.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
 #include "common/initializer.h"
@@ -63,10 +66,39 @@ void InitialEmbeddingRow(const EmbeddingTableSpec& spec, int64_t id, absl::Span<
 }
 
 EmbeddingRowInitializer::EmbeddingRowInitializer(const EmbeddingTableSpec& spec)
-    : variable_(AsVariable(spec)) {}
+    : init_(spec.initializer()), seed_(AsVariable(spec).initializer().seed()) {}
 
 void EmbeddingRowInitializer::Row(int64_t id, absl::Span<float> out) const {
-  InitializeRows(variable_, id, 1, out);
+  // The k-th uniform of the row, in [0, 1), and (0, 1] for logarithms.
+  const uint64_t row = Mix64(seed_ ^ Mix64(static_cast<uint64_t>(id) + kGoldenGamma));
+  uint64_t k = 0;
+  const auto uniform = [&] {
+    return static_cast<double>(Mix64(row + ++k * kGoldenGamma) >> 11) * 0x1.0p-53;
+  };
+  switch (init_.kind()) {
+    case InitializerSpec::CONSTANT:
+      std::fill(out.begin(), out.end(), init_.value());
+      break;
+    case InitializerSpec::RANDOM_UNIFORM:
+      for (float& x : out) {
+        x = static_cast<float>(init_.minval() + (init_.maxval() - init_.minval()) * uniform());
+      }
+      break;
+    case InitializerSpec::RANDOM_NORMAL:
+    case InitializerSpec::TRUNCATED_NORMAL: {
+      const bool truncate = init_.kind() == InitializerSpec::TRUNCATED_NORMAL;
+      for (float& x : out) {
+        double z;
+        do {  // Box-Muller: one normal from two uniforms
+          z = std::sqrt(-2.0 * std::log(1.0 - uniform())) * std::cos(6.283185307179586 * uniform());
+        } while (truncate && std::fabs(z) > 2.0);
+        x = static_cast<float>(init_.mean() + init_.stddev() * z);
+      }
+      break;
+    }
+    default:  // ZEROS; GLOROT_UNIFORM is refused for tables
+      std::fill(out.begin(), out.end(), 0.0f);
+  }
 }
 
 }  // namespace fulcrum

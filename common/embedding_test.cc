@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace fulcrum {
@@ -54,6 +56,45 @@ TEST(EmbeddingTest, InitialRowsAreSeededByTableAndId) {
   for (float v : a) {
     EXPECT_GE(v, -0.05f);
     EXPECT_LE(v, 0.05f);
+  }
+}
+
+// Rows follow their initializer's distribution, drawn across ids.
+TEST(EmbeddingTest, InitialRowsFollowTheirDistribution) {
+  for (auto kind : {InitializerSpec::RANDOM_UNIFORM, InitializerSpec::RANDOM_NORMAL,
+                    InitializerSpec::TRUNCATED_NORMAL}) {
+    EmbeddingTableSpec spec = Table("user");
+    spec.mutable_initializer()->set_kind(kind);
+    spec.mutable_initializer()->set_mean(1.0f);
+    spec.mutable_initializer()->set_stddev(0.5f);
+    const EmbeddingRowInitializer init(spec);
+    std::vector<float> row(8);
+    double sum = 0, squares = 0, low = 1e9, high = -1e9;
+    constexpr int kIds = 20000;
+    for (int64_t id = 0; id < kIds; ++id) {
+      init.Row(id, absl::MakeSpan(row));
+      for (float v : row) {
+        sum += v;
+        squares += double{v} * v;
+        low = std::min<double>(low, v);
+        high = std::max<double>(high, v);
+      }
+    }
+    const double n = kIds * 8.0, mean = sum / n, sd = std::sqrt(squares / n - mean * mean);
+    if (kind == InitializerSpec::RANDOM_UNIFORM) {  // [-0.05, 0.05]
+      EXPECT_NEAR(mean, 0.0, 0.001);
+      EXPECT_NEAR(sd, 0.1 / std::sqrt(12.0), 0.001);
+      EXPECT_GE(low, -0.05);
+      EXPECT_LE(high, 0.05);
+    } else if (kind == InitializerSpec::RANDOM_NORMAL) {
+      EXPECT_NEAR(mean, 1.0, 0.01);
+      EXPECT_NEAR(sd, 0.5, 0.01);
+    } else {  // within two standard deviations, which narrows it to 0.88 of them
+      EXPECT_NEAR(mean, 1.0, 0.01);
+      EXPECT_NEAR(sd, 0.5 * 0.8796, 0.01);
+      EXPECT_GE(low, 0.0);
+      EXPECT_LE(high, 2.0);
+    }
   }
 }
 

@@ -210,7 +210,8 @@ TEST(ParameterServerTablesTest, RowsStayWithinTheMemoryBudget) {
   EmbeddingTableSpec spec = Table(/*max_rows=*/100);
   CreateTable(bounded, spec);
   for (int round = 0; round < 3; ++round) {
-    std::vector<int64_t> some(ids.begin() + round * 100, ids.begin() + (round + 1) * 100);
+    std::vector<int64_t> some(ids.begin() + round * int64_t{100},
+                              ids.begin() + (round + 1) * int64_t{100});
     ASSERT_TRUE(PushRows(bounded, 0, Rows(some, std::vector<float>(200, 1.0f))).ok());
   }
   EXPECT_EQ(bounded.Describe().tables(0).rows(), 100);

@@ -86,7 +86,7 @@ TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
   ASSERT_TRUE(client->CreateTables({table}).ok());
   std::vector<int64_t> ids(20);
   for (int64_t i = 0; i < 20; ++i) ids[i] = i;
-  ASSERT_TRUE(client->PushRows({{"ads", ids}}, {std::vector<float>(20 * 8, 1.0f)}).ok());
+  ASSERT_TRUE(client->PushRows({{"ads", ids}}, {std::vector<float>(size_t{20} * 8, 1.0f)}).ok());
   ASSERT_EQ(Ctl({"status", "--ps_hosts=" + ps_hosts}, &ctl), 0);
   EXPECT_TRUE(ctl->HasLine("table ads  width 8  rows 3 of 3"));
 

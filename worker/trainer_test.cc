@@ -312,7 +312,7 @@ TEST_P(CtrTest, LearnsTowardsTheBestAuc) {
   model.kind = "ctr";
   model.hidden = {16};
   model.num_classes = 2;
-  model.input_dim = train_->feature_dim + embeddings.fields * 4;
+  model.input_dim = train_->feature_dim + embeddings.fields * int64_t{4};
   model.input_gradients = true;
   const std::string summary_path = std::string(std::getenv("TEST_TMPDIR")) + "/ctr_summary.json";
   auto result = TrainInProcess(GetParam(), 2, *train_, *test_, "", summary_path, 100,
