@@ -63,7 +63,8 @@ class RowStore {
   void PutCandidate(int64_t id, uint32_t touches);
 
   // Every stored row, least recently used first, so that putting them
-  // back in this order restores the order of use.
+  // back in this order restores the order of use (without max_rows, in
+  // the order they were stored: nothing is evicted, so use is not kept).
   void ForEachRow(absl::FunctionRef<void(int64_t id, absl::Span<const float> row)> visit) const;
   // Every candidate and its touches.
   void ForEachCandidate(absl::FunctionRef<void(int64_t id, uint32_t touches)> visit) const;

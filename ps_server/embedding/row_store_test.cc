@@ -107,6 +107,18 @@ TEST(RowStoreTest, CandidateCountersAreBounded) {
   EXPECT_NE(store.Touch(1 << 16, ById), nullptr);
 }
 
+// Without a bound nothing is evicted, and rows are visited in the order
+// they were stored, whatever was used since.
+TEST(RowStoreTest, AnUnboundedStoreKeepsTheOrderOfCreation) {
+  RowStore store({/*width=*/1, /*num_slots=*/0, /*max_rows=*/0});
+  for (int64_t id : {5, 6, 7}) store.Touch(id, ById);
+  ASSERT_NE(store.Find(5), nullptr);
+  std::vector<int64_t> stored;
+  store.ForEachRow([&](int64_t id, absl::Span<const float>) { stored.push_back(id); });
+  EXPECT_EQ(stored, (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(store.evictions(), 0);
+}
+
 // Rows and counters put back in the order ForEachRow gives come back as
 // they were, the order of use included.
 TEST(RowStoreTest, PutRestoresRowsCountersAndTheOrderOfUse) {
