@@ -236,7 +236,8 @@ void ScrapeAndReset(int port) {
 // What a hostile or broken peer can send a server: garbage on every
 // method, oversize and overflowing requests, huge legal variables, a pull
 // of one shard many times over, mismatched tensors, resets on the metrics
-// port. Each gets an error; the
+// port, a table too wide and rows past the memory budget. Each gets an
+// error; the
 // server keeps serving, its variables intact.
 TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
   PsProcess ps = StartPs(
@@ -259,8 +260,8 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
   // Garbage on every method: a field whose length runs past the message,
   // and bytes that are no protobuf at all.
   for (const char* method :
-       {"CreateShards", "Pull", "Push", "PushPull", "PullSmall", "PushPullSmall", "Heartbeat",
-        "Describe", "SaveCheckpoint", "JobDone"}) {
+       {"CreateShards", "Pull", "Push", "PushPull", "PullSmall", "PushPullSmall", "PullRows",
+        "PushRows", "Heartbeat", "Describe", "SaveCheckpoint", "JobDone"}) {
     for (const std::string& garbage :
          {std::string("\x0a\x7f\x01", 3), std::string(11, '\xff'), std::string("\x08")}) {
       const grpc::Status status =
@@ -370,6 +371,28 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
   ASSERT_TRUE(described.ok());
   EXPECT_EQ((*described)[0].shards_size(), 2);  // w's two, and nothing hostile
   EXPECT_THAT(HttpGet(*metrics_port, "/metrics"), HasSubstr("fulcrum_ps_updates_applied_total 2"));
+
+  // An embedding table too wide, then rows pushed until the memory budget
+  // refuses them: each an error, nothing half-stored.
+  EmbeddingTableSpec table;
+  table.set_name("t");
+  table.set_width(int64_t{1} << 21);
+  table.mutable_optimizer()->set_learning_rate(0.1f);
+  EXPECT_EQ(client->CreateTables({table}).code(), absl::StatusCode::kInvalidArgument);
+  table.set_width(64);
+  ASSERT_TRUE(client->CreateTables({table}).ok());
+  absl::Status filled;
+  int64_t next_id = 0;
+  for (int push = 0; push < 200 && filled.ok(); ++push) {
+    std::vector<int64_t> ids(3000);
+    for (int64_t& id : ids) id = next_id++;
+    filled = client->PushRows({{"t", ids}}, {std::vector<float>(ids.size() * 64, 0.5f)}).status();
+  }
+  EXPECT_EQ(filled.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(filled.message()), HasSubstr("bound the table with max_rows"));
+
+  ASSERT_TRUE(client->Pull({}, &values).ok());  // still serving, w intact
+  EXPECT_EQ(values["w"].values, std::vector<float>(8, 0.0f));
 
   // SIGTERM: a clean exit 0.
   ps.process->Signal(SIGTERM);
