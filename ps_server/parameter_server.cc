@@ -306,8 +306,8 @@ absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest
   PushRowsResponse response;
   for (size_t i = 0; i < tables.size(); ++i) {
     const TableRows& rows = request.tables(i);
-    absl::StatusOr<ShardPushResult> result =
-        policy_->PushRows(*tables[i], worker, rows.version(), rows.ids(), rows.values());
+    absl::StatusOr<ShardPushResult> result = policy_->PushRows(
+        *tables[i], worker, request.push_id(), rows.version(), rows.ids(), rows.values());
     if (!result.ok()) return result.status();
     result->set_shard(config_.cluster().task().index());
     RecordOutcome(*result);

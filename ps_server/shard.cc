@@ -101,16 +101,6 @@ void Shard::ApplyLocked(GradientParts grad, int averaged) {
                 slots_);
 }
 
-bool Shard::SeenPushLocked(const ShardGradient& grad) {
-  if (grad.push_id == 0) return false;
-  if (static_cast<size_t>(grad.worker) >= last_push_ids_.size()) {
-    last_push_ids_.resize(grad.worker + 1, 0);
-  }
-  if (last_push_ids_[grad.worker] == grad.push_id) return true;
-  last_push_ids_[grad.worker] = grad.push_id;
-  return false;
-}
-
 absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64_t max_staleness) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckNotFromFutureLocked(grad.computed_at); !s.ok()) return s;
@@ -118,7 +108,8 @@ absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64
   if (max_staleness >= 0 && staleness > max_staleness) {
     return ResultLocked(ShardPushResult::STALE, staleness);
   }
-  if (SeenPushLocked(grad)) return ResultLocked(ShardPushResult::DUPLICATE, staleness);
+  if (last_push_ids_.Seen(grad.worker, grad.push_id))
+    return ResultLocked(ShardPushResult::DUPLICATE, staleness);
   ApplyLocked(grad.parts, 1);
   return ResultLocked(ShardPushResult::APPLIED, staleness);
 }
@@ -140,7 +131,7 @@ absl::StatusOr<ShardPushResult> Shard::Accumulate(const ShardGradient& grad, int
   if (staleness > 0) return ResultLocked(ShardPushResult::STALE, staleness);
   if (std::find(accumulated_from_.begin(), accumulated_from_.end(), grad.worker) !=
           accumulated_from_.end() ||
-      SeenPushLocked(grad)) {
+      last_push_ids_.Seen(grad.worker, grad.push_id)) {
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
   if (accumulated_.empty()) {

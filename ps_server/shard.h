@@ -18,6 +18,7 @@
 #include "common/tensor.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/ps_service.pb.h"
+#include "ps_server/last_push_ids.h"
 
 namespace fulcrum {
 
@@ -100,8 +101,6 @@ class Shard {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // `grad` is the mean of `averaged` gradients.
   void ApplyLocked(GradientParts grad, int averaged) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // True when `grad` is a push this shard already took; else remembers it.
-  bool SeenPushLocked(const ShardGradient& grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardSpec spec_;
@@ -115,8 +114,7 @@ class Shard {
   // Sum of the gradients accumulated for step version_, and who sent them.
   std::vector<float> accumulated_ ABSL_GUARDED_BY(mu_);
   std::vector<int> accumulated_from_ ABSL_GUARDED_BY(mu_);
-  // The push_id of each worker's last gradient taken here (by worker id).
-  std::vector<uint64_t> last_push_ids_ ABSL_GUARDED_BY(mu_);
+  LastPushIds last_push_ids_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -630,9 +630,12 @@ absl::StatusOr<PushStats> PsClientImpl::PushRows(const std::vector<TableIds>& lo
   if (!routed.ok()) return routed.status();
   std::vector<PushRowsRequest> requests(servers_.size());
   std::vector<bool> involved(servers_.size(), policy_->PushReachesEveryServer());
+  uint64_t push_id = 0;  // the same on every retry
+  while (push_id == 0) push_id = push_ids_();
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
     requests[ps].set_worker_id(options_.worker_id);
     requests[ps].set_incarnation(incarnations_[ps]);
+    requests[ps].set_push_id(push_id);
   }
   for (size_t i = 0; i < lookups.size(); ++i) {
     const int64_t width = *TableWidth(lookups[i].table);

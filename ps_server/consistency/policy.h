@@ -38,13 +38,14 @@ class ConsistencyPolicy {
   virtual absl::StatusOr<ShardPushResult> PushShard(Shard& shard, const ShardGradient& grad) = 0;
 
   // What one table's row gradients (checked: EmbeddingTable::CheckPush)
-  // from `worker`, computed at `computed_at`, do. Async and SSP apply them
-  // at once (SSP's clock moves with the dense push of the step).
+  // of `worker`'s push `push_id`, computed at `computed_at`, do. Async and
+  // SSP apply them at once (SSP's clock moves with the dense push of the
+  // step).
   virtual absl::StatusOr<ShardPushResult> PushRows(EmbeddingTable& table, int worker,
-                                                   int64_t computed_at,
+                                                   uint64_t push_id, int64_t computed_at,
                                                    absl::Span<const int64_t> ids,
                                                    absl::Span<const float> grads) {
-    return table.Push(ids, grads);
+    return table.Push(worker, push_id, ids, grads);
   }
 
   // After every shard of an accepted push was handled.

@@ -23,10 +23,10 @@ class SyncPolicy final : public ConsistencyPolicy {
     return shard.Accumulate(grad, RequiredReplicas());
   }
 
-  absl::StatusOr<ShardPushResult> PushRows(EmbeddingTable& table, int worker, int64_t computed_at,
-                                           absl::Span<const int64_t> ids,
+  absl::StatusOr<ShardPushResult> PushRows(EmbeddingTable& table, int worker, uint64_t push_id,
+                                           int64_t computed_at, absl::Span<const int64_t> ids,
                                            absl::Span<const float> grads) override {
-    return table.Accumulate(worker, computed_at, ids, grads, RequiredReplicas());
+    return table.Accumulate(worker, push_id, computed_at, ids, grads, RequiredReplicas());
   }
 
   void OnWorkersChanged() override {

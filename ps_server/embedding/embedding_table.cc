@@ -119,15 +119,18 @@ void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const
   version_changed_.SignalAll();
 }
 
-absl::StatusOr<ShardPushResult> EmbeddingTable::Push(absl::Span<const int64_t> ids,
+absl::StatusOr<ShardPushResult> EmbeddingTable::Push(int worker, uint64_t push_id,
+                                                     absl::Span<const int64_t> ids,
                                                      absl::Span<const float> grads) {
   if (absl::Status s = CheckPush(ids, grads); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
+  if (last_push_ids_.Seen(worker, push_id)) return ResultLocked(ShardPushResult::DUPLICATE, 0);
   ApplyLocked(ids, grads, 1);
   return ResultLocked(ShardPushResult::APPLIED, 0);
 }
 
-absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, int64_t computed_at,
+absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, uint64_t push_id,
+                                                           int64_t computed_at,
                                                            absl::Span<const int64_t> ids,
                                                            absl::Span<const float> grads,
                                                            int required) {
@@ -140,7 +143,8 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, int64_t c
                                                    ", but the table is at ", step_));
   }
   if (computed_at < step_) return ResultLocked(ShardPushResult::STALE, step_ - computed_at);
-  if (std::find(pending_from_.begin(), pending_from_.end(), worker) != pending_from_.end()) {
+  if (std::find(pending_from_.begin(), pending_from_.end(), worker) != pending_from_.end() ||
+      last_push_ids_.Seen(worker, push_id)) {
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -21,6 +21,7 @@
 #include "proto/ps_service.pb.h"
 #include "proto/tensor.pb.h"
 #include "ps_server/embedding/row_store.h"
+#include "ps_server/last_push_ids.h"
 
 namespace fulcrum {
 
@@ -49,17 +50,20 @@ class EmbeddingTable {
 
   // Applies `grads` to the rows of `ids` now as one step of the table
   // (lazy Adam's t, the version), creating rows as admitted; an id not
-  // admitted yet has its gradient dropped. APPLIED, with the new version.
-  absl::StatusOr<ShardPushResult> Push(absl::Span<const int64_t> ids, absl::Span<const float> grads)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // admitted yet has its gradient dropped. APPLIED, with the new version;
+  // DUPLICATE, changing nothing, when `push_id` (not 0) is `worker`'s last
+  // push here (a retry).
+  absl::StatusOr<ShardPushResult> Push(int worker, uint64_t push_id, absl::Span<const int64_t> ids,
+                                       absl::Span<const float> grads) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Sync: adds `worker`'s gradients, computed at version `computed_at`, to
   // the step being accumulated. An older step's are STALE; a second push
   // of one worker in a step is DUPLICATE; the `required`-th worker's push
   // applies the step (APPLIED): each id's gradients averaged over the
   // workers that pushed it, the learning rate scaled for the step's
-  // workers. Earlier pushes are ACCUMULATED.
-  absl::StatusOr<ShardPushResult> Accumulate(int worker, int64_t computed_at,
+  // workers. Earlier pushes are ACCUMULATED. A retry is DUPLICATE, as for
+  // Push.
+  absl::StatusOr<ShardPushResult> Accumulate(int worker, uint64_t push_id, int64_t computed_at,
                                              absl::Span<const int64_t> ids,
                                              absl::Span<const float> grads, int required)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -126,6 +130,7 @@ class EmbeddingTable {
   std::vector<float> pending_sums_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> pending_counts_ ABSL_GUARDED_BY(mu_);
   std::vector<int> pending_from_ ABSL_GUARDED_BY(mu_);
+  LastPushIds last_push_ids_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   mutable absl::CondVar version_changed_;
 };

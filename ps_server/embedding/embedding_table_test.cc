@@ -94,7 +94,7 @@ TEST_P(SparseOptimizerTest, TouchedRowsFollowTheDenseRule) {
   const std::vector<float> g1 = {0.5f, -1.0f, 0.25f, 2.0f}, g2 = {-0.3f, 0.1f, 0.0f, 1.5f};
   // Step 1 touches both, steps 2 and 3 only id 1, step 4 only id 2.
   ASSERT_TRUE(table
-                  ->Push({1, 2},
+                  ->Push(0, 0, {1, 2},
                          [&] {
                            std::vector<float> both = g1;
                            both.insert(both.end(), g2.begin(), g2.end());
@@ -104,10 +104,10 @@ TEST_P(SparseOptimizerTest, TouchedRowsFollowTheDenseRule) {
   one.Apply(1, g1);
   two.Apply(1, g2);
   for (int64_t step : {2, 3}) {
-    ASSERT_TRUE(table->Push({1}, g1).ok());
+    ASSERT_TRUE(table->Push(0, 0, {1}, g1).ok());
     one.Apply(step, g1);
   }
-  ASSERT_TRUE(table->Push({2}, g2).ok());
+  ASSERT_TRUE(table->Push(0, 0, {2}, g2).ok());
   two.Apply(4, g2);
   const std::vector<float> rows = Pull(*table, {1, 2});
   for (int i = 0; i < kWidth; ++i) {
@@ -126,18 +126,18 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, SparseOptimizerTest,
 // and the table is as it was.
 TEST(EmbeddingTableTest, BadRequestsChangeNothing) {
   auto table = Make(Spec(OptimizerSpec::ADAGRAD));
-  ASSERT_TRUE(table->Push({7}, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(table->Push(0, 0, {7}, {1, 1, 1, 1}).ok());
   const std::vector<float> before = Pull(*table, {7, 8});
 
   std::vector<float> out(3);
   EXPECT_THAT(table->Pull({7}, absl::MakeSpan(out)).message(), HasSubstr("not 1 rows of width 4"));
-  EXPECT_THAT(table->Push({7, 8}, {1, 1, 1, 1}).status().message(),
+  EXPECT_THAT(table->Push(0, 0, {7, 8}, {1, 1, 1, 1}).status().message(),
               HasSubstr("2 ids with 4 floats"));
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  absl::Status s = table->Push({8, 7}, {0, 0, 0, 0, 1, nan, 1, 1}).status();
+  absl::Status s = table->Push(0, 0, {8, 7}, {0, 0, 0, 0, 1, nan, 1, 1}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("gradient of id 7 is not finite"));
-  EXPECT_THAT(table->Push({8, 8}, std::vector<float>(8, 1.0f)).status().message(),
+  EXPECT_THAT(table->Push(0, 0, {8, 8}, std::vector<float>(8, 1.0f)).status().message(),
               HasSubstr("id 8 twice"));
   std::vector<int64_t> many(EmbeddingTable::kMaxIdsPerRequest + 1);
   std::vector<float> many_rows(many.size() * kWidth);
@@ -160,30 +160,48 @@ TEST(EmbeddingTableTest, SyncStepsAverageEachIdOverItsPushers) {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->outcome() : ShardPushResult::STALE;
   };
-  EXPECT_EQ(outcome(table->Accumulate(0, 0, {1, 2}, {1, 1, 1, 1, 4, 4, 4, 4}, 2)),
+  EXPECT_EQ(outcome(table->Accumulate(0, 0, 0, {1, 2}, {1, 1, 1, 1, 4, 4, 4, 4}, 2)),
             ShardPushResult::ACCUMULATED);
-  EXPECT_EQ(outcome(table->Accumulate(0, 0, {1}, {9, 9, 9, 9}, 2)), ShardPushResult::DUPLICATE);
+  EXPECT_EQ(outcome(table->Accumulate(0, 0, 0, {1}, {9, 9, 9, 9}, 2)), ShardPushResult::DUPLICATE);
   EXPECT_EQ(Pull(*table, {1, 2}), initial);
   EXPECT_EQ(table->version(), 0);
-  EXPECT_EQ(outcome(table->Accumulate(1, 0, {1}, {3, 3, 3, 3}, 2)), ShardPushResult::APPLIED);
+  EXPECT_EQ(outcome(table->Accumulate(1, 0, 0, {1}, {3, 3, 3, 3}, 2)), ShardPushResult::APPLIED);
   EXPECT_EQ(table->version(), 1);
   const std::vector<float> after = Pull(*table, {1, 2});
   EXPECT_FLOAT_EQ(after[0], initial[0] - 0.1f * 2.0f);            // id 1: (1 + 3) / 2
   EXPECT_FLOAT_EQ(after[kWidth], initial[kWidth] - 0.1f * 4.0f);  // id 2: 4 / 1
-  EXPECT_EQ(outcome(table->Accumulate(1, 0, {1}, {1, 1, 1, 1}, 2)), ShardPushResult::STALE);
-  EXPECT_EQ(table->Accumulate(1, 5, {1}, {1, 1, 1, 1}, 2).status().code(),
+  EXPECT_EQ(outcome(table->Accumulate(1, 0, 0, {1}, {1, 1, 1, 1}, 2)), ShardPushResult::STALE);
+  EXPECT_EQ(table->Accumulate(1, 0, 5, {1}, {1, 1, 1, 1}, 2).status().code(),
             absl::StatusCode::kInvalidArgument);
   // One worker left: its push alone completes the step.
-  EXPECT_EQ(outcome(table->Accumulate(0, 1, {2}, {1, 1, 1, 1}, 2)), ShardPushResult::ACCUMULATED);
+  EXPECT_EQ(outcome(table->Accumulate(0, 0, 1, {2}, {1, 1, 1, 1}, 2)),
+            ShardPushResult::ACCUMULATED);
   EXPECT_TRUE(table->CompleteIfReady(1));
   EXPECT_EQ(table->version(), 2);
+}
+
+// A push retried after its answer was lost (the same push_id) applies
+// once, in either mode; another push_id applies again.
+TEST(EmbeddingTableTest, ARetriedPushAppliesOnce) {
+  auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);  // SGD, rate 0.1
+  const std::vector<float> initial = Pull(*table, {1});
+  ASSERT_EQ(table->Push(3, 77, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::APPLIED);
+  EXPECT_EQ(table->Push(3, 77, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::DUPLICATE);
+  EXPECT_FLOAT_EQ(Pull(*table, {1})[0], initial[0] - 0.1f);
+  ASSERT_EQ(table->Push(3, 78, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::APPLIED);
+  EXPECT_FLOAT_EQ(Pull(*table, {1})[0], initial[0] - 0.2f);
+  // Sync: a retry of a push that completed its step is DUPLICATE too.
+  ASSERT_EQ(table->Accumulate(3, 79, 2, {1}, {1, 1, 1, 1}, 1)->outcome(), ShardPushResult::APPLIED);
+  EXPECT_EQ(table->Accumulate(3, 79, 3, {1}, {1, 1, 1, 1}, 1)->outcome(),
+            ShardPushResult::DUPLICATE);
+  EXPECT_EQ(table->version(), 3);
 }
 
 TEST(EmbeddingTableTest, AwaitVersionWaitsForAStepOrTheDeadline) {
   auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);
   EXPECT_EQ(table->AwaitVersion(1, absl::Now() + absl::Milliseconds(20)).code(),
             absl::StatusCode::kDeadlineExceeded);
-  std::thread pusher([&] { ASSERT_TRUE(table->Push({1}, {1, 1, 1, 1}).ok()); });
+  std::thread pusher([&] { ASSERT_TRUE(table->Push(0, 0, {1}, {1, 1, 1, 1}).ok()); });
   EXPECT_TRUE(table->AwaitVersion(1, absl::InfiniteFuture()).ok());
   pusher.join();
   table->Cancel();
@@ -195,10 +213,10 @@ TEST(EmbeddingTableTest, AwaitVersionWaitsForAStepOrTheDeadline) {
 TEST(EmbeddingTableTest, RowsAreAdmittedAfterTheirFthPush) {
   auto table = Bounded(/*max_rows=*/0, /*admit_after=*/2);
   const std::vector<float> initial = Pull(*table, {3});
-  ASSERT_TRUE(table->Push({3}, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(table->Push(0, 0, {3}, {1, 1, 1, 1}).ok());
   EXPECT_EQ(Pull(*table, {3}), initial);
   EXPECT_EQ(table->stats().candidates, 1);
-  ASSERT_TRUE(table->Push({3}, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(table->Push(0, 0, {3}, {1, 1, 1, 1}).ok());
   const std::vector<float> after = Pull(*table, {3});
   EXPECT_FLOAT_EQ(after[0], initial[0] - 0.1f);  // one SGD step, not two
   EXPECT_EQ(table->stats().admissions, 1);
@@ -209,9 +227,9 @@ TEST(EmbeddingTableTest, RowsAreAdmittedAfterTheirFthPush) {
 TEST(EmbeddingTableTest, PastMaxRowsTheLeastRecentlyUsedRowGoes) {
   auto table = Bounded(/*max_rows=*/2, /*admit_after=*/0);
   const std::vector<float> initial = Pull(*table, {1});
-  for (int64_t id : {1, 2}) ASSERT_TRUE(table->Push({id}, {1, 1, 1, 1}).ok());
+  for (int64_t id : {1, 2}) ASSERT_TRUE(table->Push(0, 0, {id}, {1, 1, 1, 1}).ok());
   Pull(*table, {1});  // 2 is now the least recently used
-  ASSERT_TRUE(table->Push({3}, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(table->Push(0, 0, {3}, {1, 1, 1, 1}).ok());
   EXPECT_EQ(table->stats().evictions, 1);
   EXPECT_NE(Pull(*table, {1}), initial);
   std::vector<float> two(kWidth);

@@ -1,0 +1,30 @@
+// The push_id of each worker's last push a shard or table took, so that a
+// push retried after its answer was lost is taken once (DUPLICATE after).
+// Thread-compatible: the shard or table that owns it locks.
+#ifndef FULCRUM_PS_SERVER_LAST_PUSH_IDS_H_
+#define FULCRUM_PS_SERVER_LAST_PUSH_IDS_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace fulcrum {
+
+class LastPushIds {
+ public:
+  // True when `worker` (>= 0, checked by the server) pushed `push_id`
+  // last; else remembers it. A push_id of 0 is never seen.
+  bool Seen(int worker, uint64_t push_id) {
+    if (push_id == 0) return false;
+    if (static_cast<size_t>(worker) >= ids_.size()) ids_.resize(worker + 1, 0);
+    if (ids_[worker] == push_id) return true;
+    ids_[worker] = push_id;
+    return false;
+  }
+
+ private:
+  std::vector<uint64_t> ids_;  // by worker id
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PS_SERVER_LAST_PUSH_IDS_H_
