@@ -296,6 +296,18 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     if (auto stale = strategy_->ClusterStaleGradients(); stale.ok()) {
       summary.stale_gradients_dropped = *stale;
     }
+    // A chief that came back after the last epoch began (it restarted and
+    // rejoined) trained no epoch to its end: it evaluates what it holds,
+    // so that the summary reports an accuracy.
+    if (summary.epochs.empty() || summary.epochs.back().epoch < options_.epochs) {
+      LOG_WARN(
+          "the chief evaluated no final epoch (it rejoined late): evaluating its variables "
+          "as of global step {}",
+          strategy_->step());
+      auto result = Evaluate(options_.epochs, weights);
+      if (!result.ok()) return result.status();
+      summary.epochs.push_back(*result);
+    }
     if (absl::Status s = WriteSummary(summary); !s.ok()) return s;
     if (absl::Status s = strategy_->EndJob("the chief finished training"); !s.ok()) return s;
   }
