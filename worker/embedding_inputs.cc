@@ -25,6 +25,17 @@ int64_t EmbeddingInputs::InputDim(int64_t numeric) const {
   return numeric + config_.fields * config_.table.width();
 }
 
+std::vector<TableIds> EmbeddingInputs::Lookups(const Batch& batch) const {
+  const int fields = config_.fields;
+  std::vector<TableIds> lookups(fields);
+  for (int f = 0; f < fields; ++f) {
+    lookups[f].table = tables_[f].name();
+    lookups[f].ids.resize(batch.size);
+    for (int64_t i = 0; i < batch.size; ++i) lookups[f].ids[i] = batch.ids[i * fields + f];
+  }
+  return lookups;
+}
+
 absl::Status EmbeddingInputs::Gather(Batch* batch) {
   const int fields = config_.fields;
   const int64_t width = config_.table.width();
@@ -32,12 +43,7 @@ absl::Status EmbeddingInputs::Gather(Batch* batch) {
     return absl::InvalidArgumentError(absl::StrCat("the data has ", batch->ids_per_example,
                                                    " categorical fields; the model has ", fields));
   }
-  std::vector<TableIds> lookups(fields);
-  for (int f = 0; f < fields; ++f) {
-    lookups[f].table = tables_[f].name();
-    lookups[f].ids.resize(batch->size);
-    for (int64_t i = 0; i < batch->size; ++i) lookups[f].ids[i] = batch->ids[i * fields + f];
-  }
+  const std::vector<TableIds> lookups = Lookups(*batch);
   std::vector<std::vector<float>> rows;
   if (absl::Status s = client_->PullRows(lookups, &rows); !s.ok()) return s;
   const int64_t numeric = batch->feature_dim;
@@ -61,14 +67,11 @@ absl::StatusOr<PushStats> EmbeddingInputs::Push(const Batch& batch,
   const int64_t width = config_.table.width();
   const int64_t dim = batch.feature_dim;
   const int64_t numeric = dim - fields * width;
-  std::vector<TableIds> lookups(fields);
+  const std::vector<TableIds> lookups = Lookups(batch);
   std::vector<std::vector<float>> grads(fields);
   for (int f = 0; f < fields; ++f) {
-    lookups[f].table = tables_[f].name();
-    lookups[f].ids.resize(batch.size);
     grads[f].resize(batch.size * width);
     for (int64_t i = 0; i < batch.size; ++i) {
-      lookups[f].ids[i] = batch.ids[i * fields + f];
       std::copy_n(input_grads.data() + i * dim + numeric + f * width, width,
                   grads[f].data() + i * width);
     }
@@ -77,9 +80,8 @@ absl::StatusOr<PushStats> EmbeddingInputs::Push(const Batch& batch,
 }
 
 absl::Status EmbeddingInputs::PushNothing() {
-  std::vector<TableIds> lookups(config_.fields);
-  for (int f = 0; f < config_.fields; ++f) lookups[f].table = tables_[f].name();
-  return client_->PushRows(lookups, std::vector<std::vector<float>>(config_.fields)).status();
+  return client_->PushRows(Lookups(Batch()), std::vector<std::vector<float>>(config_.fields))
+      .status();
 }
 
 }  // namespace fulcrum

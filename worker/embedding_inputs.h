@@ -56,6 +56,9 @@ class EmbeddingInputs {
   absl::Status PushNothing();
 
  private:
+  // Each field's ids of `batch`, which has one id per field.
+  std::vector<TableIds> Lookups(const Batch& batch) const;
+
   PsClient* const client_;
   const EmbeddingConfig config_;
   const std::vector<EmbeddingTableSpec> tables_;
