@@ -89,14 +89,14 @@ Rates Measure(PsClient& client, int64_t width, int64_t n, bool zipf, int rounds)
     unique += std::unique(sorted.begin(), sorted.end()) - sorted.begin();
   }
   const std::string table = absl::StrCat("t", width);
-  const std::vector<std::vector<float>> grads = {std::vector<float>(n * width, 1e-3f)};
+  const std::vector<float> grad(n * width, 1e-3f);
   std::vector<std::vector<float>> rows;
   int i = 0, j = 0;
   const std::vector<double> pulls = Time(rounds, [&] {
     if (!client.PullRows({{table, requests[i++]}}, &rows).ok()) std::abort();
   });
   const std::vector<double> pushes = Time(rounds, [&] {
-    if (!client.PushRows({{table, requests[j++]}}, grads).ok()) std::abort();
+    if (!client.PushRows({{table, requests[j++]}}, {grad}).ok()) std::abort();
   });
   Rates rates;
   rates.pull_rows_per_sec = n / Percentile(pulls, 0.5);

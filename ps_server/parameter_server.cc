@@ -153,20 +153,33 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     const CreateShardsRequest& request) {
   CreateShardsResponse response;
   response.set_incarnation(incarnation_);
-  for (const ShardSpec& spec : request.shards()) {
+  if (request.initial_values_size() != 0 &&
+      request.initial_values_size() != request.shards_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("create shards: ", request.initial_values_size(),
+                                                   " initial values for ", request.shards_size(),
+                                                   " shards; send none or one per shard"));
+  }
+  for (int i = 0; i < request.shards_size(); ++i) {
+    const ShardSpec& spec = request.shards(i);
+    const std::string empty;
+    const std::string& initial =
+        request.initial_values_size() > 0 ? request.initial_values(i) : empty;
     const RestoredVariable* restored = nullptr;
     if (auto it = restored_.find(spec.variable().name()); it != restored_.end()) {
       if (absl::Status s = CheckRestorable(it->second.spec, spec.variable()); !s.ok()) return s;
       restored = &it->second;
     }
-    absl::StatusOr<bool> created = store_.Create(spec, restored, policy_->ExtraFloatsPerElement());
+    absl::StatusOr<bool> created =
+        store_.Create(spec, restored, initial, policy_->ExtraFloatsPerElement());
     if (!created.ok()) return created.status();
     if (*created) {
       response.set_created(response.created() + 1);
       if (restored != nullptr) response.set_restored(response.restored() + 1);
       LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}", spec.variable().name(),
                spec.shard(), spec.num_shards(), spec.row_offset(), spec.row_offset() + spec.rows(),
-               restored ? " from the checkpoint" : "");
+               restored          ? " from the checkpoint"
+               : initial.empty() ? ""
+                                 : " from the request's values");
     } else {
       response.set_existing(response.existing() + 1);
     }

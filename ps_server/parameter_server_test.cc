@@ -404,6 +404,38 @@ TEST_F(BadInputTest, CreateIsIdempotentAndConflictsNameBothSpecs) {
   ExpectUntouched();
 }
 
+TEST_F(BadInputTest, InitialValuesMustBeOnePerShardOfItsSize) {
+  const std::vector<float> four = {1, 2, 3, 4};
+  const std::string bytes(reinterpret_cast<const char*>(four.data()), 16);
+  CreateShardsRequest uneven;
+  *uneven.add_shards() = WholeShard("x");
+  *uneven.add_shards() = WholeShard("y");
+  uneven.add_initial_values(bytes);
+  EXPECT_THAT(ps_.CreateShards(uneven).status().message(),
+              HasSubstr("1 initial values for 2 shards"));
+  CreateShardsRequest short_values;
+  *short_values.add_shards() = WholeShard("x");
+  short_values.add_initial_values(bytes.substr(0, 12));
+  auto created = ps_.CreateShards(short_values);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(created.status().message(),
+              HasSubstr("variable 'x' shard 0: initial values of 12 bytes; its 4 float32"));
+  EXPECT_EQ(ps_.Describe().shards_size(), 2);
+  ExpectUntouched();
+
+  CreateShardsRequest good;
+  *good.add_shards() = WholeShard("x");
+  good.add_initial_values(bytes);
+  ASSERT_TRUE(ps_.CreateShards(good).ok());
+  PullRequest pull;
+  ShardRef* ref = pull.add_shards();
+  ref->set_variable("x");
+  auto pulled = ps_.Pull(pull, absl::Now() + absl::Seconds(10), {1 << 20});
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  const absl::Span<const float> values = FloatValues(pulled->slices(0).tensor());
+  EXPECT_EQ(std::vector<float>(values.begin(), values.end()), four);
+}
+
 TEST_F(BadInputTest, OverflowingShapesAndRowRangesAreRejected) {
   const int64_t big = int64_t{1} << 40;
   struct Bad {

@@ -1,9 +1,11 @@
 #include "ps_server/shard.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/initializer.h"
+#include "common/logging.h"
 #include "common/slices.h"
 
 namespace fulcrum {
@@ -18,12 +20,18 @@ Shape ShardShape(const ShardSpec& spec) {
 }  // namespace
 
 absl::StatusOr<ShardContents> NewShardContents(const ShardSpec& spec,
-                                               const RestoredVariable* restored) {
+                                               const RestoredVariable* restored,
+                                               absl::string_view initial_values) {
   const int64_t n = spec.rows() * RowElements(spec.variable().shape());
   const OptimizerSpec& optimizer = spec.variable().optimizer();
   ShardContents contents;
   contents.values.resize(n);
   contents.slots = MakeSlots(optimizer, n);
+  if (restored == nullptr && !initial_values.empty()) {
+    CHECK(initial_values.size() == contents.values.size() * sizeof(float));
+    std::memcpy(contents.values.data(), initial_values.data(), initial_values.size());
+    return contents;
+  }
   if (restored == nullptr) {
     InitializeRows(spec.variable(), spec.row_offset(), spec.rows(),
                    absl::MakeSpan(contents.values));

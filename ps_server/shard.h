@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -34,9 +35,11 @@ struct ShardGradient {
 // The contents of a new shard of `spec` (valid, with a canonical variable
 // spec): its rows of the checkpointed variable `restored`, with slots and
 // version, when given (DATA_LOSS naming the file when they cannot be read),
-// else the spec's initializer.
+// else `initial_values` (float32 bytes of its rows) when not empty, else the
+// spec's initializer.
 absl::StatusOr<ShardContents> NewShardContents(const ShardSpec& spec,
-                                               const RestoredVariable* restored);
+                                               const RestoredVariable* restored,
+                                               absl::string_view initial_values);
 
 class Shard {
  public:

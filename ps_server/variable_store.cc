@@ -20,8 +20,18 @@ bool SameMessage(const google::protobuf::Message& a, const google::protobuf::Mes
 }  // namespace
 
 absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredVariable* restored,
+                                           absl::string_view initial_values,
                                            int extra_floats_per_element) {
   if (absl::Status s = ValidateShardSpec(raw); !s.ok()) return s;
+  // At most 2^34 elements (ValidateShardSpec): no overflow in bytes.
+  const int64_t elements = raw.rows() * RowElements(raw.variable().shape());
+  if (!initial_values.empty() && static_cast<int64_t>(initial_values.size()) !=
+                                     elements * static_cast<int64_t>(sizeof(float))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", raw.variable().name(), "' shard ", raw.shard(),
+                     ": initial values of ", initial_values.size(), " bytes; its ", elements,
+                     " float32 elements take ", elements * static_cast<int64_t>(sizeof(float))));
+  }
   ShardSpec spec = raw;
   *spec.mutable_variable() = CanonicalSpec(raw.variable());
   const std::string& name = spec.variable().name();
@@ -48,7 +58,6 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
   }
   // Checked sizes: at most 2^34 elements, each of a few floats; and what a
   // shard keeps besides, its spec (a peer chooses the name's length).
-  const int64_t elements = spec.rows() * RowElements(spec.variable().shape());
   const int64_t bytes = elements * static_cast<int64_t>(sizeof(float)) *
                             (1 + NumSlots(spec.variable().optimizer()) + extra_floats_per_element) +
                         static_cast<int64_t>(spec.ByteSizeLong()) + kShardOverheadBytes;
@@ -60,7 +69,7 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
         " (values and optimizer slots); this server holds ", FormatBytes(held), " of its ",
         FormatBytes(max_memory_bytes_), " budget (ps_server --max_memory_mb)"));
   }
-  auto contents = NewShardContents(spec, restored);
+  auto contents = NewShardContents(spec, restored, initial_values);
   if (!contents.ok()) return contents.status();
   memory_bytes_ += bytes;
   variables_.emplace(name, spec.variable());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/embedding/embedding_table.h"
@@ -33,12 +34,15 @@ class VariableStore {
   // Creates the shard, or accepts it when the same shard already exists with
   // an equal spec (true: created, false: existed). A different spec under the
   // same variable name is ALREADY_EXISTS naming both specs. Validates `spec`.
-  // A new shard takes its values from `restored` when given. It takes its
+  // A new shard takes its values from `restored` when given, else from
+  // `initial_values` when not empty (float32 bytes of the shard's rows;
+  // another size is INVALID_ARGUMENT), else from its initializer. It takes its
   // values and slots and `extra_floats_per_element` more floats per element
   // of memory; RESOURCE_EXHAUSTED, with nothing allocated, when that would
   // pass the budget.
   absl::StatusOr<bool> Create(const ShardSpec& spec, const RestoredVariable* restored,
-                              int extra_floats_per_element) ABSL_LOCKS_EXCLUDED(mu_);
+                              absl::string_view initial_values, int extra_floats_per_element)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The shard, or NOT_FOUND naming the variable and shard. Shards live as
   // long as the store.

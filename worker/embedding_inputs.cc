@@ -76,11 +76,11 @@ absl::StatusOr<PushStats> EmbeddingInputs::Push(const Batch& batch,
                   grads[f].data() + i * width);
     }
   }
-  return client_->PushRows(lookups, grads);
+  return client_->PushRows(lookups, {grads.begin(), grads.end()});
 }
 
 absl::Status EmbeddingInputs::PushNothing() {
-  return client_->PushRows(Lookups(Batch()), std::vector<std::vector<float>>(config_.fields))
+  return client_->PushRows(Lookups(Batch()), std::vector<absl::Span<const float>>(config_.fields))
       .status();
 }
 

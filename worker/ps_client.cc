@@ -84,13 +84,44 @@ absl::Status PsClientImpl::ForEachServer(
   return absl::OkStatus();
 }
 
-absl::Status PsClientImpl::CreateVariables(const std::vector<VariableSpec>& specs) {
+absl::Status PsClientImpl::CreateVariables(const std::vector<VariableSpec>& specs,
+                                           const ConstTensorViews& initial_values) {
   auto placed = PlaceVariables(specs, num_servers());
   if (!placed.ok()) return placed.status();
+  std::map<std::string, const VariableSpec*> by_name;
+  for (const VariablePlacement& variable : *placed) by_name[variable.spec.name()] = &variable.spec;
+  for (const auto& [name, view] : initial_values) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("initial value of '", name, "': no such variable among the specs"));
+    }
+    const VariableSpec& spec = *it->second;
+    if (!std::equal(view.shape.begin(), view.shape.end(), spec.shape().begin(),
+                    spec.shape().end()) ||
+        view.data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("initial value of '", name, "': expected shape ", ShapeString(spec.shape()),
+                       ", got ", ShapeString(view.shape)));
+    }
+  }
   std::vector<CreateShardsRequest> requests(servers_.size());
   for (const VariablePlacement& variable : *placed) {
+    auto value = initial_values.find(variable.spec.name());
+    const int64_t row_bytes =
+        RowElements(variable.spec.shape()) * static_cast<int64_t>(sizeof(float));
     for (const ShardPlacement& shard : variable.shards) {
-      ShardSpec* spec = requests[shard.ps].add_shards();
+      CreateShardsRequest& request = requests[shard.ps];
+      if (value != initial_values.end()) {
+        // One entry per shard once any shard of the request has values.
+        while (request.initial_values_size() < request.shards_size()) request.add_initial_values();
+        request.add_initial_values()->assign(
+            reinterpret_cast<const char*>(value->second.data) + shard.row_offset * row_bytes,
+            shard.rows * row_bytes);
+      } else if (request.initial_values_size() > 0) {
+        request.add_initial_values();
+      }
+      ShardSpec* spec = request.add_shards();
       *spec->mutable_variable() = variable.spec;
       spec->set_shard(shard.shard);
       spec->set_num_shards(static_cast<int>(variable.shards.size()));
@@ -232,28 +263,72 @@ class PsClientImpl::Placer final : public SlicePlacer {
 };
 
 std::vector<PsClientImpl::Placer> PsClientImpl::PrepareOutputs(
-    const std::vector<const VariablePlacement*>& variables, TensorMap* out) const {
+    const std::vector<const VariablePlacement*>& variables, const TensorViews& out) const {
   std::vector<Placer> placers(servers_.size());
   for (const VariablePlacement* variable : variables) {
     const VariableSpec& spec = variable->spec;
-    DenseTensor& tensor = (*out)[spec.name()];
-    tensor.shape.assign(spec.shape().begin(), spec.shape().end());
-    tensor.values.resize(NumElements(tensor.shape));
+    const TensorView& tensor = out.at(spec.name());
     const int64_t row_elems = RowElements(tensor.shape);
     for (const ShardPlacement& shard : variable->shards) {
       Shape shard_shape = tensor.shape;
       shard_shape[0] = shard.rows;
-      placers[shard.ps].Expect(spec.name(), shard.shard,
-                               tensor.values.data() + shard.row_offset * row_elems,
+      placers[shard.ps].Expect(spec.name(), shard.shard, tensor.data + shard.row_offset * row_elems,
                                std::move(shard_shape));
     }
   }
   return placers;
 }
 
+TensorViews PsClientImpl::SizeOutputs(const std::vector<const VariablePlacement*>& variables,
+                                      TensorMap* out) {
+  TensorViews views;
+  for (const VariablePlacement* variable : variables) {
+    const VariableSpec& spec = variable->spec;
+    DenseTensor& tensor = (*out)[spec.name()];
+    tensor.shape.assign(spec.shape().begin(), spec.shape().end());
+    tensor.values.resize(NumElements(tensor.shape));
+    views[spec.name()] = TensorView{tensor.shape, tensor.values.data()};
+  }
+  return views;
+}
+
+absl::StatusOr<std::vector<const VariablePlacement*>> PsClientImpl::ResolveViews(
+    const TensorViews& out) const {
+  std::vector<const VariablePlacement*> variables;
+  for (const auto& [name, view] : out) {
+    auto found = Find(name);
+    if (!found.ok()) return found.status();
+    const VariableSpec& spec = (*found)->spec;
+    if (!std::equal(view.shape.begin(), view.shape.end(), spec.shape().begin(),
+                    spec.shape().end())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pull into variable '", name, "': expected shape ",
+                       ShapeString(spec.shape()), ", got ", ShapeString(view.shape)));
+    }
+    if (view.data == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("pull into variable '", name, "': no buffer"));
+    }
+    variables.push_back(*found);
+  }
+  return variables;
+}
+
+absl::StatusOr<ConstTensorViews> PsClientImpl::ViewGradients(const TensorMap& gradients) {
+  ConstTensorViews views;
+  for (const auto& [name, grad] : gradients) {
+    if (static_cast<int64_t>(grad.values.size()) != NumElements(grad.shape)) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient of variable '", name, "': shape ",
+                                                     ShapeString(grad.shape), " with ",
+                                                     grad.values.size(), " values"));
+    }
+    views[name] = ConstTensorView{grad.shape, grad.values.data()};
+  }
+  return views;
+}
+
 absl::Status PsClientImpl::Assemble(const std::vector<const VariablePlacement*>& variables,
                                     std::vector<PullResponse>& responses,
-                                    const std::vector<Placer>& placers, TensorMap* out) {
+                                    const std::vector<Placer>& placers, const TensorViews& out) {
   // Each shard's slices, copied straight into place (where they were not
   // read into place already): no joining first.
   std::map<std::pair<std::string, int>, std::vector<const ShardSlice*>> received;
@@ -266,7 +341,7 @@ absl::Status PsClientImpl::Assemble(const std::vector<const VariablePlacement*>&
   std::vector<float> widened;  // a shard that came as bfloat16 or float16
   for (const VariablePlacement* variable : variables) {
     const VariableSpec& spec = variable->spec;
-    DenseTensor& tensor = out->at(spec.name());
+    const TensorView& tensor = out.at(spec.name());
     const int64_t row_elems = RowElements(tensor.shape);
     for (const ShardPlacement& shard : variable->shards) {
       auto it = received.find({spec.name(), shard.shard});
@@ -298,7 +373,7 @@ absl::Status PsClientImpl::Assemble(const std::vector<const VariablePlacement*>&
         slice_shape[0] = rows;
         auto values = DecodeFloatTensor(slice->tensor(), slice_shape, what, &widened);
         if (!values.ok()) return values.status();
-        std::memcpy(tensor.values.data() + (shard.row_offset + row) * row_elems, values->data(),
+        std::memcpy(tensor.data + (shard.row_offset + row) * row_elems, values->data(),
                     values->size() * sizeof(float));
         row += rows;
       }
@@ -324,9 +399,20 @@ absl::Status PsClientImpl::Assemble(const std::vector<const VariablePlacement*>&
 absl::Status PsClientImpl::Pull(const std::vector<std::string>& names, TensorMap* out) {
   auto variables = Resolve(names);
   if (!variables.ok()) return variables.status();
+  return PullVariables(*variables, SizeOutputs(*variables, out));
+}
+
+absl::Status PsClientImpl::PullInto(const TensorViews& out) {
+  auto variables = ResolveViews(out);
+  if (!variables.ok()) return variables.status();
+  return PullVariables(*variables, out);
+}
+
+absl::Status PsClientImpl::PullVariables(const std::vector<const VariablePlacement*>& variables,
+                                         const TensorViews& out) {
   std::vector<int64_t> response_bytes;
-  std::vector<PullRequest> pulls = BuildPulls(*variables, &response_bytes);
-  std::vector<Placer> placers = PrepareOutputs(*variables, out);
+  std::vector<PullRequest> pulls = BuildPulls(variables, &response_bytes);
+  std::vector<Placer> placers = PrepareOutputs(variables, out);
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) involved[ps] = pulls[ps].shards_size() > 0;
@@ -344,10 +430,10 @@ absl::Status PsClientImpl::Pull(const std::vector<std::string>& names, TensorMap
   });
   ForgetVersions(recovered);
   if (!status.ok()) return status;
-  return Assemble(*variables, responses, placers, out);
+  return Assemble(variables, responses, placers, out);
 }
 
-absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const TensorMap& gradients) {
+absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const ConstTensorViews& gradients) {
   if (options_.worker_id < 0) {
     return absl::FailedPreconditionError(
         "this client reads only (worker_id -1): pushes need a worker's replica id");
@@ -369,11 +455,14 @@ absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const TensorMap& 
     if (!found.ok()) return found.status();
     const VariableSpec& spec = (*found)->spec;
     if (!std::equal(grad.shape.begin(), grad.shape.end(), spec.shape().begin(),
-                    spec.shape().end()) ||
-        static_cast<int64_t>(grad.values.size()) != NumElements(grad.shape)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient of variable '", name, "': expected shape ", ShapeString(spec.shape()), ", got ",
-          ShapeString(grad.shape), " with ", grad.values.size(), " values"));
+                    spec.shape().end())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient of variable '", name, "': expected shape ",
+                       ShapeString(spec.shape()), ", got ", ShapeString(grad.shape)));
+    }
+    if (grad.data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient of variable '", name, "': no buffer"));
     }
     const int64_t row_elems = RowElements(grad.shape);
     for (const ShardPlacement& shard : (*found)->shards) {
@@ -383,8 +472,7 @@ absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const TensorMap& 
       if (absl::Status s = AppendShardSlices(
               name, shard.shard, it == shard_state_.end() ? 0 : it->second.pulled_version,
               shard_shape,
-              absl::MakeConstSpan(grad.values)
-                  .subspan(shard.row_offset * row_elems, shard.rows * row_elems),
+              absl::MakeConstSpan(grad.data + shard.row_offset * row_elems, shard.rows * row_elems),
               options_.wire_dtype, kChunkBytes, per_ps[shard.ps]->mutable_gradients());
           !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("gradient of ", s.message()));
@@ -430,6 +518,12 @@ PushStats PsClientImpl::Summarize(
 }
 
 absl::StatusOr<PushStats> PsClientImpl::Push(const TensorMap& gradients) {
+  auto views = ViewGradients(gradients);
+  if (!views.ok()) return views.status();
+  return PushFrom(*views);
+}
+
+absl::StatusOr<PushStats> PsClientImpl::PushFrom(const ConstTensorViews& gradients) {
   absl::StatusOr<Pushes> built = BuildPushes(gradients);
   if (!built.ok()) return built.status();
   const Pushes& pushes = *built;
@@ -456,8 +550,23 @@ absl::StatusOr<PushStats> PsClientImpl::Push(const TensorMap& gradients) {
 absl::StatusOr<PushStats> PsClientImpl::PushPull(const TensorMap& gradients,
                                                  const std::vector<std::string>& names,
                                                  TensorMap* out) {
+  auto views = ViewGradients(gradients);
+  if (!views.ok()) return views.status();
   auto variables = Resolve(names);
   if (!variables.ok()) return variables.status();
+  return PushPullVariables(*views, *variables, SizeOutputs(*variables, out));
+}
+
+absl::StatusOr<PushStats> PsClientImpl::PushPullInto(const ConstTensorViews& gradients,
+                                                     const TensorViews& out) {
+  auto variables = ResolveViews(out);
+  if (!variables.ok()) return variables.status();
+  return PushPullVariables(gradients, *variables, out);
+}
+
+absl::StatusOr<PushStats> PsClientImpl::PushPullVariables(
+    const ConstTensorViews& gradients, const std::vector<const VariablePlacement*>& variables,
+    const TensorViews& out) {
   absl::StatusOr<Pushes> built = BuildPushes(gradients);
   if (!built.ok()) return built.status();
   const Pushes& pushes = *built;
@@ -467,8 +576,8 @@ absl::StatusOr<PushStats> PsClientImpl::PushPull(const TensorMap& gradients,
   const int64_t clock_before = clock_;
   AfterPush(pushes, std::vector<bool>(servers_.size(), false));
   std::vector<int64_t> response_bytes;
-  std::vector<PullRequest> pulls = BuildPulls(*variables, &response_bytes);
-  std::vector<Placer> placers = PrepareOutputs(*variables, out);
+  std::vector<PullRequest> pulls = BuildPulls(variables, &response_bytes);
+  std::vector<Placer> placers = PrepareOutputs(variables, out);
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
@@ -500,7 +609,7 @@ absl::StatusOr<PushStats> PsClientImpl::PushPull(const TensorMap& gradients,
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
     if (recovered[ps]) stats.lost += pushes[ps]->gradients_size();
   }
-  if (absl::Status s = Assemble(*variables, responses, placers, out); !s.ok()) return s;
+  if (absl::Status s = Assemble(variables, responses, placers, out); !s.ok()) return s;
   return stats;
 }
 
@@ -538,19 +647,21 @@ absl::StatusOr<int64_t> PsClientImpl::TableWidth(const std::string& table) const
 }
 
 absl::StatusOr<std::vector<RoutedIds>> PsClientImpl::RouteLookups(
-    const std::vector<TableIds>& lookups, const std::vector<std::vector<float>>* grads) const {
-  if (grads != nullptr && grads->size() != lookups.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("push of rows: ", lookups.size(),
-                                                   " lookups with ", grads->size(), " gradients"));
+    const std::vector<TableIds>& lookups, const std::vector<size_t>& row_floats,
+    const std::string& what) const {
+  if (row_floats.size() != lookups.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rows of embedding tables: ", lookups.size(),
+                                                   " lookups with ", row_floats.size(), " ", what,
+                                                   " buffers"));
   }
   std::vector<RoutedIds> routed;
   for (size_t i = 0; i < lookups.size(); ++i) {
     absl::StatusOr<int64_t> width = TableWidth(lookups[i].table);
     if (!width.ok()) return width.status();
-    if (grads != nullptr && (*grads)[i].size() != lookups[i].ids.size() * *width) {
+    if (row_floats[i] != lookups[i].ids.size() * *width) {
       return absl::InvalidArgumentError(
-          absl::StrCat("embedding table '", lookups[i].table, "': ", (*grads)[i].size(),
-                       " gradient floats for ", lookups[i].ids.size(), " ids of width ", *width));
+          absl::StrCat("embedding table '", lookups[i].table, "': ", row_floats[i], " ", what,
+                       " floats for ", lookups[i].ids.size(), " ids of width ", *width));
     }
     routed.push_back(RouteIds(lookups[i].ids, num_servers()));
   }
@@ -559,7 +670,22 @@ absl::StatusOr<std::vector<RoutedIds>> PsClientImpl::RouteLookups(
 
 absl::Status PsClientImpl::PullRows(const std::vector<TableIds>& lookups,
                                     std::vector<std::vector<float>>* rows) {
-  auto routed = RouteLookups(lookups, nullptr);
+  rows->resize(lookups.size());
+  std::vector<absl::Span<float>> out;
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    absl::StatusOr<int64_t> width = TableWidth(lookups[i].table);
+    if (!width.ok()) return width.status();
+    (*rows)[i].resize(lookups[i].ids.size() * *width);
+    out.emplace_back((*rows)[i]);
+  }
+  return PullRowsInto(lookups, out);
+}
+
+absl::Status PsClientImpl::PullRowsInto(const std::vector<TableIds>& lookups,
+                                        const std::vector<absl::Span<float>>& out) {
+  std::vector<size_t> row_floats;
+  for (absl::Span<float> rows : out) row_floats.push_back(rows.size());
+  auto routed = RouteLookups(lookups, row_floats, "output");
   if (!routed.ok()) return routed.status();
   std::vector<PullRowsRequest> requests(servers_.size());
   std::vector<bool> involved(servers_.size());
@@ -599,7 +725,6 @@ absl::Status PsClientImpl::PullRows(const std::vector<TableIds>& lookups,
   });
   ForgetVersions(recovered);
   if (!status.ok()) return status;
-  rows->resize(lookups.size());
   for (size_t i = 0; i < lookups.size(); ++i) {
     const int64_t width = *TableWidth(lookups[i].table);
     const RoutedIds& r = (*routed)[i];
@@ -618,15 +743,16 @@ absl::Status PsClientImpl::PullRows(const std::vector<TableIds>& lookups,
       }
       table_state_[{lookups[i].table, static_cast<int>(ps)}].pulled_version = part.version();
     }
-    (*rows)[i].resize(lookups[i].ids.size() * width);
-    ScatterRows(r, unique_rows, width, absl::MakeSpan((*rows)[i]));
+    ScatterRows(r, unique_rows, width, out[i]);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<PushStats> PsClientImpl::PushRows(const std::vector<TableIds>& lookups,
-                                                 const std::vector<std::vector<float>>& grads) {
-  auto routed = RouteLookups(lookups, &grads);
+absl::StatusOr<PushStats> PsClientImpl::PushRows(
+    const std::vector<TableIds>& lookups, const std::vector<absl::Span<const float>>& grads) {
+  std::vector<size_t> row_floats;
+  for (absl::Span<const float> rows : grads) row_floats.push_back(rows.size());
+  auto routed = RouteLookups(lookups, row_floats, "gradient");
   if (!routed.ok()) return routed.status();
   std::vector<PushRowsRequest> requests(servers_.size());
   std::vector<bool> involved(servers_.size(), policy_->PushReachesEveryServer());

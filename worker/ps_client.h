@@ -39,17 +39,25 @@ class PsClientImpl final : public PsClient {
   PsClientImpl& operator=(const PsClientImpl&) = delete;
 
   // PsClient; see fulcrum/ps_client.h.
-  absl::Status CreateVariables(const std::vector<VariableSpec>& specs) override;
+  using PsClient::CreateVariables;
+  absl::Status CreateVariables(const std::vector<VariableSpec>& specs,
+                               const ConstTensorViews& initial_values) override;
   absl::Status Pull(const std::vector<std::string>& names, TensorMap* out) override;
   absl::StatusOr<PushStats> Push(const TensorMap& gradients) override;
   absl::StatusOr<PushStats> PushPull(const TensorMap& gradients,
                                      const std::vector<std::string>& names,
                                      TensorMap* out) override;
+  absl::Status PullInto(const TensorViews& out) override;
+  absl::StatusOr<PushStats> PushFrom(const ConstTensorViews& gradients) override;
+  absl::StatusOr<PushStats> PushPullInto(const ConstTensorViews& gradients,
+                                         const TensorViews& out) override;
   absl::Status CreateTables(const std::vector<EmbeddingTableSpec>& specs) override;
   absl::Status PullRows(const std::vector<TableIds>& lookups,
                         std::vector<std::vector<float>>* rows) override;
+  absl::Status PullRowsInto(const std::vector<TableIds>& lookups,
+                            const std::vector<absl::Span<float>>& out) override;
   absl::StatusOr<PushStats> PushRows(const std::vector<TableIds>& lookups,
-                                     const std::vector<std::vector<float>>& grads) override;
+                                     const std::vector<absl::Span<const float>>& grads) override;
   absl::Status Heartbeat() override;
   absl::Status AwaitJobStart(const std::atomic<bool>* stop) override;
   absl::Status Finish() override;
@@ -73,16 +81,31 @@ class PsClientImpl final : public PsClient {
 
   // The table's width, or NOT_FOUND when this client did not create it.
   absl::StatusOr<int64_t> TableWidth(const std::string& table) const;
-  // Routes each lookup's ids (RouteIds); checks the tables and, with
-  // `grads`, their sizes.
-  absl::StatusOr<std::vector<RoutedIds>> RouteLookups(
-      const std::vector<TableIds>& lookups, const std::vector<std::vector<float>>* grads) const;
+  // Routes each lookup's ids (RouteIds); checks the tables and that
+  // rows[i] holds a row per id of lookups[i] (`what` names them: "gradient",
+  // "output").
+  absl::StatusOr<std::vector<RoutedIds>> RouteLookups(const std::vector<TableIds>& lookups,
+                                                      const std::vector<size_t>& row_floats,
+                                                      const std::string& what) const;
   absl::StatusOr<const VariablePlacement*> Find(const std::string& name) const;
   absl::StatusOr<std::vector<const VariablePlacement*>> Resolve(
       const std::vector<std::string>& names) const;
+  // The variables `out` names, after checking each view's shape and data.
+  absl::StatusOr<std::vector<const VariablePlacement*>> ResolveViews(const TensorViews& out) const;
+  // Sizes `out` for `variables`; views of its tensors.
+  static TensorViews SizeOutputs(const std::vector<const VariablePlacement*>& variables,
+                                 TensorMap* out);
+  // Views of `gradients`, after checking each holds its shape's values.
+  static absl::StatusOr<ConstTensorViews> ViewGradients(const TensorMap& gradients);
+  // Pull and PushPull into views of `variables`.
+  absl::Status PullVariables(const std::vector<const VariablePlacement*>& variables,
+                             const TensorViews& out);
+  absl::StatusOr<PushStats> PushPullVariables(
+      const ConstTensorViews& gradients, const std::vector<const VariablePlacement*>& variables,
+      const TensorViews& out);
   // Each server's part of the push of `gradients`.
   using Pushes = std::vector<std::shared_ptr<PushRequest>>;
-  absl::StatusOr<Pushes> BuildPushes(const TensorMap& gradients);
+  absl::StatusOr<Pushes> BuildPushes(const ConstTensorViews& gradients);
   // The pull of `variables` from each server, and the tensor bytes each
   // answers with.
   std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables,
@@ -91,14 +114,14 @@ class PsClientImpl final : public PsClient {
   // transport reads them straight into place (a gRPC transport from the
   // socket's buffers). Defined in ps_client.cc.
   class Placer;
-  // Sizes `out` for `variables`; one placer per server into it.
+  // One placer per server into `out`, a view per variable of `variables`.
   std::vector<Placer> PrepareOutputs(const std::vector<const VariablePlacement*>& variables,
-                                     TensorMap* out) const;
+                                     const TensorViews& out) const;
   // Checks that the responses cover every shard of `variables` and copies
-  // the values not already placed into `out`, as PrepareOutputs sized it.
+  // the values not already placed into `out`.
   absl::Status Assemble(const std::vector<const VariablePlacement*>& variables,
                         std::vector<PullResponse>& responses, const std::vector<Placer>& placers,
-                        TensorMap* out);
+                        const TensorViews& out);
   void AfterPush(const Pushes& pushes, const std::vector<bool>& dropped);
   PushStats Summarize(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
                       PushStats stats) const;

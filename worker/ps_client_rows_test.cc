@@ -150,6 +150,11 @@ TEST(PsClientRowsTest, MistakesAreRefusedBeforeSending) {
   auto negative = client.PushRows({{"a", {-1}}}, {{1, 1, 1}});
   EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(negative.status().message(), HasSubstr("key space"));
+  std::vector<float> out(5);
+  absl::Status short_out = client.PullRowsInto({{"a", {1, 2}}}, {absl::MakeSpan(out)});
+  EXPECT_EQ(short_out.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_out.message(), HasSubstr("5 output floats for 2 ids of width 3"));
+  EXPECT_EQ(client.PullRowsInto({{"a", {1}}}, {}).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Sync over two servers: each step's rows are averaged per id over the

@@ -201,6 +201,69 @@ TEST(PsClientTest, ConflictingCreateIsAlreadyExists) {
   EXPECT_THAT(conflict.message(), HasSubstr("ps "));
 }
 
+// The views read and write the caller's buffers in place: what the Python
+// package relies on for zero copy.
+TEST(PsClientTest, ViewsPullIntoAndPushFromTheCallersBuffers) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(
+      client.CreateVariables({TestVariable("w", {3, 2}, 2, 1.0f), TestVariable("b", {2}, 1, 0.0f)})
+          .ok());
+  std::vector<float> w(6, -9.0f), b(2, -9.0f);
+  ASSERT_TRUE(client.PullInto({{"w", {{3, 2}, w.data()}}}).ok());
+  EXPECT_EQ(w, std::vector<float>(6, 1.0f));
+  EXPECT_EQ(b, std::vector<float>(2, -9.0f));  // not asked for: untouched
+
+  const std::vector<float> gw = {0, 1, 2, 3, 4, 5}, gb = {0.5f, 0.25f};
+  auto pushed = client.PushFrom({{"w", {{3, 2}, gw.data()}}});
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->applied, 2);
+  auto both = client.PushPullInto({{"b", {{2}, gb.data()}}},
+                                  {{"w", {{3, 2}, w.data()}}, {"b", {{2}, b.data()}}});
+  ASSERT_TRUE(both.ok()) << both.status();
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(w[i], 1.0f - gw[i]);
+  EXPECT_EQ(b, std::vector<float>({-0.5f, -0.25f}));
+
+  // Mistakes fail before anything is sent, naming the variable.
+  const int64_t applied = cluster.server(0).Describe().updates_applied() +
+                          cluster.server(1).Describe().updates_applied();
+  absl::Status shape = client.PullInto({{"w", {{2, 3}, w.data()}}});
+  EXPECT_EQ(shape.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(shape.message(), HasSubstr("variable 'w': expected shape [3, 2], got [2, 3]"));
+  EXPECT_EQ(client.PullInto({{"w", {{3, 2}, nullptr}}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.PullInto({{"nope", {{1}, w.data()}}}).code(), absl::StatusCode::kNotFound);
+  auto bad_push = client.PushFrom({{"b", {{3}, gb.data()}}});
+  EXPECT_THAT(bad_push.status().message(), HasSubstr("expected shape [2], got [3]"));
+  EXPECT_EQ(client.PushPullInto({{"b", {{2}, gb.data()}}}, {{"b", {{2}, nullptr}}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cluster.server(0).Describe().updates_applied() +
+                cluster.server(1).Describe().updates_applied(),
+            applied);
+}
+
+// The first creator's values win: shards created with values take them,
+// later creators (with or without values) see them.
+TEST(PsClientTest, InitialValuesFromTheFirstCreatorWin) {
+  Cluster cluster(ASYNC, 2);
+  std::vector<float> chief(10);
+  for (int i = 0; i < 10; ++i) chief[i] = 0.5f * i;
+  const std::vector<VariableSpec> specs = {TestVariable("w", {5, 2}, 3, 7.0f),
+                                           TestVariable("b", {2}, 1, 7.0f)};
+  absl::Status wrong = cluster.client(0).CreateVariables(specs, {{"w", {{2, 5}, chief.data()}}});
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.message(), HasSubstr("initial value of 'w': expected shape [5, 2]"));
+  EXPECT_EQ(cluster.client(0).CreateVariables(specs, {{"v", {{1}, chief.data()}}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(cluster.client(0).CreateVariables(specs, {{"w", {{5, 2}, chief.data()}}}).ok());
+  std::vector<float> other(10, 3.0f);
+  ASSERT_TRUE(cluster.client(1).CreateVariables(specs, {{"w", {{5, 2}, other.data()}}}).ok());
+  ASSERT_TRUE(cluster.client(1).CreateVariables(specs).ok());
+  TensorMap values;
+  ASSERT_TRUE(cluster.client(1).Pull({}, &values).ok());
+  EXPECT_EQ(values["w"].values, chief);
+  EXPECT_EQ(values["b"].values, std::vector<float>(2, 7.0f));  // its initializer
+}
+
 // Fails UNAVAILABLE a number of times, then passes calls through, pulls in
 // slices of `max_slice_bytes` and changed by `mangle_pull`, if set. The
 // first `lost_push_responses` pushes reach the server and then fail

@@ -54,6 +54,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "fulcrum/tensor.h"
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
@@ -121,7 +122,17 @@ class PsClient {
   // servers, initialised there from each spec's initializer. Idempotent: the
   // same specs again are OK (so every worker may call it); a different spec
   // under an existing name is ALREADY_EXISTS. Must precede pulls and pushes.
-  virtual absl::Status CreateVariables(const std::vector<VariableSpec>& specs) = 0;
+  absl::Status CreateVariables(const std::vector<VariableSpec>& specs) {
+    return CreateVariables(specs, {});
+  }
+  // The same, with the values of some variables given (a model initialised
+  // in the client): a shard created by this call takes its rows of them
+  // instead of its initializer; one that exists or is restored from a
+  // checkpoint keeps its own. So the worker that creates a variable first
+  // decides its value: let the chief create, and the others call this
+  // without values once the variables exist (Describe lists them).
+  virtual absl::Status CreateVariables(const std::vector<VariableSpec>& specs,
+                                       const ConstTensorViews& initial_values) = 0;
 
   // Creates embedding tables on every server, each holding the rows that
   // EmbeddingOwner gives it; idempotent as CreateVariables. Call after
@@ -135,12 +146,18 @@ class PsClient {
   virtual absl::Status PullRows(const std::vector<TableIds>& lookups,
                                 std::vector<std::vector<float>>* rows) = 0;
 
-  // Pushes row gradients: grads[i] holds a row per id of lookups[i]; a
-  // repeated id's rows are summed, and each distinct id goes to its server
-  // once. In sync, every table of `lookups` reaches every server each step,
-  // ids for it or not, so that the step completes.
+  // PullRows into the caller's buffers: out[i] must hold exactly
+  // lookups[i].ids.size() rows of the table's width.
+  virtual absl::Status PullRowsInto(const std::vector<TableIds>& lookups,
+                                    const std::vector<absl::Span<float>>& out) = 0;
+
+  // Pushes row gradients: grads[i] holds a row per id of lookups[i] (a
+  // std::vector<float> converts), read where it lies; a repeated id's rows
+  // are summed, and each distinct id goes to its server once. In sync,
+  // every table of `lookups` reaches every server each step, ids for it or
+  // not, so that the step completes.
   virtual absl::StatusOr<PushStats> PushRows(const std::vector<TableIds>& lookups,
-                                             const std::vector<std::vector<float>>& grads) = 0;
+                                             const std::vector<absl::Span<const float>>& grads) = 0;
 
   // Pulls the named variables (all when `names` is empty) into `out`. The
   // values are read into `out` as they arrive, so after an error its
@@ -156,6 +173,17 @@ class PsClient {
   virtual absl::StatusOr<PushStats> PushPull(const TensorMap& gradients,
                                              const std::vector<std::string>& names,
                                              TensorMap* out) = 0;
+
+  // The same three calls on the caller's own buffers, which must stay valid
+  // for the call: pulled values are read straight into `out` (a view per
+  // variable, of its shape) and gradients are read from where they lie, with
+  // no copy into a TensorMap (the Python package's zero-copy path). A view
+  // with a wrong shape, no data or an unknown name fails the call before
+  // anything is sent.
+  virtual absl::Status PullInto(const TensorViews& out) = 0;
+  virtual absl::StatusOr<PushStats> PushFrom(const ConstTensorViews& gradients) = 0;
+  virtual absl::StatusOr<PushStats> PushPullInto(const ConstTensorViews& gradients,
+                                                 const TensorViews& out) = 0;
 
   // Renews this worker's lease on every server.
   virtual absl::Status Heartbeat() = 0;

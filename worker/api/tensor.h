@@ -23,6 +23,22 @@ struct DenseTensor {
 // Whole variables (or their gradients) by name.
 using TensorMap = std::map<std::string, DenseTensor>;
 
+// A caller's float32 buffer seen as a tensor, row-major: `data` holds the
+// product of `shape` floats. The client reads (ConstTensorView) or writes
+// (TensorView) it in place during one call, and never keeps or frees it.
+struct TensorView {
+  Shape shape;
+  float* data = nullptr;
+};
+struct ConstTensorView {
+  Shape shape;
+  const float* data = nullptr;
+};
+
+// Caller buffers by variable name.
+using TensorViews = std::map<std::string, TensorView>;
+using ConstTensorViews = std::map<std::string, ConstTensorView>;
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_API_TENSOR_H_
