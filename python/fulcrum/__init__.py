@@ -1,0 +1,22 @@
+"""Fulcrum: train NumPy and PyTorch models on Fulcrum's parameter servers.
+
+    import fulcrum
+    client = fulcrum.connect(mode="sync")   # from TF_CONFIG, as the daemons
+    client.create_variables([fulcrum.variable("w", (784, 10), fulcrum.adam(0.001))])
+
+fulcrum.torch wraps a torch.nn.Module (import it explicitly: it needs torch).
+Errors are fulcrum.Error subclasses named after gRPC status codes
+(fulcrum.Unavailable, fulcrum.InvalidArgument, ...), carrying the message of
+whoever refused the call. See the README's "Python client".
+"""
+
+from fulcrum._fulcrum import (  # noqa: F401  (the error classes)
+    Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error, FailedPrecondition,
+    Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, ResourceExhausted,
+    Unauthenticated, Unavailable, Unimplemented, Unknown)
+from fulcrum.client import Client, Future, PushStats, connect  # noqa: F401
+from fulcrum.specs import (  # noqa: F401
+    adagrad, adam, constant, fixed_shards, ftrl, glorot_uniform, max_size, min_size, momentum,
+    random_normal, random_uniform, sgd, table, truncated_normal, variable, zeros)
+
+__version__ = "0.1.0"

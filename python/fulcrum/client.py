@@ -1,0 +1,291 @@
+"""The Python client: Fulcrum's C++ PsClient behind a small Python API.
+
+    import numpy as np, fulcrum
+    with fulcrum.connect(mode="sync") as client:          # TF_CONFIG, as the daemons
+        client.create_variables([fulcrum.variable("w", (784, 10), fulcrum.sgd(0.1))])
+        weights = client.pull()                          # {"w": float32 array}
+        for batch in data:
+            grads = {"w": compute_gradient(weights["w"], batch)}
+            client.push_pull(grads, weights)             # new values land in place
+
+Tensors are the caller's own float32, C-contiguous buffers: NumPy arrays or
+CPU torch tensors (anything with the buffer protocol or __dlpack__). Pulled
+values are written into them in place and gradients are read from them, with
+no copy in Python; anything else (float64, a strided view, a GPU tensor) is
+refused with InvalidArgument rather than copied. Every call releases the GIL.
+"""
+
+import collections
+import json
+import os
+import time
+
+import numpy as np
+
+from fulcrum import _fulcrum
+
+PushStats = collections.namedtuple(
+    "PushStats", ["applied", "accumulated", "stale", "duplicate", "lost", "max_staleness"])
+PushStats.__doc__ = """What the servers did with a push, summed over shards: applied now,
+accumulated (sync: waiting for the step's other gradients), stale (dropped),
+duplicate (a retry, or a second push for one sync step), lost (their server
+restarted), and the largest staleness seen."""
+
+
+def _stats(native_stats):
+    return PushStats(**native_stats)
+
+
+class Future:
+    """A push_pull in flight (Client.push_pull_async). The buffers it was given
+    belong to the call until result() returns: do not read or change them
+    before."""
+
+    def __init__(self, native_future):
+        self._native = native_future
+
+    def done(self):
+        """True once the call has finished (result() then returns at once)."""
+        return self._native.done()
+
+    def result(self, timeout=None):
+        """The push's PushStats once the call is done; raises its error, or
+        fulcrum.DeadlineExceeded past `timeout` seconds (the call goes on)."""
+        return _stats(self._native.result(-1.0 if timeout is None else float(timeout)))
+
+
+class Client:
+    """A worker's (or a reader's) connection to the parameter servers.
+
+    Make one with fulcrum.connect(). Calls from several threads run one at a
+    time, in the order they take the client. As a context manager it sends
+    heartbeats while open and, on a clean exit, tells the servers this worker
+    has finished (the chief also that the job is done, unless told not to).
+    """
+
+    def __init__(self, native, *, worker_id, is_chief, addresses,
+                 heartbeat_interval=2.0, job_done_on_exit=None):
+        self._native = native
+        self._specs = {}
+        self._tables = {}  # name -> width
+        self.worker_id = worker_id
+        self.is_chief = is_chief
+        self.addresses = list(addresses)
+        self._heartbeat_interval = heartbeat_interval
+        self._job_done_on_exit = is_chief if job_done_on_exit is None else job_done_on_exit
+
+    # -- Context manager -----------------------------------------------------
+    def __enter__(self):
+        if self.worker_id >= 0:
+            self._native.start_heartbeats(self._heartbeat_interval)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None or self.worker_id < 0:
+            return False  # a failed worker's lease lapses: the servers judge it dead
+        self.finish()
+        if self._job_done_on_exit:
+            self.job_done("the chief's Python client finished")
+        return False
+
+    # -- Facts ---------------------------------------------------------------
+    @property
+    def mode(self):
+        """"async", "sync" or "ssp": as the servers run."""
+        return self._native.mode
+
+    @property
+    def num_servers(self):
+        return self._native.num_servers
+
+    @property
+    def step(self):
+        """The lowest version among the shards of the last pull (sync: the global step)."""
+        return self._native.step
+
+    @property
+    def clock(self):
+        """Pushes made so far (the clock SSP calls carry)."""
+        return self._native.clock
+
+    def variables(self):
+        """The specs of the variables created through this client, by name."""
+        return dict(self._specs)
+
+    # -- Variables -----------------------------------------------------------
+    def create_variables(self, specs, initial_values=None):
+        """Creates variables (fulcrum.variable specs) on the servers, partitioned
+        and placed as the C++ client does. Idempotent: every worker may call it
+        with the same specs. `initial_values` ({name: array}) replace the
+        initializer of the shards this call creates; shards that exist already
+        (or come from a checkpoint) keep theirs, so the first creator's values
+        win: let the chief pass them and the others wait_for_variables()."""
+        specs = list(specs)
+        self._native.create_variables([json.dumps(s) for s in specs], dict(initial_values or {}))
+        for spec in specs:
+            self._specs[spec["name"]] = spec
+
+    def create_tables(self, specs):
+        """Creates embedding tables (fulcrum.table specs) on every server."""
+        specs = list(specs)
+        self._native.create_tables([json.dumps(s) for s in specs])
+        for spec in specs:
+            self._tables[spec["name"]] = int(spec["width"])
+
+    def wait_for_variables(self, names, timeout=60.0):
+        """Waits until every shard of each named variable exists on the
+        servers (another worker, the chief, creates them); DeadlineExceeded
+        naming the missing ones past `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        delay = 0.02
+        while True:
+            missing = set(names) - self._complete_variables()
+            if not missing:
+                return
+            if time.monotonic() + delay > deadline:
+                raise _fulcrum.DeadlineExceeded(
+                    "variables not created on the servers after %.0f s: %s"
+                    % (timeout, ", ".join(sorted(missing))))
+            time.sleep(delay)  # polling the servers' state, as TensorFlow's session manager does
+            delay = min(delay * 2, 0.5)
+
+    def _complete_variables(self):
+        shards, expected = collections.defaultdict(set), {}
+        for server in self.describe():
+            for shard in server.get("shards", []):
+                shards[shard["variable"]].add(shard["shard"])
+                expected[shard["variable"]] = shard["num_shards"]
+        return {name for name, n in expected.items() if len(shards[name]) == n}
+
+    def _outputs(self, names=None):
+        """New float32 arrays for the named variables (all created here by default)."""
+        names = list(self._specs) if names is None else names
+        out = {}
+        for name in names:
+            if name not in self._specs:
+                raise _fulcrum.NotFound("variable '%s' was not created through this client" % name)
+            out[name] = np.empty(self._specs[name]["shape"], dtype=np.float32)
+        return out
+
+    def pull(self, out=None, names=None):
+        """Pulls variables into `out` ({name: float32 buffer of its shape}),
+        in place, and returns it. Without `out`, into new NumPy arrays for
+        `names` (default: every variable created through this client). In sync
+        mode it waits for the step this worker's last push joined."""
+        if out is None:
+            out = self._outputs(names)
+        self._native.pull(out)
+        return out
+
+    def push(self, grads):
+        """Pushes gradients ({name: float32 buffer of the variable's shape});
+        the servers' optimizer applies them. Returns PushStats."""
+        return _stats(self._native.push(grads))
+
+    def push_pull(self, grads, out):
+        """Push, then pull into `out` once the push is applied, in one round trip
+        per server. Returns the push's PushStats."""
+        return _stats(self._native.push_pull(grads, out))
+
+    def push_pull_async(self, grads, out):
+        """push_pull on a thread of its own: returns a Future at once, so the
+        next batch's forward pass can overlap the network. Later calls on this
+        client wait for it."""
+        return Future(self._native.push_pull_async(grads, out))
+
+    # -- Embedding tables ----------------------------------------------------
+    def pull_rows(self, table, ids, out=None):
+        """The rows of `ids` (int64, any order, repeats allowed) of `table`, as
+        a (len(ids), width) float32 array: `out` in place, or a new one."""
+        ids = _as_ids(ids)
+        if out is None:
+            width = self._table_width(table)
+            out = np.empty((len(ids), width), dtype=np.float32)
+        self._native.pull_rows(table, ids, out)
+        return out
+
+    def push_rows(self, table, ids, grads):
+        """Pushes a gradient row per id ((len(ids), width) float32); a repeated
+        id's rows are summed. Returns PushStats."""
+        return _stats(self._native.push_rows(table, _as_ids(ids), grads))
+
+    def _table_width(self, table):
+        if table not in self._tables:
+            raise _fulcrum.NotFound("embedding table '%s' was not created by this client" % table)
+        return self._tables[table]
+
+    # -- Membership and the servers ------------------------------------------
+    def describe(self):
+        """Every server's state (DescribeResponse as a dict), in task order."""
+        return [json.loads(s) for s in self._native.describe()]
+
+    def heartbeat(self):
+        self._native.heartbeat()
+
+    def await_job_start(self):
+        """sync and ssp: waits until no server awaits another worker's first
+        contact (the servers' --startup_timeout_secs bounds it)."""
+        self._native.await_job_start()
+
+    def finish(self):
+        """Tells every server this worker has finished training (after its last push)."""
+        self._native.finish()
+
+    def job_done(self, reason="finished"):
+        """The chief: tells every server the job is over; each exits 0 once
+        every worker has finished or is dead."""
+        self._native.job_done(reason)
+
+
+def _as_ids(ids):
+    if isinstance(ids, np.ndarray) and ids.dtype == np.int64 and ids.flags.c_contiguous:
+        return ids
+    if hasattr(ids, "__dlpack__") and not isinstance(ids, np.ndarray):
+        return ids  # a torch tensor: checked (int64, contiguous) by the native side
+    return np.ascontiguousarray(ids, dtype=np.int64)
+
+
+def _hosts(value):
+    if isinstance(value, str):
+        return [h for h in value.split(",") if h]
+    return list(value)
+
+
+def connect(ps_hosts=None, *, worker_id=None, mode="async", cluster_spec=None, tf_config=None,
+            call_timeout=60.0, retry_timeout=60.0, wire_dtype="float32", channels_per_server=1,
+            heartbeat_interval=2.0, job_done_on_exit=None, check_mode=True):
+    """Connects to the parameter servers, found as the daemons find them:
+    `ps_hosts` ("h:p,h:p" or a list) with `worker_id` (default 0, the chief;
+    -1 reads only); else the TF_CONFIG JSON file `cluster_spec`; else
+    `tf_config` (JSON text), else the TF_CONFIG environment variable. The
+    worker id is then the task's replica id (the chief is 0; an evaluator
+    reads only). With `check_mode`, every server must run `mode` (this waits
+    for them, within retry_timeout). See README, "Python client"."""
+    if ps_hosts is not None:
+        addresses = _hosts(ps_hosts)
+        replica = 0 if worker_id is None else worker_id
+    else:
+        resolved = _fulcrum.resolve_cluster(
+            cluster_spec or "", tf_config if tf_config is not None else os.environ.get(
+                "TF_CONFIG", ""), "", "", "", "", 0)
+        addresses = resolved["ps"]
+        replica = resolved["replica_id"]
+        if replica is None:
+            replica = -1
+        if worker_id is not None:
+            replica = worker_id
+        if not addresses:
+            raise _fulcrum.InvalidArgument(
+                "the cluster spec lists no parameter servers (cluster.ps)")
+    native = _fulcrum.Client(addresses, int(replica), mode, float(call_timeout),
+                             float(retry_timeout), wire_dtype, int(channels_per_server))
+    client = Client(native, worker_id=int(replica), is_chief=replica == 0, addresses=addresses,
+                    heartbeat_interval=heartbeat_interval, job_done_on_exit=job_done_on_exit)
+    if check_mode:
+        for i, server in enumerate(client.describe()):
+            runs = server.get("mode", "").lower()
+            if runs != client.mode:
+                raise _fulcrum.FailedPrecondition(
+                    "client mode %s but ps %d (%s) runs %s; use the servers' --mode"
+                    % (client.mode, i, addresses[i], runs))
+    return client

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs pytest files of the Python package under Bazel, with the system
+# Python (whose python3-torch and python3-numpy the tests use), the package
+# from the runfiles and the daemons beside it. Cases go to Bazel's test.xml,
+# so scripts/summarize_tests.py counts each one.
+#
+#   pytest.sh FILE...     (paths relative to the workspace)
+set -euo pipefail
+root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
+export PYTHONPATH="$root/python"
+export FULCRUM_BIN_DIR="$root"
+export FULCRUM_SOURCE_DIR="$root"
+files=()
+for f in "$@"; do files+=("$root/$f"); done
+cd "${TEST_TMPDIR}"
+exec /usr/bin/python3 -m pytest -q -p no:cacheprovider --junitxml="${XML_OUTPUT_FILE}" \
+  -o junit_family=xunit1 "${files[@]}"
