@@ -7,6 +7,7 @@
 //
 //   local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10
 //   local_cluster --num_ps=0 --num_workers=3 --strategy=multi_worker_mirrored -- --epochs=10
+//   local_cluster --worker_command="python3 examples/torch_fashion_mnist.py" -- --epochs=10
 //
 // Everything after `--` is passed to every worker; --ps_args to every server.
 #include <fcntl.h>
@@ -60,6 +61,13 @@ ABSL_FLAG(int, max_restarts, 0,
           "checkpoint (with --checkpoint_dir), a worker resumes. 0: any failure stops them all, "
           "except that of an all-reduce worker other than the chief: the others go on without "
           "it.");
+ABSL_FLAG(std::string, worker_command, "",
+          "Runs each worker with this command instead of Fulcrum's worker binary, split on "
+          "spaces and found on PATH, e.g. \"python3 examples/torch_fashion_mnist.py\" (a "
+          "Python worker on the fulcrum package). It gets the same TF_CONFIG and flags: "
+          "--cpu_threads, --strategy, --mode, --staleness, --replicas_to_aggregate, the chief's "
+          "--summary_json, --metrics_jsonl and --checkpoint_dir when set, then those after --. "
+          "Only with --strategy=parameter_server.");
 ABSL_FLAG(std::string, bin_dir, "",
           "Directory holding ps_server/ps_server and worker/worker; default: the bazel-bin "
           "tree this launcher was built into.");
@@ -106,7 +114,7 @@ void Start(Child& child) {
     std::vector<char*> args;
     for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
     args.push_back(nullptr);
-    execv(args[0], args.data());
+    execvp(args[0], args.data());
     std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
     _exit(127);
   }
@@ -256,6 +264,15 @@ int Run(const std::vector<std::string>& worker_args) {
                  strategy.c_str(), all_reduce ? "uses no parameter servers" : "needs servers");
     return 2;
   }
+  const std::vector<std::string> worker_command =
+      absl::StrSplit(absl::GetFlag(FLAGS_worker_command), ' ', absl::SkipWhitespace());
+  if (!worker_command.empty() && all_reduce) {
+    std::fprintf(stderr,
+                 "local_cluster: --worker_command runs parameter-server workers; it does not "
+                 "go with --strategy=%s\n",
+                 strategy.c_str());
+    return 2;
+  }
   std::string bin = absl::GetFlag(FLAGS_bin_dir);
   if (bin.empty()) bin = DefaultBinDir();
   const std::string mode = all_reduce ? "sync" : absl::GetFlag(FLAGS_mode);
@@ -338,7 +355,10 @@ int Run(const std::vector<std::string>& worker_args) {
   const std::string cpu_threads = absl::StrCat("--cpu_threads=", std::max(1, cores / num_workers));
   const size_t first_worker = children.size();
   for (int w = 0; w < num_workers; ++w) {
-    std::vector<std::string> argv = {bin + "/worker/worker", cpu_threads, "--strategy=" + strategy};
+    std::vector<std::string> argv = worker_command;
+    if (argv.empty()) argv.push_back(bin + "/worker/worker");
+    argv.push_back(cpu_threads);
+    argv.push_back("--strategy=" + strategy);
     if (all_reduce) argv.emplace_back("--bind_host=127.0.0.1");
     argv.insert(argv.end(), mode_flags.begin(), mode_flags.end());
     if (w == 0) {
@@ -418,6 +438,8 @@ int main(int argc, char** argv) {
       "(worker 0's) status.\n\n"
       "  local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10\n"
       "  local_cluster --num_ps=0 --num_workers=3 --strategy=multi_worker_mirrored -- --epochs=10\n"
+      "  local_cluster --worker_command=\"python3 examples/torch_fashion_mnist.py\" -- "
+      "--epochs=10\n"
       "  local_cluster --checkpoint_dir=/tmp/ckpt --max_restarts=3 \\\n"
       "      --ps_args=\"--lease_timeout_ms=5000\" -- --epochs=10 --checkpoint_every_secs=30\n\n"
       "Arguments after -- go to every worker (see worker --help), --ps_args to every server "

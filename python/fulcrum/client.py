@@ -63,7 +63,7 @@ class Client:
     has finished (the chief also that the job is done, unless told not to).
     """
 
-    def __init__(self, native, *, worker_id, is_chief, addresses,
+    def __init__(self, native, *, worker_id, is_chief, addresses, num_replicas=1,
                  heartbeat_interval=2.0, job_done_on_exit=None):
         self._native = native
         self._specs = {}
@@ -71,6 +71,8 @@ class Client:
         self.worker_id = worker_id
         self.is_chief = is_chief
         self.addresses = list(addresses)
+        self.num_replicas = num_replicas  # training workers, the chief included
+        self._finished = False
         self._heartbeat_interval = heartbeat_interval
         self._job_done_on_exit = is_chief if job_done_on_exit is None else job_done_on_exit
 
@@ -228,8 +230,28 @@ class Client:
         self._native.await_job_start()
 
     def finish(self):
-        """Tells every server this worker has finished training (after its last push)."""
-        self._native.finish()
+        """Tells every server this worker has finished training (after its last
+        push). Once: later calls do nothing."""
+        if not self._finished:
+            self._native.finish()
+            self._finished = True
+
+    def await_workers_finished(self, timeout=600.0):
+        """Waits until every training worker the servers have seen has finished
+        or is dead: the chief's cue to evaluate final values (async, ssp)."""
+        deadline = time.monotonic() + timeout
+        delay = 0.02
+        while True:
+            running = sorted({w["worker_id"] for server in self.describe()
+                              for w in server.get("workers", [])
+                              if w.get("seen") and w.get("live") and not w.get("finished")})
+            if not running:
+                return
+            if time.monotonic() + delay > deadline:
+                raise _fulcrum.DeadlineExceeded(
+                    "workers still training after %.0f s: %s" % (timeout, running))
+            time.sleep(delay)  # polling the servers' state
+            delay = min(delay * 2, 0.5)
 
     def job_done(self, reason="finished"):
         """The chief: tells every server the job is over; each exits 0 once
@@ -251,12 +273,13 @@ def _hosts(value):
     return list(value)
 
 
-def connect(ps_hosts=None, *, worker_id=None, mode="async", cluster_spec=None, tf_config=None,
+def connect(ps_hosts=None, *, worker_id=None, num_replicas=None, mode="async", cluster_spec=None,
+            tf_config=None,
             call_timeout=60.0, retry_timeout=60.0, wire_dtype="float32", channels_per_server=1,
             heartbeat_interval=2.0, job_done_on_exit=None, check_mode=True):
     """Connects to the parameter servers, found as the daemons find them:
     `ps_hosts` ("h:p,h:p" or a list) with `worker_id` (default 0, the chief;
-    -1 reads only); else the TF_CONFIG JSON file `cluster_spec`; else
+    -1 reads only) and `num_replicas` (default 1); else the TF_CONFIG JSON file `cluster_spec`; else
     `tf_config` (JSON text), else the TF_CONFIG environment variable. The
     worker id is then the task's replica id (the chief is 0; an evaluator
     reads only). With `check_mode`, every server must run `mode` (this waits
@@ -264,11 +287,13 @@ def connect(ps_hosts=None, *, worker_id=None, mode="async", cluster_spec=None, t
     if ps_hosts is not None:
         addresses = _hosts(ps_hosts)
         replica = 0 if worker_id is None else worker_id
+        replicas = 1 if num_replicas is None else num_replicas
     else:
         resolved = _fulcrum.resolve_cluster(
             cluster_spec or "", tf_config if tf_config is not None else os.environ.get(
                 "TF_CONFIG", ""), "", "", "", "", 0)
         addresses = resolved["ps"]
+        replicas = resolved["num_replicas"] if num_replicas is None else num_replicas
         replica = resolved["replica_id"]
         if replica is None:
             replica = -1
@@ -280,7 +305,7 @@ def connect(ps_hosts=None, *, worker_id=None, mode="async", cluster_spec=None, t
     native = _fulcrum.Client(addresses, int(replica), mode, float(call_timeout),
                              float(retry_timeout), wire_dtype, int(channels_per_server))
     client = Client(native, worker_id=int(replica), is_chief=replica == 0, addresses=addresses,
-                    heartbeat_interval=heartbeat_interval, job_done_on_exit=job_done_on_exit)
+                    num_replicas=int(replicas), heartbeat_interval=heartbeat_interval, job_done_on_exit=job_done_on_exit)
     if check_mode:
         for i, server in enumerate(client.describe()):
             runs = server.get("mode", "").lower()
