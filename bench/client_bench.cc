@@ -1,0 +1,101 @@
+// client_bench: the C++ client's side of bench/python_bench.py, which runs
+// it against the same server in the same run: a large push+pull's time, a
+// 4 KiB pull's latency, and how much a 256 MiB push+pull raises peak
+// resident memory. Prints name=value lines.
+//
+//   client_bench --ps_hosts=127.0.0.1:2222 [--mib=64 --rounds=10 ...]
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "fulcrum/ps_client.h"
+
+ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of the servers.");
+ABSL_FLAG(int, mib, 64, "Size of the large push+pull, in MiB.");
+ABSL_FLAG(int, rounds, 10, "Timed large push+pulls.");
+ABSL_FLAG(int, small_rounds, 2000, "Timed 4 KiB pulls.");
+ABSL_FLAG(int, rss_mib, 256, "Size of the push+pull whose peak memory is measured; 0: none.");
+
+namespace {
+
+using fulcrum::DenseTensor;
+using fulcrum::TensorMap;
+
+// A float32 variable of `mib` MiB (or `floats` floats) under plain SGD.
+fulcrum::VariableSpec Variable(const std::string& name, int64_t floats) {
+  fulcrum::VariableSpec spec;
+  spec.set_name(name);
+  spec.add_shape(floats / 1024);
+  spec.add_shape(1024);
+  spec.set_dtype(fulcrum::DT_FLOAT);
+  spec.mutable_optimizer()->set_kind(fulcrum::OptimizerSpec::SGD);
+  return spec;
+}
+
+// A field of /proc/self/status, in KiB.
+long StatusKib(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+void Check(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "client_bench: %s: %s\n", what, status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("The C++ client's figures for bench/python_bench.py.");
+  absl::ParseCommandLine(argc, argv);
+  fulcrum::PsClientOptions options;
+  auto client = fulcrum::PsClient::Connect(
+      absl::StrSplit(absl::GetFlag(FLAGS_ps_hosts), ',', absl::SkipEmpty()), options);
+  const int64_t big = int64_t{absl::GetFlag(FLAGS_mib)} << 18;  // floats
+  const int64_t huge = int64_t{absl::GetFlag(FLAGS_rss_mib)} << 18;
+  std::vector<fulcrum::VariableSpec> specs = {Variable("cpp_big", big),
+                                              Variable("cpp_small", 1024)};
+  if (huge > 0) specs.push_back(Variable("cpp_huge", huge));
+  Check(client->CreateVariables(specs), "create variables");
+
+  TensorMap grads = {{"cpp_big", DenseTensor{{big / 1024, 1024}, std::vector<float>(big, 1e-3f)}}};
+  TensorMap values;
+  Check(client->Pull({"cpp_big"}, &values), "pull");
+  const std::vector<double> large = fulcrum::Time(absl::GetFlag(FLAGS_rounds), [&] {
+    Check(client->PushPull(grads, {"cpp_big"}, &values).status(), "push_pull");
+  });
+  TensorMap small;
+  const std::vector<double> latency = fulcrum::Time(absl::GetFlag(FLAGS_small_rounds), [&] {
+    Check(client->Pull({"cpp_small"}, &small), "pull");
+  });
+  std::printf("cpp_push_pull_%dMiB_ms_p50=%.2f\n", absl::GetFlag(FLAGS_mib),
+              1e3 * fulcrum::Percentile(large, 0.5));
+  std::printf("cpp_pull_4KiB_us_p50=%.1f\n", 1e6 * fulcrum::Percentile(latency, 0.5));
+  if (huge > 0) {
+    grads.clear();
+    values.clear();
+    TensorMap huge_grads = {
+        {"cpp_huge", DenseTensor{{huge / 1024, 1024}, std::vector<float>(huge, 1e-3f)}}};
+    TensorMap huge_values;
+    Check(client->Pull({"cpp_huge"}, &huge_values), "pull");
+    const long before = StatusKib("VmRSS");
+    std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to VmRSS
+    Check(client->PushPull(huge_grads, {"cpp_huge"}, &huge_values).status(), "push_pull");
+    std::printf("cpp_rss_growth_%dMiB_push_pull_MiB=%.1f\n", absl::GetFlag(FLAGS_rss_mib),
+                (StatusKib("VmHWM") - before) / 1024.0);
+  }
+  std::fflush(stdout);
+  return 0;
+}

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""The Python client against the C++ client, and fulcrum.torch against
+PyTorch's DistributedDataParallel, each pair measured in the same run.
+
+Against one ps_server on 127.0.0.1, bench:client_bench (C++) and this
+process (Python) alternately time a 64 MiB push+pull, a 4 KiB pull, and how
+far a 256 MiB push+pull raises peak resident memory. Then
+examples/torch_fashion_mnist.py runs through the launcher (2 servers, 3 sync
+workers) and bench/torch_ddp_bench.py runs DDP over Gloo with 3 workers on
+the same model, batch and data. Prints name=value lines; the headlines are
+python_64MiB_vs_cpp (C++ time / Python time), python_4KiB_p50_overhead_us,
+python_rss_growth_vs_cpp and fulcrum_torch_vs_ddp.
+
+    PYTHONPATH=bazel-bin/python/site python3 bench/python_bench.py --bin_dir=bazel-bin
+(bench/run.sh builds with -c opt and runs it.)
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import fulcrum
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def status_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError("no %s in /proc/self/status" % field)
+
+
+def start_server(bin_dir, workdir):
+    log_path = os.path.join(workdir, "ps.log")
+    env = dict(os.environ, TF_CONFIG=json.dumps({
+        "cluster": {"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0"]},
+        "task": {"type": "ps", "index": 0}}))
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [os.path.join(bin_dir, "ps_server", "ps_server"), "--port=0", "--bind_host=127.0.0.1",
+             "--mode=async", "--max_message_mb=1024", "--lease_timeout_ms=3600000"],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with open(log_path) as f:
+            match = re.search(r"listening on (\S+:\d+)", f.read())
+        if match:
+            return proc, match.group(1)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)  # the server writes its address to its log
+    proc.kill()
+    raise RuntimeError("ps_server did not start: see " + log_path)
+
+
+def variable(name, floats):
+    return fulcrum.variable(name, (floats // 1024, 1024), fulcrum.sgd(0.0))
+
+
+def python_figures(client, mib, rounds, small_rounds, rss_mib, first):
+    big = mib << 18
+    if first:
+        specs = [variable("py_big", big), variable("py_small", 1024)]
+        if rss_mib:
+            specs.append(variable("py_huge", rss_mib << 18))
+        client.create_variables(specs)
+    grads = {"py_big": np.full((big // 1024, 1024), 1e-3, np.float32)}
+    values = client.pull(names=["py_big"])
+    client.push_pull(grads, values)  # warm-up
+    large = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        client.push_pull(grads, values)
+        large.append(time.perf_counter() - start)
+    small = client.pull(names=["py_small"])
+    client.pull(small)
+    latency = []
+    for _ in range(small_rounds):
+        start = time.perf_counter()
+        client.pull(small)
+        latency.append(time.perf_counter() - start)
+    out = {"large_ms": 1e3 * statistics.median(large),
+           "small_us": 1e6 * statistics.median(latency)}
+    del grads, values
+    if rss_mib:
+        huge = rss_mib << 18
+        huge_grads = {"py_huge": np.full((huge // 1024, 1024), 1e-3, np.float32)}
+        huge_values = client.pull(names=["py_huge"])
+        before = status_kib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to VmRSS
+        client.push_pull(huge_grads, huge_values)
+        out["rss_mib"] = (status_kib("VmHWM") - before) / 1024.0
+    return out
+
+
+def cpp_figures(bin_dir, address, mib, rounds, small_rounds, rss_mib):
+    done = subprocess.run(
+        [os.path.join(bin_dir, "bench", "client_bench"), "--ps_hosts=" + address,
+         "--mib=%d" % mib, "--rounds=%d" % rounds, "--small_rounds=%d" % small_rounds,
+         "--rss_mib=%d" % rss_mib], capture_output=True, text=True, timeout=1800, check=True)
+    values = dict(line.split("=", 1) for line in done.stdout.split())
+    out = {"large_ms": float(values["cpp_push_pull_%dMiB_ms_p50" % mib]),
+           "small_us": float(values["cpp_pull_4KiB_us_p50"])}
+    if rss_mib:
+        out["rss_mib"] = float(values["cpp_rss_growth_%dMiB_push_pull_MiB" % rss_mib])
+    return out
+
+
+def torch_figures(bin_dir, train_examples, epochs, workdir):
+    summary = os.path.join(workdir, "summary.json")
+    common = ["--epochs=%d" % epochs, "--train_examples=%d" % train_examples,
+              "--test_examples=1000"]
+    subprocess.run(
+        [os.path.join(bin_dir, "deploy", "local_cluster"), "--num_ps=2", "--num_workers=3",
+         "--mode=sync", "--bin_dir=" + bin_dir, "--summary_json=" + summary,
+         "--worker_command=%s %s" % (sys.executable,
+                                     os.path.join(ROOT, "examples", "torch_fashion_mnist.py")),
+         "--"] + common, capture_output=True, text=True, timeout=3600, check=True)
+    with open(summary) as f:
+        result = json.load(f)
+    ddp = subprocess.run([sys.executable, os.path.join(HERE, "torch_ddp_bench.py"),
+                          "--workers=3"] + common,
+                         capture_output=True, text=True, timeout=3600, check=True)
+    values = dict(line.split("=", 1) for line in ddp.stdout.split())
+    return (result["examples_per_sec"], result["test_accuracy"],
+            float(values["torch_ddp_gloo_examples_per_sec"]),
+            float(values["torch_ddp_gloo_test_accuracy"]))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
+    p.add_argument("--quick", action="store_true", help="Fewer rounds; the torch runs on 1/4.")
+    args = p.parse_args()
+    rounds, small_rounds = (5, 500) if args.quick else (10, 2000)
+    mib, rss_mib = 64, 256
+    workdir = tempfile.mkdtemp(prefix="python_bench.")
+    server, address = start_server(args.bin_dir, workdir)
+    try:
+        client = fulcrum.connect(address)
+        # Alternately, twice each: each side's better run stands for it.
+        runs = {"cpp": [], "python": []}
+        for i in range(2):
+            runs["cpp"].append(cpp_figures(args.bin_dir, address, mib, rounds, small_rounds,
+                                           rss_mib if i == 0 else 0))
+            runs["python"].append(python_figures(client, mib, rounds, small_rounds,
+                                                 rss_mib if i == 0 else 0, first=i == 0))
+    finally:
+        server.kill()
+        server.wait()
+    best = {side: {"large_ms": min(r["large_ms"] for r in rs),
+                   "small_us": min(r["small_us"] for r in rs),
+                   "rss_mib": rs[0]["rss_mib"]} for side, rs in runs.items()}
+    for side in ("cpp", "python"):
+        print("%s_push_pull_%dMiB_ms_p50=%.2f" % (side, mib, best[side]["large_ms"]))
+        print("%s_push_pull_%dMiB_MBps=%.1f" % (side, mib,
+                                                 2 * mib * 1.048576 / best[side]["large_ms"] * 1e3))
+        print("%s_pull_4KiB_us_p50=%.1f" % (side, best[side]["small_us"]))
+        print("%s_rss_growth_%dMiB_push_pull_MiB=%.1f" % (side, rss_mib, best[side]["rss_mib"]))
+    print("python_64MiB_vs_cpp=%.3f" % (best["cpp"]["large_ms"] / best["python"]["large_ms"]))
+    print("python_4KiB_p50_overhead_us=%.1f" %
+          (best["python"]["small_us"] - best["cpp"]["small_us"]))
+    print("python_rss_growth_vs_cpp=%.3f" % (best["python"]["rss_mib"] / best["cpp"]["rss_mib"]))
+    print("python_rss_growth_vs_tensor=%.3f" % (best["python"]["rss_mib"] / rss_mib))
+    sys.stdout.flush()
+
+    examples = 15000 if args.quick else 60000
+    fulcrum_rate, fulcrum_acc, ddp_rate, ddp_acc = torch_figures(args.bin_dir, examples, 1, workdir)
+    print("fulcrum_torch_sync_3workers_examples_per_sec=%.1f" % fulcrum_rate)
+    print("fulcrum_torch_test_accuracy_1epoch=%.4f" % fulcrum_acc)
+    print("torch_ddp_gloo_3workers_examples_per_sec=%.1f" % ddp_rate)
+    print("torch_ddp_gloo_test_accuracy_1epoch=%.4f" % ddp_acc)
+    print("fulcrum_torch_vs_ddp=%.3f" % (fulcrum_rate / ddp_rate))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
