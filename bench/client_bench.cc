@@ -35,6 +35,7 @@ fulcrum::VariableSpec Variable(const std::string& name, int64_t floats) {
   spec.add_shape(1024);
   spec.set_dtype(fulcrum::DT_FLOAT);
   spec.mutable_optimizer()->set_kind(fulcrum::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1e-6f);
   return spec;
 }
 

@@ -64,7 +64,7 @@ def start_server(bin_dir, workdir):
 
 
 def variable(name, floats):
-    return fulcrum.variable(name, (floats // 1024, 1024), fulcrum.sgd(0.0))
+    return fulcrum.variable(name, (floats // 1024, 1024), fulcrum.sgd(1e-6))
 
 
 def python_figures(client, mib, rounds, small_rounds, rss_mib, first):

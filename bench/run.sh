@@ -16,7 +16,10 @@
 #        and push of the same bytes, and a million rows' memory against
 #        their raw floats (bench:sparse_bench);
 #   8.   the CTR model end to end against TensorFlow's
-#        ParameterServerStrategy on the same model (bench/e2e_ctr_bench.sh).
+#        ParameterServerStrategy on the same model (bench/e2e_ctr_bench.sh);
+#   9.   the Python client against the C++ client on the same server, and
+#        examples/torch_fashion_mnist.py against PyTorch's
+#        DistributedDataParallel over Gloo (bench/python_bench.py).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +28,7 @@ quick=""
 
 command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; }
 bazel build -c opt //bench:dataplane_bench //bench:scaling_bench //bench:allreduce_bench \
-  //bench:sparse_bench
+  //bench:sparse_bench //bench:client_bench //ps_server //deploy:local_cluster //python:site
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 
 work=$(mktemp -d)
@@ -78,3 +81,4 @@ python3 -c "print('allreduce_vs_tf_collective=%.2f' % (
     float('${tf#*=}') * 1000 / float('$(sed -n 's/^allreduce_64MiB_n4_p50_us=//p' <<< "$out")')))"
 "$bin/bench/sparse_bench" $quick 2>/dev/null | grep -v "\] \[info\] "
 bench/e2e_ctr_bench.sh $quick
+PYTHONPATH="$bin/python/site" /usr/bin/python3 bench/python_bench.py --bin_dir="$bin" $quick
