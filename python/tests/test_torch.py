@@ -26,10 +26,10 @@ def batch(seed):
     return torch.randn(5, 1, 4, 3, generator=g), torch.randint(0, 3, (5,), generator=g)
 
 
-def servers_values(hosts, model):
+def servers_values(hosts, model, mode="async"):
     """The servers' values of the model's variables, through a reader that
     creates the same specs in the same order (so they place the same)."""
-    reader = fulcrum.connect(hosts, worker_id=-1)
+    reader = fulcrum.connect(hosts, worker_id=-1, mode=mode)
     reader.create_variables([fulcrum.variable(n, p.shape, fulcrum.sgd(0.1))
                              for n, p in model.named_parameters()])
     return reader.pull()
@@ -84,3 +84,37 @@ def test_non_float32_parameters_are_refused(servers):
     model = torch.nn.Linear(2, 2).double()
     with pytest.raises(TypeError, match="weight' is torch.float64"):
         fulcrum.torch.Replica(model, fulcrum.connect(s.hosts), fulcrum.sgd(0.1))
+
+
+def test_sync_replicas_step_together_and_match_the_servers(servers):
+    s = servers(mode="sync", workers=2)
+    models = [Net(seed=1), Net(seed=2)]
+    replicas = [None, None]
+    grads_seen = [None, None]
+
+    def run(w):
+        client = fulcrum.connect(s.hosts, worker_id=w, mode="sync")
+        replicas[w] = fulcrum.torch.Replica(models[w], client, fulcrum.sgd(0.1))
+        x, y = batch(10 + w)
+        models[w].zero_grad()
+        torch.nn.functional.cross_entropy(models[w](x), y).backward()
+        grads_seen[w] = {n: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+                         for n, p in models[w].named_parameters()}
+        replicas[w].step()
+
+    initial = {n: p.detach().clone() for n, p in models[0].named_parameters()}
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert all(r is not None for r in replicas)
+    on_servers = servers_values(s.hosts, models[0], mode="sync")
+    for n, p in models[0].named_parameters():
+        mean = (grads_seen[0][n] + grads_seen[1][n]) / 2
+        # One step of the mean gradient from the chief's values (SGD, lr 0.1).
+        np.testing.assert_allclose(on_servers[n], (initial[n] - 0.1 * mean).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+        for m in models:
+            np.testing.assert_array_equal(dict(m.named_parameters())[n].detach().numpy(),
+                                          on_servers[n])
