@@ -125,7 +125,7 @@ def main():
         # Every worker takes the same number of steps per epoch (sync steps
         # need them all), from its share of the same shuffle.
         steps = len(train_x) // replicas // args.batch_size
-        start, examples, epoch_result = time.monotonic(), 0, (float("nan"), 0.0)
+        start, examples = time.monotonic(), 0
         print("%s: %d workers, mode %s, %d steps of %d per epoch" %
               (role, replicas, client.mode, steps, args.batch_size), flush=True)
         for epoch in range(1, args.epochs + 1):

@@ -2,7 +2,7 @@
 # Runs Fulcrum's whole test suite: installs what is missing, builds, runs
 # every test with Bazel, runs the server-facing tests again under
 # AddressSanitizer and UndefinedBehaviorSanitizer (--config=asan), checks the
-# sources' format and clang-tidy, builds the Docker image and runs the
+# sources' format, clang-tidy and pyflakes, builds the Docker image and runs the
 # compose cluster (tests/container_test.sh; skipped where no Docker engine
 # can run), and ends with the line "N passed, M failed", where N and M count
 # test cases (each gtest case, each shell test, each source or container
@@ -36,6 +36,7 @@ check() {
 }
 check format scripts/format.sh --check
 check clang_tidy scripts/tidy.sh
+check python_lint sh -c "git ls-files '*.py' | xargs /usr/bin/python3 -m pyflakes"
 bazel shutdown
 # The image and the compose cluster (its own lines; SKIPPED counts neither way).
 tests/container_test.sh 2>&1 | tee -a "$log"

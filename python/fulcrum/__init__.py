@@ -10,13 +10,21 @@ Errors are fulcrum.Error subclasses named after gRPC status codes
 whoever refused the call. See the README's "Python client".
 """
 
-from fulcrum._fulcrum import (  # noqa: F401  (the error classes)
+from fulcrum._fulcrum import (  # the error classes
     Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error, FailedPrecondition,
     Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, ResourceExhausted,
     Unauthenticated, Unavailable, Unimplemented, Unknown)
-from fulcrum.client import Client, Future, PushStats, connect  # noqa: F401
-from fulcrum.specs import (  # noqa: F401
+from fulcrum.client import Client, Future, PushStats, connect
+from fulcrum.specs import (
     adagrad, adam, constant, fixed_shards, ftrl, glorot_uniform, max_size, min_size, momentum,
     random_normal, random_uniform, sgd, table, truncated_normal, variable, zeros)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded", "Error",
+    "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",
+    "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable", "Unimplemented",
+    "Unknown", "Client", "Future", "PushStats", "connect", "adagrad", "adam", "constant",
+    "fixed_shards", "ftrl", "glorot_uniform", "max_size", "min_size", "momentum",
+    "random_normal", "random_uniform", "sgd", "table", "truncated_normal", "variable", "zeros"]
