@@ -85,8 +85,13 @@ void MetricsServer::Serve() {
     }
     std::thread([this, connection] {
       Answer(connection);
-      absl::MutexLock lock(&mu_);
-      --connections_;
+      {
+        absl::MutexLock lock(&mu_);
+        --connections_;
+      }
+      // Closed after its slot is free: a client that has read the whole
+      // answer finds the slot free for its next connection.
+      close(connection);
     }).detach();
   }
   // The answering threads use this object: wait for them.
@@ -150,7 +155,6 @@ void MetricsServer::Answer(int connection) {
     if (n <= 0) break;
     done += static_cast<size_t>(n);
   }
-  close(connection);
 }
 
 }  // namespace fulcrum

@@ -46,7 +46,7 @@ class MetricsServer {
   MetricsServer() = default;
   // Accepts connections until the wake pipe is written.
   void Serve() ABSL_LOCKS_EXCLUDED(mu_);
-  // Answers one request on `connection` and closes it.
+  // Answers one request on `connection` (the caller closes it).
   void Answer(int connection) ABSL_LOCKS_EXCLUDED(mu_);
   std::string Body() ABSL_LOCKS_EXCLUDED(mu_);
 
