@@ -21,20 +21,23 @@ ABSL_FLAG(int, mib, 64, "Size of the large push+pull, in MiB.");
 ABSL_FLAG(int, rounds, 10, "Timed large push+pulls.");
 ABSL_FLAG(int, small_rounds, 2000, "Timed 4 KiB pulls.");
 ABSL_FLAG(int, rss_mib, 256, "Size of the push+pull whose peak memory is measured; 0: none.");
+ABSL_FLAG(std::string, optimizer, "sgd", "The variables' optimizer: sgd or adam (two slots).");
 
 namespace {
 
 using fulcrum::DenseTensor;
 using fulcrum::TensorMap;
 
-// A float32 variable of `mib` MiB (or `floats` floats) under plain SGD.
+// A float32 variable of `floats` floats under --optimizer.
 fulcrum::VariableSpec Variable(const std::string& name, int64_t floats) {
   fulcrum::VariableSpec spec;
   spec.set_name(name);
   spec.add_shape(floats / 1024);
   spec.add_shape(1024);
   spec.set_dtype(fulcrum::DT_FLOAT);
-  spec.mutable_optimizer()->set_kind(fulcrum::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_kind(absl::GetFlag(FLAGS_optimizer) == "adam"
+                                         ? fulcrum::OptimizerSpec::ADAM
+                                         : fulcrum::OptimizerSpec::SGD);
   spec.mutable_optimizer()->set_learning_rate(1e-6f);
   return spec;
 }
@@ -61,6 +64,10 @@ void Check(const absl::Status& status, const char* what) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("The C++ client's figures for bench/python_bench.py.");
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_optimizer) != "sgd" && absl::GetFlag(FLAGS_optimizer) != "adam") {
+    std::fprintf(stderr, "client_bench: --optimizer must be sgd or adam\n");
+    return 2;
+  }
   fulcrum::PsClientOptions options;
   auto client = fulcrum::PsClient::Connect(
       absl::StrSplit(absl::GetFlag(FLAGS_ps_hosts), ',', absl::SkipEmpty()), options);
@@ -84,6 +91,7 @@ int main(int argc, char** argv) {
   std::printf("cpp_push_pull_%dMiB_ms_p50=%.2f\n", absl::GetFlag(FLAGS_mib),
               1e3 * fulcrum::Percentile(large, 0.5));
   std::printf("cpp_pull_4KiB_us_p50=%.1f\n", 1e6 * fulcrum::Percentile(latency, 0.5));
+  std::printf("cpp_client_peak_rss_MiB=%.1f\n", StatusKib("VmHWM") / 1024.0);
   if (huge > 0) {
     grads.clear();
     values.clear();

@@ -17,7 +17,6 @@ python_rss_growth_vs_cpp and fulcrum_torch_vs_ddp.
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -27,40 +26,10 @@ import time
 import numpy as np
 
 import fulcrum
+from local_server import start_server, status_kib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-def status_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError("no %s in /proc/self/status" % field)
-
-
-def start_server(bin_dir, workdir):
-    log_path = os.path.join(workdir, "ps.log")
-    env = dict(os.environ, TF_CONFIG=json.dumps({
-        "cluster": {"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0"]},
-        "task": {"type": "ps", "index": 0}}))
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [os.path.join(bin_dir, "ps_server", "ps_server"), "--port=0", "--bind_host=127.0.0.1",
-             "--mode=async", "--max_message_mb=1024", "--lease_timeout_ms=3600000"],
-            stdout=log, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with open(log_path) as f:
-            match = re.search(r"listening on (\S+:\d+)", f.read())
-        if match:
-            return proc, match.group(1)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)  # the server writes its address to its log
-    proc.kill()
-    raise RuntimeError("ps_server did not start: see " + log_path)
 
 
 def variable(name, floats):
@@ -146,7 +115,7 @@ def main():
     rounds, small_rounds = (5, 500) if args.quick else (10, 2000)
     mib, rss_mib = 64, 256
     workdir = tempfile.mkdtemp(prefix="python_bench.")
-    server, address = start_server(args.bin_dir, workdir)
+    server, address = start_server(args.bin_dir, workdir, ["--max_message_mb=1024"])
     try:
         client = fulcrum.connect(address)
         # Alternately, twice each: each side's better run stands for it.

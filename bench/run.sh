@@ -19,7 +19,9 @@
 #        ParameterServerStrategy on the same model (bench/e2e_ctr_bench.sh);
 #   9.   the Python client against the C++ client on the same server, and
 #        examples/torch_fashion_mnist.py against PyTorch's
-#        DistributedDataParallel over Gloo (bench/python_bench.py).
+#        DistributedDataParallel over Gloo (bench/python_bench.py);
+#   10.  a server's and a client's peak resident memory during 64 MiB
+#        push+pulls, against the state each holds (bench/memory_bench.py).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,3 +84,4 @@ python3 -c "print('allreduce_vs_tf_collective=%.2f' % (
 "$bin/bench/sparse_bench" $quick 2>/dev/null | grep -v "\] \[info\] "
 bench/e2e_ctr_bench.sh $quick
 PYTHONPATH="$bin/python/site" /usr/bin/python3 bench/python_bench.py --bin_dir="$bin" $quick
+/usr/bin/python3 bench/memory_bench.py --bin_dir="$bin"
