@@ -10,7 +10,8 @@ namespace fulcrum {
 absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t version,
                                absl::Span<const int64_t> shard_shape,
                                absl::Span<const float> values, DataType encoding,
-                               int64_t max_slice_bytes, SliceList* out) {
+                               int64_t max_slice_bytes, SliceList* out,
+                               std::vector<absl::Span<const char>>* lent) {
   const int64_t rows_total = shard_shape.empty() ? 1 : shard_shape[0];
   const int64_t row_elems = RowElements(shard_shape);
   const int64_t rows_per_slice =
@@ -24,8 +25,16 @@ absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t v
     slice->set_version(version);
     Shape slice_shape(shard_shape.begin(), shard_shape.end());
     slice_shape[0] = rows;
+    const absl::Span<const float> part = values.subspan(row * row_elems, rows * row_elems);
+    if (lent != nullptr && encoding == DT_FLOAT) {
+      slice->mutable_tensor()->set_dtype(DT_FLOAT);
+      slice->mutable_tensor()->mutable_shape()->Assign(slice_shape.begin(), slice_shape.end());
+      lent->emplace_back(reinterpret_cast<const char*>(part.data()), part.size() * sizeof(float));
+      continue;
+    }
+    if (lent != nullptr) lent->emplace_back();
     if (absl::Status s = EncodeFloatTensor(
-            slice_shape, values.subspan(row * row_elems, rows * row_elems), encoding,
+            slice_shape, part, encoding,
             absl::StrCat("variable '", variable, "' shard ", shard, " rows from ", row),
             slice->mutable_tensor());
         !s.ok()) {
@@ -61,11 +70,15 @@ int64_t TensorBytes(const SliceList& slices) {
   return bytes;
 }
 
-std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes) {
+namespace {
+
+// BatchSlices over `n` slices of size(i) bytes each.
+template <typename Size>
+std::vector<SliceRange> Batch(int n, Size size_of, int64_t max_batch_bytes) {
   std::vector<SliceRange> batches = {{0, 0}};
   int64_t bytes = 0;
-  for (int i = 0; i < slices.size(); ++i) {
-    const int64_t size = static_cast<int64_t>(slices[i].tensor().data().size());
+  for (int i = 0; i < n; ++i) {
+    const int64_t size = size_of(i);
     if (batches.back().end > batches.back().begin && bytes + size > max_batch_bytes) {
       batches.push_back({i, i});
       bytes = 0;
@@ -74,6 +87,42 @@ std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_b
     batches.back().end = i + 1;
   }
   return batches;
+}
+
+}  // namespace
+
+std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes) {
+  return Batch(
+      slices.size(), [&](int i) { return static_cast<int64_t>(slices[i].tensor().data().size()); },
+      max_batch_bytes);
+}
+
+std::vector<SliceRange> BatchSlices(const OutgoingPush& push, int64_t max_batch_bytes) {
+  return Batch(
+      push.request.gradients_size(),
+      [&](int i) { return static_cast<int64_t>(push.SliceData(i).size()); }, max_batch_bytes);
+}
+
+absl::Span<const char> OutgoingPush::SliceData(int i) const {
+  if (!lent.empty() && !lent[i].empty()) return lent[i];
+  const std::string& data = request.gradients(i).tensor().data();
+  return absl::MakeConstSpan(data.data(), data.size());
+}
+
+int64_t OutgoingPush::TensorBytes() const {
+  int64_t bytes = 0;
+  for (int i = 0; i < request.gradients_size(); ++i) bytes += SliceData(i).size();
+  return bytes;
+}
+
+PushRequest OutgoingPush::Materialize() const {
+  PushRequest copy = request;
+  for (int i = 0; i < copy.gradients_size(); ++i) {
+    if (!lent.empty() && !lent[i].empty()) {
+      copy.mutable_gradients(i)->mutable_tensor()->set_data(lent[i].data(), lent[i].size());
+    }
+  }
+  return copy;
 }
 
 void AppendPullResponse(PullResponse& part, PullResponse* whole) {
@@ -96,20 +145,21 @@ bool SamePushHeader(const PushRequest& a, const PushRequest& b) {
          a.incarnation() == b.incarnation() && a.push_id() == b.push_id();
 }
 
-std::shared_ptr<const PushRequest> PushPart(std::shared_ptr<const PushRequest> whole,
-                                            absl::Span<const int> slices) {
-  auto* part = new PushRequest;
-  CopyPushHeader(*whole, part);
+std::shared_ptr<const OutgoingPush> PushPart(std::shared_ptr<const OutgoingPush> whole,
+                                             absl::Span<const int> slices) {
+  auto* part = new OutgoingPush;
+  CopyPushHeader(whole->request, &part->request);
   for (int i : slices) {
-    part->mutable_gradients()->UnsafeArenaAddAllocated(
-        const_cast<ShardSlice*>(&whole->gradients(i)));
+    part->request.mutable_gradients()->UnsafeArenaAddAllocated(
+        const_cast<ShardSlice*>(&whole->request.gradients(i)));
+    if (!whole->lent.empty()) part->lent.push_back(whole->lent[i]);
   }
   // Gives the borrowed slices back before the part goes, then lets `whole` go.
-  return std::shared_ptr<const PushRequest>(
-      part, [whole = std::move(whole)](const PushRequest* done) {
-        auto* borrower = const_cast<PushRequest*>(done);
-        borrower->mutable_gradients()->UnsafeArenaExtractSubrange(0, borrower->gradients_size(),
-                                                                  nullptr);
+  return std::shared_ptr<const OutgoingPush>(
+      part, [whole = std::move(whole)](const OutgoingPush* done) {
+        auto* borrower = const_cast<OutgoingPush*>(done);
+        borrower->request.mutable_gradients()->UnsafeArenaExtractSubrange(
+            0, borrower->request.gradients_size(), nullptr);
         delete borrower;
       });
 }

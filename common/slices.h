@@ -43,11 +43,14 @@ absl::Status ValidateShardSpec(const ShardSpec& spec);
 
 // Appends `values` (a shard of `shard_shape`) to `out` in float `encoding`
 // (common/tensor.h) as slices of at most max_slice_bytes each, one row at
-// the least. Fails only for values that float16 cannot encode.
+// the least. Fails only for values that float16 cannot encode. With `lent`
+// and DT_FLOAT, the slices hold no data: their bytes are appended to `lent`
+// where they lie in `values` (see OutgoingPush).
 absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t version,
                                absl::Span<const int64_t> shard_shape,
                                absl::Span<const float> values, DataType encoding,
-                               int64_t max_slice_bytes, SliceList* out);
+                               int64_t max_slice_bytes, SliceList* out,
+                               std::vector<absl::Span<const char>>* lent = nullptr);
 
 // Rows in `slice`: its tensor's first dimension, 0 when it has none.
 int64_t SliceRows(const ShardSlice& slice);
@@ -77,12 +80,34 @@ void CopyPushHeader(const PushRequest& from, PushRequest* to);
 // True when two pushes' headers are equal, presence included.
 bool SamePushHeader(const PushRequest& a, const PushRequest& b);
 
+// A push on its way out: the request, whose gradient slices either hold
+// their bytes or lend them. When `lent` is not empty it has one entry per
+// gradient slice; a non-empty entry is that slice's DT_FLOAT data, which the
+// slice's tensor (dtype and shape only) does not hold: the caller's own
+// gradient, sent from where it lies. That memory must stay unchanged until
+// every call that took the push has returned and the push is destroyed.
+struct OutgoingPush {
+  PushRequest request;
+  std::vector<absl::Span<const char>> lent;
+
+  // The tensor bytes of gradient slice i, held or lent.
+  absl::Span<const char> SliceData(int i) const;
+  // The tensor bytes of all its slices.
+  int64_t TensorBytes() const;
+  // The request with every lent slice's bytes copied in (what a transport
+  // that hands the push to a server in this process gives it).
+  PushRequest Materialize() const;
+};
+
+// Groups the push's slices as BatchSlices groups a SliceList.
+std::vector<SliceRange> BatchSlices(const OutgoingPush& push, int64_t max_batch_bytes);
+
 // A push of some of `whole`'s gradient slices (by index, in the order
-// given), with its header. It borrows the slices
+// given), with its header and their lent bytes. It borrows the slices
 // instead of copying their bytes (protobuf's unsafe-arena idiom) and keeps
 // `whole` alive while it lives; neither may change meanwhile.
-std::shared_ptr<const PushRequest> PushPart(std::shared_ptr<const PushRequest> whole,
-                                            absl::Span<const int> slices);
+std::shared_ptr<const OutgoingPush> PushPart(std::shared_ptr<const OutgoingPush> whole,
+                                             absl::Span<const int> slices);
 
 }  // namespace fulcrum
 

@@ -45,25 +45,57 @@ TEST(SlicesTest, BytesAndRows) {
 }
 
 TEST(PushPartTest, BorrowsTheSlicesAndKeepsTheWholeAlive) {
-  auto whole = std::make_shared<PushRequest>();
-  whole->set_worker_id(3);
-  whole->set_clock(7);
-  whole->set_incarnation(11);
-  *whole->mutable_gradients() = Slices({4, 5, 6});
-  const ShardSlice* last = &whole->gradients(2);
-  std::shared_ptr<const PushRequest> part = PushPart(whole, {2, 0});
-  EXPECT_EQ(part->worker_id(), 3);
-  EXPECT_EQ(part->clock(), 7);
-  EXPECT_EQ(part->incarnation(), 11);
-  ASSERT_EQ(part->gradients_size(), 2);
-  EXPECT_EQ(&part->gradients(0), last);  // the same slice, not a copy
-  EXPECT_EQ(part->gradients(1).tensor().data().size(), 4u);
+  auto whole = std::make_shared<OutgoingPush>();
+  whole->request.set_worker_id(3);
+  whole->request.set_clock(7);
+  whole->request.set_incarnation(11);
+  *whole->request.mutable_gradients() = Slices({4, 5, 6});
+  const char lent[6] = {1, 2, 3, 4, 5, 6};
+  whole->lent = {{}, {}, absl::MakeConstSpan(lent)};
+  const ShardSlice* last = &whole->request.gradients(2);
+  std::shared_ptr<const OutgoingPush> part = PushPart(whole, {2, 0});
+  EXPECT_EQ(part->request.worker_id(), 3);
+  EXPECT_EQ(part->request.clock(), 7);
+  EXPECT_EQ(part->request.incarnation(), 11);
+  ASSERT_EQ(part->request.gradients_size(), 2);
+  EXPECT_EQ(&part->request.gradients(0), last);  // the same slice, not a copy
+  EXPECT_EQ(part->SliceData(0).data(), lent);    // and its lent bytes
+  EXPECT_EQ(part->SliceData(1).size(), 4u);      // held
+  EXPECT_EQ(part->TensorBytes(), 10);
 
-  std::weak_ptr<const PushRequest> held = whole;
+  std::weak_ptr<const OutgoingPush> held = whole;
   whole.reset();
   EXPECT_FALSE(held.expired());  // the part keeps it
   part.reset();                  // gives the slices back: the whole frees them, once
   EXPECT_TRUE(held.expired());
+}
+
+// Float32 slices lend their bytes from where they lie; Materialize copies
+// them in, and batching counts them.
+TEST(OutgoingPushTest, LentSlicesMaterializeAndBatchByTheirBytes) {
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6};
+  OutgoingPush push;
+  ASSERT_TRUE(AppendShardSlices("w", 0, 4, {3, 2}, values, DT_FLOAT, 8,
+                                push.request.mutable_gradients(), &push.lent)
+                  .ok());
+  ASSERT_EQ(push.request.gradients_size(), 3);
+  ASSERT_EQ(push.lent.size(), 3u);
+  EXPECT_TRUE(push.request.gradients(1).tensor().data().empty());
+  EXPECT_EQ(push.lent[1].data(), reinterpret_cast<const char*>(values.data() + 2));
+  EXPECT_EQ(push.TensorBytes(), 24);
+  EXPECT_EQ(BatchSlices(push, 16).size(), 2u);
+  const PushRequest whole = push.Materialize();
+  std::vector<float> storage;
+  auto decoded = DecodeFloatTensor(whole.gradients(2).tensor(), {1, 2}, "w", &storage);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(std::vector<float>(decoded->begin(), decoded->end()), std::vector<float>({5, 6}));
+  // Other encodings hold their bytes: no lent entry is filled.
+  OutgoingPush half;
+  ASSERT_TRUE(AppendShardSlices("w", 0, 4, {3, 2}, values, DT_BFLOAT16, 8,
+                                half.request.mutable_gradients(), &half.lent)
+                  .ok());
+  for (absl::Span<const char> lent : half.lent) EXPECT_TRUE(lent.empty());
+  EXPECT_EQ(half.TensorBytes(), 12);
 }
 
 }  // namespace

@@ -433,6 +433,28 @@ absl::Status PsClientImpl::PullVariables(const std::vector<const VariablePlaceme
   return Assemble(variables, responses, placers, out);
 }
 
+PsClientImpl::Pushes::Pushes(size_t servers) : live_(std::make_shared<Live>()) {
+  for (size_t ps = 0; ps < servers; ++ps) {
+    {
+      absl::MutexLock lock(&live_->mu);
+      ++live_->parts;
+    }
+    parts_.emplace_back(new OutgoingPush, [live = live_](OutgoingPush* part) {
+      delete part;
+      absl::MutexLock lock(&live->mu);
+      --live->parts;
+    });
+  }
+}
+
+PsClientImpl::Pushes::~Pushes() {
+  if (live_ == nullptr) return;  // moved from
+  parts_.clear();
+  absl::MutexLock lock(&live_->mu);
+  live_->mu.Await(absl::Condition(
+      +[](int* parts) { return *parts == 0; }, &live_->parts));
+}
+
 absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const ConstTensorViews& gradients) {
   if (options_.worker_id < 0) {
     return absl::FailedPreconditionError(
@@ -444,11 +466,11 @@ absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const ConstTensor
   // New each step: a transport may still be sending the last step's bytes.
   Pushes per_ps(servers_.size());
   for (size_t ps = 0; ps < per_ps.size(); ++ps) {
-    per_ps[ps] = std::make_shared<PushRequest>();
-    per_ps[ps]->set_worker_id(options_.worker_id);
-    if (policy_->CarriesClock()) per_ps[ps]->set_clock(clock_);
-    per_ps[ps]->set_push_id(push_id);
-    per_ps[ps]->set_incarnation(incarnations_[ps]);
+    PushRequest& request = per_ps[ps]->request;
+    request.set_worker_id(options_.worker_id);
+    if (policy_->CarriesClock()) request.set_clock(clock_);
+    request.set_push_id(push_id);
+    request.set_incarnation(incarnations_[ps]);
   }
   for (const auto& [name, grad] : gradients) {
     auto found = Find(name);
@@ -473,7 +495,8 @@ absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const ConstTensor
               name, shard.shard, it == shard_state_.end() ? 0 : it->second.pulled_version,
               shard_shape,
               absl::MakeConstSpan(grad.data + shard.row_offset * row_elems, shard.rows * row_elems),
-              options_.wire_dtype, kChunkBytes, per_ps[shard.ps]->mutable_gradients());
+              options_.wire_dtype, kChunkBytes, per_ps[shard.ps]->request.mutable_gradients(),
+              options_.wire_dtype == DT_FLOAT ? &per_ps[shard.ps]->lent : nullptr);
           !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("gradient of ", s.message()));
       }
@@ -485,7 +508,7 @@ absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const ConstTensor
 void PsClientImpl::AfterPush(const Pushes& pushes, const std::vector<bool>& dropped) {
   for (size_t ps = 0; ps < pushes.size(); ++ps) {
     if (dropped[ps]) continue;
-    for (const ShardSlice& slice : pushes[ps]->gradients()) {
+    for (const ShardSlice& slice : pushes[ps]->request.gradients()) {
       ShardState& state = shard_state_[{slice.variable(), slice.shard()}];
       state.min_version = policy_->MinVersionAfterPush(state.pulled_version);
     }
@@ -530,7 +553,7 @@ absl::StatusOr<PushStats> PsClientImpl::PushFrom(const ConstTensorViews& gradien
   std::vector<PushResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    involved[ps] = pushes[ps]->gradients_size() > 0 || policy_->PushReachesEveryServer();
+    involved[ps] = pushes[ps]->request.gradients_size() > 0 || policy_->PushReachesEveryServer();
   }
   std::vector<bool> recovered(servers_.size());
   absl::Status status = PushEach<PushResponse>(
@@ -541,7 +564,7 @@ absl::StatusOr<PushStats> PsClientImpl::PushFrom(const ConstTensorViews& gradien
   PushStats stats;
   for (const PushResponse& response : responses) stats = Summarize(response.results(), stats);
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    if (recovered[ps]) stats.lost += pushes[ps]->gradients_size();
+    if (recovered[ps]) stats.lost += pushes[ps]->request.gradients_size();
   }
   AfterPush(pushes, recovered);
   return stats;
@@ -581,7 +604,7 @@ absl::StatusOr<PushStats> PsClientImpl::PushPullVariables(
   std::vector<PullResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    involved[ps] = pushes[ps]->gradients_size() > 0 || pulls[ps].shards_size() > 0 ||
+    involved[ps] = pushes[ps]->request.gradients_size() > 0 || pulls[ps].shards_size() > 0 ||
                    policy_->PushReachesEveryServer();
   }
   std::vector<bool> recovered(servers_.size());
@@ -607,7 +630,7 @@ absl::StatusOr<PushStats> PsClientImpl::PushPullVariables(
   PushStats stats;
   for (const PullResponse& response : responses) stats = Summarize(response.push_results(), stats);
   for (size_t ps = 0; ps < servers_.size(); ++ps) {
-    if (recovered[ps]) stats.lost += pushes[ps]->gradients_size();
+    if (recovered[ps]) stats.lost += pushes[ps]->request.gradients_size();
   }
   if (absl::Status s = Assemble(variables, responses, placers, out); !s.ok()) return s;
   return stats;

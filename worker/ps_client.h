@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/partitioner.h"
@@ -103,8 +104,28 @@ class PsClientImpl final : public PsClient {
   absl::StatusOr<PushStats> PushPullVariables(
       const ConstTensorViews& gradients, const std::vector<const VariablePlacement*>& variables,
       const TensorViews& out);
-  // Each server's part of the push of `gradients`.
-  using Pushes = std::vector<std::shared_ptr<PushRequest>>;
+  // Each server's part of a push. With a float32 wire the parts lend the
+  // caller's gradient memory (OutgoingPush), and a transport may hold a part
+  // after its call returns (gRPC, until the bytes are sent): destroying
+  // Pushes waits until every part it made is gone, so a call returns only
+  // once nothing refers to the caller's memory. Movable, not copyable.
+  class Pushes {
+   public:
+    explicit Pushes(size_t servers);
+    Pushes(Pushes&&) = default;
+    Pushes& operator=(Pushes&&) = delete;
+    ~Pushes();
+    const std::shared_ptr<OutgoingPush>& operator[](size_t ps) const { return parts_[ps]; }
+    size_t size() const { return parts_.size(); }
+
+   private:
+    struct Live {
+      absl::Mutex mu;
+      int parts ABSL_GUARDED_BY(mu) = 0;
+    };
+    std::shared_ptr<Live> live_;
+    std::vector<std::shared_ptr<OutgoingPush>> parts_;
+  };
   absl::StatusOr<Pushes> BuildPushes(const ConstTensorViews& gradients);
   // The pull of `variables` from each server, and the tensor bytes each
   // answers with.

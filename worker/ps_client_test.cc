@@ -291,12 +291,12 @@ class FlakyTransport final : public ForwardingPsTransport {
     if (pulled.ok() && mangle_pull) mangle_pull(&*pulled);
     return pulled;
   }
-  absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> r, absl::Time d) override {
+  absl::StatusOr<PushResponse> Push(std::shared_ptr<const OutgoingPush> r, absl::Time d) override {
     auto pushed = ForwardingPsTransport::Push(std::move(r), d);
     if (lost_push_responses-- > 0) return absl::UnavailableError("connection reset");
     return pushed;
   }
-  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> p, const PullRequest& r,
+  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const OutgoingPush> p, const PullRequest& r,
                                         int64_t bytes, absl::Time d, SlicePlacer* sink) override {
     auto pulled = ForwardingPsTransport::PushPull(std::move(p), r, bytes, d, sink);
     if (lost_push_responses-- > 0) return absl::UnavailableError("connection reset");

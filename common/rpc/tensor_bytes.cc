@@ -233,6 +233,106 @@ grpc::ByteBuffer SerializeLending(const google::protobuf::MessageLite& message,
   return buffer;
 }
 
+namespace {
+
+using google::protobuf::io::CodedOutputStream;
+
+// Writes a length-delimited field's tag and length.
+void WriteFieldHeader(int field, size_t length, CodedOutputStream* out) {
+  out->WriteTag(WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+  out->WriteVarint64(length);
+}
+
+size_t FieldHeaderSize(int field, size_t length) {
+  return CodedOutputStream::VarintSize32(
+             WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) +
+         CodedOutputStream::VarintSize64(length);
+}
+
+// A gradient slice as it goes on the wire: held (the slice itself) or lent
+// (its fields and its tensor's, then the lent bytes as the tensor's data).
+class SliceWriter {
+ public:
+  SliceWriter(const ShardSlice& slice, absl::Span<const char> lent) : slice_(slice), lent_(lent) {
+    if (lent_.empty()) {
+      size_ = slice_.ByteSizeLong();
+      return;
+    }
+    fields_ = slice_;
+    fields_.clear_tensor();
+    const size_t tensor_fields = slice_.tensor().ByteSizeLong();
+    tensor_size_ =
+        tensor_fields + FieldHeaderSize(TensorProto::kDataFieldNumber, lent_.size()) + lent_.size();
+    size_ = fields_.ByteSizeLong() + FieldHeaderSize(ShardSlice::kTensorFieldNumber, tensor_size_) +
+            tensor_size_;
+  }
+
+  size_t size() const { return size_; }
+
+  void Write(CodedOutputStream* out) const {
+    if (lent_.empty()) {
+      slice_.SerializeWithCachedSizes(out);
+      return;
+    }
+    fields_.SerializeWithCachedSizes(out);
+    WriteFieldHeader(ShardSlice::kTensorFieldNumber, tensor_size_, out);
+    slice_.tensor().SerializeWithCachedSizes(out);  // dtype and shape: no data
+    WriteFieldHeader(TensorProto::kDataFieldNumber, lent_.size(), out);
+    out->WriteRawMaybeAliased(lent_.data(), static_cast<int>(lent_.size()));
+  }
+
+ private:
+  const ShardSlice& slice_;
+  const absl::Span<const char> lent_;
+  ShardSlice fields_;  // lent: the slice without its tensor
+  size_t tensor_size_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace
+
+grpc::ByteBuffer SerializePush(const OutgoingPush& push, bool as_push_pull, const PullRequest* pull,
+                               const std::shared_ptr<const void>& owner) {
+  if (push.lent.empty()) {
+    if (!as_push_pull) return SerializeLending(push.request, owner);
+    PushPullRequest message;
+    message.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push.request));
+    if (pull != nullptr) message.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(pull));
+    grpc::ByteBuffer buffer = SerializeLending(message, owner);
+    message.unsafe_arena_release_push();
+    message.unsafe_arena_release_pull();
+    return buffer;
+  }
+  PushRequest header;
+  CopyPushHeader(push.request, &header);
+  size_t push_size = header.ByteSizeLong();
+  std::vector<SliceWriter> slices;
+  slices.reserve(push.request.gradients_size());
+  for (int i = 0; i < push.request.gradients_size(); ++i) {
+    slices.emplace_back(push.request.gradients(i), push.lent[i]);
+    push_size += FieldHeaderSize(PushRequest::kGradientsFieldNumber, slices.back().size()) +
+                 slices.back().size();
+  }
+  LendingStream stream(owner);
+  {
+    CodedOutputStream out(&stream);
+    out.EnableAliasing(true);
+    if (as_push_pull) WriteFieldHeader(PushPullRequest::kPushFieldNumber, push_size, &out);
+    header.SerializeWithCachedSizes(&out);
+    for (const SliceWriter& slice : slices) {
+      WriteFieldHeader(PushRequest::kGradientsFieldNumber, slice.size(), &out);
+      slice.Write(&out);
+    }
+    if (as_push_pull && pull != nullptr) {
+      WriteFieldHeader(PushPullRequest::kPullFieldNumber, pull->ByteSizeLong(), &out);
+      pull->SerializeWithCachedSizes(&out);
+    }
+  }  // returns protobuf's unused buffer space
+  grpc::ByteBuffer buffer;
+  stream.MoveTo(&buffer);
+  return buffer;
+}
+
 absl::Status ParsePullResponse(grpc::ByteBuffer* buffer, SlicePlacer* placer, PullResponse* out) {
   bool parsed = false;
   {

@@ -42,8 +42,10 @@ class MessageLite;
 
 namespace fulcrum {
 
+class PullRequest;
 class PullResponse;
 class SlicePlacer;
+struct OutgoingPush;
 
 // Byte fields at least this large are lent; smaller ones are copied, which
 // costs less than the reference that lending them would take.
@@ -52,6 +54,14 @@ constexpr size_t kMinLentBytes = 4096;
 // `message` serialised with its large byte fields lent, as above.
 grpc::ByteBuffer SerializeLending(const google::protobuf::MessageLite& message,
                                   const std::shared_ptr<const void>& owner);
+
+// `push` serialised as a PushRequest, or, with `as_push_pull`, as a
+// PushPullRequest of it and `pull` (when not null): as SerializeLending
+// does, and with the bytes the push lends (OutgoingPush::lent) lent to gRPC
+// from where they lie, on behalf of `owner`, which must keep that memory
+// unchanged while it lives.
+grpc::ByteBuffer SerializePush(const OutgoingPush& push, bool as_push_pull, const PullRequest* pull,
+                               const std::shared_ptr<const void>& owner);
 
 // Parses a PullResponse, placing DT_FLOAT tensor data where `placer` says
 // (see SlicePlacer). A known field of a slice or its tensor after placed

@@ -123,6 +123,69 @@ TEST(LendTensorBytesTest, PushPullRequestsWithManySlicesRoundTrip) {
   EXPECT_EQ(Bytes(buffer), request->SerializeAsString());
 }
 
+// A push of float32 gradients that lends them from where they lie (and,
+// with `held`, one bfloat16 slice that holds its bytes), and its pull.
+std::shared_ptr<OutgoingPush> LentPush(const std::vector<float>& values, bool held) {
+  auto push = std::make_shared<OutgoingPush>();
+  push->request.set_worker_id(1);
+  push->request.set_clock(9);
+  push->request.set_push_id(77);
+  EXPECT_TRUE(AppendShardSlices("w", 0, 5, {static_cast<int64_t>(values.size()) / 8, 8}, values,
+                                DT_FLOAT, 16 << 10, push->request.mutable_gradients(), &push->lent)
+                  .ok());
+  if (held) {
+    EXPECT_TRUE(AppendShardSlices("b", 0, 5, {8}, absl::MakeConstSpan(values).subspan(0, 8),
+                                  DT_BFLOAT16, 16 << 10, push->request.mutable_gradients(),
+                                  &push->lent)
+                    .ok());
+  }
+  return push;
+}
+
+// The wire bytes of a lent push are those of the push with its bytes in
+// place, and gRPC's slices point at the caller's floats: no copy.
+TEST(SerializePushTest, LentBytesGoFromWhereTheyLie) {
+  std::vector<float> values(size_t{3} * 4096);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * static_cast<float>(i);
+  for (bool held : {false, true}) {
+    SCOPED_TRACE(held ? "with a held slice" : "all lent");
+    std::shared_ptr<OutgoingPush> push = LentPush(values, held);
+    ASSERT_GT(push->request.gradients_size(), 1);
+    EXPECT_TRUE(push->request.gradients(0).tensor().data().empty());
+    const PushRequest whole = push->Materialize();
+
+    grpc::ByteBuffer buffer = SerializePush(*push, false, nullptr, push);
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(buffer.Dump(&slices).ok());
+    int aliased = 0;
+    for (const grpc::Slice& slice : slices) {
+      const char* begin = reinterpret_cast<const char*>(slice.begin());
+      aliased += begin >= reinterpret_cast<const char*>(values.data()) &&
+                 begin < reinterpret_cast<const char*>(values.data() + values.size());
+    }
+    EXPECT_EQ(aliased, 3) << "each 16 KiB slice of the gradient lent once";
+    PushRequest parsed;
+    ASSERT_TRUE(parsed.ParseFromString(Bytes(buffer)));
+    EXPECT_EQ(parsed.SerializeAsString(), whole.SerializeAsString());
+    EXPECT_GT(push.use_count(), 1);  // gRPC's slices hold the owner
+    slices.clear();
+    buffer.Clear();
+    EXPECT_EQ(push.use_count(), 1);
+
+    PullRequest pull;
+    pull.add_shards()->set_variable("w");
+    PushPullRequest expected;
+    *expected.mutable_push() = whole;
+    *expected.mutable_pull() = pull;
+    PushPullRequest both;
+    ASSERT_TRUE(both.ParseFromString(Bytes(SerializePush(*push, true, &pull, push))));
+    EXPECT_EQ(both.SerializeAsString(), expected.SerializeAsString());
+    expected.clear_pull();
+    ASSERT_TRUE(both.ParseFromString(Bytes(SerializePush(*push, true, nullptr, push))));
+    EXPECT_EQ(both.SerializeAsString(), expected.SerializeAsString());
+  }
+}
+
 // Places DT_FLOAT data of variable "w" into `values`; everything else is left
 // in the message. Records what it was asked.
 class TestPlacer final : public SlicePlacer {

@@ -24,11 +24,11 @@ class ForwardingPsTransport : public PsTransport {
                                     absl::Time deadline, SlicePlacer* sink) override {
     return inner_->Pull(request, response_bytes, deadline, sink);
   }
-  absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
+  absl::StatusOr<PushResponse> Push(std::shared_ptr<const OutgoingPush> request,
                                     absl::Time deadline) override {
     return inner_->Push(std::move(request), deadline);
   }
-  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
+  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const OutgoingPush> push,
                                         const PullRequest& pull, int64_t response_bytes,
                                         absl::Time deadline, SlicePlacer* sink) override {
     return inner_->PushPull(std::move(push), pull, response_bytes, deadline, sink);

@@ -34,28 +34,15 @@ void Prepare(absl::Time deadline, grpc::ClientContext* context) {
 // The push as stream messages of about kChunkBytes of gradients each; at
 // least one, which carries the worker and clock even with no gradients. The
 // messages borrow the push's slices instead of copying their bytes.
-std::vector<std::shared_ptr<const PushRequest>> PushMessages(
-    const std::shared_ptr<const PushRequest>& push) {
-  std::vector<std::shared_ptr<const PushRequest>> messages;
-  for (const SliceRange& batch : BatchSlices(push->gradients(), kChunkBytes)) {
+std::vector<std::shared_ptr<const OutgoingPush>> PushMessages(
+    const std::shared_ptr<const OutgoingPush>& push) {
+  std::vector<std::shared_ptr<const OutgoingPush>> messages;
+  for (const SliceRange& batch : BatchSlices(*push, kChunkBytes)) {
     std::vector<int> slices(batch.end - batch.begin);
     std::iota(slices.begin(), slices.end(), batch.begin);
     messages.push_back(PushPart(push, slices));
   }
   return messages;
-}
-
-// A push-pull message lending `push` and, if not null, `pull`, serialised
-// with their tensor bytes lent to gRPC on behalf of `owner`.
-grpc::ByteBuffer PushPullMessage(const PushRequest& push, const PullRequest* pull,
-                                 const std::shared_ptr<const void>& owner) {
-  PushPullRequest message;
-  message.unsafe_arena_set_allocated_push(const_cast<PushRequest*>(&push));
-  if (pull != nullptr) message.unsafe_arena_set_allocated_pull(const_cast<PullRequest*>(pull));
-  grpc::ByteBuffer buffer = SerializeLending(message, owner);
-  message.unsafe_arena_release_push();
-  message.unsafe_arena_release_pull();
-  return buffer;
 }
 
 // Reads a stream of pull responses to its end, their values placed by
@@ -164,7 +151,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
   return ReadPulls(&context, reader.get(), sink, [&] { return Convert(reader->Finish()); });
 }
 
-absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const PushRequest> request,
+absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const OutgoingPush> request,
                                                    absl::Time deadline) {
   grpc::ClientContext context;
   Prepare(deadline, &context);
@@ -172,9 +159,9 @@ absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const PushReq
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), *push_,
                                                                     &context, &response_buffer));
-  for (const std::shared_ptr<const PushRequest>& message : PushMessages(request)) {
+  for (const std::shared_ptr<const OutgoingPush>& message : PushMessages(request)) {
     // The gradients are sent from where they lie.
-    if (!writer->Write(SerializeLending(*message, message))) break;  // Finish says why
+    if (!writer->Write(SerializePush(*message, false, nullptr, message))) break;  // Finish says why
   }
   writer->WritesDone();
   if (absl::Status s = Convert(writer->Finish()); !s.ok()) return s;
@@ -185,32 +172,32 @@ absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const PushReq
   return response;
 }
 
-absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const PushRequest> push,
+absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const OutgoingPush> push,
                                                        const PullRequest& pull,
                                                        int64_t response_bytes, absl::Time deadline,
                                                        SlicePlacer* sink) {
   grpc::ClientContext context;
   Prepare(deadline, &context);
-  if (TensorBytes(push->gradients()) <= kChunkBytes && response_bytes <= kChunkBytes) {
+  if (push->TensorBytes() <= kChunkBytes && response_bytes <= kChunkBytes) {
     grpc::ByteBuffer buffer;
     const grpc::Status status =
         grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-            channel_.get(), *push_pull_small_, &context, PushPullMessage(*push, &pull, push),
+            channel_.get(), *push_pull_small_, &context, SerializePush(*push, true, &pull, push),
             &buffer);
     return ParseUnaryPull(status, &buffer, sink);
   }
   // On the stream, the gradients are lent to gRPC, sent from where they
   // lie, and so is the pull: the lent bytes must all belong to `lent`.
   const auto lent =
-      std::make_shared<const std::pair<std::shared_ptr<const PushRequest>, PullRequest>>(
+      std::make_shared<const std::pair<std::shared_ptr<const OutgoingPush>, PullRequest>>(
           std::move(push), pull);
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
           channel_.get(), *push_pull_, &context));
-  const std::vector<std::shared_ptr<const PushRequest>> parts = PushMessages(lent->first);
+  const std::vector<std::shared_ptr<const OutgoingPush>> parts = PushMessages(lent->first);
   for (size_t i = 0; i < parts.size(); ++i) {
     const PullRequest* pull_part = i + 1 == parts.size() ? &lent->second : nullptr;
-    if (!stream->Write(PushPullMessage(*parts[i], pull_part, lent))) break;  // Finish says why
+    if (!stream->Write(SerializePush(*parts[i], true, pull_part, lent))) break;  // Finish says why
   }
   stream->WritesDone();
   return ReadPulls(&context, stream.get(), sink, [&] { return Convert(stream->Finish()); });

@@ -35,9 +35,9 @@ class GrpcPsTransport final : public PsTransport {
                                                     absl::Time deadline) override;
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
                                     absl::Time deadline, SlicePlacer* sink) override;
-  absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
+  absl::StatusOr<PushResponse> Push(std::shared_ptr<const OutgoingPush> request,
                                     absl::Time deadline) override;
-  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
+  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const OutgoingPush> push,
                                         const PullRequest& pull, int64_t response_bytes,
                                         absl::Time deadline, SlicePlacer* sink) override;
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,

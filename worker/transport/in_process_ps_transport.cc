@@ -7,6 +7,14 @@
 namespace fulcrum {
 namespace {
 
+// The push as the server takes it: its request, with what it lends copied
+// into `storage` when it lends anything (the server is in this process).
+const PushRequest& Whole(const OutgoingPush& push, PushRequest* storage) {
+  if (push.lent.empty()) return push.request;
+  *storage = push.Materialize();
+  return *storage;
+}
+
 // Gives the sink the float32 values it places, as a gRPC transport reads
 // them into place: those slices are left without data.
 void Place(SlicePlacer* sink, PullResponse* response) {
@@ -36,9 +44,10 @@ absl::StatusOr<PullResponse> InProcessPsTransport::Pull(const PullRequest& reque
   return pulled;
 }
 
-absl::StatusOr<PushResponse> InProcessPsTransport::Push(std::shared_ptr<const PushRequest> request,
+absl::StatusOr<PushResponse> InProcessPsTransport::Push(std::shared_ptr<const OutgoingPush> request,
                                                         absl::Time) {
-  return ps_->Push(*request, Limits(false));
+  PushRequest storage;
+  return ps_->Push(Whole(*request, &storage), Limits(false));
 }
 
 CallLimits InProcessPsTransport::Limits(bool small) const {
@@ -47,14 +56,13 @@ CallLimits InProcessPsTransport::Limits(bool small) const {
   return limits;
 }
 
-absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(std::shared_ptr<const PushRequest> push,
-                                                            const PullRequest& pull,
-                                                            int64_t response_bytes,
-                                                            absl::Time deadline,
-                                                            SlicePlacer* sink) {
+absl::StatusOr<PullResponse> InProcessPsTransport::PushPull(
+    std::shared_ptr<const OutgoingPush> push, const PullRequest& pull, int64_t response_bytes,
+    absl::Time deadline, SlicePlacer* sink) {
   // One call each way, as over gRPC: small when both halves are.
-  const bool small = TensorBytes(push->gradients()) <= kChunkBytes && response_bytes <= kChunkBytes;
-  auto pushed = ps_->Push(*push, Limits(small));
+  const bool small = push->TensorBytes() <= kChunkBytes && response_bytes <= kChunkBytes;
+  PushRequest storage;
+  auto pushed = ps_->Push(Whole(*push, &storage), Limits(small));
   if (!pushed.ok()) return pushed.status();
   auto pulled = ps_->Pull(pull, deadline, Limits(small));
   if (pulled.ok()) Place(sink, &*pulled);

@@ -48,11 +48,11 @@ std::vector<PullRequest> PullParts(const PullRequest& whole, const std::vector<i
 }
 
 // `whole`'s slices split into `used` pushes by `lane_of`, borrowed.
-std::vector<std::shared_ptr<const PushRequest>> PushParts(
-    const std::shared_ptr<const PushRequest>& whole, const std::vector<int>& lane_of, int used) {
+std::vector<std::shared_ptr<const OutgoingPush>> PushParts(
+    const std::shared_ptr<const OutgoingPush>& whole, const std::vector<int>& lane_of, int used) {
   std::vector<std::vector<int>> slices(used);
-  for (int i = 0; i < whole->gradients_size(); ++i) slices[lane_of[i]].push_back(i);
-  std::vector<std::shared_ptr<const PushRequest>> parts;
+  for (int i = 0; i < whole->request.gradients_size(); ++i) slices[lane_of[i]].push_back(i);
+  std::vector<std::shared_ptr<const OutgoingPush>> parts;
   for (const std::vector<int>& part : slices) parts.push_back(PushPart(whole, part));
   return parts;
 }
@@ -105,33 +105,33 @@ absl::StatusOr<PullResponse> ParallelPsTransport::Pull(const PullRequest& reques
       AppendPullResponse);
 }
 
-absl::StatusOr<PushResponse> ParallelPsTransport::Push(std::shared_ptr<const PushRequest> request,
+absl::StatusOr<PushResponse> ParallelPsTransport::Push(std::shared_ptr<const OutgoingPush> request,
                                                        absl::Time deadline) {
-  if (TensorBytes(request->gradients()) <= min_split_bytes_) {
+  if (request->TensorBytes() <= min_split_bytes_) {
     return lanes_[0]->Push(std::move(request), deadline);
   }
   Dealer dealer(lanes());
-  const std::vector<int> lane_of = dealer.Deal(request->gradients());
+  const std::vector<int> lane_of = dealer.Deal(request->request.gradients());
   if (dealer.used() < 2) return lanes_[0]->Push(std::move(request), deadline);
   return RunParts<PushResponse>(
       PushParts(request, lane_of, dealer.used()),
-      [&](PsTransport& lane, const std::shared_ptr<const PushRequest>& part) {
+      [&](PsTransport& lane, const std::shared_ptr<const OutgoingPush>& part) {
         return lane.Push(part, deadline);
       },
       MergePush);
 }
 
-absl::StatusOr<PullResponse> ParallelPsTransport::PushPull(std::shared_ptr<const PushRequest> push,
+absl::StatusOr<PullResponse> ParallelPsTransport::PushPull(std::shared_ptr<const OutgoingPush> push,
                                                            const PullRequest& pull,
                                                            int64_t response_bytes,
                                                            absl::Time deadline, SlicePlacer* sink) {
-  if (std::max(TensorBytes(push->gradients()), response_bytes) <= min_split_bytes_) {
+  if (std::max(push->TensorBytes(), response_bytes) <= min_split_bytes_) {
     return lanes_[0]->PushPull(std::move(push), pull, response_bytes, deadline, sink);
   }
   // The pulled shards first: a pushed shard goes with its own pull.
   Dealer dealer(lanes());
   const std::vector<int> pull_lane_of = dealer.Deal(pull.shards());
-  const std::vector<int> push_lane_of = dealer.Deal(push->gradients());
+  const std::vector<int> push_lane_of = dealer.Deal(push->request.gradients());
   if (dealer.used() < 2) {
     return lanes_[0]->PushPull(std::move(push), pull, response_bytes, deadline, sink);
   }

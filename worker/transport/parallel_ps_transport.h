@@ -45,9 +45,9 @@ class ParallelPsTransport final : public PsTransport {
   // Each part is told the whole's response_bytes, a bound on its own.
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
                                     absl::Time deadline, SlicePlacer* sink) override;
-  absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
+  absl::StatusOr<PushResponse> Push(std::shared_ptr<const OutgoingPush> request,
                                     absl::Time deadline) override;
-  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
+  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const OutgoingPush> push,
                                         const PullRequest& pull, int64_t response_bytes,
                                         absl::Time deadline, SlicePlacer* sink) override;
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,

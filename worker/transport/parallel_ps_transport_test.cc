@@ -58,15 +58,15 @@ class RecordingLane final : public ForwardingPsTransport {
     if (absl::Status s = Record(nullptr, &request); !s.ok()) return s;
     return ForwardingPsTransport::Pull(request, response_bytes, deadline, sink);
   }
-  absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
+  absl::StatusOr<PushResponse> Push(std::shared_ptr<const OutgoingPush> request,
                                     absl::Time deadline) override {
-    if (absl::Status s = Record(request.get(), nullptr); !s.ok()) return s;
+    if (absl::Status s = Record(&request->request, nullptr); !s.ok()) return s;
     return ForwardingPsTransport::Push(std::move(request), deadline);
   }
-  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
+  absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const OutgoingPush> push,
                                         const PullRequest& pull, int64_t response_bytes,
                                         absl::Time deadline, SlicePlacer* sink) override {
-    if (absl::Status s = Record(push.get(), &pull); !s.ok()) return s;
+    if (absl::Status s = Record(&push->request, &pull); !s.ok()) return s;
     return ForwardingPsTransport::PushPull(std::move(push), pull, response_bytes, deadline, sink);
   }
 

@@ -37,16 +37,17 @@ class PsTransport {
                                             absl::Time deadline, SlicePlacer* sink) = 0;
 
   // The gradients may hold a shard as several slices of rows that together
-  // cover it. A transport may keep the push after returning, until its
-  // bytes are sent (gRPC sends them from where they lie), so the caller must
-  // not change it: a new step builds a new push.
-  virtual absl::StatusOr<PushResponse> Push(std::shared_ptr<const PushRequest> request,
+  // cover it, their bytes held or lent (OutgoingPush). A transport may keep
+  // the push after returning, until its bytes are sent (gRPC sends them
+  // from where they lie), so the caller must not change it, nor the memory
+  // it lends, until the push is destroyed: a new step builds a new push.
+  virtual absl::StatusOr<PushResponse> Push(std::shared_ptr<const OutgoingPush> request,
                                             absl::Time deadline) = 0;
 
   // Push, then pull, in one round trip. The response's push_results hold the
   // push's outcome; `push` as for Push, `response_bytes` and `sink` as for
   // Pull.
-  virtual absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const PushRequest> push,
+  virtual absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const OutgoingPush> push,
                                                 const PullRequest& pull, int64_t response_bytes,
                                                 absl::Time deadline, SlicePlacer* sink) = 0;
 
