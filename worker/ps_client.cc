@@ -24,6 +24,18 @@ bool LostState(const absl::Status& status) {
          status.code() == absl::StatusCode::kAborted;
 }
 
+// A caller's buffer for `spec`: its shape and a buffer. `what` names it in
+// the error ("gradient of variable 'w'").
+absl::Status CheckView(const std::string& what, const VariableSpec& spec, const Shape& shape,
+                       const void* data) {
+  if (!std::equal(shape.begin(), shape.end(), spec.shape().begin(), spec.shape().end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": expected shape ", ShapeString(spec.shape()), ", got ", ShapeString(shape)));
+  }
+  if (data == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": no buffer"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 PsClientImpl::PsClientImpl(std::vector<std::unique_ptr<PsTransport>> servers,
@@ -96,13 +108,10 @@ absl::Status PsClientImpl::CreateVariables(const std::vector<VariableSpec>& spec
       return absl::InvalidArgumentError(
           absl::StrCat("initial value of '", name, "': no such variable among the specs"));
     }
-    const VariableSpec& spec = *it->second;
-    if (!std::equal(view.shape.begin(), view.shape.end(), spec.shape().begin(),
-                    spec.shape().end()) ||
-        view.data == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("initial value of '", name, "': expected shape ", ShapeString(spec.shape()),
-                       ", got ", ShapeString(view.shape)));
+    if (absl::Status s = CheckView(absl::StrCat("initial value of '", name, "'"), *it->second,
+                                   view.shape, view.data);
+        !s.ok()) {
+      return s;
     }
   }
   std::vector<CreateShardsRequest> requests(servers_.size());
@@ -298,15 +307,10 @@ absl::StatusOr<std::vector<const VariablePlacement*>> PsClientImpl::ResolveViews
   for (const auto& [name, view] : out) {
     auto found = Find(name);
     if (!found.ok()) return found.status();
-    const VariableSpec& spec = (*found)->spec;
-    if (!std::equal(view.shape.begin(), view.shape.end(), spec.shape().begin(),
-                    spec.shape().end())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pull into variable '", name, "': expected shape ",
-                       ShapeString(spec.shape()), ", got ", ShapeString(view.shape)));
-    }
-    if (view.data == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("pull into variable '", name, "': no buffer"));
+    if (absl::Status s = CheckView(absl::StrCat("pull into variable '", name, "'"), (*found)->spec,
+                                   view.shape, view.data);
+        !s.ok()) {
+      return s;
     }
     variables.push_back(*found);
   }
@@ -475,16 +479,10 @@ absl::StatusOr<PsClientImpl::Pushes> PsClientImpl::BuildPushes(const ConstTensor
   for (const auto& [name, grad] : gradients) {
     auto found = Find(name);
     if (!found.ok()) return found.status();
-    const VariableSpec& spec = (*found)->spec;
-    if (!std::equal(grad.shape.begin(), grad.shape.end(), spec.shape().begin(),
-                    spec.shape().end())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradient of variable '", name, "': expected shape ",
-                       ShapeString(spec.shape()), ", got ", ShapeString(grad.shape)));
-    }
-    if (grad.data == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradient of variable '", name, "': no buffer"));
+    if (absl::Status s = CheckView(absl::StrCat("gradient of variable '", name, "'"),
+                                   (*found)->spec, grad.shape, grad.data);
+        !s.ok()) {
+      return s;
     }
     const int64_t row_elems = RowElements(grad.shape);
     for (const ShardPlacement& shard : (*found)->shards) {

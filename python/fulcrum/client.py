@@ -138,16 +138,22 @@ class Client:
         """Waits until every shard of each named variable exists on the
         servers (another worker, the chief, creates them); DeadlineExceeded
         naming the missing ones past `timeout` seconds."""
+        self._await_servers(lambda: sorted(set(names) - self._complete_variables()), timeout,
+                            "variables not created on the servers")
+
+    def _await_servers(self, pending, timeout, what):
+        """Polls the servers' state, with backoff, until `pending()` (read
+        from describe()) is empty; DeadlineExceeded "<what> after N s: ..."
+        naming what is still pending past `timeout` seconds."""
         deadline = time.monotonic() + timeout
         delay = 0.02
         while True:
-            missing = set(names) - self._complete_variables()
-            if not missing:
+            left = pending()
+            if not left:
                 return
             if time.monotonic() + delay > deadline:
-                raise _fulcrum.DeadlineExceeded(
-                    "variables not created on the servers after %.0f s: %s"
-                    % (timeout, ", ".join(sorted(missing))))
+                raise _fulcrum.DeadlineExceeded("%s after %.0f s: %s" % (
+                    what, timeout, ", ".join(str(x) for x in left)))
             time.sleep(delay)  # polling the servers' state, as TensorFlow's session manager does
             delay = min(delay * 2, 0.5)
 
@@ -239,19 +245,11 @@ class Client:
     def await_workers_finished(self, timeout=600.0):
         """Waits until every training worker the servers have seen has finished
         or is dead: the chief's cue to evaluate final values (async, ssp)."""
-        deadline = time.monotonic() + timeout
-        delay = 0.02
-        while True:
-            running = sorted({w["worker_id"] for server in self.describe()
-                              for w in server.get("workers", [])
-                              if w.get("seen") and w.get("live") and not w.get("finished")})
-            if not running:
-                return
-            if time.monotonic() + delay > deadline:
-                raise _fulcrum.DeadlineExceeded(
-                    "workers still training after %.0f s: %s" % (timeout, running))
-            time.sleep(delay)  # polling the servers' state
-            delay = min(delay * 2, 0.5)
+        self._await_servers(
+            lambda: sorted({w["worker_id"] for server in self.describe()
+                            for w in server.get("workers", [])
+                            if w.get("seen") and w.get("live") and not w.get("finished")}),
+            timeout, "workers still training")
 
     def job_done(self, reason="finished"):
         """The chief: tells every server the job is over; each exits 0 once

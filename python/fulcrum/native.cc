@@ -237,23 +237,20 @@ struct HeldTensors {
   ConstTensorViews in;
 };
 
-void HoldInputs(const py::dict& tensors, const char* role, HeldTensors* into) {
+// Holds each tensor of `tensors` (float32, writable for outputs) and views
+// it by name: in `into->out` for outputs, in `into->in` for inputs. `role`
+// names them in errors ("gradient", "output").
+void Hold(const py::dict& tensors, const char* role, bool output, HeldTensors* into) {
   for (const auto& [key, value] : tensors) {
     const std::string name = py::str(key);
-    into->held.push_back(std::make_unique<HeldBuffer>(value, Element::kFloat32, false,
+    into->held.push_back(std::make_unique<HeldBuffer>(value, Element::kFloat32, output,
                                                       absl::StrCat(role, " '", name, "'")));
     const HeldBuffer& b = *into->held.back();
-    into->in[name] = ConstTensorView{b.shape(), static_cast<const float*>(b.data())};
-  }
-}
-
-void HoldOutputs(const py::dict& tensors, HeldTensors* into) {
-  for (const auto& [key, value] : tensors) {
-    const std::string name = py::str(key);
-    into->held.push_back(std::make_unique<HeldBuffer>(value, Element::kFloat32, true,
-                                                      absl::StrCat("output '", name, "'")));
-    const HeldBuffer& b = *into->held.back();
-    into->out[name] = TensorView{b.shape(), static_cast<float*>(b.data())};
+    if (output) {
+      into->out[name] = TensorView{b.shape(), static_cast<float*>(b.data())};
+    } else {
+      into->in[name] = ConstTensorView{b.shape(), static_cast<const float*>(b.data())};
+    }
   }
 }
 
@@ -348,7 +345,7 @@ class Client {
       specs.push_back(ParseSpec<VariableSpec>(json, "variable spec"));
     }
     HeldTensors held;
-    HoldInputs(initial, "initial value of", &held);
+    Hold(initial, "initial value of", false, &held);
     ThrowIfError(Call([&](PsClient& c) { return c.CreateVariables(specs, held.in); }));
   }
 
@@ -362,13 +359,13 @@ class Client {
 
   void Pull(const py::dict& out) {
     HeldTensors held;
-    HoldOutputs(out, &held);
+    Hold(out, "output", true, &held);
     ThrowIfError(Call([&](PsClient& c) { return c.PullInto(held.out); }));
   }
 
   py::dict Push(const py::dict& grads) {
     HeldTensors held;
-    HoldInputs(grads, "gradient", &held);
+    Hold(grads, "gradient", false, &held);
     absl::StatusOr<PushStats> stats = Call([&](PsClient& c) { return c.PushFrom(held.in); });
     ThrowIfError(stats.status());
     return StatsDict(*stats);
@@ -376,8 +373,8 @@ class Client {
 
   py::dict PushPull(const py::dict& grads, const py::dict& out) {
     HeldTensors held;
-    HoldInputs(grads, "gradient", &held);
-    HoldOutputs(out, &held);
+    Hold(grads, "gradient", false, &held);
+    Hold(out, "output", true, &held);
     absl::StatusOr<PushStats> stats =
         Call([&](PsClient& c) { return c.PushPullInto(held.in, held.out); });
     ThrowIfError(stats.status());
@@ -505,8 +502,8 @@ class Client::Future {
 
 std::unique_ptr<Client::Future> Client::PushPullAsync(const py::dict& grads, const py::dict& out) {
   auto held = std::make_unique<HeldTensors>();
-  HoldInputs(grads, "gradient", held.get());
-  HoldOutputs(out, held.get());
+  Hold(grads, "gradient", false, held.get());
+  Hold(out, "output", true, held.get());
   return std::make_unique<Future>(this, std::move(held));
 }
 
