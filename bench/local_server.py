@@ -1,5 +1,6 @@
-"""A ps_server process on 127.0.0.1 for the Python benchmarks: the port it
-picks, its log, and its resident memory (from /proc)."""
+"""ps_server processes on 127.0.0.1 for the Python benchmarks and tests
+(python/tests/conftest.py): the port each picks, its log, its resident
+memory (from /proc)."""
 import json
 import os
 import re
@@ -7,17 +8,18 @@ import subprocess
 import time
 
 
-def start_server(bin_dir, workdir, flags=()):
-    """Starts bin_dir/ps_server/ps_server (async, one worker, a lease of an
-    hour) with `flags`; returns (process, "127.0.0.1:port")."""
-    log_path = os.path.join(workdir, "ps.log")
+def start_server(bin_dir, workdir, flags=(), mode="async", index=0, num_ps=1, workers=1):
+    """Starts bin_dir/ps_server/ps_server as ps `index` of `num_ps` for
+    `workers` replicas, in `mode`, with `flags`, logging to
+    workdir/ps<index>.log; returns (process, "127.0.0.1:port")."""
+    log_path = os.path.join(workdir, "ps%d.log" % index)
     env = dict(os.environ, TF_CONFIG=json.dumps({
-        "cluster": {"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0"]},
-        "task": {"type": "ps", "index": 0}}))
+        "cluster": {"ps": ["127.0.0.1:0"] * num_ps, "worker": ["127.0.0.1:0"] * workers},
+        "task": {"type": "ps", "index": index}}))
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [os.path.join(bin_dir, "ps_server", "ps_server"), "--port=0", "--bind_host=127.0.0.1",
-             "--mode=async", "--lease_timeout_ms=3600000"] + list(flags),
+             "--mode=" + mode] + list(flags),
             stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -27,9 +29,10 @@ def start_server(bin_dir, workdir, flags=()):
             return proc, match.group(1)
         if proc.poll() is not None:
             break
-        time.sleep(0.05)  # the server writes its address to its log
+        time.sleep(0.02)  # the server writes its address to its log
     proc.kill()
-    raise RuntimeError("ps_server did not start: see " + log_path)
+    with open(log_path) as f:
+        raise RuntimeError("ps %d did not start listening: %s" % (index, f.read()))
 
 
 def status_kib(field, pid="self"):

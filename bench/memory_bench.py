@@ -25,7 +25,8 @@ def main():
     p.add_argument("--mib", type=int, default=64, help="The model's size.")
     p.add_argument("--rounds", type=int, default=20, help="Push+pulls.")
     args = p.parse_args()
-    server, address = start_server(args.bin_dir, tempfile.mkdtemp(prefix="memory_bench."))
+    server, address = start_server(args.bin_dir, tempfile.mkdtemp(prefix="memory_bench."),
+                                   ["--lease_timeout_ms=3600000"])
     try:
         idle_mib = status_kib("VmRSS", server.pid) / 1024.0
         done = subprocess.run(

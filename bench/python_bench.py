@@ -119,7 +119,7 @@ def main():
     rounds, small_rounds = (5, 500) if args.quick else (10, 2000)
     mib, rss_mib = 64, 256
     workdir = tempfile.mkdtemp(prefix="python_bench.")
-    server, address = start_server(args.bin_dir, workdir, ["--max_message_mb=1024"])
+    server, address = start_server(args.bin_dir, workdir, ["--max_message_mb=1024", "--lease_timeout_ms=3600000"])
     try:
         client = fulcrum.connect(address)
         # Alternately, twice each: each side's better run stands for it.

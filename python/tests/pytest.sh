@@ -7,7 +7,7 @@
 #   pytest.sh FILE...     (paths relative to the workspace)
 set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
-export PYTHONPATH="$root/python/site"
+export PYTHONPATH="$root/python/site:$root/bench"
 export FULCRUM_BIN_DIR="$root"
 export FULCRUM_SOURCE_DIR="$root"
 files=()
