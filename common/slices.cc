@@ -10,8 +10,7 @@ namespace fulcrum {
 absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t version,
                                absl::Span<const int64_t> shard_shape,
                                absl::Span<const float> values, DataType encoding,
-                               int64_t max_slice_bytes, SliceList* out,
-                               std::vector<absl::Span<const char>>* lent) {
+                               int64_t max_slice_bytes, SliceList* out, LentBytes* lent) {
   const int64_t rows_total = shard_shape.empty() ? 1 : shard_shape[0];
   const int64_t row_elems = RowElements(shard_shape);
   const int64_t rows_per_slice =
@@ -63,22 +62,32 @@ int64_t SliceRows(const ShardSlice& slice) {
   return slice.tensor().shape_size() > 0 ? slice.tensor().shape(0) : 0;
 }
 
-int64_t TensorBytes(const SliceList& slices) {
+absl::Span<const char> SliceData(const SliceList& slices, const LentBytes& lent, int i) {
+  if (!lent.empty() && !lent[i].empty()) return lent[i];
+  const std::string& data = slices[i].tensor().data();
+  return absl::MakeConstSpan(data.data(), data.size());
+}
+
+int64_t TensorBytes(const SliceList& slices, const LentBytes& lent) {
   int64_t bytes = 0;
-  for (const ShardSlice& slice : slices)
-    bytes += static_cast<int64_t>(slice.tensor().data().size());
+  for (int i = 0; i < slices.size(); ++i) bytes += SliceData(slices, lent, i).size();
   return bytes;
 }
 
-namespace {
+void MaterializeSlices(const LentBytes& lent, SliceList* slices) {
+  for (size_t i = 0; i < lent.size(); ++i) {
+    if (!lent[i].empty()) {
+      slices->Mutable(i)->mutable_tensor()->set_data(lent[i].data(), lent[i].size());
+    }
+  }
+}
 
-// BatchSlices over `n` slices of size(i) bytes each.
-template <typename Size>
-std::vector<SliceRange> Batch(int n, Size size_of, int64_t max_batch_bytes) {
+std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes,
+                                    const LentBytes& lent) {
   std::vector<SliceRange> batches = {{0, 0}};
   int64_t bytes = 0;
-  for (int i = 0; i < n; ++i) {
-    const int64_t size = size_of(i);
+  for (int i = 0; i < slices.size(); ++i) {
+    const int64_t size = static_cast<int64_t>(SliceData(slices, lent, i).size());
     if (batches.back().end > batches.back().begin && bytes + size > max_batch_bytes) {
       batches.push_back({i, i});
       bytes = 0;
@@ -89,40 +98,17 @@ std::vector<SliceRange> Batch(int n, Size size_of, int64_t max_batch_bytes) {
   return batches;
 }
 
-}  // namespace
-
-std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes) {
-  return Batch(
-      slices.size(), [&](int i) { return static_cast<int64_t>(slices[i].tensor().data().size()); },
-      max_batch_bytes);
-}
-
-std::vector<SliceRange> BatchSlices(const OutgoingPush& push, int64_t max_batch_bytes) {
-  return Batch(
-      push.request.gradients_size(),
-      [&](int i) { return static_cast<int64_t>(push.SliceData(i).size()); }, max_batch_bytes);
-}
-
-absl::Span<const char> OutgoingPush::SliceData(int i) const {
-  if (!lent.empty() && !lent[i].empty()) return lent[i];
-  const std::string& data = request.gradients(i).tensor().data();
-  return absl::MakeConstSpan(data.data(), data.size());
-}
-
-int64_t OutgoingPush::TensorBytes() const {
-  int64_t bytes = 0;
-  for (int i = 0; i < request.gradients_size(); ++i) bytes += SliceData(i).size();
-  return bytes;
-}
-
 PushRequest OutgoingPush::Materialize() const {
   PushRequest copy = request;
-  for (int i = 0; i < copy.gradients_size(); ++i) {
-    if (!lent.empty() && !lent[i].empty()) {
-      copy.mutable_gradients(i)->mutable_tensor()->set_data(lent[i].data(), lent[i].size());
-    }
-  }
+  MaterializeSlices(lent, copy.mutable_gradients());
   return copy;
+}
+
+PullResponse OutgoingPull::Materialize() && {
+  MaterializeSlices(lent, response.mutable_slices());
+  lent.clear();
+  snapshots.clear();
+  return std::move(response);
 }
 
 void AppendPullResponse(PullResponse& part, PullResponse* whole) {

@@ -37,26 +37,37 @@ class SlicePlacer {
   virtual float* Place(const ShardSlice& slice, size_t bytes) = 0;
 };
 
+// Tensor bytes of a SliceList's slices that lie outside them: empty, or one
+// entry per slice; a non-empty entry is that slice's DT_FLOAT data, which
+// the slice's tensor (its dtype and shape only) does not hold. Whoever
+// fills it says what keeps that memory alive and unchanged.
+using LentBytes = std::vector<absl::Span<const char>>;
+
 // Checks a shard spec: a valid variable spec, and a shard index and row
 // range within it. INVALID_ARGUMENT naming the variable.
 absl::Status ValidateShardSpec(const ShardSpec& spec);
 
 // Appends `values` (a shard of `shard_shape`) to `out` in float `encoding`
 // (common/tensor.h) as slices of at most max_slice_bytes each, one row at
-// the least. Fails only for values that float16 cannot encode. With `lent`
-// and DT_FLOAT, the slices hold no data: their bytes are appended to `lent`
-// where they lie in `values` (see OutgoingPush).
+// the least. Fails only for values that float16 cannot encode. With `lent`,
+// an entry per slice is appended to it: with DT_FLOAT, the slices hold no
+// data and their bytes are lent where they lie in `values`.
 absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t version,
                                absl::Span<const int64_t> shard_shape,
                                absl::Span<const float> values, DataType encoding,
-                               int64_t max_slice_bytes, SliceList* out,
-                               std::vector<absl::Span<const char>>* lent = nullptr);
+                               int64_t max_slice_bytes, SliceList* out, LentBytes* lent = nullptr);
 
 // Rows in `slice`: its tensor's first dimension, 0 when it has none.
 int64_t SliceRows(const ShardSlice& slice);
 
-// Tensor bytes the slices carry.
-int64_t TensorBytes(const SliceList& slices);
+// The tensor bytes of slice i, held or lent.
+absl::Span<const char> SliceData(const SliceList& slices, const LentBytes& lent, int i);
+
+// Tensor bytes the slices carry, held or lent.
+int64_t TensorBytes(const SliceList& slices, const LentBytes& lent = {});
+
+// Copies each lent slice's bytes into the slice.
+void MaterializeSlices(const LentBytes& lent, SliceList* slices);
 
 // Slices [begin, end) of a SliceList.
 struct SliceRange {
@@ -65,9 +76,11 @@ struct SliceRange {
 };
 
 // Groups `slices`, in order, into runs of about max_batch_bytes of tensor
-// data (a larger slice travels alone), one per stream message. At least one
-// run, empty when there are no slices: a message carries more than slices.
-std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes);
+// data, held or lent (a larger slice travels alone), one per stream
+// message. At least one run, empty when there are no slices: a message
+// carries more than slices.
+std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_bytes,
+                                    const LentBytes& lent = {});
 
 // Moves `part`'s slices and push results to the end of `whole`'s: one
 // response from the parts it came in (stream messages, parallel calls).
@@ -80,27 +93,24 @@ void CopyPushHeader(const PushRequest& from, PushRequest* to);
 // True when two pushes' headers are equal, presence included.
 bool SamePushHeader(const PushRequest& a, const PushRequest& b);
 
-// A push on its way out: the request, whose gradient slices either hold
-// their bytes or lend them. When `lent` is not empty it has one entry per
-// gradient slice; a non-empty entry is that slice's DT_FLOAT data, which the
-// slice's tensor (dtype and shape only) does not hold: the caller's own
+// A push on its way out: the request, whose gradient slices hold their
+// bytes or lend them (`lent`, of request.gradients()): the caller's own
 // gradient, sent from where it lies. That memory must stay unchanged until
 // every call that took the push has returned and the push is destroyed.
 struct OutgoingPush {
   PushRequest request;
-  std::vector<absl::Span<const char>> lent;
+  LentBytes lent;
 
   // The tensor bytes of gradient slice i, held or lent.
-  absl::Span<const char> SliceData(int i) const;
+  absl::Span<const char> SliceData(int i) const {
+    return fulcrum::SliceData(request.gradients(), lent, i);
+  }
   // The tensor bytes of all its slices.
-  int64_t TensorBytes() const;
+  int64_t TensorBytes() const { return fulcrum::TensorBytes(request.gradients(), lent); }
   // The request with every lent slice's bytes copied in (what a transport
   // that hands the push to a server in this process gives it).
   PushRequest Materialize() const;
 };
-
-// Groups the push's slices as BatchSlices groups a SliceList.
-std::vector<SliceRange> BatchSlices(const OutgoingPush& push, int64_t max_batch_bytes);
 
 // A push of some of `whole`'s gradient slices (by index, in the order
 // given), with its header and their lent bytes. It borrows the slices
@@ -108,6 +118,18 @@ std::vector<SliceRange> BatchSlices(const OutgoingPush& push, int64_t max_batch_
 // `whole` alive while it lives; neither may change meanwhile.
 std::shared_ptr<const OutgoingPush> PushPart(std::shared_ptr<const OutgoingPush> whole,
                                              absl::Span<const int> slices);
+
+// A pull's answer on its way out of a server: the response, whose DT_FLOAT
+// slices may lend their bytes (`lent`, of response.slices()) from
+// snapshots of the shards, which `snapshots` keeps alive and unchanged.
+struct OutgoingPull {
+  PullResponse response;
+  LentBytes lent;
+  std::vector<std::shared_ptr<const void>> snapshots;
+
+  // The response with every lent slice's bytes copied in; the snapshots go.
+  PullResponse Materialize() &&;
+};
 
 }  // namespace fulcrum
 

@@ -83,7 +83,7 @@ TEST(OutgoingPushTest, LentSlicesMaterializeAndBatchByTheirBytes) {
   EXPECT_TRUE(push.request.gradients(1).tensor().data().empty());
   EXPECT_EQ(push.lent[1].data(), reinterpret_cast<const char*>(values.data() + 2));
   EXPECT_EQ(push.TensorBytes(), 24);
-  EXPECT_EQ(BatchSlices(push, 16).size(), 2u);
+  EXPECT_EQ(BatchSlices(push.request.gradients(), 16, push.lent).size(), 2u);
   const PushRequest whole = push.Materialize();
   std::vector<float> storage;
   auto decoded = DecodeFloatTensor(whole.gradients(2).tensor(), {1, 2}, "w", &storage);

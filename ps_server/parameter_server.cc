@@ -331,6 +331,14 @@ absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest
 
 absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, absl::Time deadline,
                                                    const CallLimits& limits) {
+  absl::StatusOr<OutgoingPull> pulled = PullLending(request, deadline, limits);
+  if (!pulled.ok()) return pulled.status();
+  return std::move(*pulled).Materialize();
+}
+
+absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& request,
+                                                          absl::Time deadline,
+                                                          const CallLimits& limits) {
   if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
   if (request.has_worker_id()) {
     if (absl::Status s = workers_.CheckWorkerId(request.worker_id()); !s.ok()) return s;
@@ -359,22 +367,23 @@ absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, a
                      limits.max_pull_bytes, " (larger transfers stream)"));
   }
   // A pull may name a shard more than once, but never ask for more than
-  // every shard here once: the answer is a copy, and must fit beside them.
+  // every shard here once: the answer may be a copy (encoded, or of a
+  // snapshot a push did not wait for), and must fit beside them.
   if (bytes > store_.value_bytes()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("pull: asks for ", bytes, " bytes of tensors, more than the ",
                      store_.value_bytes(), " bytes of variables this server holds"));
   }
   if (absl::Status s = policy_->AwaitPull(request, deadline); !s.ok()) return s;
-  PullResponse response;
+  OutgoingPull pulled;
   for (size_t i = 0; i < shards.size(); ++i) {
     if (absl::Status s = shards[i]->Read(request.shards(i).min_version(), deadline, encoding,
-                                         limits.max_slice_bytes, response.mutable_slices());
+                                         limits.max_slice_bytes, &pulled);
         !s.ok()) {
       return s;
     }
   }
-  return response;
+  return pulled;
 }
 
 void ParameterServer::Renew(int worker) {

@@ -89,6 +89,11 @@ class ParameterServer {
   // without a lease or clock (tools, evaluators).
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, absl::Time deadline,
                                     const CallLimits& limits = StreamedCallLimits());
+  // Pull, with DT_FLOAT values lent from snapshots of the shards instead of
+  // copied (see OutgoingPull): what a transport that sends them from where
+  // they lie calls. Pushes meanwhile leave the snapshots alone.
+  absl::StatusOr<OutgoingPull> PullLending(const PullRequest& request, absl::Time deadline,
+                                           const CallLimits& limits = StreamedCallLimits());
 
   // Applies or accumulates gradients as the mode's policy says. A shard's
   // gradient may arrive as several slices of rows, which must tile it

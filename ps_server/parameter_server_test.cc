@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -231,6 +232,47 @@ TEST(SlicedPushTest, SlicesApplyAsTheWholeGradientWould) {
       EXPECT_EQ(ValuesOfW(ps), (std::vector<float>{-1, -2, -3, -4}));
     }
     EXPECT_EQ(ValueAndVersion(ps).second, 1) << "one update, not one per slice";
+  }
+}
+
+// A lending pull sends the shard's own memory; a push while it is out
+// applies to a copy, so the pull still sends the values it read, and one
+// with no pull out applies in place.
+TEST(PullLendingTest, PushesCopyOnlyWhileASnapshotIsOut) {
+  for (ConsistencyMode mode : {ASYNC, SYNC}) {
+    ParameterServer ps(Config(mode, 1));
+    Create(ps, WholeShard());
+    PullRequest request;
+    request.add_shards()->set_variable("w");
+    const auto lend = [&] {
+      auto pulled = ps.PullLending(request, absl::Now() + absl::Seconds(10));
+      EXPECT_TRUE(pulled.ok()) << pulled.status();
+      return pulled.ok() ? *std::move(pulled) : OutgoingPull();
+    };
+    const auto lent_values = [](const OutgoingPull& pull) {
+      EXPECT_EQ(pull.lent.size(), 1u);
+      EXPECT_TRUE(pull.response.slices(0).tensor().data().empty()) << "copied, not lent";
+      const auto* values = reinterpret_cast<const float*>(pull.lent[0].data());
+      return std::vector<float>(values, values + pull.lent[0].size() / sizeof(float));
+    };
+    std::optional<OutgoingPull> held = lend();
+    const char* shard_memory = held->lent[0].data();
+    EXPECT_EQ(PushOutcome(ps, Push(0, 0, 1.0f)), ShardPushResult::APPLIED);
+    EXPECT_EQ(lent_values(*held), std::vector<float>(kRows, 0.0f)) << "the push changed a snapshot";
+    const OutgoingPull after = lend();
+    EXPECT_EQ(lent_values(after), std::vector<float>(kRows, -1.0f));
+    EXPECT_NE(after.lent[0].data(), shard_memory) << "applied in place under a snapshot";
+    held.reset();
+    // `after` is still out: the next push copies again.
+    EXPECT_EQ(PushOutcome(ps, Push(0, 1, 1.0f)), ShardPushResult::APPLIED);
+    EXPECT_EQ(lent_values(after), std::vector<float>(kRows, -1.0f));
+    const char* unshared = lend().lent[0].data();  // let go at once
+    EXPECT_EQ(PushOutcome(ps, Push(0, 2, 1.0f)), ShardPushResult::APPLIED);
+    OutgoingPull last = lend();
+    EXPECT_EQ(last.lent[0].data(), unshared) << "copied with no snapshot out";
+    EXPECT_EQ(lent_values(last), std::vector<float>(kRows, -3.0f));
+    // What Pull answers is that, copied in.
+    EXPECT_EQ(ValuesOfW(ps), std::vector<float>(kRows, -3.0f));
   }
 }
 

@@ -1,6 +1,7 @@
 #include "ps_server/shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -52,7 +53,7 @@ Shard::Shard(ShardSpec spec, ShardContents contents)
     : spec_(std::move(spec)),
       shape_(ShardShape(spec_)),
       label_(absl::StrCat("variable '", spec_.variable().name(), "' shard ", spec_.shard())),
-      values_(std::move(contents.values)),
+      values_(std::make_shared<std::vector<float>>(std::move(contents.values))),
       slots_(std::move(contents.slots)),
       version_(contents.version) {}
 
@@ -62,8 +63,7 @@ int64_t Shard::version() const {
 }
 
 absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType encoding,
-                         int64_t max_slice_bytes,
-                         google::protobuf::RepeatedPtrField<ShardSlice>* out) const {
+                         int64_t max_slice_bytes, OutgoingPull* out) const {
   absl::ReaderMutexLock lock(&mu_);
   auto ready = [this, min_version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return cancelled_ || version_ >= min_version;
@@ -75,8 +75,9 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType enco
     return absl::DeadlineExceededError(absl::StrCat(label_, ": still at version ", version_,
                                                     " at the deadline, waiting for ", min_version));
   }
-  return AppendShardSlices(spec_.variable().name(), spec_.shard(), version_, shape_, values_,
-                           encoding, max_slice_bytes, out);
+  if (encoding == DT_FLOAT) out->snapshots.push_back(values_);
+  return AppendShardSlices(spec_.variable().name(), spec_.shard(), version_, shape_, *values_,
+                           encoding, max_slice_bytes, out->response.mutable_slices(), &out->lent);
 }
 
 absl::Status Shard::CheckComputedAt(int64_t computed_at) const {
@@ -103,9 +104,21 @@ ShardPushResult Shard::ResultLocked(ShardPushResult::Outcome outcome, int64_t st
   return result;
 }
 
+void Shard::UnshareValuesLocked() {
+  // No snapshot can be taken meanwhile (Read holds mu_), but one can be let
+  // go: a count of 1 is final. The fence orders this thread's writes after
+  // the reads of whoever let the last snapshot go (its release decrement).
+  if (values_.use_count() > 1) {
+    values_ = std::make_shared<std::vector<float>>(*values_);
+  } else {
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+}
+
 void Shard::ApplyLocked(GradientParts grad, int averaged) {
+  UnshareValuesLocked();
   ++version_;
-  ApplyGradient(spec_.variable().optimizer(), version_, averaged, grad, absl::MakeSpan(values_),
+  ApplyGradient(spec_.variable().optimizer(), version_, averaged, grad, absl::MakeSpan(*values_),
                 slots_);
 }
 
@@ -185,7 +198,7 @@ absl::Status Shard::WriteCheckpoint(CheckpointFileWriter& writer) const {
   meta.set_num_slots(static_cast<int>(slots_.size()));
   std::vector<absl::Span<const float>> slots;
   for (const std::vector<float>& slot : slots_) slots.push_back(slot);
-  return writer.AddShard(meta, values_, slots);
+  return writer.AddShard(meta, *values_, slots);
 }
 
 ShardInfo Shard::Describe() const {

@@ -5,6 +5,7 @@
 #define FULCRUM_PS_SERVER_SHARD_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "common/checkpoint_file.h"
 #include "common/optimizer/optimizer.h"
 #include "common/restored_variables.h"
+#include "common/slices.h"
 #include "common/tensor.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/ps_service.pb.h"
@@ -61,14 +63,14 @@ class Shard {
   absl::Status CheckComputedAt(int64_t computed_at) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Waits until the version is >= min_version (until `deadline`), then
-  // appends the values in float `encoding` as slices of at most
-  // max_slice_bytes (one row at the least). DEADLINE_EXCEEDED at the
-  // deadline; UNAVAILABLE once Cancel; OUT_OF_RANGE for values float16
-  // cannot encode.
+  // appends the values in float `encoding` to `out` as slices of at most
+  // max_slice_bytes (one row at the least). DT_FLOAT values are not copied:
+  // the slices lend them from a snapshot of the shard that `out` holds,
+  // and that later pushes leave alone (copy on write). DEADLINE_EXCEEDED
+  // at the deadline; UNAVAILABLE once Cancel; OUT_OF_RANGE for values
+  // float16 cannot encode.
   absl::Status Read(int64_t min_version, absl::Time deadline, DataType encoding,
-                    int64_t max_slice_bytes,
-                    google::protobuf::RepeatedPtrField<ShardSlice>* out) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+                    int64_t max_slice_bytes, OutgoingPull* out) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // A gradient whose push_id this shard already took from its worker is
   // DUPLICATE below, whatever else it is: a retried push applies once.
@@ -102,6 +104,8 @@ class Shard {
   absl::Status CheckNotFromFutureLocked(int64_t computed_at) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Makes values_ this shard's alone, copying them if a snapshot is out.
+  void UnshareValuesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `grad` is the mean of `averaged` gradients.
   void ApplyLocked(GradientParts grad, int averaged) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -111,7 +115,9 @@ class Shard {
   const std::string label_;
 
   mutable absl::Mutex mu_;
-  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
+  // Shared with the pulls that still send a snapshot of them; a push
+  // applies to a copy then (UnshareValuesLocked).
+  std::shared_ptr<std::vector<float>> values_ ABSL_GUARDED_BY(mu_);
   OptimizerSlots slots_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   // Sum of the gradients accumulated for step version_, and who sent them.

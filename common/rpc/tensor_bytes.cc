@@ -22,8 +22,8 @@ namespace {
 using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
 
-// The owner of the current thread's LendTensorBytes scope, or null.
-thread_local std::shared_ptr<const void> current_owner;
+// The pull of the current thread's LendTensorBytes scope, or null.
+thread_local std::shared_ptr<const OutgoingPull> current_pull;
 
 // Bytes of each buffer given to protobuf for what is not lent (tags,
 // lengths, small fields): protobuf lends a byte field only when it does not
@@ -217,25 +217,32 @@ class PlacingParser {
   SlicePlacer* const placer_;  // null: nothing is placed
 };
 
-}  // namespace
+using google::protobuf::io::CodedOutputStream;
 
-grpc::ByteBuffer SerializeLending(const google::protobuf::MessageLite& message,
-                                  const std::shared_ptr<const void>& owner) {
-  message.ByteSizeLong();  // caches the sizes SerializeWithCachedSizes writes
+// What `write` writes, with large byte fields lent on behalf of `owner`.
+template <typename Write>
+grpc::ByteBuffer WriteLending(const std::shared_ptr<const void>& owner, Write write) {
   LendingStream stream(owner);
   {
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.EnableAliasing(true);
-    message.SerializeWithCachedSizes(&coded);
+    CodedOutputStream out(&stream);
+    out.EnableAliasing(true);
+    write(&out);
   }  // returns protobuf's unused buffer space
   grpc::ByteBuffer buffer;
   stream.MoveTo(&buffer);
   return buffer;
 }
 
-namespace {
+}  // namespace
 
-using google::protobuf::io::CodedOutputStream;
+grpc::ByteBuffer SerializeLending(const google::protobuf::MessageLite& message,
+                                  const std::shared_ptr<const void>& owner) {
+  message.ByteSizeLong();  // caches the sizes SerializeWithCachedSizes writes
+  return WriteLending(owner,
+                      [&](CodedOutputStream* out) { message.SerializeWithCachedSizes(out); });
+}
+
+namespace {
 
 // Writes a length-delimited field's tag and length.
 void WriteFieldHeader(int field, size_t length, CodedOutputStream* out) {
@@ -289,6 +296,34 @@ class SliceWriter {
   size_t size_ = 0;
 };
 
+// Slices, each held or lent (`lent`, as LentBytes says), as field `field` of
+// a message.
+class SlicesWriter {
+ public:
+  SlicesWriter(int field, const SliceList& slices, const LentBytes& lent) : field_(field) {
+    writers_.reserve(slices.size());
+    for (int i = 0; i < slices.size(); ++i) {
+      writers_.emplace_back(slices[i], lent.empty() ? absl::Span<const char>() : lent[i]);
+      size_ += FieldHeaderSize(field_, writers_.back().size()) + writers_.back().size();
+    }
+  }
+
+  // Bytes of the fields, headers included.
+  size_t size() const { return size_; }
+
+  void Write(CodedOutputStream* out) const {
+    for (const SliceWriter& slice : writers_) {
+      WriteFieldHeader(field_, slice.size(), out);
+      slice.Write(out);
+    }
+  }
+
+ private:
+  const int field_;
+  std::vector<SliceWriter> writers_;
+  size_t size_ = 0;
+};
+
 }  // namespace
 
 grpc::ByteBuffer SerializePush(const OutgoingPush& push, bool as_push_pull, const PullRequest* pull,
@@ -305,32 +340,30 @@ grpc::ByteBuffer SerializePush(const OutgoingPush& push, bool as_push_pull, cons
   }
   PushRequest header;
   CopyPushHeader(push.request, &header);
-  size_t push_size = header.ByteSizeLong();
-  std::vector<SliceWriter> slices;
-  slices.reserve(push.request.gradients_size());
-  for (int i = 0; i < push.request.gradients_size(); ++i) {
-    slices.emplace_back(push.request.gradients(i), push.lent[i]);
-    push_size += FieldHeaderSize(PushRequest::kGradientsFieldNumber, slices.back().size()) +
-                 slices.back().size();
-  }
-  LendingStream stream(owner);
-  {
-    CodedOutputStream out(&stream);
-    out.EnableAliasing(true);
-    if (as_push_pull) WriteFieldHeader(PushPullRequest::kPushFieldNumber, push_size, &out);
-    header.SerializeWithCachedSizes(&out);
-    for (const SliceWriter& slice : slices) {
-      WriteFieldHeader(PushRequest::kGradientsFieldNumber, slice.size(), &out);
-      slice.Write(&out);
-    }
+  const SlicesWriter slices(PushRequest::kGradientsFieldNumber, push.request.gradients(),
+                            push.lent);
+  const size_t push_size = header.ByteSizeLong() + slices.size();
+  return WriteLending(owner, [&](CodedOutputStream* out) {
+    if (as_push_pull) WriteFieldHeader(PushPullRequest::kPushFieldNumber, push_size, out);
+    header.SerializeWithCachedSizes(out);
+    slices.Write(out);
     if (as_push_pull && pull != nullptr) {
-      WriteFieldHeader(PushPullRequest::kPullFieldNumber, pull->ByteSizeLong(), &out);
-      pull->SerializeWithCachedSizes(&out);
+      WriteFieldHeader(PushPullRequest::kPullFieldNumber, pull->ByteSizeLong(), out);
+      pull->SerializeWithCachedSizes(out);
     }
-  }  // returns protobuf's unused buffer space
-  grpc::ByteBuffer buffer;
-  stream.MoveTo(&buffer);
-  return buffer;
+  });
+}
+
+grpc::ByteBuffer SerializePull(const OutgoingPull& pull, const std::shared_ptr<const void>& owner) {
+  if (pull.lent.empty()) return SerializeLending(pull.response, owner);
+  const SlicesWriter slices(PullResponse::kSlicesFieldNumber, pull.response.slices(), pull.lent);
+  PullResponse rest;  // the push results
+  *rest.mutable_push_results() = pull.response.push_results();
+  rest.ByteSizeLong();
+  return WriteLending(owner, [&](CodedOutputStream* out) {
+    slices.Write(out);
+    rest.SerializeWithCachedSizes(out);
+  });
 }
 
 absl::Status ParsePullResponse(grpc::ByteBuffer* buffer, SlicePlacer* placer, PullResponse* out) {
@@ -352,22 +385,24 @@ absl::Status ParsePullResponse(grpc::ByteBuffer* buffer, SlicePlacer* placer, Pu
   return absl::OkStatus();
 }
 
-LendTensorBytes::LendTensorBytes(std::shared_ptr<const void> owner) {
-  CHECK(current_owner == nullptr && owner != nullptr && "LendTensorBytes scopes do not nest");
-  current_owner = std::move(owner);
+LendTensorBytes::LendTensorBytes(std::shared_ptr<const OutgoingPull> pull) {
+  CHECK(current_pull == nullptr && pull != nullptr && "LendTensorBytes scopes do not nest");
+  current_pull = std::move(pull);
 }
 
-LendTensorBytes::~LendTensorBytes() { current_owner.reset(); }
+LendTensorBytes::~LendTensorBytes() { current_pull.reset(); }
 
 }  // namespace fulcrum
 
 grpc::Status grpc::SerializationTraits<fulcrum::PullResponse>::Serialize(
     const fulcrum::PullResponse& message, ByteBuffer* buffer, bool* own_buffer) {
-  if (fulcrum::current_owner == nullptr) {
+  const std::shared_ptr<const fulcrum::OutgoingPull>& pull = fulcrum::current_pull;
+  if (pull == nullptr) {
     return GenericSerialize<ProtoBufferWriter, fulcrum::PullResponse>(message, buffer, own_buffer);
   }
+  CHECK(&message == &pull->response && "a LendTensorBytes scope writes its own pull");
   *own_buffer = true;
-  *buffer = fulcrum::SerializeLending(message, fulcrum::current_owner);
+  *buffer = fulcrum::SerializePull(*pull, pull);
   return Status::OK;
 }
 

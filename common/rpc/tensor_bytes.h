@@ -6,14 +6,16 @@
 // serialised message refers to the bytes where they lie, and gRPC holds
 // `owner`, which keeps them alive, until it has sent them -- which can be
 // after the write returns, so the message must not change while `owner`
-// lives. A client writes the ByteBuffer it returns. A server, whose
-// generated handlers serialise through SerializationTraits, writes pull
-// responses inside a LendTensorBytes scope instead:
+// lives. A client writes the ByteBuffer it returns. The bytes of a push's
+// or a pull's slices that lie outside the message (OutgoingPush,
+// OutgoingPull) are lent from where they lie. A server, whose generated
+// handlers serialise through SerializationTraits, writes pull responses
+// inside a LendTensorBytes scope instead:
 //
-//   auto message = std::make_shared<PullResponse>(...);
+//   auto pull = std::make_shared<OutgoingPull>(...);
 //   {
-//     LendTensorBytes lend(message);
-//     writer->Write(*message);  // serialised inside Write, on this thread
+//     LendTensorBytes lend(pull);
+//     writer->Write(pull->response);  // serialised inside Write, on this thread
 //   }
 //
 // Receiving. Protobuf parses a tensor's bytes into the message, and the
@@ -45,6 +47,7 @@ namespace fulcrum {
 class PullRequest;
 class PullResponse;
 class SlicePlacer;
+struct OutgoingPull;
 struct OutgoingPush;
 
 // Byte fields at least this large are lent; smaller ones are copied, which
@@ -63,17 +66,21 @@ grpc::ByteBuffer SerializeLending(const google::protobuf::MessageLite& message,
 grpc::ByteBuffer SerializePush(const OutgoingPush& push, bool as_push_pull, const PullRequest* pull,
                                const std::shared_ptr<const void>& owner);
 
+// `pull` serialised as a PullResponse, as SerializePush serialises a push.
+grpc::ByteBuffer SerializePull(const OutgoingPull& pull, const std::shared_ptr<const void>& owner);
+
 // Parses a PullResponse, placing DT_FLOAT tensor data where `placer` says
 // (see SlicePlacer). A known field of a slice or its tensor after placed
 // data fails the parse (protobuf writes the data last; unknown fields are
 // skipped): DATA_LOSS "malformed pull response ...". Consumes `buffer`.
 absl::Status ParsePullResponse(grpc::ByteBuffer* buffer, SlicePlacer* placer, PullResponse* out);
 
-// See the top of this file: pull responses written by this thread while
-// the scope lives are lent. Scopes do not nest.
+// See the top of this file: `pull`'s response, written by this thread
+// while the scope lives, is serialised as SerializePull does, on behalf of
+// `pull`. Scopes do not nest, and write no other pull response.
 class LendTensorBytes {
  public:
-  explicit LendTensorBytes(std::shared_ptr<const void> owner);
+  explicit LendTensorBytes(std::shared_ptr<const OutgoingPull> pull);
   ~LendTensorBytes();
   LendTensorBytes(const LendTensorBytes&) = delete;
   LendTensorBytes& operator=(const LendTensorBytes&) = delete;

@@ -19,9 +19,10 @@
 namespace fulcrum {
 namespace {
 
-// A pull response with one slice of `bytes` tensor bytes.
-std::shared_ptr<PullResponse> Response(size_t bytes) {
-  auto response = std::make_shared<PullResponse>();
+// A pull with one slice of `bytes` tensor bytes, held.
+std::shared_ptr<OutgoingPull> Response(size_t bytes) {
+  auto pull = std::make_shared<OutgoingPull>();
+  PullResponse* response = &pull->response;
   ShardSlice* slice = response->add_slices();
   slice->set_variable("w");
   slice->set_version(3);
@@ -30,7 +31,7 @@ std::shared_ptr<PullResponse> Response(size_t bytes) {
   tensor->add_shape(static_cast<int64_t>(bytes / 4));
   for (size_t i = 0; i < bytes; ++i) tensor->mutable_data()->push_back(static_cast<char>(i * 7));
   response->add_push_results()->set_variable("w");
-  return response;
+  return pull;
 }
 
 // gRPC's serialisation of `message`, and the bytes it holds.
@@ -53,18 +54,18 @@ std::string Bytes(const grpc::ByteBuffer& buffer) {
 }
 
 TEST(LendTensorBytesTest, LentBytesAreTheMessageAndHoldItsOwner) {
-  std::shared_ptr<PullResponse> message = Response(1 << 20);
-  const std::string expected = message->SerializeAsString();
+  std::shared_ptr<OutgoingPull> message = Response(1 << 20);
+  const std::string expected = message->response.SerializeAsString();
   grpc::ByteBuffer buffer;
   {
     LendTensorBytes lend(message);
-    buffer = Serialize(*message);
+    buffer = Serialize(message->response);
   }
   // The buffer refers to the message's bytes (no copy), so it holds the
   // message, which outlives the writer's own reference.
   EXPECT_GT(message.use_count(), 1);
-  const std::weak_ptr<PullResponse> weak = message;
-  const char* data = message->slices(0).tensor().data().data();
+  const std::weak_ptr<OutgoingPull> weak = message;
+  const char* data = message->response.slices(0).tensor().data().data();
   message.reset();
   ASSERT_FALSE(weak.expired());
   std::vector<grpc::Slice> slices;
@@ -84,30 +85,67 @@ TEST(LendTensorBytesTest, LentBytesAreTheMessageAndHoldItsOwner) {
 
 TEST(LendTensorBytesTest, OutsideAScopeAndForSmallFieldsBytesAreCopied) {
   for (size_t bytes : {size_t{16}, kMinLentBytes - 4, size_t{1} << 20}) {
-    std::shared_ptr<PullResponse> message = Response(bytes);
+    std::shared_ptr<OutgoingPull> message = Response(bytes);
     grpc::ByteBuffer buffer;
     if (bytes < kMinLentBytes) {
       LendTensorBytes lend(message);
-      buffer = Serialize(*message);
+      buffer = Serialize(message->response);
     } else {
-      buffer = Serialize(*message);  // no scope
+      buffer = Serialize(message->response);  // no scope
     }
     EXPECT_EQ(message.use_count(), 1) << bytes << " bytes";
-    EXPECT_EQ(Bytes(buffer), message->SerializeAsString()) << bytes << " bytes";
+    EXPECT_EQ(Bytes(buffer), message->response.SerializeAsString()) << bytes << " bytes";
   }
 }
 
 // The lent bytes may be the last thing in the message.
 TEST(LendTensorBytesTest, AMessageEndingInLentBytesRoundTrips) {
-  std::shared_ptr<PullResponse> message = Response(1 << 20);
-  message->clear_push_results();
+  std::shared_ptr<OutgoingPull> message = Response(1 << 20);
+  message->response.clear_push_results();
   grpc::ByteBuffer buffer;
   {
     LendTensorBytes lend(message);
-    buffer = Serialize(*message);
+    buffer = Serialize(message->response);
   }
   EXPECT_GT(message.use_count(), 1);
-  EXPECT_TRUE(Bytes(buffer) == message->SerializeAsString());
+  EXPECT_TRUE(Bytes(buffer) == message->response.SerializeAsString());
+}
+
+// A pull whose float32 slices lend their bytes from a snapshot: its wire
+// bytes are the materialised response's, sent from the snapshot itself,
+// which gRPC holds until it lets the buffer go.
+TEST(LendTensorBytesTest, SnapshotBytesGoFromWhereTheyLie) {
+  auto values = std::make_shared<std::vector<float>>(12 << 10);
+  for (size_t i = 0; i < values->size(); ++i) (*values)[i] = 0.5f * static_cast<float>(i);
+  auto pull = std::make_shared<OutgoingPull>();
+  pull->snapshots.push_back(values);
+  ASSERT_TRUE(AppendShardSlices("w", 1, 9, {3 << 10, 4}, *values, DT_FLOAT, 16 << 10,
+                                pull->response.mutable_slices(), &pull->lent)
+                  .ok());
+  pull->response.add_push_results()->set_variable("w");
+  const std::string expected = OutgoingPull(*pull).Materialize().SerializeAsString();
+  grpc::ByteBuffer buffer;
+  {
+    LendTensorBytes lend(pull);
+    buffer = Serialize(pull->response);
+  }
+  EXPECT_EQ(Bytes(buffer), expected);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(buffer.Dump(&slices).ok());
+  int aliased = 0;
+  for (const grpc::Slice& slice : slices) {
+    const char* begin = reinterpret_cast<const char*>(slice.begin());
+    aliased += begin >= reinterpret_cast<const char*>(values->data()) &&
+               begin < reinterpret_cast<const char*>(values->data() + values->size());
+  }
+  EXPECT_EQ(aliased, 3) << "each 16 KiB slice of the snapshot lent once";
+  const std::weak_ptr<std::vector<float>> weak = values;
+  values.reset();
+  pull.reset();
+  EXPECT_FALSE(weak.expired()) << "the buffer no longer holds the snapshot";
+  buffer.Clear();
+  slices.clear();
+  EXPECT_TRUE(weak.expired());
 }
 
 // Any message lends as a pull response does, however many slices it holds.
@@ -115,7 +153,7 @@ TEST(LendTensorBytesTest, PushPullRequestsWithManySlicesRoundTrip) {
   auto request = std::make_shared<PushPullRequest>();
   request->mutable_push()->set_worker_id(2);
   for (int i = 0; i < 5; ++i) {
-    *request->mutable_push()->add_gradients() = Response(10000 + 1000 * i)->slices(0);
+    *request->mutable_push()->add_gradients() = Response(10000 + 1000 * i)->response.slices(0);
   }
   request->mutable_pull()->add_shards()->set_variable("w");
   grpc::ByteBuffer buffer = SerializeLending(*request, request);

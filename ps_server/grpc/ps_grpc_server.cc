@@ -212,25 +212,31 @@ class PsGrpcServer::Service final : public PsService::Service {
   }
 
   // Writes the pulled shards as messages of about kChunkBytes; the
-  // first (always at least one) carries `push_results`.
+  // first (always at least one) carries `push_results`. Their float32
+  // values go from the shards' snapshots, and the rest from the messages,
+  // without a copy: gRPC keeps each message until it has sent them.
   absl::Status PullAndWrite(const PullRequest& request, absl::Time deadline,
                             const google::protobuf::RepeatedPtrField<ShardPushResult>& push_results,
                             grpc::internal::WriterInterface<PullResponse>* writer) {
-    auto result = ps_->Pull(request, deadline, StreamedCallLimits());
+    auto result = ps_->PullLending(request, deadline, StreamedCallLimits());
     if (!result.ok()) return result.status();
-    SliceList& slices = *result->mutable_slices();
-    const std::vector<SliceRange> batches = BatchSlices(slices, kChunkBytes);
+    SliceList& slices = *result->response.mutable_slices();
+    const std::vector<SliceRange> batches = BatchSlices(slices, kChunkBytes, result->lent);
     for (size_t b = 0; b < batches.size(); ++b) {
-      auto message = std::make_shared<PullResponse>();
+      auto message = std::make_shared<OutgoingPull>();
       for (int i = batches[b].begin; i < batches[b].end; ++i) {
-        *message->add_slices() = std::move(*slices.Mutable(i));
+        *message->response.add_slices() = std::move(*slices.Mutable(i));
+        message->lent.push_back(result->lent[i]);
       }
-      if (metrics_ != nullptr) metrics_->AddPulledBytes(TensorBytes(message->slices()));
-      if (b == 0) *message->mutable_push_results() = push_results;
-      // The tensor bytes are lent to gRPC, not copied: it keeps the message
-      // until it has sent them.
+      message->snapshots = result->snapshots;
+      if (metrics_ != nullptr) {
+        metrics_->AddPulledBytes(TensorBytes(message->response.slices(), message->lent));
+      }
+      if (b == 0) *message->response.mutable_push_results() = push_results;
       LendTensorBytes lend(message);
-      if (!writer->Write(*message)) return absl::CancelledError("pull: the client went away");
+      if (!writer->Write(message->response)) {
+        return absl::CancelledError("pull: the client went away");
+      }
     }
     return absl::OkStatus();
   }

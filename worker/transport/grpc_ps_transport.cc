@@ -37,7 +37,7 @@ void Prepare(absl::Time deadline, grpc::ClientContext* context) {
 std::vector<std::shared_ptr<const OutgoingPush>> PushMessages(
     const std::shared_ptr<const OutgoingPush>& push) {
   std::vector<std::shared_ptr<const OutgoingPush>> messages;
-  for (const SliceRange& batch : BatchSlices(*push, kChunkBytes)) {
+  for (const SliceRange& batch : BatchSlices(push->request.gradients(), kChunkBytes, push->lent)) {
     std::vector<int> slices(batch.end - batch.begin);
     std::iota(slices.begin(), slices.end(), batch.begin);
     messages.push_back(PushPart(push, slices));
