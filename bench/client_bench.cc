@@ -22,6 +22,9 @@ ABSL_FLAG(int, rounds, 10, "Timed large push+pulls.");
 ABSL_FLAG(int, small_rounds, 2000, "Timed 4 KiB pulls.");
 ABSL_FLAG(int, rss_mib, 256, "Size of the push+pull whose peak memory is measured; 0: none.");
 ABSL_FLAG(std::string, optimizer, "sgd", "The variables' optimizer: sgd or adam (two slots).");
+ABSL_FLAG(int, max_shard_mib, 0,
+          "Split each variable into shards of at most this many MiB (the MAX_SIZE "
+          "partitioner); 0: one shard per variable.");
 
 namespace {
 
@@ -39,6 +42,10 @@ fulcrum::VariableSpec Variable(const std::string& name, int64_t floats) {
                                          ? fulcrum::OptimizerSpec::ADAM
                                          : fulcrum::OptimizerSpec::SGD);
   spec.mutable_optimizer()->set_learning_rate(1e-6f);
+  if (const int64_t mib = absl::GetFlag(FLAGS_max_shard_mib); mib > 0) {
+    spec.mutable_partitioner()->set_kind(fulcrum::PartitionerSpec::MAX_SIZE);
+    spec.mutable_partitioner()->set_max_shard_bytes(mib << 20);
+  }
   return spec;
 }
 

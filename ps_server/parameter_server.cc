@@ -482,36 +482,107 @@ absl::Status ParameterServer::AdmitPushBytes(uint64_t incarnation, int64_t bytes
   return absl::OkStatus();
 }
 
-absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request,
-                                                   const CallLimits& limits) {
-  const int64_t bytes = TensorBytes(request.gradients());
-  if (absl::Status s = AdmitPushBytes(request.incarnation(), bytes); !s.ok()) return s;
+absl::Status ParameterServer::StartPush(const PushRequest& header, int64_t bytes,
+                                        const CallLimits& limits) {
+  if (absl::Status s = AdmitPushBytes(header.incarnation(), bytes); !s.ok()) return s;
   if (bytes > limits.max_push_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("push carries ", bytes, " bytes of gradients; this call carries at most ",
                      limits.max_push_bytes, " (larger transfers stream)"));
   }
-  if (!request.has_worker_id()) {
+  if (!header.has_worker_id()) {
     return absl::InvalidArgumentError("push: carries no worker_id; only workers push");
   }
-  const int worker = request.worker_id();
+  const int worker = header.worker_id();
   if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
-  if (absl::Status s = policy_->CheckPush(request); !s.ok()) return s;
+  if (absl::Status s = policy_->CheckPush(header); !s.ok()) return s;
   Renew(worker);
+  return absl::OkStatus();
+}
 
-  // Check the whole request before touching any shard.
+absl::Status ParameterServer::ApplyShards(const PushRequest& request, PushResponse* response) {
   std::deque<std::vector<float>> widened;  // of 16-bit encodings; never moves
   auto pushed = DecodePush(request, &widened);
   if (!pushed.ok()) return pushed.status();
-  PushResponse response;
   for (const PushedShard& grad : *pushed) {
     absl::StatusOr<ShardPushResult> result = policy_->PushShard(*grad.shard, grad.gradient);
     if (!result.ok()) return result.status();
     RecordOutcome(*result);
-    *response.add_results() = *std::move(result);
+    *response->add_results() = *std::move(result);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request,
+                                                   const CallLimits& limits) {
+  if (absl::Status s = StartPush(request, TensorBytes(request.gradients()), limits); !s.ok()) {
+    return s;
+  }
+  // The whole request is checked before any shard is touched.
+  PushResponse response;
+  if (absl::Status s = ApplyShards(request, &response); !s.ok()) return s;
   policy_->AfterPush(request);
   return response;
+}
+
+absl::Status ParameterServer::IncomingPush::Add(PushRequest* part) {
+  bytes_ += TensorBytes(part->gradients());
+  if (!started_) {
+    if (absl::Status s = ps_->StartPush(*part, bytes_, limits_); !s.ok()) return s;
+    CopyPushHeader(*part, &pending_);
+    started_ = true;
+  } else if (absl::Status s = ps_->AdmitPushBytes(part->incarnation(), bytes_); !s.ok()) {
+    return s;
+  } else if (!SamePushHeader(*part, pending_)) {
+    PushRequest a, b;  // the headers alone, without the tensors
+    CopyPushHeader(pending_, &a);
+    CopyPushHeader(*part, &b);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push stream mixes headers {", a.ShortDebugString(), "} and {", b.ShortDebugString(), "}"));
+  }
+  for (ShardSlice& slice : *part->mutable_gradients()) {
+    absl::StatusOr<Shard*> shard = ps_->store_.Find(slice.variable(), slice.shard());
+    if (!shard.ok()) return shard.status();
+    if (applied_.contains(*shard)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat((*shard)->label(),
+                       ": gradient slices after the whole shard's; a push covers each shard once"));
+    }
+    // Counted up to the shard's rows (whether they tile it, DecodePush
+    // checks), so no claim of a hostile slice overflows.
+    const int64_t rows = (*shard)->shape()[0];
+    int64_t& counted = pending_rows_[*shard];
+    counted = std::min(rows, counted + std::clamp<int64_t>(SliceRows(slice), 0, rows));
+    *pending_.add_gradients() = std::move(slice);  // moved, not copied
+  }
+  // The shards now whole go to the policy; the others wait.
+  PushRequest whole;
+  CopyPushHeader(pending_, &whole);
+  PushRequest waiting;
+  CopyPushHeader(pending_, &waiting);
+  for (ShardSlice& slice : *pending_.mutable_gradients()) {
+    const Shard* shard = *ps_->store_.Find(slice.variable(), slice.shard());
+    const bool complete = pending_rows_[shard] >= shard->shape()[0];
+    *(complete ? whole : waiting).add_gradients() = std::move(slice);
+  }
+  pending_ = std::move(waiting);
+  for (const ShardSlice& slice : whole.gradients()) {
+    const Shard* shard = *ps_->store_.Find(slice.variable(), slice.shard());
+    pending_rows_.erase(shard);
+    applied_.insert(shard);
+  }
+  if (whole.gradients().empty()) return absl::OkStatus();
+  return ps_->ApplyShards(whole, &response_);
+}
+
+absl::StatusOr<PushResponse> ParameterServer::IncomingPush::Finish() {
+  if (!started_) return ps_->Push(PushRequest(), limits_);  // says what an empty push lacks
+  // Shards still waiting lack rows: DecodePush says which.
+  if (!pending_.gradients().empty()) {
+    if (absl::Status s = ps_->ApplyShards(pending_, &response_); !s.ok()) return s;
+  }
+  ps_->policy_->AfterPush(pending_);
+  return std::move(response_);
 }
 
 absl::StatusOr<HeartbeatResponse> ParameterServer::Heartbeat(const HeartbeatRequest& request) {

@@ -9,9 +9,11 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <map>
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -103,6 +105,36 @@ class ParameterServer {
   absl::StatusOr<PushResponse> Push(const PushRequest& request,
                                     const CallLimits& limits = StreamedCallLimits());
 
+  // A push that arrives in parts (a stream's messages), applied shard by
+  // shard: after each part, the shards whose slices are all in are checked
+  // and applied as Push applies a request (all of them, or on an error
+  // none), and the others wait for their remaining slices. So a streamed
+  // push never sits whole in memory, and its first shards are applied while
+  // the rest arrive. An error ends the push and leaves the shards applied
+  // before it applied: each shard is all or nothing, and a retry with the
+  // same push_id applies only the others. Not thread-safe; one per stream.
+  class IncomingPush {
+   public:
+    IncomingPush(ParameterServer* ps, const CallLimits& limits) : ps_(ps), limits_(limits) {}
+    // The next part, with the first part's header; its slices are moved out.
+    absl::Status Add(PushRequest* part);
+    // After the last part: every shard whole, then what the mode does at the
+    // end of a push (SSP: the worker's clock moves); the shards' outcomes.
+    absl::StatusOr<PushResponse> Finish();
+    // Tensor bytes received so far.
+    int64_t bytes() const { return bytes_; }
+
+   private:
+    ParameterServer* const ps_;
+    const CallLimits limits_;
+    bool started_ = false;
+    PushRequest pending_;  // the header, and the slices of shards not yet whole
+    std::map<const Shard*, int64_t> pending_rows_;
+    absl::flat_hash_set<const Shard*> applied_;  // or failed: handed to the policy
+    int64_t bytes_ = 0;
+    PushResponse response_;
+  };
+
   // Whether a push of `bytes` of gradients, made for `incarnation`, may go
   // on arriving. A restart is said first, so that a client can tell it and
   // recover even while a restarted server is being refilled: ABORTED for an
@@ -157,6 +189,13 @@ class ParameterServer {
   // `widened`, which the parts point into.
   absl::StatusOr<std::vector<PushedShard>> DecodePush(
       const PushRequest& request, std::deque<std::vector<float>>* widened) const;
+  // A push's checks before any of its shards: its `bytes` of gradients
+  // (AdmitPushBytes, `limits`), its worker, the mode's fields. Renews the
+  // worker's lease.
+  absl::Status StartPush(const PushRequest& header, int64_t bytes, const CallLimits& limits);
+  // Checks the shards of `request` whole (DecodePush), then hands each to
+  // the policy, appending their outcomes to `response`.
+  absl::Status ApplyShards(const PushRequest& request, PushResponse* response);
   // Renews `worker`'s lease; OnWorkersChanged when it arrived.
   void Renew(int worker);
   // After workers arrived, died or finished: the policy's reaction, and the

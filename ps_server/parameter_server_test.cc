@@ -235,6 +235,95 @@ TEST(SlicedPushTest, SlicesApplyAsTheWholeGradientWould) {
   }
 }
 
+// The values of variable `name`, as a pull sees them.
+std::vector<float> ValuesOf(ParameterServer& ps, const std::string& name) {
+  PullRequest request;
+  request.add_shards()->set_variable(name);
+  auto pulled = ps.Pull(request, absl::Now() + absl::Seconds(10));
+  EXPECT_TRUE(pulled.ok()) << pulled.status();
+  if (!pulled.ok()) return {};
+  const absl::Span<const float> values = FloatValues(pulled->slices(0).tensor());
+  return std::vector<float>(values.begin(), values.end());
+}
+
+PushRequest PushOf(std::vector<ShardSlice> slices) {
+  PushRequest part;
+  part.set_worker_id(0);
+  for (ShardSlice& slice : slices) *part.add_gradients() = std::move(slice);
+  return part;
+}
+
+// A push that arrives in parts applies each shard once its slices are all
+// in, before the push ends, and what the mode does at the end once.
+TEST(IncomingPushTest, EachShardAppliesWhenItsSlicesAreAllIn) {
+  for (ConsistencyMode mode : {ASYNC, SSP}) {
+    ParameterServer ps(Config(mode, 1, 0, /*staleness=*/1));
+    Create(ps, WholeShard("w"));
+    Create(ps, WholeShard("b", 2));
+    ParameterServer::IncomingPush push(&ps, StreamedCallLimits());
+    PushRequest part = PushOf({Slice("w", 0, 0, {1, 1})});
+    part.set_clock(0);
+    ASSERT_TRUE(push.Add(&part).ok());
+    EXPECT_TRUE(part.gradients(0).tensor().data().empty()) << "copied, not moved";
+    EXPECT_EQ(ValuesOfW(ps), std::vector<float>(kRows, 0.0f)) << "applied half a shard";
+    part = PushOf({Slice("w", 0, 2, {1, 1}), Gradient("b", 0, {2, 2})});
+    part.set_clock(0);
+    ASSERT_TRUE(push.Add(&part).ok());
+    EXPECT_EQ(ValuesOfW(ps), std::vector<float>(kRows, -1.0f));
+    EXPECT_EQ(ValuesOf(ps, "b"), std::vector<float>(2, -2.0f));
+    EXPECT_EQ(push.bytes(), 24);
+    if (mode == SSP) EXPECT_EQ(ps.Describe().workers(0).clock(), 0) << "moved before the end";
+    auto done = push.Finish();
+    ASSERT_TRUE(done.ok()) << done.status();
+    ASSERT_EQ(done->results_size(), 2);
+    for (const ShardPushResult& result : done->results()) {
+      EXPECT_EQ(result.outcome(), ShardPushResult::APPLIED);
+    }
+    EXPECT_EQ(ps.Describe().updates_applied(), 2);
+    if (mode == SSP) EXPECT_EQ(ps.Describe().workers(0).clock(), 1);
+  }
+}
+
+// An error ends the push: the shards applied before it stay, the bad one
+// and those after it are not applied, and a shard named again is refused.
+TEST(IncomingPushTest, AnErrorLeavesTheShardsBeforeItAndNothingAfter) {
+  ParameterServer ps(Config(ASYNC, 1));
+  Create(ps, WholeShard("w"));
+  Create(ps, WholeShard("b", 2));
+  {
+    ParameterServer::IncomingPush push(&ps, StreamedCallLimits());
+    PushRequest part = PushOf({Gradient("w", 0, std::vector<float>(kRows, 1.0f))});
+    ASSERT_TRUE(push.Add(&part).ok());
+    part = PushOf({Gradient("b", 0, {2, std::nanf("")})});
+    const absl::Status nan = push.Add(&part);
+    EXPECT_EQ(nan.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(nan.message()), HasSubstr("variable 'b' shard 0: gradient element 1"));
+    EXPECT_EQ(ValuesOfW(ps), std::vector<float>(kRows, -1.0f));
+    EXPECT_EQ(ValuesOf(ps, "b"), std::vector<float>(2, 0.0f));
+  }
+  {
+    ParameterServer::IncomingPush push(&ps, StreamedCallLimits());
+    PushRequest part = PushOf({Gradient("w", 1, std::vector<float>(kRows, 1.0f))});
+    ASSERT_TRUE(push.Add(&part).ok());
+    part = PushOf({Slice("w", 1, 0, {1})});
+    const absl::Status twice = push.Add(&part);
+    EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(twice.message()), HasSubstr("covers each shard once"));
+  }
+  {
+    // A shard never made whole: Finish says what it lacks.
+    ParameterServer::IncomingPush push(&ps, StreamedCallLimits());
+    PushRequest part = PushOf({Slice("b", 0, 0, {1})});
+    ASSERT_TRUE(push.Add(&part).ok());
+    const auto lacking = push.Finish();
+    EXPECT_EQ(lacking.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(lacking.status().message()), HasSubstr("expected shape [2], got [1]"));
+  }
+  EXPECT_EQ(ValuesOfW(ps), std::vector<float>(kRows, -2.0f));
+  EXPECT_EQ(ValuesOf(ps, "b"), std::vector<float>(2, 0.0f));
+  EXPECT_EQ(ps.Describe().updates_applied(), 2);
+}
+
 // A lending pull sends the shard's own memory; a push while it is out
 // applies to a copy, so the pull still sends the values it read, and one
 // with no pull out applies in place.

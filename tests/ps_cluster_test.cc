@@ -336,7 +336,9 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
               grpc::StatusCode::INVALID_ARGUMENT);
   }
   // A push stream whose messages each fit but together exceed every variable
-  // the server holds (32 bytes here) is refused before it is buffered.
+  // the server holds (32 bytes here) is refused before it is buffered: here
+  // a slice that says it is one row of a shard (and carries four), again
+  // and again, which never makes the shard whole.
   {
     grpc::ClientContext context;
     PushResponse response;
@@ -346,6 +348,7 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
     ShardSlice* slice = part.add_gradients();
     slice->set_variable("w");
     EncodeFloatTensor({4}, std::vector<float>(4, 1.0f), slice->mutable_tensor());
+    slice->mutable_tensor()->set_shape(0, 1);
     for (int i = 0; i < 16 && writer->Write(part); ++i) {
     }
     writer->WritesDone();

@@ -30,26 +30,6 @@ int64_t RowBytes(const google::protobuf::RepeatedPtrField<TableRows>& tables) {
   return bytes;
 }
 
-// Merges the messages of a streamed push into one push, asking the server
-// whether it takes the bytes so far before buffering more.
-absl::Status MergePush(const ParameterServer& ps, PushRequest* part, bool first,
-                       PushRequest* merged, int64_t* bytes) {
-  *bytes += TensorBytes(part->gradients());
-  if (absl::Status s = ps.AdmitPushBytes(part->incarnation(), *bytes); !s.ok()) return s;
-  if (first) {
-    CopyPushHeader(*part, merged);
-  } else if (!SamePushHeader(*part, *merged)) {
-    PushRequest a, b;  // the headers alone, without the tensors
-    CopyPushHeader(*merged, &a);
-    CopyPushHeader(*part, &b);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push stream mixes headers {", a.ShortDebugString(), "} and {", b.ShortDebugString(), "}"));
-  }
-  // Moved, not copied: the part is read afresh for the next message.
-  for (ShardSlice& slice : *part->mutable_gradients()) *merged->add_gradients() = std::move(slice);
-  return absl::OkStatus();
-}
-
 // Records one call's latency, when there are metrics.
 class RpcTimer {
  public:
@@ -89,15 +69,12 @@ class PsGrpcServer::Service final : public PsService::Service {
   grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<PushRequest>* reader,
                     PushResponse* response) override {
     RpcTimer timer(metrics_, "Push");
-    PushRequest merged;
+    ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     PushRequest part;
-    int64_t bytes = 0;
-    for (bool first = true; reader->Read(&part); first = false) {
-      if (absl::Status s = MergePush(*ps_, &part, first, &merged, &bytes); !s.ok()) {
-        return ToGrpcStatus(s);
-      }
+    while (reader->Read(&part)) {
+      if (absl::Status s = Receive(push, &part); !s.ok()) return ToGrpcStatus(s);
     }
-    auto result = ApplyPush(merged, bytes);
+    auto result = push.Finish();
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
     return grpc::Status::OK;
@@ -106,18 +83,15 @@ class PsGrpcServer::Service final : public PsService::Service {
   grpc::Status PushPull(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<PullResponse, PushPullRequest>* stream) override {
     RpcTimer timer(metrics_, "PushPull");
-    PushRequest merged;
+    ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     // Without a pull part, only the push's outcome is sent back.
     PullRequest pull;
     PushPullRequest part;
-    int64_t bytes = 0;
-    for (bool first = true; stream->Read(&part); first = false) {
-      if (absl::Status s = MergePush(*ps_, part.mutable_push(), first, &merged, &bytes); !s.ok()) {
-        return ToGrpcStatus(s);
-      }
+    while (stream->Read(&part)) {
+      if (absl::Status s = Receive(push, part.mutable_push()); !s.ok()) return ToGrpcStatus(s);
       if (part.has_pull()) pull = part.pull();
     }
-    auto pushed = ApplyPush(merged, bytes);
+    auto pushed = push.Finish();
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
     return ToGrpcStatus(PullAndWrite(pull, Deadline(context), pushed->results(), stream));
   }
@@ -195,11 +169,10 @@ class PsGrpcServer::Service final : public PsService::Service {
   }
 
  private:
-  // Applies a push merged from `bytes` of streamed gradients (slice by
-  // slice: a large shard's slices are not joined first).
-  absl::StatusOr<PushResponse> ApplyPush(const PushRequest& merged, int64_t bytes) {
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
-    return ps_->Push(merged);
+  // Hands a streamed push's next message to `push`, counting its bytes.
+  absl::Status Receive(ParameterServer::IncomingPush& push, PushRequest* part) {
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(TensorBytes(part->gradients()));
+    return push.Add(part);
   }
 
   // The pulled shards in one message, of at most kChunkBytes of tensor data.
