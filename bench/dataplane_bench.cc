@@ -57,8 +57,10 @@ struct Cluster {
     client = PsClient::Connect(loopback.addresses, options);
   }
   // Holding one variable of `bytes` (float32), split evenly over the servers
-  // and, on each, over its channels.
-  Cluster(int num_ps, int64_t bytes, DataType wire = DT_FLOAT, int channels = 1)
+  // and, on each, over its channels; with `max_shard_bytes`, into shards of
+  // at most that many bytes (the MAX_SIZE partitioner).
+  Cluster(int num_ps, int64_t bytes, DataType wire = DT_FLOAT, int channels = 1,
+          int64_t max_shard_bytes = 0)
       : Cluster(num_ps, wire, channels) {
     const int shards = num_ps * channels;
     const int64_t floats = std::max<int64_t>(1, bytes / 4);
@@ -70,6 +72,10 @@ struct Cluster {
     spec.set_dtype(DT_FLOAT);
     spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
     spec.mutable_partitioner()->set_num_shards(shards);
+    if (max_shard_bytes > 0) {
+      spec.mutable_partitioner()->set_kind(PartitionerSpec::MAX_SIZE);
+      spec.mutable_partitioner()->set_max_shard_bytes(max_shard_bytes);
+    }
     spec.mutable_optimizer()->set_learning_rate(1e-6f);
     if (!client->CreateVariables({spec}).ok()) std::abort();
     grads["w"] = DenseTensor{{spec.shape(0), spec.shape(1)},
@@ -185,11 +191,13 @@ int Run() {
     int num_ps;
     int channels;
     DataType wire;
+    int64_t max_shard_bytes;  // 0: one shard per server and channel
   };
-  const Column columns[] = {{"1 PS", "1ps", 1, 1, DT_FLOAT},
-                            {"1 PS 4 ch", "1ps_4ch", 1, 4, DT_FLOAT},
-                            {"4 PS", "4ps", 4, 1, DT_FLOAT},
-                            {"4 PS bf16", "4ps_bf16", 4, 1, DT_BFLOAT16}};
+  const Column columns[] = {{"1 PS", "1ps", 1, 1, DT_FLOAT, 0},
+                            {"1 PS 4 ch", "1ps_4ch", 1, 4, DT_FLOAT, 0},
+                            {"1 PS split", "1ps_split", 1, 1, DT_FLOAT, 4 << 20},
+                            {"4 PS", "4ps", 4, 1, DT_FLOAT, 0},
+                            {"4 PS bf16", "4ps_bf16", 4, 1, DT_BFLOAT16, 0}};
   std::printf("%-8s %10s", "size", "echo");
   for (const Column& column : columns) std::printf(" %10s", column.title);
   std::printf(" %9s   (MB/s)\n", "best/echo");
@@ -208,8 +216,8 @@ int Run() {
     };
     std::vector<std::unique_ptr<Cluster>> clusters;
     for (const Column& column : columns) {
-      clusters.push_back(
-          std::make_unique<Cluster>(column.num_ps, size, column.wire, column.channels));
+      clusters.push_back(std::make_unique<Cluster>(column.num_ps, size, column.wire,
+                                                   column.channels, column.max_shard_bytes));
     }
     // Rounds take turns over the echo and the columns, and each keeps its
     // best round: as for iperf3's baseline, other load on a shared machine

@@ -59,7 +59,7 @@ echo "tcp_loopback_1stream_MBps=$tcp_mbs"
 out=$("$bin/bench/dataplane_bench" $quick 2>/dev/null | grep -v "created variable")
 echo "$out"
 # Push+pull moves each tensor out and back; iperf3 counts one direction.
-best=$(sed -n 's/^dense_64MiB_pushpull_\(1ps\|1ps_4ch\|4ps\)_MBps=//p' <<< "$out" | sort -g | tail -1)
+best=$(sed -n 's/^dense_64MiB_pushpull_\(1ps\|1ps_4ch\|1ps_split\|4ps\)_MBps=//p' <<< "$out" | sort -g | tail -1)
 python3 -c "print('dense_64MiB_pushpull_vs_tcp=%.2f' % ($best / $tcp_mbs))"
 "$bin/bench/scaling_bench" $quick 2>/dev/null
 bench/e2e_bench.sh $quick

@@ -575,6 +575,11 @@ absl::Status ParameterServer::IncomingPush::Add(PushRequest* part) {
   return ps_->ApplyShards(whole, &response_);
 }
 
+bool ParameterServer::IncomingPush::Applied(const ShardRef& ref) const {
+  absl::StatusOr<Shard*> shard = ps_->store_.Find(ref.variable(), ref.shard());
+  return shard.ok() && applied_.contains(*shard);
+}
+
 absl::StatusOr<PushResponse> ParameterServer::IncomingPush::Finish() {
   if (!started_) return ps_->Push(PushRequest(), limits_);  // says what an empty push lacks
   // Shards still waiting lack rows: DecodePush says which.

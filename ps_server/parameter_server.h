@@ -123,6 +123,9 @@ class ParameterServer {
     absl::StatusOr<PushResponse> Finish();
     // Tensor bytes received so far.
     int64_t bytes() const { return bytes_; }
+    // Whether this push has handed `ref`'s shard to the policy (applied,
+    // accumulated or dropped: its gradient is done with).
+    bool Applied(const ShardRef& ref) const;
 
    private:
     ParameterServer* const ps_;

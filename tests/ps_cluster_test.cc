@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/slices.h"
 #include "common/tensor.h"
 #include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
@@ -401,6 +402,64 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
   ps.process->Signal(SIGTERM);
   EXPECT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
   EXPECT_TRUE(ps.process->WaitForLine("stopped", absl::Seconds(1)));
+}
+
+// In async mode a streamed push-pull answers each pulled shard as soon as
+// the push has applied it: here before the push's second shard is even
+// sent (a server that waited for the whole push would leave the first
+// Read blocked until the deadline).
+TEST(PsClusterTest, AsyncPushPullSendsEachShardBackOnceApplied) {
+  PsProcess ps = StartPs(0, 1, 1, {"--mode=async"});
+  ASSERT_FALSE(ps.address.empty());
+  VariableSpec spec;
+  spec.set_name("w");
+  spec.add_shape(8);
+  spec.set_dtype(DT_FLOAT);
+  spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
+  spec.mutable_partitioner()->set_num_shards(2);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  ASSERT_TRUE(PsClient::Connect({ps.address}, PsClientOptions{})->CreateVariables({spec}).ok());
+  auto stub =
+      PsService::NewStub(grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  auto stream = stub->PushPull(&context);
+  const auto part = [](int shard, float gradient) {
+    PushPullRequest request;
+    request.mutable_push()->set_worker_id(0);
+    ShardSlice* slice = request.mutable_push()->add_gradients();
+    slice->set_variable("w");
+    slice->set_shard(shard);
+    EncodeFloatTensor({4}, std::vector<float>(4, gradient), slice->mutable_tensor());
+    return request;
+  };
+  PushPullRequest first = part(0, 1.0f);
+  first.mutable_pull()->set_worker_id(0);
+  for (int shard : {0, 1}) {
+    ShardRef* ref = first.mutable_pull()->add_shards();
+    ref->set_variable("w");
+    ref->set_shard(shard);
+  }
+  ASSERT_TRUE(stream->Write(first));
+  PullResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_EQ(response.slices_size(), 1);
+  EXPECT_EQ(response.slices(0).shard(), 0);
+  EXPECT_THAT(FloatValues(response.slices(0).tensor()), ::testing::Each(-1.0f));
+  EXPECT_EQ(response.push_results_size(), 0) << "the push is not over";
+
+  ASSERT_TRUE(stream->Write(part(1, 2.0f)));
+  ASSERT_TRUE(stream->WritesDone());
+  PullResponse rest;
+  while (stream->Read(&response)) AppendPullResponse(response, &rest);
+  EXPECT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(rest.slices_size(), 1);
+  EXPECT_EQ(rest.slices(0).shard(), 1);
+  EXPECT_THAT(FloatValues(rest.slices(0).tensor()), ::testing::Each(-2.0f));
+  ASSERT_EQ(rest.push_results_size(), 2);
+  for (const ShardPushResult& result : rest.push_results()) {
+    EXPECT_EQ(result.outcome(), ShardPushResult::APPLIED);
+  }
 }
 
 // The unary calls serve transfers of one chunk each way; larger ones are

@@ -86,14 +86,41 @@ class PsGrpcServer::Service final : public PsService::Service {
     ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     // Without a pull part, only the push's outcome is sent back.
     PullRequest pull;
+    // In async mode a pulled shard is sent back as soon as the push has
+    // applied it, while the rest of the push still arrives (the client
+    // reads meanwhile). The other modes' pulls wait for what the whole push
+    // does (SSP: the worker's own clock), so they are answered at its end.
+    const bool pipelined = ps_->config().mode() == ASYNC;
+    std::vector<bool> sent;  // of pull's shards
     PushPullRequest part;
     while (stream->Read(&part)) {
       if (absl::Status s = Receive(push, part.mutable_push()); !s.ok()) return ToGrpcStatus(s);
-      if (part.has_pull()) pull = part.pull();
+      if (part.has_pull()) {
+        pull = part.pull();
+        sent.assign(pull.shards_size(), false);
+      }
+      if (!pipelined) continue;
+      PullRequest ready = pull;  // the applied shards not sent yet
+      ready.clear_shards();
+      for (int i = 0; i < pull.shards_size(); ++i) {
+        if (!sent[i] && push.Applied(pull.shards(i))) {
+          *ready.add_shards() = pull.shards(i);
+          sent[i] = true;
+        }
+      }
+      if (ready.shards().empty()) continue;
+      if (absl::Status s = PullAndWrite(ready, Deadline(context), {}, stream); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
     }
     auto pushed = push.Finish();
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
-    return ToGrpcStatus(PullAndWrite(pull, Deadline(context), pushed->results(), stream));
+    PullRequest rest = pull;  // and the push's outcome
+    rest.clear_shards();
+    for (int i = 0; i < pull.shards_size(); ++i) {
+      if (!sent[i]) *rest.add_shards() = pull.shards(i);
+    }
+    return ToGrpcStatus(PullAndWrite(rest, Deadline(context), pushed->results(), stream));
   }
 
   grpc::Status PullSmall(grpc::ServerContext* context, const PullRequest* request,

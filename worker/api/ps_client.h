@@ -179,7 +179,8 @@ class PsClient {
   // variable, of its shape) and gradients are read from where they lie, with
   // no copy into a TensorMap (the Python package's zero-copy path). A view
   // with a wrong shape, no data or an unknown name fails the call before
-  // anything is sent.
+  // anything is sent. Pulled values may arrive while gradients are still
+  // being sent, so `out` must not overlap the gradients.
   virtual absl::Status PullInto(const TensorViews& out) = 0;
   virtual absl::StatusOr<PushStats> PushFrom(const ConstTensorViews& gradients) = 0;
   virtual absl::StatusOr<PushStats> PushPullInto(const ConstTensorViews& gradients,

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <numeric>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -194,13 +195,23 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Out
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
           channel_.get(), *push_pull_, &context));
+  // The pull goes first, so that a server can send each shard's values back
+  // as soon as it has applied its gradient, while the rest still arrives
+  // (async mode); a thread reads them meanwhile, so that neither side's
+  // flow-control window fills up waiting for the other.
+  absl::StatusOr<PullResponse> read;
+  std::thread reader(
+      [&] { read = ReadPulls(&context, stream.get(), sink, [] { return absl::OkStatus(); }); });
   const std::vector<std::shared_ptr<const OutgoingPush>> parts = PushMessages(lent->first);
   for (size_t i = 0; i < parts.size(); ++i) {
-    const PullRequest* pull_part = i + 1 == parts.size() ? &lent->second : nullptr;
+    const PullRequest* pull_part = i == 0 ? &lent->second : nullptr;
     if (!stream->Write(SerializePush(*parts[i], true, pull_part, lent))) break;  // Finish says why
   }
   stream->WritesDone();
-  return ReadPulls(&context, stream.get(), sink, [&] { return Convert(stream->Finish()); });
+  reader.join();
+  const absl::Status finished = Convert(stream->Finish());
+  if (!read.ok() || !finished.ok()) return read.ok() ? finished : read.status();
+  return read;
 }
 
 absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequest& request,
