@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -322,6 +323,52 @@ TEST(IncomingPushTest, AnErrorLeavesTheShardsBeforeItAndNothingAfter) {
   EXPECT_EQ(ValuesOfW(ps), std::vector<float>(kRows, -2.0f));
   EXPECT_EQ(ValuesOf(ps, "b"), std::vector<float>(2, 0.0f));
   EXPECT_EQ(ps.Describe().updates_applied(), 2);
+}
+
+// Streams of hostile parts -- unknown variables and shards, rows out of
+// range or overflowing, shapes and byte counts that disagree, NaNs, slices
+// repeated -- never crash the server or leave a shard half-updated: its
+// values stay finite, and each update applied moved one version.
+TEST(IncomingPushTest, HostileStreamsLeaveEveryShardWholeAndFinite) {
+  ParameterServer ps(Config(ASYNC, 1));
+  Create(ps, WholeShard("w"));
+  Create(ps, WholeShard("b", 2));
+  std::mt19937 random(17);
+  const auto pick = [&](const auto& choices) {
+    return choices[std::uniform_int_distribution<size_t>(0, std::size(choices) - 1)(random)];
+  };
+  const std::string names[] = {"w", "w", "b", "b", "zzz"};
+  const int64_t rows[] = {-1, 0, 1, 2, 4, int64_t{1} << 62};
+  const int shards[] = {0, 0, 0, 1, -1};
+  int streams_ok = 0;
+  for (int stream = 0; stream < 2000; ++stream) {
+    ParameterServer::IncomingPush push(&ps, StreamedCallLimits());
+    bool ok = true;
+    for (int p = std::uniform_int_distribution<int>(0, 3)(random); p > 0 && ok; --p) {
+      std::vector<ShardSlice> slices;
+      for (int n = std::uniform_int_distribution<int>(0, 3)(random); n > 0; --n) {
+        std::vector<float> values(std::uniform_int_distribution<int>(0, 4)(random), 0.5f);
+        if (!values.empty() && random() % 8 == 0) values[0] = std::nanf("");
+        ShardSlice slice = Slice(pick(names), 0, pick(rows), values);
+        slice.set_shard(pick(shards));
+        slice.mutable_tensor()->set_shape(0, pick(rows));
+        if (random() % 10 == 0) slice.mutable_tensor()->set_dtype(DT_INT64);
+        slices.push_back(std::move(slice));
+      }
+      PushRequest part = PushOf(std::move(slices));
+      ok = push.Add(&part).ok();
+    }
+    if (ok && push.Finish().ok()) ++streams_ok;
+  }
+  EXPECT_GT(streams_ok, 0) << "no stream was valid: the test checks nothing";
+  for (const std::string name : {"w", "b"}) {
+    for (float v : ValuesOf(ps, name)) EXPECT_TRUE(std::isfinite(v)) << name;
+  }
+  const DescribeResponse described = ps.Describe();
+  int64_t versions = 0;
+  for (const ShardInfo& shard : described.shards()) versions += shard.version();
+  EXPECT_EQ(versions, described.updates_applied());
+  EXPECT_GT(described.updates_applied(), 0);
 }
 
 // A lending pull sends the shard's own memory; a push while it is out
