@@ -566,13 +566,22 @@ absl::Status ParameterServer::IncomingPush::Add(PushRequest* part) {
     *(complete ? whole : waiting).add_gradients() = std::move(slice);
   }
   pending_ = std::move(waiting);
+  const size_t applied_before = applied_.size();
   for (const ShardSlice& slice : whole.gradients()) {
     const Shard* shard = *ps_->store_.Find(slice.variable(), slice.shard());
     pending_rows_.erase(shard);
     applied_.insert(shard);
   }
   if (whole.gradients().empty()) return absl::OkStatus();
-  return ps_->ApplyShards(whole, &response_);
+  return EarlierShardsStay(ps_->ApplyShards(whole, &response_), applied_before);
+}
+
+absl::Status ParameterServer::IncomingPush::EarlierShardsStay(absl::Status status, size_t applied) {
+  if (status.ok() || applied == 0) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (but ", applied,
+                                   " shard(s) of this push, whole in its earlier messages, "
+                                   "were applied before it)"));
 }
 
 bool ParameterServer::IncomingPush::Applied(const ShardRef& ref) const {
@@ -584,7 +593,8 @@ absl::StatusOr<PushResponse> ParameterServer::IncomingPush::Finish() {
   if (!started_) return ps_->Push(PushRequest(), limits_);  // says what an empty push lacks
   // Shards still waiting lack rows: DecodePush says which.
   if (!pending_.gradients().empty()) {
-    if (absl::Status s = ps_->ApplyShards(pending_, &response_); !s.ok()) return s;
+    absl::Status s = EarlierShardsStay(ps_->ApplyShards(pending_, &response_), applied_.size());
+    if (!s.ok()) return s;
   }
   ps_->policy_->AfterPush(pending_);
   return std::move(response_);

@@ -128,6 +128,9 @@ class ParameterServer {
     bool Applied(const ShardRef& ref) const;
 
    private:
+    // `status`, saying on an error that `applied` shards went before it.
+    static absl::Status EarlierShardsStay(absl::Status status, size_t applied);
+
     ParameterServer* const ps_;
     const CallLimits limits_;
     bool started_ = false;

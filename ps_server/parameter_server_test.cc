@@ -299,6 +299,9 @@ TEST(IncomingPushTest, AnErrorLeavesTheShardsBeforeItAndNothingAfter) {
     const absl::Status nan = push.Add(&part);
     EXPECT_EQ(nan.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(nan.message()), HasSubstr("variable 'b' shard 0: gradient element 1"));
+    EXPECT_THAT(std::string(nan.message()),
+                HasSubstr("(but 1 shard(s) of this push, whole in "
+                          "its earlier messages, were applied before it)"));
     EXPECT_EQ(ValuesOfW(ps), std::vector<float>(kRows, -1.0f));
     EXPECT_EQ(ValuesOf(ps, "b"), std::vector<float>(2, 0.0f));
   }
