@@ -18,6 +18,10 @@ namespace fulcrum {
 
 namespace {
 
+// Shards larger than this are worth splitting: a server applies a push,
+// and answers a pull, a whole shard at a time (see CreateVariables).
+constexpr int64_t kLargeShardBytes = int64_t{16} << 20;
+
 // A server that lost what this client created there: it restarted.
 bool LostState(const absl::Status& status) {
   return status.code() == absl::StatusCode::kNotFound ||
@@ -119,6 +123,15 @@ absl::Status PsClientImpl::CreateVariables(const std::vector<VariableSpec>& spec
     auto value = initial_values.find(variable.spec.name());
     const int64_t row_bytes =
         RowElements(variable.spec.shape()) * static_cast<int64_t>(sizeof(float));
+    int64_t largest = 0;
+    for (const ShardPlacement& shard : variable.shards) largest = std::max(largest, shard.rows);
+    if (largest * row_bytes > kLargeShardBytes) {
+      LOG_WARN(
+          "variable '{}' has a shard of {:.1f} MiB: a server applies pushes, and pipelines "
+          "push-pulls, a whole shard at a time, so shards of a few MiB are faster and hold "
+          "less memory (partitioner MAX_SIZE, e.g. max_shard_bytes 4194304)",
+          variable.spec.name(), static_cast<double>(largest * row_bytes) / (1 << 20));
+    }
     for (const ShardPlacement& shard : variable.shards) {
       CreateShardsRequest& request = requests[shard.ps];
       if (value != initial_values.end()) {

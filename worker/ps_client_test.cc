@@ -74,6 +74,20 @@ TEST(PsClientTest, ShardsAcrossServersAndAppliesPushes) {
   EXPECT_EQ(client.step(), 1);
 }
 
+// A shard over 16 MiB gets advice to split it; smaller ones none.
+TEST(PsClientTest, CreatingAShardOver16MiBAdvisesSplittingIt) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ::testing::internal::CaptureStdout();
+  ASSERT_TRUE(client.CreateVariables({TestVariable("small", {4096, 1024}, 1, 0.0f)}).ok());
+  EXPECT_THAT(::testing::internal::GetCapturedStdout(),
+              ::testing::Not(HasSubstr("has a shard of")));
+  ::testing::internal::CaptureStdout();
+  ASSERT_TRUE(client.CreateVariables({TestVariable("big", {4097, 1024}, 1, 0.0f)}).ok());
+  EXPECT_THAT(::testing::internal::GetCapturedStdout(),
+              HasSubstr("variable 'big' has a shard of 16.0 MiB"));
+}
+
 // Gradients and pulls travel rounded to 16 bits; the servers apply the
 // rounded gradient to float32 values and keep them at full precision.
 TEST(PsClientTest, SixteenBitWireRoundsWhatTravelsNotWhatServersKeep) {
