@@ -1,6 +1,6 @@
 """ps_server processes on 127.0.0.1 for the Python benchmarks and tests
 (python/tests/conftest.py): the port each picks, its log, its resident
-memory (from /proc)."""
+memory (from /proc); and the name=value figures a benchmark prints."""
 import json
 import os
 import re
@@ -42,3 +42,10 @@ def status_kib(field, pid="self"):
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise RuntimeError("no %s in /proc/%s/status" % (field, pid))
+
+
+def figures(output):
+    """The name=value lines of a benchmark's output, as a dict of strings;
+    its other lines (the client library's log) are skipped."""
+    return dict(line.split("=", 1) for line in output.splitlines()
+                if re.match(r"^\w+=\S*$", line))

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-from local_server import start_server, status_kib
+from local_server import figures, start_server, status_kib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -40,7 +40,7 @@ def measure(args, max_shard_mib):
     finally:
         server.kill()
         server.wait()
-    client = dict(line.split("=", 1) for line in done.stdout.split())
+    client = figures(done.stdout)
     return idle_mib, server_mib, float(client["cpp_client_peak_rss_MiB"])
 
 

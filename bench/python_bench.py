@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import fulcrum
-from local_server import start_server, status_kib
+from local_server import figures, start_server, status_kib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -82,7 +82,7 @@ def cpp_figures(bin_dir, address, mib, rounds, small_rounds, rss_mib):
         [os.path.join(bin_dir, "bench", "client_bench"), "--ps_hosts=" + address,
          "--mib=%d" % mib, "--rounds=%d" % rounds, "--small_rounds=%d" % small_rounds,
          "--rss_mib=%d" % rss_mib], capture_output=True, text=True, timeout=1800, check=True)
-    values = dict(line.split("=", 1) for line in done.stdout.split())
+    values = figures(done.stdout)
     out = {"large_ms": float(values["cpp_push_pull_%dMiB_ms_p50" % mib]),
            "small_us": float(values["cpp_pull_4KiB_us_p50"])}
     if rss_mib:
@@ -105,7 +105,7 @@ def torch_figures(bin_dir, train_examples, epochs, workdir):
     ddp = subprocess.run([sys.executable, os.path.join(HERE, "torch_ddp_bench.py"),
                           "--workers=3"] + common,
                          capture_output=True, text=True, timeout=3600, check=True)
-    values = dict(line.split("=", 1) for line in ddp.stdout.split())
+    values = figures(ddp.stdout)
     return (result["examples_per_sec"], result["test_accuracy"],
             float(values["torch_ddp_gloo_examples_per_sec"]),
             float(values["torch_ddp_gloo_test_accuracy"]))
