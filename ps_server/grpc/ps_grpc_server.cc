@@ -92,6 +92,18 @@ class PsGrpcServer::Service final : public PsService::Service {
     // does (SSP: the worker's own clock), so they are answered at its end.
     const bool pipelined = ps_->config().mode() == ASYNC;
     std::vector<bool> sent;  // of pull's shards
+    // The pull's shards not sent yet that `wanted` picks, marked sent.
+    const auto take = [&](const auto& wanted) {
+      PullRequest taken = pull;
+      taken.clear_shards();
+      for (int i = 0; i < pull.shards_size(); ++i) {
+        if (!sent[i] && wanted(pull.shards(i))) {
+          *taken.add_shards() = pull.shards(i);
+          sent[i] = true;
+        }
+      }
+      return taken;
+    };
     PushPullRequest part;
     while (stream->Read(&part)) {
       if (absl::Status s = Receive(push, part.mutable_push()); !s.ok()) return ToGrpcStatus(s);
@@ -100,14 +112,7 @@ class PsGrpcServer::Service final : public PsService::Service {
         sent.assign(pull.shards_size(), false);
       }
       if (!pipelined) continue;
-      PullRequest ready = pull;  // the applied shards not sent yet
-      ready.clear_shards();
-      for (int i = 0; i < pull.shards_size(); ++i) {
-        if (!sent[i] && push.Applied(pull.shards(i))) {
-          *ready.add_shards() = pull.shards(i);
-          sent[i] = true;
-        }
-      }
+      const PullRequest ready = take([&](const ShardRef& ref) { return push.Applied(ref); });
       if (ready.shards().empty()) continue;
       if (absl::Status s = PullAndWrite(ready, Deadline(context), {}, stream); !s.ok()) {
         return ToGrpcStatus(s);
@@ -115,11 +120,8 @@ class PsGrpcServer::Service final : public PsService::Service {
     }
     auto pushed = push.Finish();
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
-    PullRequest rest = pull;  // and the push's outcome
-    rest.clear_shards();
-    for (int i = 0; i < pull.shards_size(); ++i) {
-      if (!sent[i]) *rest.add_shards() = pull.shards(i);
-    }
+    // The rest, and the push's outcome.
+    const PullRequest rest = take([](const ShardRef&) { return true; });
     return ToGrpcStatus(PullAndWrite(rest, Deadline(context), pushed->results(), stream));
   }
 
