@@ -5,6 +5,7 @@
 #include <grpcpp/server_builder.h>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -47,7 +48,9 @@ class RpcTimer {
 
 }  // namespace
 
-class PsGrpcServer::Service final : public PsService::Service {
+class PsGrpcServer::Service final
+    : public PsService::WithStreamedUnaryMethod_PullSmall<
+          PsService::WithStreamedUnaryMethod_PushPullSmall<PsService::Service>> {
  public:
   Service(ParameterServer* ps, PsMetrics* metrics) : ps_(ps), metrics_(metrics) {}
 
@@ -63,7 +66,8 @@ class PsGrpcServer::Service final : public PsService::Service {
   grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
                     grpc::ServerWriter<PullResponse>* writer) override {
     RpcTimer timer(metrics_, "Pull");
-    return ToGrpcStatus(PullAndWrite(*request, Deadline(context), {}, writer));
+    return ToGrpcStatus(PullAndWrite(*request, Deadline(context), StreamedCallLimits(), kChunkBytes,
+                                     true, {}, writer));
   }
 
   grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<PushRequest>* reader,
@@ -114,7 +118,9 @@ class PsGrpcServer::Service final : public PsService::Service {
       if (!pipelined) continue;
       const PullRequest ready = take([&](const ShardRef& ref) { return push.Applied(ref); });
       if (ready.shards().empty()) continue;
-      if (absl::Status s = PullAndWrite(ready, Deadline(context), {}, stream); !s.ok()) {
+      if (absl::Status s = PullAndWrite(ready, Deadline(context), StreamedCallLimits(), kChunkBytes,
+                                        false, {}, stream);
+          !s.ok()) {
         return ToGrpcStatus(s);
       }
     }
@@ -122,27 +128,38 @@ class PsGrpcServer::Service final : public PsService::Service {
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
     // The rest, and the push's outcome.
     const PullRequest rest = take([](const ShardRef&) { return true; });
-    return ToGrpcStatus(PullAndWrite(rest, Deadline(context), pushed->results(), stream));
+    return ToGrpcStatus(PullAndWrite(rest, Deadline(context), StreamedCallLimits(), kChunkBytes,
+                                     true, pushed->results(), stream));
   }
 
-  grpc::Status PullSmall(grpc::ServerContext* context, const PullRequest* request,
-                         PullResponse* response) override {
+  // The unary calls are served as streamed unary methods (below), so that
+  // their responses go out through the pull-response serialiser too, with
+  // the float32 values lent from the shards' snapshots: the generated unary
+  // handlers would serialise them as plain protobuf messages, copying.
+  grpc::Status StreamedPullSmall(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<PullRequest, PullResponse>* streamer) override {
     RpcTimer timer(metrics_, "PullSmall");
-    return ToGrpcStatus(PullOne(*request, Deadline(context), response));
+    PullRequest request;
+    if (!streamer->Read(&request)) return {grpc::StatusCode::INTERNAL, "PullSmall: no request"};
+    return ToGrpcStatus(PullAndWrite(request, Deadline(context), SmallCallLimits(), kOneMessage,
+                                     true, {}, streamer));
   }
 
-  grpc::Status PushPullSmall(grpc::ServerContext* context, const PushPullRequest* request,
-                             PullResponse* response) override {
+  grpc::Status StreamedPushPullSmall(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<PushPullRequest, PullResponse>* streamer) override {
     RpcTimer timer(metrics_, "PushPullSmall");
-    auto pushed = ps_->Push(request->push(), SmallCallLimits());
-    if (!pushed.ok()) return ToGrpcStatus(pushed.status());
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(TensorBytes(request->push().gradients()));
-    // Without a pull part (an empty pull), only the push's outcome.
-    if (absl::Status s = PullOne(request->pull(), Deadline(context), response); !s.ok()) {
-      return ToGrpcStatus(s);
+    PushPullRequest request;
+    if (!streamer->Read(&request)) {
+      return {grpc::StatusCode::INTERNAL, "PushPullSmall: no request"};
     }
-    *response->mutable_push_results() = std::move(*pushed->mutable_results());
-    return grpc::Status::OK;
+    auto pushed = ps_->Push(request.push(), SmallCallLimits());
+    if (!pushed.ok()) return ToGrpcStatus(pushed.status());
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(TensorBytes(request.push().gradients()));
+    // Without a pull part (an empty pull), only the push's outcome.
+    return ToGrpcStatus(PullAndWrite(request.pull(), Deadline(context), SmallCallLimits(),
+                                     kOneMessage, true, pushed->results(), streamer));
   }
 
   grpc::Status PullRows(grpc::ServerContext* context, const PullRowsRequest* request,
@@ -204,26 +221,22 @@ class PsGrpcServer::Service final : public PsService::Service {
     return push.Add(part);
   }
 
-  // The pulled shards in one message, of at most kChunkBytes of tensor data.
-  absl::Status PullOne(const PullRequest& request, absl::Time deadline, PullResponse* response) {
-    auto result = ps_->Pull(request, deadline, SmallCallLimits());
-    if (!result.ok()) return result.status();
-    if (metrics_ != nullptr) metrics_->AddPulledBytes(TensorBytes(result->slices()));
-    *response->mutable_slices() = std::move(*result->mutable_slices());
-    return absl::OkStatus();
-  }
+  // Tensor bytes of a message that holds every pulled slice (a unary call's).
+  static constexpr int64_t kOneMessage = std::numeric_limits<int64_t>::max();
 
-  // Writes the pulled shards as messages of about kChunkBytes; the
-  // first (always at least one) carries `push_results`. Their float32
+  // Writes the shards pulled within `limits` as messages of about
+  // `message_bytes` of tensor data; the first (always at least one) carries
+  // `push_results`. With `ends_call`, they are the call's last messages. Their float32
   // values go from the shards' snapshots, and the rest from the messages,
   // without a copy: gRPC keeps each message until it has sent them.
   absl::Status PullAndWrite(const PullRequest& request, absl::Time deadline,
+                            const CallLimits& limits, int64_t message_bytes, bool ends_call,
                             const google::protobuf::RepeatedPtrField<ShardPushResult>& push_results,
                             grpc::internal::WriterInterface<PullResponse>* writer) {
-    auto result = ps_->PullLending(request, deadline, StreamedCallLimits());
+    auto result = ps_->PullLending(request, deadline, limits);
     if (!result.ok()) return result.status();
     SliceList& slices = *result->response.mutable_slices();
-    const std::vector<SliceRange> batches = BatchSlices(slices, kChunkBytes, result->lent);
+    const std::vector<SliceRange> batches = BatchSlices(slices, message_bytes, result->lent);
     for (size_t b = 0; b < batches.size(); ++b) {
       auto message = std::make_shared<OutgoingPull>();
       for (int i = batches[b].begin; i < batches[b].end; ++i) {
@@ -236,7 +249,10 @@ class PsGrpcServer::Service final : public PsService::Service {
       }
       if (b == 0) *message->response.mutable_push_results() = push_results;
       LendTensorBytes lend(message);
-      if (!writer->Write(message->response)) {
+      // A call's last message goes out with its status, in one write.
+      grpc::WriteOptions options;
+      if (ends_call && b + 1 == batches.size()) options.set_last_message();
+      if (!writer->Write(message->response, options)) {
         return absl::CancelledError("pull: the client went away");
       }
     }
