@@ -57,9 +57,9 @@ T Get(absl::string_view data, size_t offset) {
   return value;
 }
 
-absl::string_view FloatBytes(absl::Span<const float> values) {
-  return absl::string_view(reinterpret_cast<const char*>(values.data()),
-                           values.size() * sizeof(float));
+absl::string_view FloatRecord(absl::Span<const float> values) {
+  const FloatBytes bytes = AsFloatBytes(values);
+  return absl::string_view(bytes.data(), bytes.size());
 }
 
 }  // namespace
@@ -214,7 +214,7 @@ absl::Status CheckpointFileWriter::AddShard(const ShardCheckpoint& shard,
       Put<uint64_t>(&prefix, static_cast<uint64_t>(row));
       Put<uint64_t>(&prefix, static_cast<uint64_t>(n));
       if (absl::Status s =
-              AddRecord(kData, {prefix, FloatBytes(data.subspan(row * row_elems, n * row_elems))});
+              AddRecord(kData, {prefix, FloatRecord(data.subspan(row * row_elems, n * row_elems))});
           !s.ok()) {
         return s;
       }
@@ -246,7 +246,7 @@ absl::Status CheckpointFileWriter::AddTableRows(absl::Span<const int64_t> ids,
   Put<uint64_t>(&prefix, ids.size());
   const absl::string_view id_bytes(reinterpret_cast<const char*>(ids.data()),
                                    ids.size() * sizeof(int64_t));
-  return AddRecord(kRows, {prefix, id_bytes, FloatBytes(rows)});
+  return AddRecord(kRows, {prefix, id_bytes, FloatRecord(rows)});
 }
 
 absl::Status CheckpointFileWriter::AddTableCandidates(absl::Span<const int64_t> ids,

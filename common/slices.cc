@@ -28,7 +28,7 @@ absl::Status AppendShardSlices(const std::string& variable, int shard, int64_t v
     if (lent != nullptr && encoding == DT_FLOAT) {
       slice->mutable_tensor()->set_dtype(DT_FLOAT);
       slice->mutable_tensor()->mutable_shape()->Assign(slice_shape.begin(), slice_shape.end());
-      lent->emplace_back(reinterpret_cast<const char*>(part.data()), part.size() * sizeof(float));
+      lent->push_back(AsFloatBytes(part));
       continue;
     }
     if (lent != nullptr) lent->emplace_back();
@@ -71,6 +71,15 @@ absl::Span<const char> SliceData(const SliceList& slices, const LentBytes& lent,
 int64_t TensorBytes(const SliceList& slices, const LentBytes& lent) {
   int64_t bytes = 0;
   for (int i = 0; i < slices.size(); ++i) bytes += SliceData(slices, lent, i).size();
+  return bytes;
+}
+
+int64_t TensorBytes(const SliceList& slices, const ReceivedBytes& received) {
+  int64_t bytes = 0;
+  for (int i = 0; i < slices.size(); ++i) {
+    const bool elsewhere = !received.empty() && received[i].owner != nullptr;
+    bytes += elsewhere ? received[i].bytes : static_cast<int64_t>(slices[i].tensor().data().size());
+  }
   return bytes;
 }
 

@@ -43,6 +43,21 @@ class SlicePlacer {
 // fills it says what keeps that memory alive and unchanged.
 using LentBytes = std::vector<absl::Span<const char>>;
 
+// A received slice's DT_FLOAT data that stays in the buffers it arrived in
+// (gRPC's), which `owner` keeps alive and unchanged: `bytes` bytes, as
+// pieces of whole float32 values at any address, in order. A value split
+// between two buffers is copied into a piece of its own; a last part of a
+// value (when `bytes` is not a whole number of them) is in no piece.
+struct ReceivedSlice {
+  std::vector<FloatBytes> pieces;
+  int64_t bytes = 0;
+  std::shared_ptr<const void> owner;  // null: the slice holds its data
+};
+
+// Tensor bytes of a received message's slices that lie outside them:
+// empty, or one entry per slice (see ReceivedSlice).
+using ReceivedBytes = std::vector<ReceivedSlice>;
+
 // Checks a shard spec: a valid variable spec, and a shard index and row
 // range within it. INVALID_ARGUMENT naming the variable.
 absl::Status ValidateShardSpec(const ShardSpec& spec);
@@ -65,6 +80,8 @@ absl::Span<const char> SliceData(const SliceList& slices, const LentBytes& lent,
 
 // Tensor bytes the slices carry, held or lent.
 int64_t TensorBytes(const SliceList& slices, const LentBytes& lent = {});
+// The same for received slices, held or left where they arrived.
+int64_t TensorBytes(const SliceList& slices, const ReceivedBytes& received);
 
 // Copies each lent slice's bytes into the slice.
 void MaterializeSlices(const LentBytes& lent, SliceList* slices);

@@ -297,10 +297,8 @@ absl::Status EncodeFloatTensor(absl::Span<const int64_t> shape, absl::Span<const
   return absl::OkStatus();
 }
 
-absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& tensor,
-                                                          absl::Span<const int64_t> expected_shape,
-                                                          const std::string& what,
-                                                          std::vector<float>* storage) {
+absl::Status CheckFloatTensor(const TensorProto& tensor, absl::Span<const int64_t> expected_shape,
+                              const std::string& what, size_t data_bytes) {
   if (!IsFloatEncoding(tensor.dtype())) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": expected dtype DT_FLOAT, DT_BFLOAT16 or DT_FLOAT16, got ",
@@ -312,13 +310,24 @@ absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& ten
                                                    ShapeString(expected_shape), ", got ",
                                                    ShapeString(tensor.shape())));
   }
-  const int64_t elements = NumElements(expected_shape);
-  const size_t expected_bytes = elements * EncodedFloatBytes(tensor.dtype());
-  if (tensor.data().size() != expected_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": shape ", ShapeString(expected_shape), " in ", DataType_Name(tensor.dtype()),
-        " needs ", expected_bytes, " bytes, got ", tensor.data().size()));
+  const size_t expected_bytes = NumElements(expected_shape) * EncodedFloatBytes(tensor.dtype());
+  if (data_bytes != expected_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeString(expected_shape),
+                                                   " in ", DataType_Name(tensor.dtype()), " needs ",
+                                                   expected_bytes, " bytes, got ", data_bytes));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& tensor,
+                                                          absl::Span<const int64_t> expected_shape,
+                                                          const std::string& what,
+                                                          std::vector<float>* storage) {
+  if (absl::Status s = CheckFloatTensor(tensor, expected_shape, what, tensor.data().size());
+      !s.ok()) {
+    return s;
+  }
+  const int64_t elements = NumElements(expected_shape);
   if (tensor.dtype() == DT_FLOAT) return FloatValues(tensor);
   const auto* halves = reinterpret_cast<const uint16_t*>(tensor.data().data());
   storage->resize(elements);
@@ -330,21 +339,22 @@ absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& ten
   return absl::MakeConstSpan(*storage);
 }
 
-int64_t FirstNonFinite(absl::Span<const float> values) {
-  // Raw pointers here and below: Debian's Abseil bounds-checks Span's [],
-  // which keeps loops from vectorising.
-  const float* data = values.data();
+int64_t FirstNonFinite(FloatBytes values) {
+  // Raw pointers: Debian's Abseil bounds-checks Span's [], which keeps
+  // loops from vectorising.
+  const char* data = values.data();
+  const size_t n = values.size() / sizeof(float);
   constexpr size_t kBlock = 4096;
-  for (size_t start = 0; start < values.size(); start += kBlock) {
-    const size_t end = std::min(values.size(), start + kBlock);
+  for (size_t start = 0; start < n; start += kBlock) {
+    const size_t end = std::min(n, start + kBlock);
     uint32_t non_finite = 0;  // a branch-free pass over the block, then the search
     for (size_t i = start; i < end; ++i) {
       uint32_t bits;
-      std::memcpy(&bits, &data[i], sizeof(bits));
+      std::memcpy(&bits, data + i * sizeof(bits), sizeof(bits));
       non_finite |= (bits & 0x7f800000u) == 0x7f800000u;
     }
     for (size_t i = start; non_finite != 0 && i < end; ++i) {
-      if (!std::isfinite(data[i])) return static_cast<int64_t>(i);
+      if (!std::isfinite(LoadFloat(data, i))) return static_cast<int64_t>(i);
     }
   }
   return -1;

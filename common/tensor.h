@@ -4,6 +4,7 @@
 #define FULCRUM_COMMON_TENSOR_H_
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,14 @@ void EncodeFloatTensor(absl::Span<const int64_t> shape, absl::Span<const float> 
 absl::Status EncodeFloatTensor(absl::Span<const int64_t> shape, absl::Span<const float> values,
                                DataType encoding, const std::string& what, TensorProto* out);
 
+// Checks that `tensor` holds `expected_shape` in a float encoding whose
+// data, held in the tensor or not, is `data_bytes` long; errors say
+// "<what>: expected ..., got ...".
+absl::Status CheckFloatTensor(const TensorProto& tensor, absl::Span<const int64_t> expected_shape,
+                              const std::string& what, size_t data_bytes);
+
 // The float32 values of `tensor`, which must hold `expected_shape` in a
-// float encoding with the matching byte size; errors say "<what>: expected
+// float encoding with the matching byte size (CheckFloatTensor); errors say "<what>: expected
 // ..., got ...". float32 is read in place, without a copy; bfloat16 and
 // float16 are widened into `storage`. The span lives as long as both.
 absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& tensor,
@@ -74,9 +81,28 @@ absl::StatusOr<absl::Span<const float>> DecodeFloatTensor(const TensorProto& ten
                                                           const std::string& what,
                                                           std::vector<float>* storage);
 
+// float32 values that may lie at any address (a gradient still in gRPC's
+// receive buffers, say): their bytes, a whole number of floats, read with
+// LoadFloat.
+using FloatBytes = absl::Span<const char>;
+
+inline FloatBytes AsFloatBytes(absl::Span<const float> values) {
+  return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)};
+}
+
+// Float i of `bytes`; compiles to one (unaligned) load.
+inline float LoadFloat(const char* bytes, size_t i) {
+  float value;
+  std::memcpy(&value, bytes + i * sizeof(float), sizeof(float));
+  return value;
+}
+
 // The index of the first NaN or infinity in `values`, or -1. Vectorised:
 // it runs on every pushed gradient.
-int64_t FirstNonFinite(absl::Span<const float> values);
+int64_t FirstNonFinite(FloatBytes values);
+inline int64_t FirstNonFinite(absl::Span<const float> values) {
+  return FirstNonFinite(AsFloatBytes(values));
+}
 
 namespace internal {
 // IEEE binary16 conversions bit by bit, rounded to nearest even (NaN stays

@@ -152,14 +152,26 @@ TEST(FloatEncodingTest, Float32DecodesInPlace) {
 TEST(FirstNonFiniteTest, FindsTheFirstAcrossBlocks) {
   std::vector<float> values(10000, 1.0f);
   EXPECT_EQ(FirstNonFinite(values), -1);
-  EXPECT_EQ(FirstNonFinite({}), -1);
+  EXPECT_EQ(FirstNonFinite(absl::Span<const float>()), -1);
   values[9999] = -std::numeric_limits<float>::infinity();
   EXPECT_EQ(FirstNonFinite(values), 9999);
   values[5000] = std::nanf("");
   EXPECT_EQ(FirstNonFinite(values), 5000);
   values[3] = std::numeric_limits<float>::infinity();
   EXPECT_EQ(FirstNonFinite(values), 3);
-  EXPECT_EQ(FirstNonFinite({std::numeric_limits<float>::max(), -0.0f, 1e-45f}), -1);
+  EXPECT_EQ(FirstNonFinite(std::vector<float>{std::numeric_limits<float>::max(), -0.0f, 1e-45f}),
+            -1);
+}
+
+TEST(FirstNonFiniteTest, ReadsFloatsAtAnyAddress) {
+  std::vector<float> values(100, 1.0f);
+  values[42] = std::nanf("");
+  std::string bytes(1 + values.size() * sizeof(float), '\0');  // one byte in: misaligned
+  std::memcpy(&bytes[1], values.data(), values.size() * sizeof(float));
+  const FloatBytes unaligned(bytes.data() + 1, values.size() * sizeof(float));
+  EXPECT_EQ(FirstNonFinite(unaligned), 42);
+  EXPECT_TRUE(std::isnan(LoadFloat(unaligned.data(), 42)));
+  EXPECT_EQ(LoadFloat(unaligned.data(), 41), 1.0f);
 }
 
 TEST(FloatEncodingTest, ParsesFlagNames) {

@@ -408,31 +408,34 @@ void ParameterServer::RecordOutcome(const ShardPushResult& result) {
 }
 
 absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::DecodePush(
-    const PushRequest& request, std::deque<std::vector<float>>* widened) const {
+    const PushRequest& request, const ReceivedBytes& received,
+    std::deque<std::vector<float>>* widened) const {
   std::vector<PushedShard> pushed;
-  std::map<Shard*, std::vector<const ShardSlice*>> slices;
-  for (const ShardSlice& grad : request.gradients()) {
+  std::map<Shard*, std::vector<int>> slices;  // indices into request.gradients()
+  for (int i = 0; i < request.gradients_size(); ++i) {
+    const ShardSlice& grad = request.gradients(i);
     absl::StatusOr<Shard*> found = store_.Find(grad.variable(), grad.shard());
     if (!found.ok()) return found.status();
-    std::vector<const ShardSlice*>& list = slices[*found];
+    std::vector<int>& list = slices[*found];
     if (list.empty()) {
       pushed.push_back(
           {*found, ShardGradient{request.worker_id(), request.push_id(), grad.version(), {}}});
     }
-    list.push_back(&grad);
+    list.push_back(i);
   }
   for (PushedShard& grad : pushed) {
     Shard* shard = grad.shard;
-    std::vector<const ShardSlice*>& list = slices[shard];
-    std::sort(list.begin(), list.end(), [](const ShardSlice* a, const ShardSlice* b) {
-      return a->row_offset() < b->row_offset();
+    std::vector<int>& list = slices[shard];
+    std::sort(list.begin(), list.end(), [&](int a, int b) {
+      return request.gradients(a).row_offset() < request.gradients(b).row_offset();
     });
     // The slices must tile the shard's rows in order: each starts where the
     // one before ends and the last ends with the shard, all computed from
     // one version.
     const int64_t rows = shard->shape()[0];
     int64_t next_row = 0;
-    for (const ShardSlice* slice : list) {
+    for (const int index : list) {
+      const ShardSlice* slice = &request.gradients(index);
       const std::string what =
           list.size() == 1
               ? absl::StrCat(shard->label(), " gradient")
@@ -450,17 +453,34 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
       }
       // The last slice must hold the rows left; the others, any of them.
       Shape part_shape = shard->shape();
-      part_shape[0] = slice == list.back() || slice->tensor().shape_size() == 0
+      part_shape[0] = index == list.back() || slice->tensor().shape_size() == 0
                           ? rows - next_row
                           : std::clamp<int64_t>(slice->tensor().shape(0), 0, rows - next_row);
-      auto decoded = DecodeFloatTensor(slice->tensor(), part_shape, what, &widened->emplace_back());
-      if (!decoded.ok()) return decoded.status();
-      if (int64_t bad = FirstNonFinite(*decoded); bad >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            shard->label(), ": gradient element ", next_row * RowElements(part_shape) + bad, " is ",
-            (*decoded)[bad], "; the push is rejected, nothing applied"));
+      // Its float32 values, in one part or in the pieces they arrived in.
+      std::vector<FloatBytes> parts;
+      if (!received.empty() && received[index].owner != nullptr) {
+        const ReceivedSlice& data = received[index];
+        if (absl::Status s = CheckFloatTensor(slice->tensor(), part_shape, what, data.bytes);
+            !s.ok()) {
+          return s;
+        }
+        parts = data.pieces;
+      } else {
+        auto decoded =
+            DecodeFloatTensor(slice->tensor(), part_shape, what, &widened->emplace_back());
+        if (!decoded.ok()) return decoded.status();
+        parts.push_back(AsFloatBytes(*decoded));
       }
-      grad.gradient.parts.push_back(*decoded);
+      int64_t element = next_row * RowElements(part_shape);
+      for (const FloatBytes part : parts) {
+        if (int64_t bad = FirstNonFinite(part); bad >= 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(shard->label(), ": gradient element ", element + bad, " is ",
+                           LoadFloat(part.data(), bad), "; the push is rejected, nothing applied"));
+        }
+        element += static_cast<int64_t>(part.size() / sizeof(float));
+        grad.gradient.parts.push_back(part);
+      }
       next_row += part_shape[0];
     }
     if (absl::Status s = shard->CheckComputedAt(grad.gradient.computed_at); !s.ok()) return s;
@@ -500,9 +520,10 @@ absl::Status ParameterServer::StartPush(const PushRequest& header, int64_t bytes
   return absl::OkStatus();
 }
 
-absl::Status ParameterServer::ApplyShards(const PushRequest& request, PushResponse* response) {
+absl::Status ParameterServer::ApplyShards(const PushRequest& request, const ReceivedBytes& received,
+                                          PushResponse* response) {
   std::deque<std::vector<float>> widened;  // of 16-bit encodings; never moves
-  auto pushed = DecodePush(request, &widened);
+  auto pushed = DecodePush(request, received, &widened);
   if (!pushed.ok()) return pushed.status();
   for (const PushedShard& grad : *pushed) {
     absl::StatusOr<ShardPushResult> result = policy_->PushShard(*grad.shard, grad.gradient);
@@ -514,19 +535,23 @@ absl::Status ParameterServer::ApplyShards(const PushRequest& request, PushRespon
 }
 
 absl::StatusOr<PushResponse> ParameterServer::Push(const PushRequest& request,
-                                                   const CallLimits& limits) {
-  if (absl::Status s = StartPush(request, TensorBytes(request.gradients()), limits); !s.ok()) {
+                                                   const CallLimits& limits,
+                                                   const ReceivedBytes& received) {
+  CHECK(received.empty() || static_cast<int>(received.size()) == request.gradients_size());
+  if (absl::Status s = StartPush(request, TensorBytes(request.gradients(), received), limits);
+      !s.ok()) {
     return s;
   }
   // The whole request is checked before any shard is touched.
   PushResponse response;
-  if (absl::Status s = ApplyShards(request, &response); !s.ok()) return s;
+  if (absl::Status s = ApplyShards(request, received, &response); !s.ok()) return s;
   policy_->AfterPush(request);
   return response;
 }
 
-absl::Status ParameterServer::IncomingPush::Add(PushRequest* part) {
-  bytes_ += TensorBytes(part->gradients());
+absl::Status ParameterServer::IncomingPush::Add(PushRequest* part, ReceivedBytes received) {
+  CHECK(received.empty() || static_cast<int>(received.size()) == part->gradients_size());
+  bytes_ += TensorBytes(part->gradients(), received);
   if (!started_) {
     if (absl::Status s = ps_->StartPush(*part, bytes_, limits_); !s.ok()) return s;
     CopyPushHeader(*part, &pending_);
@@ -540,7 +565,8 @@ absl::Status ParameterServer::IncomingPush::Add(PushRequest* part) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push stream mixes headers {", a.ShortDebugString(), "} and {", b.ShortDebugString(), "}"));
   }
-  for (ShardSlice& slice : *part->mutable_gradients()) {
+  for (int i = 0; i < part->gradients_size(); ++i) {
+    ShardSlice& slice = *part->mutable_gradients(i);
     absl::StatusOr<Shard*> shard = ps_->store_.Find(slice.variable(), slice.shard());
     if (!shard.ok()) return shard.status();
     if (applied_.contains(*shard)) {
@@ -554,26 +580,38 @@ absl::Status ParameterServer::IncomingPush::Add(PushRequest* part) {
     int64_t& counted = pending_rows_[*shard];
     counted = std::min(rows, counted + std::clamp<int64_t>(SliceRows(slice), 0, rows));
     *pending_.add_gradients() = std::move(slice);  // moved, not copied
+    pending_received_.push_back(received.empty() ? ReceivedSlice() : std::move(received[i]));
+    pending_shards_.push_back(*shard);
   }
   // The shards now whole go to the policy; the others wait.
   PushRequest whole;
   CopyPushHeader(pending_, &whole);
+  ReceivedBytes whole_received;
   PushRequest waiting;
   CopyPushHeader(pending_, &waiting);
-  for (ShardSlice& slice : *pending_.mutable_gradients()) {
-    const Shard* shard = *ps_->store_.Find(slice.variable(), slice.shard());
-    const bool complete = pending_rows_[shard] >= shard->shape()[0];
-    *(complete ? whole : waiting).add_gradients() = std::move(slice);
+  ReceivedBytes waiting_received;
+  std::vector<const Shard*> waiting_shards;
+  const size_t applied_before = applied_.size();
+  for (int i = 0; i < pending_.gradients_size(); ++i) {
+    const Shard* shard = pending_shards_[i];
+    if (pending_rows_[shard] >= shard->shape()[0]) {
+      *whole.add_gradients() = std::move(*pending_.mutable_gradients(i));
+      whole_received.push_back(std::move(pending_received_[i]));
+      applied_.insert(shard);
+    } else {
+      *waiting.add_gradients() = std::move(*pending_.mutable_gradients(i));
+      waiting_received.push_back(std::move(pending_received_[i]));
+      waiting_shards.push_back(shard);
+    }
   }
   pending_ = std::move(waiting);
-  const size_t applied_before = applied_.size();
-  for (const ShardSlice& slice : whole.gradients()) {
-    const Shard* shard = *ps_->store_.Find(slice.variable(), slice.shard());
-    pending_rows_.erase(shard);
-    applied_.insert(shard);
+  pending_received_ = std::move(waiting_received);
+  pending_shards_ = std::move(waiting_shards);
+  for (auto it = pending_rows_.begin(); it != pending_rows_.end();) {
+    it = it->second >= it->first->shape()[0] ? pending_rows_.erase(it) : std::next(it);
   }
   if (whole.gradients().empty()) return absl::OkStatus();
-  return EarlierShardsStay(ps_->ApplyShards(whole, &response_), applied_before);
+  return EarlierShardsStay(ps_->ApplyShards(whole, whole_received, &response_), applied_before);
 }
 
 absl::Status ParameterServer::IncomingPush::EarlierShardsStay(absl::Status status, size_t applied) {
@@ -593,7 +631,8 @@ absl::StatusOr<PushResponse> ParameterServer::IncomingPush::Finish() {
   if (!started_) return ps_->Push(PushRequest(), limits_);  // says what an empty push lacks
   // Shards still waiting lack rows: DecodePush says which.
   if (!pending_.gradients().empty()) {
-    absl::Status s = EarlierShardsStay(ps_->ApplyShards(pending_, &response_), applied_.size());
+    absl::Status s = EarlierShardsStay(ps_->ApplyShards(pending_, pending_received_, &response_),
+                                       applied_.size());
     if (!s.ok()) return s;
   }
   ps_->policy_->AfterPush(pending_);

@@ -101,9 +101,11 @@ class ParameterServer {
   // gradient may arrive as several slices of rows, which must tile it
   // exactly. The request is checked whole first (its bytes against
   // `limits` and AdmitPushBytes, worker, variables, shapes, dtypes,
-  // NaN/Inf, versions): on any error nothing is applied.
+  // NaN/Inf, versions): on any error nothing is applied. `received`: the
+  // data of those of its slices that do not hold it.
   absl::StatusOr<PushResponse> Push(const PushRequest& request,
-                                    const CallLimits& limits = StreamedCallLimits());
+                                    const CallLimits& limits = StreamedCallLimits(),
+                                    const ReceivedBytes& received = {});
 
   // A push that arrives in parts (a stream's messages), applied shard by
   // shard: after each part, the shards whose slices are all in are checked
@@ -116,8 +118,9 @@ class ParameterServer {
   class IncomingPush {
    public:
     IncomingPush(ParameterServer* ps, const CallLimits& limits) : ps_(ps), limits_(limits) {}
-    // The next part, with the first part's header; its slices are moved out.
-    absl::Status Add(PushRequest* part);
+    // The next part, with the first part's header; its slices are moved
+    // out. `received`: the data of those of its slices that do not hold it.
+    absl::Status Add(PushRequest* part, ReceivedBytes received = {});
     // After the last part: every shard whole, then what the mode does at the
     // end of a push (SSP: the worker's clock moves); the shards' outcomes.
     absl::StatusOr<PushResponse> Finish();
@@ -134,7 +137,9 @@ class ParameterServer {
     ParameterServer* const ps_;
     const CallLimits limits_;
     bool started_ = false;
-    PushRequest pending_;  // the header, and the slices of shards not yet whole
+    PushRequest pending_;             // the header, and the slices of shards not yet whole
+    ReceivedBytes pending_received_;  // of each of pending_'s slices
+    std::vector<const Shard*> pending_shards_;  // of each of pending_'s slices
     std::map<const Shard*, int64_t> pending_rows_;
     absl::flat_hash_set<const Shard*> applied_;  // or failed: handed to the policy
     int64_t bytes_ = 0;
@@ -191,17 +196,20 @@ class ParameterServer {
     ShardGradient gradient;
   };
   // Checks every gradient of `request` (variables, shapes, dtypes, tiling,
-  // NaN/Inf, versions) and decodes it; 16-bit values are widened into
-  // `widened`, which the parts point into.
+  // NaN/Inf, versions) and decodes it: from the slices, or from `received`
+  // where it says; 16-bit values are widened into `widened`, which the
+  // parts point into.
   absl::StatusOr<std::vector<PushedShard>> DecodePush(
-      const PushRequest& request, std::deque<std::vector<float>>* widened) const;
+      const PushRequest& request, const ReceivedBytes& received,
+      std::deque<std::vector<float>>* widened) const;
   // A push's checks before any of its shards: its `bytes` of gradients
   // (AdmitPushBytes, `limits`), its worker, the mode's fields. Renews the
   // worker's lease.
   absl::Status StartPush(const PushRequest& header, int64_t bytes, const CallLimits& limits);
   // Checks the shards of `request` whole (DecodePush), then hands each to
   // the policy, appending their outcomes to `response`.
-  absl::Status ApplyShards(const PushRequest& request, PushResponse* response);
+  absl::Status ApplyShards(const PushRequest& request, const ReceivedBytes& received,
+                           PushResponse* response);
   // Renews `worker`'s lease; OnWorkersChanged when it arrived.
   void Renew(int worker);
   // After workers arrived, died or finished: the policy's reaction, and the

@@ -5,9 +5,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -326,6 +329,56 @@ TEST(IncomingPushTest, AnErrorLeavesTheShardsBeforeItAndNothingAfter) {
   EXPECT_EQ(ValuesOfW(ps), std::vector<float>(kRows, -2.0f));
   EXPECT_EQ(ValuesOf(ps, "b"), std::vector<float>(2, 0.0f));
   EXPECT_EQ(ps.Describe().updates_applied(), 2);
+}
+
+// `slice`'s float32 data as a server's reads leave it in gRPC's buffers
+// (ReceivedBytes): one byte off alignment, in pieces of 1, 2, 3, ... whole
+// values; the slice keeps none of it.
+ReceivedSlice LeftInBuffers(ShardSlice* slice) {
+  const std::string& data = slice->tensor().data();
+  auto buffer = std::make_shared<std::string>(1 + data.size(), '\0');
+  std::memcpy(&(*buffer)[1], data.data(), data.size());
+  ReceivedSlice received;
+  received.bytes = static_cast<int64_t>(data.size());
+  for (size_t at = 1, n = 1; at < buffer->size(); at += n++ * sizeof(float)) {
+    received.pieces.emplace_back(buffer->data() + at,
+                                 std::min(n * sizeof(float), buffer->size() - at));
+  }
+  received.owner = buffer;
+  slice->mutable_tensor()->clear_data();
+  return received;
+}
+
+TEST(IncomingPushTest, DataLeftInGrpcBuffersAppliesAsHeldData) {
+  std::vector<float> grad(37);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = 0.25f * static_cast<float>(i) - 3.0f;
+  for (ConsistencyMode mode : {ASYNC, SYNC}) {
+    ParameterServer held(Config(mode, 1));
+    ParameterServer left(Config(mode, 1));
+    Create(held, WholeShard("v", 37));
+    Create(left, WholeShard("v", 37));
+    PushRequest push = PushOf({Gradient("v", 0, grad)});
+    ASSERT_TRUE(held.Push(push).ok());
+    ParameterServer::IncomingPush incoming(&left, StreamedCallLimits());
+    ASSERT_TRUE(incoming.Add(&push, {LeftInBuffers(push.mutable_gradients(0))}).ok());
+    EXPECT_EQ(incoming.bytes(), 37 * 4);
+    ASSERT_TRUE(incoming.Finish().ok());
+    EXPECT_EQ(left.Describe().updates_applied(), 1);
+    EXPECT_EQ(ValuesOf(left, "v"), ValuesOf(held, "v"));
+    EXPECT_EQ(ValuesOf(left, "v")[36], -6.0f);
+  }
+  ParameterServer ps(Config(ASYNC, 1));
+  Create(ps, WholeShard("v", 37));
+  std::vector<float> bad = grad;
+  bad[20] = std::nanf("");  // in the sixth piece
+  PushRequest push = PushOf({Gradient("v", 0, bad)});
+  ReceivedBytes received = {LeftInBuffers(push.mutable_gradients(0))};
+  const absl::Status nan = ps.Push(push, StreamedCallLimits(), received).status();
+  EXPECT_THAT(std::string(nan.message()), HasSubstr("variable 'v' shard 0: gradient element 20"));
+  received[0].bytes -= 4;
+  const absl::Status short_data = ps.Push(push, StreamedCallLimits(), received).status();
+  EXPECT_THAT(std::string(short_data.message()), HasSubstr("needs 148 bytes, got 144"));
+  EXPECT_EQ(ValuesOf(ps, "v"), std::vector<float>(37, 0.0f));
 }
 
 // Streams of hostile parts -- unknown variables and shards, rows out of

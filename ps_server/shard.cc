@@ -139,7 +139,7 @@ void Shard::ApplyAccumulatedLocked() {
   const int averaged = static_cast<int>(accumulated_from_.size());
   const float scale = 1.0f / static_cast<float>(averaged);
   for (float& g : accumulated_) g *= scale;
-  const absl::Span<const float> mean(accumulated_);
+  const FloatBytes mean = AsFloatBytes(accumulated_);
   ApplyLocked(absl::MakeConstSpan(&mean, 1), averaged);
   accumulated_.clear();
   accumulated_from_.clear();
@@ -155,18 +155,19 @@ absl::StatusOr<ShardPushResult> Shard::Accumulate(const ShardGradient& grad, int
       last_push_ids_.Seen(grad.worker, grad.push_id)) {
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
-  if (accumulated_.empty()) {
-    for (absl::Span<const float> part : grad.parts) {
-      accumulated_.insert(accumulated_.end(), part.begin(), part.end());
+  const bool first = accumulated_.empty();
+  if (first) accumulated_.resize(values_->size());
+  // Raw pointers: Span's bounds-checked [] keeps the loop from vectorising.
+  float* sum = accumulated_.data();
+  for (FloatBytes part : grad.parts) {
+    const size_t n = part.size() / sizeof(float);
+    if (n == 0) continue;
+    if (first) {
+      std::memcpy(sum, part.data(), part.size());
+    } else {
+      for (size_t i = 0; i < n; ++i) sum[i] += LoadFloat(part.data(), i);
     }
-  } else {
-    // Raw pointers: Span's bounds-checked [] keeps the loop from vectorising.
-    float* sum = accumulated_.data();
-    for (absl::Span<const float> part : grad.parts) {
-      const float* g = part.data();
-      for (size_t i = 0; i < part.size(); ++i) sum[i] += g[i];
-      sum += part.size();
-    }
+    sum += n;
   }
   accumulated_from_.push_back(grad.worker);
   if (static_cast<int>(accumulated_from_.size()) < required) {

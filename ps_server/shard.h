@@ -29,9 +29,9 @@ namespace fulcrum {
 // long as the shard.
 struct ShardGradient {
   int worker = 0;
-  uint64_t push_id = 0;                        // the push's idempotency key; 0: none
-  int64_t computed_at = 0;                     // the version the gradient was computed from
-  std::vector<absl::Span<const float>> parts;  // the shard's rows, in order
+  uint64_t push_id = 0;           // the push's idempotency key; 0: none
+  int64_t computed_at = 0;        // the version the gradient was computed from
+  std::vector<FloatBytes> parts;  // the shard's rows, in order
 };
 
 // The contents of a new shard of `spec` (valid, with a canonical variable

@@ -38,28 +38,29 @@ namespace {
 // updates costs more in handoffs than it saves.
 constexpr size_t kParallelElements = size_t{1} << 20;
 
-// The update rule on elements [0, n) of the shard's arrays. The arrays never
-// overlap; `__restrict` lets the compiler vectorise (with -fno-math-errno
-// for sqrt, set in BUILD), in AVX2 where the CPU has it (chosen as the
-// program loads). Without FMA (-ffp-contract=off) every path rounds each
-// operation alike, so replicas on different CPUs stay bit-identical.
+// The update rule on elements [0, n) of the shard's arrays; the gradient's
+// floats may lie at any address (LoadFloat). The arrays never overlap; `__restrict` lets the
+// compiler vectorise (with -fno-math-errno for sqrt, set in BUILD), in AVX2 where the CPU has it
+// (chosen as the program loads). Without FMA (-ffp-contract=off) every path rounds each operation
+// alike, so replicas on different CPUs stay bit-identical.
 __attribute__((target_clones("avx2", "default"))) void ApplyRange(
-    const OptimizerSpec& spec, float lr, size_t n, const float* __restrict grad,
+    const OptimizerSpec& spec, float lr, size_t n, const char* __restrict grad_bytes,
     float* __restrict var, float* __restrict slot0, float* __restrict slot1) {
+  const auto grad = [grad_bytes](size_t i) { return LoadFloat(grad_bytes, i); };
   switch (spec.kind()) {
     case OptimizerSpec::SGD:
-      for (size_t i = 0; i < n; ++i) var[i] -= lr * grad[i];
+      for (size_t i = 0; i < n; ++i) var[i] -= lr * grad(i);
       break;
     case OptimizerSpec::MOMENTUM: {
       const float m = spec.momentum();
       if (spec.nesterov()) {
         for (size_t i = 0; i < n; ++i) {
-          slot0[i] = m * slot0[i] + grad[i];
-          var[i] -= lr * (grad[i] + m * slot0[i]);
+          slot0[i] = m * slot0[i] + grad(i);
+          var[i] -= lr * (grad(i) + m * slot0[i]);
         }
       } else {
         for (size_t i = 0; i < n; ++i) {
-          slot0[i] = m * slot0[i] + grad[i];
+          slot0[i] = m * slot0[i] + grad(i);
           var[i] -= lr * slot0[i];
         }
       }
@@ -68,8 +69,8 @@ __attribute__((target_clones("avx2", "default"))) void ApplyRange(
     case OptimizerSpec::ADAGRAD: {
       const float eps = spec.epsilon();
       for (size_t i = 0; i < n; ++i) {
-        slot0[i] += grad[i] * grad[i];
-        var[i] -= lr * grad[i] / (std::sqrt(slot0[i]) + eps);
+        slot0[i] += grad(i) * grad(i);
+        var[i] -= lr * grad(i) / (std::sqrt(slot0[i]) + eps);
       }
       break;
     }
@@ -78,8 +79,8 @@ __attribute__((target_clones("avx2", "default"))) void ApplyRange(
       const float b1 = spec.beta1();
       const float b2 = spec.beta2();
       for (size_t i = 0; i < n; ++i) {
-        slot0[i] = b1 * slot0[i] + (1.0f - b1) * grad[i];
-        slot1[i] = b2 * slot1[i] + (1.0f - b2) * grad[i] * grad[i];
+        slot0[i] = b1 * slot0[i] + (1.0f - b1) * grad(i);
+        slot1[i] = b2 * slot1[i] + (1.0f - b2) * grad(i) * grad(i);
         var[i] -= lr * slot0[i] / (std::sqrt(slot1[i]) + eps);
       }
       break;
@@ -89,9 +90,9 @@ __attribute__((target_clones("avx2", "default"))) void ApplyRange(
       const float two_l2 = 2.0f * spec.l2();
       const float beta = spec.ftrl_beta();
       for (size_t i = 0; i < n; ++i) {
-        const float n_new = slot1[i] + grad[i] * grad[i];
+        const float n_new = slot1[i] + grad(i) * grad(i);
         const float sqrt_new = std::sqrt(n_new);
-        slot0[i] += grad[i] - (sqrt_new - std::sqrt(slot1[i])) / lr * var[i];
+        slot0[i] += grad(i) - (sqrt_new - std::sqrt(slot1[i])) / lr * var[i];
         slot1[i] = n_new;
         const float z = slot0[i];
         const float shrunk = z > l1 ? l1 - z : (z < -l1 ? -l1 - z : 0.0f);
@@ -137,15 +138,15 @@ void ApplyGradientToRow(const OptimizerSpec& spec, int64_t iteration, int averag
   const size_t width = grad.size();
   const int slots = NumSlots(spec);
   CHECK(row.size() == width * (1 + slots));
-  ApplyRange(spec, UpdateRate(spec, iteration, averaged), width, grad.data(), row.data(),
-             slots > 0 ? row.data() + width : nullptr,
+  ApplyRange(spec, UpdateRate(spec, iteration, averaged), width, AsFloatBytes(grad).data(),
+             row.data(), slots > 0 ? row.data() + width : nullptr,
              slots > 1 ? row.data() + 2 * width : nullptr);
 }
 
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots) {
   size_t grad_size = 0;
-  for (absl::Span<const float> part : grad) grad_size += part.size();
+  for (FloatBytes part : grad) grad_size += part.size() / sizeof(float);
   CHECK(grad_size == var.size());
   const float lr = UpdateRate(spec, iteration, averaged);
   float* slot0 = slots.size() > 0 ? slots[0].data() : nullptr;
@@ -162,15 +163,16 @@ void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, G
     const size_t end = std::min(n, begin + per_part);
     // Elements [begin, end) of the shard, from whichever gradient parts hold them.
     size_t part_begin = 0;
-    for (absl::Span<const float> part : grad) {
+    for (FloatBytes part : grad) {
+      const size_t size = part.size() / sizeof(float);
       const size_t lo = std::max(begin, part_begin);
-      const size_t hi = std::min(end, part_begin + part.size());
+      const size_t hi = std::min(end, part_begin + size);
       if (lo < hi) {
-        ApplyRange(spec, lr, hi - lo, part.data() + (lo - part_begin), var.data() + lo,
-                   slot0 == nullptr ? nullptr : slot0 + lo,
+        ApplyRange(spec, lr, hi - lo, part.data() + (lo - part_begin) * sizeof(float),
+                   var.data() + lo, slot0 == nullptr ? nullptr : slot0 + lo,
                    slot1 == nullptr ? nullptr : slot1 + lo);
       }
-      part_begin += part.size();
+      part_begin += size;
     }
   });
 }

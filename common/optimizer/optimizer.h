@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "common/tensor.h"
 #include "proto/tensor.pb.h"
 
 namespace fulcrum {
@@ -26,9 +27,10 @@ int NumSlots(const OptimizerSpec& spec);
 // canonical (CanonicalSpec).
 OptimizerSlots MakeSlots(const OptimizerSpec& spec, int64_t num_elements);
 
-// A shard's gradient as consecutive parts (the slices it arrived in) whose
-// concatenation is as long as the shard.
-using GradientParts = absl::Span<const absl::Span<const float>>;
+// A shard's gradient as consecutive parts (the slices it arrived in, or the
+// pieces of gRPC's buffers they lie in) whose concatenation is as long as
+// the shard. Parts may lie at any address.
+using GradientParts = absl::Span<const FloatBytes>;
 
 // The learning rate of an update that averages `averaged` (>= 1) gradients:
 // spec.learning_rate scaled as spec.learning_rate_scaling says.

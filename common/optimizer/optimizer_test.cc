@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "common/tensor.h"
@@ -41,7 +43,7 @@ TEST_P(OptimizerTest, MatchesHandComputedSteps) {
     // The second element gets the negated gradient: every rule here is odd
     // in the gradient, so it must move by the same amount the other way.
     const std::vector<float> grad = {grads[step], -grads[step]};
-    const absl::Span<const float> whole(grad);
+    const FloatBytes whole = AsFloatBytes(grad);
     ApplyGradient(opt, step + 1, 1, {whole}, absl::MakeSpan(var), slots);
     EXPECT_NEAR(var[0], c.expected[step], 2e-6) << c.name << " step " << step + 1;
     EXPECT_NEAR(var[1], 2.0 - c.expected[step], 2e-6) << c.name << " step " << step + 1;
@@ -59,8 +61,9 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // A shard large enough to be split over threads (and vectorised), with its
-// gradient in parts as slices bring it, must be updated exactly as small
-// updates of the same rule would.
+// gradient in parts as slices bring it, at odd addresses as gRPC's buffers
+// hold them, must be updated exactly as small aligned updates of the same
+// rule would.
 TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
   const Case& c = GetParam();
   VariableSpec spec;
@@ -86,16 +89,23 @@ TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
   for (size_t begin = 0; begin < n; begin += kPiece) {
     piece_slots.push_back(MakeSlots(opt, std::min(kPiece, n - begin)));
   }
-  // Parts that straddle the threads' ranges: one element, then uneven sizes.
+  // Parts that straddle the threads' ranges: one element, then uneven
+  // sizes; all one byte off alignment.
   const absl::Span<const float> all(grad);
-  const std::vector<absl::Span<const float>> parts = {
-      all.subspan(0, 1), all.subspan(1, (size_t{1} << 20) + 3),
-      all.subspan((size_t{1} << 20) + 4, size_t{1} << 20), all.subspan((size_t{2} << 20) + 4)};
+  std::string misaligned(1 + n * sizeof(float), '\0');
+  std::memcpy(&misaligned[1], grad.data(), n * sizeof(float));
+  const FloatBytes bytes(misaligned.data() + 1, n * sizeof(float));
+  const auto floats = [&](size_t begin, size_t count) {
+    return bytes.subspan(begin * sizeof(float), count * sizeof(float));
+  };
+  const std::vector<FloatBytes> parts = {floats(0, 1), floats(1, (size_t{1} << 20) + 3),
+                                         floats((size_t{1} << 20) + 4, size_t{1} << 20),
+                                         floats((size_t{2} << 20) + 4, n - (size_t{2} << 20) - 4)};
   for (int step = 1; step <= 3; ++step) {
     ApplyGradient(opt, step, 1, parts, absl::MakeSpan(big), big_slots);
     for (size_t begin = 0, p = 0; begin < n; begin += kPiece, ++p) {
       const size_t len = std::min(kPiece, n - begin);
-      const absl::Span<const float> piece = all.subspan(begin, len);
+      const FloatBytes piece = AsFloatBytes(all.subspan(begin, len));
       ApplyGradient(opt, step, 1, {piece}, absl::MakeSpan(&small[begin], len), piece_slots[p]);
     }
     size_t differ = 0, first = n;
@@ -126,7 +136,7 @@ TEST(OptimizerTest, LearningRateScalesWithTheGradientsAveraged) {
   std::vector<float> var = {1.0f};
   OptimizerSlots slots = MakeSlots(spec, 1);
   const std::vector<float> grad = {10.0f};
-  const absl::Span<const float> whole(grad);
+  const FloatBytes whole = AsFloatBytes(grad);
   ApplyGradient(spec, 1, 4, {whole}, absl::MakeSpan(var), slots);
   EXPECT_FLOAT_EQ(var[0], 1.0f - 4e-3f * 10.0f);
 }
@@ -156,7 +166,7 @@ TEST(FtrlTest, MatchesAReferenceInDouble) {
                               {0.3, -0.7, 0.01, 0.0}};
   for (int step = 0; step < 5; ++step) {
     std::vector<float> grad(grads[step], grads[step] + 4);
-    const absl::Span<const float> whole(grad);
+    const FloatBytes whole = AsFloatBytes(grad);
     ApplyGradient(opt, step + 1, 1, {whole}, absl::MakeSpan(var), slots);
     for (int i = 0; i < 4; ++i) {
       const double g = grads[step][i], n_new = n[i] + g * g;

@@ -2,12 +2,17 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 #include <grpcpp/support/slice.h>
 
+#include <array>
 #include <climits>
+#include <cstring>
+#include <deque>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -21,9 +26,12 @@ namespace {
 
 using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
 
 // The pull of the current thread's LendTensorBytes scope, or null.
 thread_local std::shared_ptr<const OutgoingPull> current_pull;
+// The current thread's ReceiveTensorBytes scope, or null.
+thread_local ReceiveTensorBytes* current_receive = nullptr;
 
 // Bytes of each buffer given to protobuf for what is not lent (tags,
 // lengths, small fields): protobuf lends a byte field only when it does not
@@ -86,13 +94,26 @@ class LendingStream final : public google::protobuf::io::ZeroCopyOutputStream {
   int64_t bytes_ = 0;
 };
 
-// A PullResponse parser that reads DT_FLOAT tensor data where a placer
-// says, and everything else as protobuf would (ps_service.proto,
-// tensor.proto): fields by number and wire type; unknown fields are
-// skipped, not kept.
-class PlacingParser {
+// Where the DT_FLOAT data of received pushes stays: the message's buffer,
+// read in place, and the values split between two of its slices, copied.
+struct ReceivedMessage {
+  explicit ReceivedMessage(grpc::ByteBuffer* message) { buffer.Swap(message); }
+  grpc::ByteBuffer buffer;
+  // Reads `buffer` (declared after it, so destroyed before it).
+  std::optional<grpc::ProtoBufferReader> reader;
+  std::deque<std::array<char, sizeof(float)>> split_values;  // never move
+};
+
+// A parser of the messages that carry tensors (ps_service.proto,
+// tensor.proto): a PullResponse's DT_FLOAT data goes where a placer says
+// (client), a push's stays in the buffer it arrived in (server), and
+// everything else is read as protobuf would: fields by number and wire
+// type, unknown ones skipped, not kept.
+class WireParser {
  public:
-  PlacingParser(CodedInputStream* in, SlicePlacer* placer) : in_(in), placer_(placer) {}
+  WireParser(CodedInputStream* in, SlicePlacer* placer) : in_(in), placer_(placer) {}
+  WireParser(CodedInputStream* in, std::shared_ptr<ReceivedMessage> received)
+      : in_(in), received_(std::move(received)) {}
 
   bool Response(PullResponse* response) {
     while (const uint32_t tag = in_->ReadTag()) {
@@ -109,6 +130,45 @@ class PlacingParser {
       }
     }
     return in_->ConsumedEntireMessage();
+  }
+
+  // A PushRequest; `out` gets an entry per gradient slice.
+  bool Push(PushRequest* push, ReceivedBytes* out) {
+    std::string rest;  // the fields other than the gradients, for protobuf
+    {
+      google::protobuf::io::StringOutputStream rest_stream(&rest);
+      CodedOutputStream rest_out(&rest_stream);
+      while (const uint32_t tag = in_->ReadTag()) {
+        if (tag ==
+            Tag(PushRequest::kGradientsFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+          ShardSlice* slice = push->add_gradients();
+          out->emplace_back();
+          slice_received_ = &out->back();
+          if (!Nested([&] { return Slice(slice); })) return false;
+        } else if (!WireFormatLite::SkipField(in_, tag, &rest_out)) {
+          return false;
+        }
+      }
+    }
+    return in_->ConsumedEntireMessage() && push->MergeFromString(rest);
+  }
+
+  // A PushPullRequest; `out` gets an entry per gradient slice of its push.
+  bool PushPull(PushPullRequest* message, ReceivedBytes* out) {
+    std::string rest;  // the pull, for protobuf
+    {
+      google::protobuf::io::StringOutputStream rest_stream(&rest);
+      CodedOutputStream rest_out(&rest_stream);
+      while (const uint32_t tag = in_->ReadTag()) {
+        if (tag ==
+            Tag(PushPullRequest::kPushFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+          if (!Nested([&] { return Push(message->mutable_push(), out); })) return false;
+        } else if (!WireFormatLite::SkipField(in_, tag, &rest_out)) {
+          return false;
+        }
+      }
+    }
+    return in_->ConsumedEntireMessage() && message->MergeFromString(rest);
   }
 
  private:
@@ -198,7 +258,11 @@ class PlacingParser {
         float* place = ok && placer_ != nullptr && tensor->dtype() == DT_FLOAT
                            ? placer_->Place(*slice, static_cast<size_t>(length))
                            : nullptr;
-        if (place != nullptr) {
+        if (ok && received_ != nullptr && tensor->dtype() == DT_FLOAT) {
+          ok = LeaveInPlace(length);
+          tensor->clear_data();
+          *placed = true;
+        } else if (place != nullptr) {
           ok = in_->ReadRaw(place, length);
           tensor->clear_data();
           *placed = true;
@@ -213,11 +277,50 @@ class PlacingParser {
     return in_->ConsumedEntireMessage();
   }
 
-  CodedInputStream* const in_;
-  SlicePlacer* const placer_;  // null: nothing is placed
-};
+  // Takes the next `length` bytes as the current slice's received data:
+  // where they lie in the buffer's slices, in pieces of whole values.
+  bool LeaveInPlace(int length) {
+    ReceivedSlice& out = *slice_received_;
+    out = ReceivedSlice();
+    out.bytes = length;
+    out.owner = received_;
+    int carried = 0;  // bytes of a value split between two buffer slices
+    std::array<char, sizeof(float)> carry;
+    while (length > 0) {
+      const void* data = nullptr;
+      int size = 0;
+      if (!in_->GetDirectBufferPointer(&data, &size)) return false;
+      size = std::min(size, length);
+      const char* bytes = static_cast<const char*>(data);
+      int at = 0;
+      if (carried > 0) {
+        const int fill = std::min<int>(size, sizeof(float) - carried);
+        std::memcpy(carry.data() + carried, bytes, fill);
+        carried += fill;
+        at = fill;
+        if (carried == sizeof(float)) {
+          received_->split_values.push_back(carry);
+          out.pieces.emplace_back(received_->split_values.back().data(), sizeof(float));
+          carried = 0;
+        }
+      }
+      if (carried == 0) {  // else all of this buffer slice went to the carry
+        const int whole = (size - at) / static_cast<int>(sizeof(float)) * sizeof(float);
+        if (whole > 0) out.pieces.emplace_back(bytes + at, whole);
+        carried = size - at - whole;
+        std::memcpy(carry.data(), bytes + at + whole, carried);
+      }
+      in_->Skip(size);
+      length -= size;
+    }
+    return true;
+  }
 
-using google::protobuf::io::CodedOutputStream;
+  CodedInputStream* const in_;
+  SlicePlacer* const placer_ = nullptr;              // null: nothing is placed
+  const std::shared_ptr<ReceivedMessage> received_;  // null: nothing is left in place
+  ReceivedSlice* slice_received_ = nullptr;          // the current push slice's
+};
 
 // What `write` writes, with large byte fields lent on behalf of `owner`.
 template <typename Write>
@@ -376,13 +479,68 @@ absl::Status ParsePullResponse(grpc::ByteBuffer* buffer, SlicePlacer* placer, Pu
     }
     CodedInputStream in(&reader);
     out->Clear();
-    parsed = PlacingParser(&in, placer).Response(out);
+    parsed = WireParser(&in, placer).Response(out);
   }
   buffer->Clear();
   if (!parsed) {
     return absl::DataLossError("malformed pull response (not protobuf, or fields out of order)");
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// ParseReceivedPush of a `Message`, parsed by `parse`.
+template <typename Message, typename Parse>
+absl::Status ParseReceiving(grpc::ByteBuffer* buffer, Message* out, ReceivedBytes* received,
+                            Parse parse) {
+  out->Clear();
+  received->clear();
+  auto message = std::make_shared<ReceivedMessage>(buffer);
+  message->reader.emplace(&message->buffer);
+  if (!message->reader->status().ok()) {
+    return absl::DataLossError(
+        absl::StrCat("unreadable push: ", message->reader->status().error_message()));
+  }
+  bool parsed = false;
+  {
+    CodedInputStream in(&*message->reader);
+    WireParser parser(&in, message);
+    parsed = parse(parser);
+  }
+  if (!parsed) {
+    received->clear();
+    return absl::DataLossError("malformed push (not protobuf, or fields out of order)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseReceivedPush(grpc::ByteBuffer* buffer, PushRequest* out,
+                               ReceivedBytes* received) {
+  return ParseReceiving(buffer, out, received,
+                        [&](WireParser& parser) { return parser.Push(out, received); });
+}
+
+absl::Status ParseReceivedPush(grpc::ByteBuffer* buffer, PushPullRequest* out,
+                               ReceivedBytes* received) {
+  return ParseReceiving(buffer, out, received,
+                        [&](WireParser& parser) { return parser.PushPull(out, received); });
+}
+
+ReceiveTensorBytes::ReceiveTensorBytes() {
+  CHECK(current_receive == nullptr && "ReceiveTensorBytes scopes do not nest");
+  current_receive = this;
+}
+
+ReceiveTensorBytes::~ReceiveTensorBytes() { current_receive = nullptr; }
+
+ReceivedBytes ReceiveTensorBytes::Take() { return std::move(received_); }
+
+void ReceiveTensorBytes::Record(absl::Status parsed, ReceivedBytes received) {
+  received_ = std::move(received);
+  if (!parsed.ok()) error_ = std::move(parsed);
 }
 
 LendTensorBytes::LendTensorBytes(std::shared_ptr<const OutgoingPull> pull) {
@@ -409,4 +567,45 @@ grpc::Status grpc::SerializationTraits<fulcrum::PullResponse>::Serialize(
 grpc::Status grpc::SerializationTraits<fulcrum::PullResponse>::Deserialize(
     ByteBuffer* buffer, fulcrum::PullResponse* message) {
   return GenericDeserialize<ProtoBufferReader, fulcrum::PullResponse>(buffer, message);
+}
+
+namespace {
+
+// A push's Deserialize: ParseReceivedPush inside a ReceiveTensorBytes
+// scope, protobuf's outside.
+template <typename Message>
+grpc::Status DeserializePush(grpc::ByteBuffer* buffer, Message* message) {
+  fulcrum::ReceiveTensorBytes* scope = fulcrum::current_receive;
+  if (scope == nullptr) {
+    return grpc::GenericDeserialize<grpc::ProtoBufferReader, Message>(buffer, message);
+  }
+  fulcrum::ReceivedBytes received;
+  absl::Status parsed = fulcrum::ParseReceivedPush(buffer, message, &received);
+  grpc::Status status =
+      parsed.ok() ? grpc::Status::OK
+                  : grpc::Status(grpc::StatusCode::INTERNAL, std::string(parsed.message()));
+  scope->Record(std::move(parsed), std::move(received));
+  return status;
+}
+
+}  // namespace
+
+grpc::Status grpc::SerializationTraits<fulcrum::PushRequest>::Serialize(
+    const fulcrum::PushRequest& message, ByteBuffer* buffer, bool* own_buffer) {
+  return GenericSerialize<ProtoBufferWriter, fulcrum::PushRequest>(message, buffer, own_buffer);
+}
+
+grpc::Status grpc::SerializationTraits<fulcrum::PushRequest>::Deserialize(
+    ByteBuffer* buffer, fulcrum::PushRequest* message) {
+  return DeserializePush(buffer, message);
+}
+
+grpc::Status grpc::SerializationTraits<fulcrum::PushPullRequest>::Serialize(
+    const fulcrum::PushPullRequest& message, ByteBuffer* buffer, bool* own_buffer) {
+  return GenericSerialize<ProtoBufferWriter, fulcrum::PushPullRequest>(message, buffer, own_buffer);
+}
+
+grpc::Status grpc::SerializationTraits<fulcrum::PushPullRequest>::Deserialize(
+    ByteBuffer* buffer, fulcrum::PushPullRequest* message) {
+  return DeserializePush(buffer, message);
 }

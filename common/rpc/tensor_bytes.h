@@ -21,11 +21,19 @@
 // Receiving. Protobuf parses a tensor's bytes into the message, and the
 // reader then copies them to where they belong. ParsePullResponse reads
 // DT_FLOAT tensor data from gRPC's buffers straight to where a SlicePlacer
-// says instead; placed slices arrive without data.
+// says instead; placed slices arrive without data. A server parses pushes
+// with ParseReceivedPush, which leaves their DT_FLOAT gradient data in
+// gRPC's buffers, to be applied from there (ReceivedBytes). Its generated
+// handlers parse inside Read, so it reads inside a ReceiveTensorBytes
+// scope:
+//
+//   ReceiveTensorBytes receive;
+//   while (reader->Read(&part)) Use(part, receive.Take());
+//   if (!receive.error().ok()) ...  // a message that could not be parsed
 //
 // This header is included by the generated ps_service.grpc.pb.h (see
 // proto/BUILD.bazel), so that gRPC's code everywhere serialises pull
-// responses through the traits declared here.
+// responses and parses pushes through the traits declared here.
 #ifndef FULCRUM_COMMON_RPC_TENSOR_BYTES_H_
 #define FULCRUM_COMMON_RPC_TENSOR_BYTES_H_
 
@@ -37,18 +45,13 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "common/slices.h"
 
 namespace google::protobuf {
 class MessageLite;
 }  // namespace google::protobuf
 
 namespace fulcrum {
-
-class PullRequest;
-class PullResponse;
-class SlicePlacer;
-struct OutgoingPull;
-struct OutgoingPush;
 
 // Byte fields at least this large are lent; smaller ones are copied, which
 // costs less than the reference that lending them would take.
@@ -75,6 +78,38 @@ grpc::ByteBuffer SerializePull(const OutgoingPull& pull, const std::shared_ptr<c
 // skipped): DATA_LOSS "malformed pull response ...". Consumes `buffer`.
 absl::Status ParsePullResponse(grpc::ByteBuffer* buffer, SlicePlacer* placer, PullResponse* out);
 
+// Parses a PushRequest, or a PushPullRequest's push and pull, leaving the
+// DT_FLOAT data of the push's gradient slices in `buffer`'s slices:
+// `received` gets an entry per gradient slice (ReceivedSlice), whose owner
+// keeps what the buffer held. DATA_LOSS "malformed push ..." when it is not
+// one. Consumes `buffer`.
+absl::Status ParseReceivedPush(grpc::ByteBuffer* buffer, PushRequest* out, ReceivedBytes* received);
+absl::Status ParseReceivedPush(grpc::ByteBuffer* buffer, PushPullRequest* out,
+                               ReceivedBytes* received);
+
+// See the top of this file: the PushRequests and PushPullRequests that this
+// thread's reads parse while the scope lives are parsed as
+// ParseReceivedPush does. Scopes do not nest.
+class ReceiveTensorBytes {
+ public:
+  ReceiveTensorBytes();
+  ~ReceiveTensorBytes();
+  ReceiveTensorBytes(const ReceiveTensorBytes&) = delete;
+  ReceiveTensorBytes& operator=(const ReceiveTensorBytes&) = delete;
+
+  // What the last message read left in gRPC's buffers (moved out).
+  ReceivedBytes Take();
+  // Why a read failed to parse its message (which ends the reads), or OK.
+  const absl::Status& error() const { return error_; }
+
+  // For the serialisers: records a message's parse.
+  void Record(absl::Status parsed, ReceivedBytes received);
+
+ private:
+  ReceivedBytes received_;
+  absl::Status error_;
+};
+
 // See the top of this file: `pull`'s response, written by this thread
 // while the scope lives, is serialised as SerializePull does, on behalf of
 // `pull`. Scopes do not nest, and write no other pull response.
@@ -99,6 +134,24 @@ class SerializationTraits<fulcrum::PullResponse> {
   static Status Serialize(const fulcrum::PullResponse& message, ByteBuffer* buffer,
                           bool* own_buffer);
   static Status Deserialize(ByteBuffer* buffer, fulcrum::PullResponse* message);
+};
+
+// gRPC's parsers for pushes: protobuf's, except inside a ReceiveTensorBytes
+// scope.
+template <>
+class SerializationTraits<fulcrum::PushRequest> {
+ public:
+  static Status Serialize(const fulcrum::PushRequest& message, ByteBuffer* buffer,
+                          bool* own_buffer);
+  static Status Deserialize(ByteBuffer* buffer, fulcrum::PushRequest* message);
+};
+
+template <>
+class SerializationTraits<fulcrum::PushPullRequest> {
+ public:
+  static Status Serialize(const fulcrum::PushPullRequest& message, ByteBuffer* buffer,
+                          bool* own_buffer);
+  static Status Deserialize(ByteBuffer* buffer, fulcrum::PushPullRequest* message);
 };
 
 }  // namespace grpc

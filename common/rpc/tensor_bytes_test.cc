@@ -362,6 +362,12 @@ TEST(ParsePullResponseTest, TruncatedMessagesFailWithoutReadingPastTheEnd) {
   }
 }
 
+// `bytes` with `flips` bytes changed at random.
+std::string Corrupted(std::string bytes, int flips, std::mt19937& random) {
+  for (; flips > 0; --flips) bytes[random() % bytes.size()] = static_cast<char>(random());
+  return bytes;
+}
+
 // Corrupted bytes from a broken or hostile server fail or parse, but never
 // read or write out of bounds (run under ASan to see that).
 TEST(ParsePullResponseTest, CorruptedMessagesNeverOverrun) {
@@ -369,15 +375,167 @@ TEST(ParsePullResponseTest, CorruptedMessagesNeverOverrun) {
   std::mt19937 random(7);
   int parsed = 0;
   for (int trial = 0; trial < 2000; ++trial) {
-    std::string corrupt = bytes;
-    for (int flips = 1 + trial % 4; flips > 0; --flips) {
-      corrupt[random() % corrupt.size()] = static_cast<char>(random());
-    }
     TestPlacer placer(3000);
     PullResponse received;
-    parsed += Parse(corrupt, &placer, &received).ok();
+    parsed += Parse(Corrupted(bytes, 1 + trial % 4, random), &placer, &received).ok();
   }
   EXPECT_GT(parsed, 0);  // flips inside tensor data still parse
+}
+
+// A push-pull as a worker sends it: a header, two float32 gradient slices,
+// a bfloat16 one, and a pull.
+PushPullRequest MixedPushPull() {
+  PushPullRequest message;
+  PushRequest* push = message.mutable_push();
+  push->set_worker_id(2);
+  push->set_clock(5);
+  push->set_incarnation(7);
+  push->set_push_id(11);
+  *push->add_gradients() = FloatSlice("w", 3, 3000);
+  *push->add_gradients() = FloatSlice("b", 0, 10);
+  ShardSlice* half = push->add_gradients();
+  *half = FloatSlice("h", 0, 8);
+  half->mutable_tensor()->set_dtype(DT_BFLOAT16);  // not float32: held
+  half->mutable_tensor()->mutable_data()->resize(16);
+  message.mutable_pull()->set_worker_id(2);
+  message.mutable_pull()->add_shards()->set_variable("w");
+  return message;
+}
+
+// `bytes` cut at random into slices of `min_size` to min_size + 36 bytes.
+std::vector<grpc::Slice> RandomCuts(const std::string& bytes, size_t min_size, unsigned seed) {
+  std::mt19937 random(seed);
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0, size = 0; at < bytes.size(); at += size) {
+    size = std::min<size_t>(min_size + random() % 37, bytes.size() - at);
+    slices.emplace_back(bytes.data() + at, size);
+  }
+  return slices;
+}
+
+// The bytes of received data, joined.
+std::string Joined(const ReceivedSlice& received) {
+  std::string bytes;
+  for (const FloatBytes piece : received.pieces) bytes.append(piece.data(), piece.size());
+  return bytes;
+}
+
+TEST(ParseReceivedPushTest, FloatDataStaysInTheBuffersInPiecesOfWholeValues) {
+  const PushPullRequest sent = MixedPushPull();
+  for (unsigned seed = 1; seed <= 20; ++seed) {
+    // Slices of a few bytes split values over three or four of them; from
+    // 24 bytes on, gRPC's slices are references to memory, not inlined
+    // copies, so the test can see where pieces point.
+    const size_t min_size = seed <= 10 ? 1 : 24;
+    std::vector<grpc::Slice> slices = RandomCuts(sent.SerializeAsString(), min_size, seed);
+    grpc::ByteBuffer buffer(slices.data(), slices.size());
+    PushPullRequest parsed;
+    ReceivedBytes received;
+    ASSERT_TRUE(ParseReceivedPush(&buffer, &parsed, &received).ok());
+    // The message as protobuf parses it, less the float32 data.
+    PushPullRequest expected = sent;
+    expected.mutable_push()->mutable_gradients(0)->mutable_tensor()->clear_data();
+    expected.mutable_push()->mutable_gradients(1)->mutable_tensor()->clear_data();
+    EXPECT_TRUE(parsed.SerializeAsString() == expected.SerializeAsString()) << seed;
+    EXPECT_TRUE(parsed.push().has_worker_id() && parsed.push().has_clock());
+    ASSERT_EQ(received.size(), 3u);
+    EXPECT_EQ(received[2].owner, nullptr) << "the bfloat16 slice holds its data";
+    for (int i = 0; i < 2; ++i) {
+      const std::string& data = sent.push().gradients(i).tensor().data();
+      ASSERT_NE(received[i].owner, nullptr);
+      EXPECT_EQ(received[i].bytes, static_cast<int64_t>(data.size()));
+      EXPECT_TRUE(Joined(received[i]) == data) << seed;
+      for (const FloatBytes piece : received[i].pieces) {
+        EXPECT_EQ(piece.size() % sizeof(float), 0u);
+        // A piece of one value may be one split between slices.
+        if (min_size < 24 || piece.size() == sizeof(float)) continue;
+        // Longer pieces are read where they lie: inside one of the slices.
+        EXPECT_TRUE(std::any_of(slices.begin(), slices.end(),
+                                [&](const grpc::Slice& slice) {
+                                  const char* begin = reinterpret_cast<const char*>(slice.begin());
+                                  return piece.data() >= begin &&
+                                         piece.data() + piece.size() <= begin + slice.size();
+                                }))
+            << "a piece of " << piece.size() << " bytes was copied";
+      }
+    }
+    // The owner alone keeps the bytes (ASan would see a read of freed ones).
+    slices.clear();
+    buffer.Clear();
+    EXPECT_TRUE(Joined(received[0]) == sent.push().gradients(0).tensor().data());
+  }
+}
+
+TEST(ParseReceivedPushTest, PushRequestsParseToo) {
+  const PushRequest sent = MixedPushPull().push();
+  grpc::ByteBuffer buffer = Buffer(sent.SerializeAsString());
+  PushRequest parsed;
+  ReceivedBytes received;
+  ASSERT_TRUE(ParseReceivedPush(&buffer, &parsed, &received).ok());
+  EXPECT_EQ(parsed.push_id(), 11u);
+  EXPECT_EQ(parsed.gradients_size(), 3);
+  EXPECT_TRUE(parsed.gradients(0).tensor().data().empty());
+  EXPECT_TRUE(Joined(received[0]) == sent.gradients(0).tensor().data());
+  // Without float32 data nothing stays in the buffer.
+  PushRequest header;
+  header.set_worker_id(1);
+  buffer = Buffer(header.SerializeAsString());
+  ASSERT_TRUE(ParseReceivedPush(&buffer, &parsed, &received).ok());
+  EXPECT_TRUE(received.empty());
+  EXPECT_EQ(parsed.worker_id(), 1);
+}
+
+// Truncated or corrupted pushes from a broken or hostile worker fail or
+// parse, but never read out of bounds (run under ASan to see that), and
+// what they leave in the buffers is never more than they say.
+TEST(ParseReceivedPushTest, CorruptedPushesFailOrParseWithinTheirBytes) {
+  const std::string bytes = MixedPushPull().SerializeAsString();
+  for (size_t cut : {size_t{1}, size_t{9}, size_t{40}, bytes.size() / 2, bytes.size() - 1}) {
+    grpc::ByteBuffer buffer = Buffer(bytes.substr(0, cut));
+    PushPullRequest parsed;
+    ReceivedBytes received;
+    const absl::Status status = ParseReceivedPush(&buffer, &parsed, &received);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << "cut at " << cut;
+    EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("malformed push"));
+    EXPECT_TRUE(received.empty());
+  }
+  std::mt19937 random(7);
+  int parsed_count = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    grpc::ByteBuffer buffer = Buffer(Corrupted(bytes, 1 + trial % 4, random));
+    PushPullRequest parsed;
+    ReceivedBytes received;
+    if (!ParseReceivedPush(&buffer, &parsed, &received).ok()) continue;
+    ++parsed_count;
+    for (const ReceivedSlice& slice : received) {
+      EXPECT_LE(static_cast<int64_t>(Joined(slice).size()), slice.bytes);
+      EXPECT_GT(static_cast<int64_t>(Joined(slice).size()), slice.bytes - 4);
+    }
+  }
+  EXPECT_GT(parsed_count, 0);  // flips inside tensor data still parse
+}
+
+// Inside a ReceiveTensorBytes scope, gRPC's parser leaves pushes' data in
+// place and says why a message failed; outside, it is protobuf's.
+TEST(ReceiveTensorBytesTest, ReadsInTheScopeLeaveDataInPlace) {
+  const PushPullRequest sent = MixedPushPull();
+  grpc::ByteBuffer buffer = Buffer(sent.SerializeAsString());
+  PushPullRequest parsed;
+  ASSERT_TRUE(grpc::SerializationTraits<PushPullRequest>::Deserialize(&buffer, &parsed).ok());
+  EXPECT_TRUE(parsed.SerializeAsString() == sent.SerializeAsString());
+  ReceiveTensorBytes scope;
+  buffer = Buffer(sent.SerializeAsString());
+  ASSERT_TRUE(grpc::SerializationTraits<PushPullRequest>::Deserialize(&buffer, &parsed).ok());
+  EXPECT_TRUE(parsed.push().gradients(0).tensor().data().empty());
+  const ReceivedBytes received = scope.Take();
+  ASSERT_EQ(received.size(), 3u);
+  EXPECT_TRUE(Joined(received[0]) == sent.push().gradients(0).tensor().data());
+  EXPECT_TRUE(scope.Take().empty()) << "taken once";
+  EXPECT_TRUE(scope.error().ok());
+  buffer = Buffer("\x0a\x05\x12");  // truncated
+  PushRequest push;
+  EXPECT_FALSE(grpc::SerializationTraits<PushRequest>::Deserialize(&buffer, &push).ok());
+  EXPECT_EQ(scope.error().code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ struct Reference {
     InitialEmbeddingRow(spec, id, absl::MakeSpan(values));
   }
   void Apply(int64_t step, const std::vector<float>& grad) {
-    const absl::Span<const float> whole(grad);
+    const FloatBytes whole = AsFloatBytes(grad);
     ApplyGradient(opt, step, 1, {whole}, absl::MakeSpan(values), slots);
   }
   OptimizerSpec opt;

@@ -74,10 +74,12 @@ class PsGrpcServer::Service final
                     PushResponse* response) override {
     RpcTimer timer(metrics_, "Push");
     ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
+    ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushRequest part;
     while (reader->Read(&part)) {
-      if (absl::Status s = Receive(push, &part); !s.ok()) return ToGrpcStatus(s);
+      if (absl::Status s = Receive(push, &part, receive.Take()); !s.ok()) return ToGrpcStatus(s);
     }
+    if (!receive.error().ok()) return ToGrpcStatus(receive.error());
     auto result = push.Finish();
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
@@ -108,9 +110,12 @@ class PsGrpcServer::Service final
       }
       return taken;
     };
+    ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushPullRequest part;
     while (stream->Read(&part)) {
-      if (absl::Status s = Receive(push, part.mutable_push()); !s.ok()) return ToGrpcStatus(s);
+      if (absl::Status s = Receive(push, part.mutable_push(), receive.Take()); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
       if (part.has_pull()) {
         pull = part.pull();
         sent.assign(pull.shards_size(), false);
@@ -124,6 +129,7 @@ class PsGrpcServer::Service final
         return ToGrpcStatus(s);
       }
     }
+    if (!receive.error().ok()) return ToGrpcStatus(receive.error());
     auto pushed = push.Finish();
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
     // The rest, and the push's outcome.
@@ -150,13 +156,18 @@ class PsGrpcServer::Service final
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<PushPullRequest, PullResponse>* streamer) override {
     RpcTimer timer(metrics_, "PushPullSmall");
+    ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushPullRequest request;
     if (!streamer->Read(&request)) {
+      if (!receive.error().ok()) return ToGrpcStatus(receive.error());
       return {grpc::StatusCode::INTERNAL, "PushPullSmall: no request"};
     }
-    auto pushed = ps_->Push(request.push(), SmallCallLimits());
+    const ReceivedBytes received = receive.Take();
+    auto pushed = ps_->Push(request.push(), SmallCallLimits(), received);
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(TensorBytes(request.push().gradients()));
+    if (metrics_ != nullptr) {
+      metrics_->AddPushedBytes(TensorBytes(request.push().gradients(), received));
+    }
     // Without a pull part (an empty pull), only the push's outcome.
     return ToGrpcStatus(PullAndWrite(request.pull(), Deadline(context), SmallCallLimits(),
                                      kOneMessage, true, pushed->results(), streamer));
@@ -216,9 +227,10 @@ class PsGrpcServer::Service final
 
  private:
   // Hands a streamed push's next message to `push`, counting its bytes.
-  absl::Status Receive(ParameterServer::IncomingPush& push, PushRequest* part) {
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(TensorBytes(part->gradients()));
-    return push.Add(part);
+  absl::Status Receive(ParameterServer::IncomingPush& push, PushRequest* part,
+                       ReceivedBytes received) {
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(TensorBytes(part->gradients(), received));
+    return push.Add(part, std::move(received));
   }
 
   // Tensor bytes of a message that holds every pulled slice (a unary call's).

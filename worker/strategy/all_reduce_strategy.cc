@@ -262,7 +262,7 @@ absl::StatusOr<bool> AllReduceStrategy::Reduce(const TensorMap* gradients, const
   for (Variable& v : variables_) {
     absl::Span<float> grad = absl::MakeSpan(fused_).subspan(v.offset, v.values.size());
     for (float& g : grad) g *= scale;
-    const absl::Span<const float> parts[] = {grad};
+    const FloatBytes parts[] = {AsFloatBytes(grad)};
     ApplyGradient(v.spec.optimizer(), step_, averaged, parts, absl::MakeSpan(v.values), v.slots);
   }
   return true;

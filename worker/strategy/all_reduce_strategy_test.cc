@@ -126,7 +126,7 @@ TEST(AllReduceStrategyTest, ReplicasStayBitIdenticalAndFollowTheMeanGradient) {
       }
       for (int v = 0; v < 2; ++v) {
         for (float& g : mean[v]) g /= static_cast<float>(averaged);
-        const absl::Span<const float> parts[] = {mean[v]};
+        const FloatBytes parts[] = {AsFloatBytes(mean[v])};
         ApplyGradient(specs[v].optimizer(), s + 1, averaged, parts, absl::MakeSpan(values[v]),
                       slots[v]);
       }
