@@ -22,7 +22,7 @@ if ! $build_only; then
   # What the tests, the source checks and the demo add.
   PACKAGES+=(
     python3-venv clang-format clang clang-tidy libclang-rt-14-dev libgtest-dev libgmock-dev
-    dataset-fashion-mnist iproute2 nftables docker.io docker-compose debootstrap
+    dataset-fashion-mnist iproute2 nftables docker.io docker-compose debootstrap openssl
     # The Python package (python/): its extension, tests, examples and benchmark.
     python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest python3-pyflakes
   )
