@@ -36,7 +36,8 @@ trap 'rm -rf "$work"' EXIT
 fulcrum() {  # fulcrum NAME LAUNCHER_FLAGS...: "examples/s accuracy" from the chief's summary
   local name=$1
   shift
-  "$bin/deploy/local_cluster" "$@" --summary_json="$work/summary-$name.json" \
+  # Plaintext, as TensorFlow's runs are (TLS's cost: bench:dataplane_bench).
+  "$bin/deploy/local_cluster" --insecure "$@" --summary_json="$work/summary-$name.json" \
     -- --model=mlp --hidden=256,128 --optimizer=adam --learning_rate=0.001 \
     --batch_size=64 --epochs=1 --log_every_steps=100000 > "$work/cluster-$name.log" 2>&1 ||
     { tail -20 "$work/cluster-$name.log" >&2; exit 1; }

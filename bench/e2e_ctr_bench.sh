@@ -33,7 +33,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 fulcrum() {  # "examples/s auc best_auc" from the chief's summary
-  "$bin/deploy/local_cluster" --num_ps=2 --num_workers=3 --mode=async \
+  # Plaintext, as TensorFlow's runs are.
+  "$bin/deploy/local_cluster" --insecure --num_ps=2 --num_workers=3 --mode=async \
     --summary_json="$work/summary.json" -- --model=ctr --dataset=synthetic_ctr \
     --ctr_vocabulary=100000 --ctr_train_examples="$examples" --ctr_test_examples=20000 \
     --hidden=64,32 --embedding_dim=16 --optimizer=adam --learning_rate=0.002 \

@@ -10,16 +10,19 @@ import time
 
 def start_server(bin_dir, workdir, flags=(), mode="async", index=0, num_ps=1, workers=1):
     """Starts bin_dir/ps_server/ps_server as ps `index` of `num_ps` for
-    `workers` replicas, in `mode`, with `flags`, logging to
+    `workers` replicas, in `mode`, with `flags` (plaintext unless they hold
+    the --tls_* flags), logging to
     workdir/ps<index>.log; returns (process, "127.0.0.1:port")."""
     log_path = os.path.join(workdir, "ps%d.log" % index)
+    # Plaintext unless the flags give TLS.
+    plaintext = [] if any(f.startswith("--tls_") for f in flags) else ["--insecure"]
     env = dict(os.environ, TF_CONFIG=json.dumps({
         "cluster": {"ps": ["127.0.0.1:0"] * num_ps, "worker": ["127.0.0.1:0"] * workers},
         "task": {"type": "ps", "index": index}}))
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [os.path.join(bin_dir, "ps_server", "ps_server"), "--port=0", "--bind_host=127.0.0.1",
-             "--mode=" + mode] + list(flags),
+             "--mode=" + mode] + plaintext + list(flags),
             stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -96,7 +96,8 @@ def torch_figures(bin_dir, train_examples, epochs, workdir):
               "--test_examples=1000"]
     subprocess.run(
         [os.path.join(bin_dir, "deploy", "local_cluster"), "--num_ps=2", "--num_workers=3",
-         "--mode=sync", "--bin_dir=" + bin_dir, "--summary_json=" + summary,
+         "--mode=sync", "--insecure",  # plaintext, as DDP over Gloo is
+         "--bin_dir=" + bin_dir, "--summary_json=" + summary,
          "--worker_command=%s %s" % (sys.executable,
                                      os.path.join(ROOT, "examples", "torch_fashion_mnist.py")),
          "--"] + common, capture_output=True, text=True, timeout=3600, check=True)

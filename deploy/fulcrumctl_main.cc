@@ -27,6 +27,8 @@
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
 #include "common/memory_size.h"
+#include "common/rpc/credentials.h"
+#include "common/rpc/tls_flags.h"
 #include "common/tensor.h"
 #include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
@@ -41,6 +43,9 @@ ABSL_FLAG(std::string, reason, "stopped with fulcrumctl", "stop: the reason the 
 
 namespace fulcrum {
 namespace {
+
+// How calls to the servers are secured (the --tls_* flags or --insecure).
+TlsFiles g_tls;
 
 absl::StatusOr<std::vector<std::string>> PsHosts() {
   std::vector<std::string> hosts =
@@ -60,7 +65,7 @@ absl::StatusOr<std::vector<std::string>> PsHosts() {
 // SERVING, NOT_SERVING, or why the probe failed.
 std::string Health(const std::string& address, absl::Duration timeout, bool* serving) {
   auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(address, MakeChannelCredentials(g_tls)));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::health::v1::HealthCheckResponse response;
@@ -76,6 +81,9 @@ std::unique_ptr<PsClient> Client(const std::vector<std::string>& hosts) {
   options.worker_id = -1;
   options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_secs));
   options.retry_timeout = options.call_timeout;
+  options.tls_cert = g_tls.cert;
+  options.tls_key = g_tls.key;
+  options.tls_ca = g_tls.ca;
   return PsClient::Connect(hosts, options);
 }
 
@@ -233,9 +241,16 @@ int main(int argc, char** argv) {
       "  fulcrumctl checkpoint --ps_hosts=h:p,... --checkpoint_dir=DIR [--step=N]\n"
       "  fulcrumctl stop       --ps_hosts=h:p,... [--reason=TEXT]\n"
       "  fulcrumctl health     --address=h:p    (exit 0 when SERVING: a probe)\n\n"
-      "The servers come from --ps_hosts, else from TF_CONFIG's cluster.");
+      "The servers come from --ps_hosts, else from TF_CONFIG's cluster. Calls are secured\n"
+      "with --tls_cert, --tls_key and --tls_ca (mutual TLS), or plaintext with --insecure.");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const std::string command = args.size() > 1 ? args[1] : "";
+  auto tls = fulcrum::TlsFilesFromFlags();
+  if (!tls.ok()) {
+    std::cerr << "fulcrumctl: " << tls.status().message() << "\n";
+    return 2;
+  }
+  fulcrum::g_tls = *tls;
   if (command == "health") {
     if (absl::GetFlag(FLAGS_address).empty()) {
       std::cerr << "fulcrumctl: health needs --address=host:port\n";

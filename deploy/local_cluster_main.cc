@@ -20,12 +20,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <optional>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -68,6 +71,12 @@ ABSL_FLAG(std::string, worker_command, "",
           "--cpu_threads, --strategy, --mode, --staleness, --replicas_to_aggregate, the chief's "
           "--summary_json, --metrics_jsonl and --checkpoint_dir when set, then those after --. "
           "Only with --strategy=parameter_server.");
+ABSL_FLAG(bool, insecure, false,
+          "Plaintext gRPC between the processes (all on 127.0.0.1) instead of mutual TLS.");
+ABSL_FLAG(std::string, tls_dir, "",
+          "Mutual TLS from this directory of scripts/make_certs.sh's files: ca.pem, and ps, "
+          "chief and worker .pem and .key. Empty: a CA and certificates are made for this run "
+          "in a temporary directory, removed when the launcher exits.");
 ABSL_FLAG(std::string, bin_dir, "",
           "Directory holding ps_server/ps_server and worker/worker; default: the bazel-bin "
           "tree this launcher was built into.");
@@ -239,13 +248,56 @@ std::string TfConfig(const std::vector<std::string>& ps, const std::vector<std::
                       R"(}, "task": {"type": ")", type, R"(", "index": )", index, "}}");
 }
 
-std::string DefaultBinDir() {
+// This program's path.
+std::string SelfPath() {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return ".";
-  std::string path(self, n);
+  return n <= 0 ? std::string() : std::string(self, n);
+}
+
+std::string DefaultBinDir() {
+  std::string path = SelfPath();
+  if (path.empty()) return ".";
   path = path.substr(0, path.rfind('/'));  // .../bazel-bin/deploy
   return path.substr(0, path.rfind('/'));  // .../bazel-bin
+}
+
+// The TLS flags of each role ("ps", "chief", "worker"): --insecure, or the
+// files in --tls_dir, else in `made` (a temporary directory this makes with
+// scripts/make_certs.sh, from this program's runfiles). Empty on an error,
+// which is printed.
+std::map<std::string, std::vector<std::string>> TlsFlags(std::string* made) {
+  const std::vector<std::string> roles = {"ps", "chief", "worker"};
+  std::map<std::string, std::vector<std::string>> flags;
+  if (absl::GetFlag(FLAGS_insecure)) {
+    for (const std::string& role : roles) flags[role] = {"--insecure"};
+    return flags;
+  }
+  std::string dir = absl::GetFlag(FLAGS_tls_dir);
+  if (dir.empty()) {
+    char temp[] = "/tmp/fulcrum-certs-XXXXXX";
+    if (mkdtemp(temp) == nullptr) {
+      std::fprintf(stderr, "local_cluster: cannot make a directory for certificates\n");
+      return {};
+    }
+    dir = *made = temp;
+    const std::string script = SelfPath() + ".runfiles/fulcrum/scripts/make_certs.sh";
+    const std::string command =
+        absl::StrCat(script, " ", dir, " --roles ps,chief,worker > /dev/null");
+    if (std::system(command.c_str()) != 0) {
+      std::fprintf(stderr,
+                   "local_cluster: making certificates with %s failed (its error is above); "
+                   "pass --tls_dir, or --insecure\n",
+                   script.c_str());
+      return {};
+    }
+  }
+  for (const std::string& role : roles) {
+    flags[role] = {absl::StrCat("--tls_cert=", dir, "/", role, ".pem"),
+                   absl::StrCat("--tls_key=", dir, "/", role, ".key"),
+                   absl::StrCat("--tls_ca=", dir, "/ca.pem")};
+  }
+  return flags;
 }
 
 int Run(const std::vector<std::string>& worker_args) {
@@ -275,6 +327,12 @@ int Run(const std::vector<std::string>& worker_args) {
   }
   std::string bin = absl::GetFlag(FLAGS_bin_dir);
   if (bin.empty()) bin = DefaultBinDir();
+  std::string made_certs;  // removed at exit
+  const auto remove_certs = absl::MakeCleanup([&] {
+    if (!made_certs.empty()) std::filesystem::remove_all(made_certs);
+  });
+  std::map<std::string, std::vector<std::string>> tls = TlsFlags(&made_certs);
+  if (tls.empty()) return 1;
   const std::string mode = all_reduce ? "sync" : absl::GetFlag(FLAGS_mode);
   // The all-reduce strategies are synchronous, and take no mode flags.
   const std::vector<std::string> mode_flags =
@@ -307,6 +365,7 @@ int Run(const std::vector<std::string>& worker_args) {
   for (int i = 0; i < num_ps; ++i) {
     std::vector<std::string> argv = {bin + "/ps_server/ps_server", "--port=0",
                                      "--bind_host=127.0.0.1"};
+    argv.insert(argv.end(), tls["ps"].begin(), tls["ps"].end());
     argv.insert(argv.end(), ps_flags.begin(), ps_flags.end());
     children.push_back(Spawn(absl::StrCat("ps ", i), argv,
                              TfConfig(placeholders_ps, placeholders_workers, "ps", i)));
@@ -361,6 +420,8 @@ int Run(const std::vector<std::string>& worker_args) {
     argv.push_back("--strategy=" + strategy);
     if (all_reduce) argv.emplace_back("--bind_host=127.0.0.1");
     argv.insert(argv.end(), mode_flags.begin(), mode_flags.end());
+    const std::vector<std::string>& tls_flags = tls[w == 0 ? "chief" : "worker"];
+    argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
     if (w == 0) {
       if (!checkpoint_dir.empty()) argv.push_back("--checkpoint_dir=" + checkpoint_dir);
       if (!absl::GetFlag(FLAGS_summary_json).empty()) {
@@ -443,7 +504,8 @@ int main(int argc, char** argv) {
       "  local_cluster --checkpoint_dir=/tmp/ckpt --max_restarts=3 \\\n"
       "      --ps_args=\"--lease_timeout_ms=5000\" -- --epochs=10 --checkpoint_every_secs=30\n\n"
       "Arguments after -- go to every worker (see worker --help), --ps_args to every server "
-      "(see ps_server --help).");
+      "(see ps_server --help). The processes talk mutual TLS, with certificates made for the "
+      "run, unless --tls_dir or --insecure says otherwise.");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> worker_args(rest.begin() + 1, rest.end());
   struct sigaction action {};

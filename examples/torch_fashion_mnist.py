@@ -90,6 +90,10 @@ def parse_args():
     p.add_argument("--mode", default="sync", help="As the servers run: sync, async or ssp.")
     p.add_argument("--cpu_threads", type=int, default=0, help="torch's threads (0: its default).")
     p.add_argument("--wire_dtype", default="float32", help="float32, bfloat16 or float16.")
+    p.add_argument("--tls_cert", default="", help="Mutual TLS: this worker's certificate (PEM).")
+    p.add_argument("--tls_key", default="", help="Mutual TLS: its private key (PEM).")
+    p.add_argument("--tls_ca", default="", help="Mutual TLS: the cluster's CA certificate (PEM).")
+    p.add_argument("--insecure", action="store_true", help="Plaintext, without TLS.")
     # Passed by the launcher; the servers enforce them.
     p.add_argument("--staleness", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--replicas_to_aggregate", type=int, default=0, help=argparse.SUPPRESS)
@@ -100,6 +104,8 @@ def parse_args():
         p.error("--strategy=%s: this example trains on parameter servers" % args.strategy)
     if args.checkpoint_dir:
         p.error("--checkpoint_dir: this example does not checkpoint (the C++ worker does)")
+    if args.insecure == bool(args.tls_cert or args.tls_key or args.tls_ca):
+        p.error("give --tls_cert, --tls_key and --tls_ca (mutual TLS), or --insecure")
     if args.epochs < 1 or args.batch_size < 1:
         p.error("--epochs and --batch_size must be at least 1")
     return args
@@ -112,7 +118,8 @@ def main():
     train_x, train_y = load(args.data_dir, "train", args.train_examples)
     test_x, test_y = load(args.data_dir, "test", args.test_examples)
 
-    client = fulcrum.connect(mode=args.mode, wire_dtype=args.wire_dtype)
+    client = fulcrum.connect(mode=args.mode, wire_dtype=args.wire_dtype, tls_cert=args.tls_cert,
+                             tls_key=args.tls_key, tls_ca=args.tls_ca)
     rank, replicas = client.worker_id, client.num_replicas
     role = "chief" if client.is_chief else "worker %d" % rank
     torch.manual_seed(args.seed)

@@ -21,6 +21,7 @@
 #include "common/malloc_tuning.h"
 #include "common/memory_size.h"
 #include "common/metrics_server.h"
+#include "common/rpc/tls_flags.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
 
@@ -143,9 +144,12 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto config = ConfigFromFlags();
-  if (!config.ok()) {
-    std::cerr << "ps_server: " << config.status().message() << "\n(see --help)\n";
-    return 2;
+  auto tls = TlsFilesFromFlags();
+  for (const absl::Status& s : {config.status(), tls.status()}) {
+    if (!s.ok()) {
+      std::cerr << "ps_server: " << s.message() << "\n(see --help)\n";
+      return 2;
+    }
   }
   if (absl::Status s =
           InitLogging("ps", config->cluster().task().index(), absl::GetFlag(FLAGS_log_format));
@@ -176,15 +180,18 @@ int Run() {
     LOG_INFO("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_bind_host),
              metrics_server->port());
   }
-  auto server = PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr);
+  WarnIfPlaintext(*tls, absl::GetFlag(FLAGS_bind_host));
+  auto server =
+      PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr, *tls);
   if (!server.ok()) {
     LOG_ERROR("{}", server.status().message());
     return 1;
   }
   LOG_INFO(
-      "listening on {}:{} mode={} workers={} replicas_to_aggregate={} staleness={} "
+      "listening on {}:{} ({}) mode={} workers={} replicas_to_aggregate={} staleness={} "
       "memory budget {}",
-      absl::GetFlag(FLAGS_bind_host), (*server)->port(), absl::GetFlag(FLAGS_mode),
+      absl::GetFlag(FLAGS_bind_host), (*server)->port(),
+      tls->enabled() ? "mutual TLS" : "plaintext", absl::GetFlag(FLAGS_mode),
       config->num_replicas(), config->replicas_to_aggregate(), config->staleness_bound(),
       FormatBytes(ps.Describe().max_memory_bytes()));
 

@@ -3,34 +3,38 @@
 # and key for each role, signed by it.
 #
 #   scripts/make_certs.sh DIR [--hosts h1,h2,...] [--roles r1,r2,...] [--days N]
+#                             [--owner UID]
 #
 # DIR gets ca.pem and ca.key, and <role>.pem and <role>.key for each role
 # (default: chief, worker, ps, fulcrumctl). A role's certificate names it
-# as its subject's common name and as a URI SAN, fulcrum://<role>, which is
-# what the daemons' --chief_identity matches; its DNS and IP SANs are
-# localhost, 127.0.0.1 and the --hosts (the names peers dial: service names
-# in docker-compose or Kubernetes), so that clients can check the server
-# they reach. An existing CA in DIR is kept, so that certificates made later
+# as its subject's common name and as a URI SAN, fulcrum://<role>; its DNS
+# and IP SANs are localhost, 127.0.0.1 and the --hosts (the names peers
+# dial: service names in docker-compose or Kubernetes), so that clients can
+# check the server they reach. An existing CA in DIR is kept, so that certificates made later
 # (a new role, a rotation) are trusted by the peers that trust it already.
-# Keys are EC P-256, readable by the owner only. Needs openssl.
+# Keys are EC P-256, readable by the owner only: with --owner, the roles'
+# files go to user UID (as root; the image's daemons run as 10001), and the
+# CA's key stays with the caller. Needs openssl.
 set -euo pipefail
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
-[ $# -ge 1 ] || usage
+case "${1:-}" in '' | -h | --help | -*) usage ;; esac
 dir=$1
 shift
 hosts=""
 roles="chief,worker,ps,fulcrumctl"
 days=365
+owner=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts=${2:?--hosts needs a comma-separated list}; shift 2 ;;
     --roles) roles=${2:?--roles needs a comma-separated list}; shift 2 ;;
     --days) days=${2:?--days needs a number}; shift 2 ;;
+    --owner) owner=${2:?--owner needs a user id}; shift 2 ;;
     -h | --help) usage ;;
     *) echo "make_certs.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -69,3 +73,7 @@ for role in "${role_list[@]}"; do
   echo "made $role: $dir/$role.pem ($san)"
 done
 rm -f "$dir/ca.srl"
+if [ -n "$owner" ]; then
+  for role in "${role_list[@]}"; do chown "$owner" "$dir/$role.pem" "$dir/$role.key"; done
+  chown "$owner" "$dir/ca.pem"
+fi

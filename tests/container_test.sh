@@ -45,9 +45,17 @@ log() { echo "container_test: $*" >&2; }
 # grep -q`: grep's early exit breaks the pipe, and pipefail then says no.)
 logged() { grep -c -- "$2" <(docker logs "$1" 2>&1) >/dev/null; }
 
+# The clusters' certificates (the compose files mount $FULCRUM_CERTS), for
+# the image's user.
+FULCRUM_CERTS=$(mktemp -d /var/tmp/fulcrum-certs.XXXXXX)
+export FULCRUM_CERTS
+scripts/make_certs.sh "$FULCRUM_CERTS" --owner 10001 \
+  --hosts ps-0,ps-1,chief,worker-0,worker-1 > /dev/null
+
 started_engine=""
 cleanup() {
   "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+  rm -rf "$FULCRUM_CERTS"
   if [ -n "$started_engine" ]; then
     log "stopping the Docker engine it started"
     kill "$started_engine" 2>/dev/null
@@ -196,10 +204,13 @@ judge() {  # NAME BAR [CHECK]
   fi
 }
 
-log "compose run: 2 servers, a chief and 2 workers (deploy/docker-compose.yml)"
+log "compose run: 2 servers, a chief and 2 workers (deploy/docker-compose.yml), mutual TLS"
 start=$(date +%s)
+served_tls() {
+  logged "$("${compose[@]}" ps -q ps-0)" "(mutual TLS)" || echo "ps-0 did not serve mutual TLS"
+}
 if up; then
-  judge compose "$ACCURACY"
+  judge compose "$ACCURACY" served_tls
 else
   report compose FAILED "docker-compose up failed"
 fi

@@ -47,6 +47,14 @@ out=$(run TF_CONFIG='{"given": true}' sh "$entrypoint" chief --epochs=1)
 out=$(run sh "$entrypoint" fulcrumctl health --address=localhost:2222)
 [ "$out" = "fulcrumctl  health --address=localhost:2222" ] || fail "fulcrumctl: $out"
 
+# With FULCRUM_TLS_DIR, the role's certificate (or FULCRUM_TLS_ROLE's) comes first.
+out=$(run TF_CONFIG='{}' FULCRUM_TLS_DIR=/certs sh "$entrypoint" chief --epochs=1)
+[ "$out" = 'worker {} --tls_cert=/certs/chief.pem --tls_key=/certs/chief.key --tls_ca=/certs/ca.pem --epochs=1' ] ||
+  fail "TLS files of the role: $out"
+out=$(run FULCRUM_TLS_DIR=/certs FULCRUM_TLS_ROLE=ps sh "$entrypoint" fulcrumctl health --address=localhost:2222)
+[ "$out" = 'fulcrumctl  --tls_cert=/certs/ps.pem --tls_key=/certs/ps.key --tls_ca=/certs/ca.pem health --address=localhost:2222' ] ||
+  fail "a probe with the server's certificate: $out"
+
 if run FULCRUM_PS_HOSTS=p:1 sh "$entrypoint" evaluator-x >/dev/null; then fail "bad role accepted"; fi
 if run sh "$entrypoint" ps >/dev/null; then fail "no cluster accepted"; fi
 

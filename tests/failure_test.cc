@@ -51,7 +51,7 @@ class FailureTest : public ::testing::Test {
             RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0,127.0.0.1:0",
             "--worker_hosts=" + worker_hosts_, absl::StrCat("--task_index=", index),
             absl::StrCat("--port=", ports_[index]), "--bind_host=127.0.0.1", "--mode=" + mode,
-            "--lease_timeout_ms=3000", "--checkpoint_dir=" + dir_ + "/checkpoints"});
+            "--lease_timeout_ms=3000", "--checkpoint_dir=" + dir_ + "/checkpoints", "--insecure"});
     const std::optional<int> port = WaitForPort(*ps, "listening on", absl::Seconds(30));
     EXPECT_TRUE(port.has_value());
     ports_[index] = port.value_or(0);
@@ -66,6 +66,7 @@ class FailureTest : public ::testing::Test {
   std::unique_ptr<ChildProcess> StartWorker(int index, const std::string& mode,
                                             const std::string& label) {
     std::vector<std::string> argv = {RunfilePath("worker/worker"),
+                                     "--insecure",
                                      "--ps_hosts=" + PsHosts(),
                                      "--worker_hosts=" + worker_hosts_,
                                      absl::StrCat("--task_index=", index),
@@ -291,6 +292,7 @@ TEST_P(AllReduceFailureTest, WorkersGoOnWithoutAKilledOneAndTakeItBack) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 4; ++w) {
     std::vector<std::string> argv = {RunfilePath("worker/worker"),
+                                     "--insecure",
                                      "--strategy=multi_worker_mirrored",
                                      "--worker_hosts=" + absl::StrJoin(hosts, ","),
                                      absl::StrCat("--task_index=", w),
@@ -332,7 +334,7 @@ INSTANTIATE_TEST_SUITE_P(KilledRank, AllReduceFailureTest, ::testing::Values(2, 
 TEST_F(FailureTest, UnwritableCheckpointDirectoryFailsAtStart) {
   std::ofstream(dir_ + "-file") << "a file, not a directory";
   ChildProcess ps("ps", {RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0",
-                         "--worker_hosts=" + worker_hosts_, "--bind_host=127.0.0.1",
+                         "--worker_hosts=" + worker_hosts_, "--bind_host=127.0.0.1", "--insecure",
                          "--checkpoint_dir=" + dir_ + "-file/checkpoints"});
   EXPECT_EQ(ps.Wait(absl::Seconds(30)), 1);
   EXPECT_TRUE(ps.HasLine("-file/checkpoints"));

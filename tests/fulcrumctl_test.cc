@@ -21,10 +21,11 @@ std::unique_ptr<ChildProcess> StartPs(int index, const std::string& checkpoint_d
                                       std::string* address) {
   auto ps = std::make_unique<ChildProcess>(
       absl::StrCat("ps", index),
-      std::vector<std::string>{
-          RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0,127.0.0.1:0",
-          "--worker_hosts=127.0.0.1:1", absl::StrCat("--task_index=", index), "--port=0",
-          "--bind_host=127.0.0.1", "--checkpoint_dir=" + checkpoint_dir, "--log_format=json"});
+      std::vector<std::string>{RunfilePath("ps_server/ps_server"),
+                               "--ps_hosts=127.0.0.1:0,127.0.0.1:0", "--worker_hosts=127.0.0.1:1",
+                               absl::StrCat("--task_index=", index), "--port=0",
+                               "--bind_host=127.0.0.1", "--insecure",
+                               "--checkpoint_dir=" + checkpoint_dir, "--log_format=json"});
   const std::optional<int> port = WaitForPort(*ps, "listening on", absl::Seconds(30));
   EXPECT_TRUE(port.has_value());
   *address = absl::StrCat("127.0.0.1:", port.value_or(0));
@@ -33,7 +34,7 @@ std::unique_ptr<ChildProcess> StartPs(int index, const std::string& checkpoint_d
 
 // Runs fulcrumctl to completion; its exit code.
 int Ctl(std::vector<std::string> args, std::unique_ptr<ChildProcess>* out) {
-  args.insert(args.begin(), RunfilePath("deploy/fulcrumctl"));
+  args.insert(args.begin(), {RunfilePath("deploy/fulcrumctl"), "--insecure"});
   *out = std::make_unique<ChildProcess>("fulcrumctl", args);
   return (*out)->Wait(absl::Seconds(60)).value_or(-1);
 }

@@ -6,8 +6,9 @@
 # server for a few seconds, the worker's calls fail and are retried, and the
 # job still completes. Then all-reduce workers on the four hosts, one of them
 # cut off: the others regroup and go on, and it stops for want of a
-# quorum; once the network heals, it is started again and rejoins. Needs
-# root. Every namespace is removed at the end.
+# quorum; once the network heals, it is started again and rejoins. Every
+# connection is mutual TLS, with certificates naming the hosts' addresses.
+# Needs root. Every namespace is removed at the end.
 set -euo pipefail
 root=${TEST_SRCDIR}/${TEST_WORKSPACE}
 ps_server=$root/ps_server/ps_server
@@ -40,24 +41,34 @@ for h in "${hosts[@]}"; do
   ip -n "$tag-$h" link set lo up
 done
 
+certs=$tmp/certs
+"$root/scripts/make_certs.sh" "$certs" --roles ps,chief,worker \
+  --hosts "${address[ps0]},${address[ps1]},${address[w0]},${address[w1]}" > /dev/null
+tls() { echo "--tls_cert=$certs/$1.pem --tls_key=$certs/$1.key --tls_ca=$certs/ca.pem"; }
+
 ps_hosts=${address[ps0]}:2222,${address[ps1]}:2222
 worker_hosts=${address[w0]}:2222,${address[w1]}:2222
 on() { local h=$1; shift; ip netns exec "$tag-$h" "$@"; }
 
 # The README's hand-launched cluster: servers, then workers.
+# shellcheck disable=SC2046  # tls's flags are words
 on ps0 "$ps_server" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=0 \
-  --mode=async > "$tmp/ps0.log" 2>&1 &
+  --mode=async $(tls ps) > "$tmp/ps0.log" 2>&1 &
 pids+=($!)
+# shellcheck disable=SC2046
 on ps1 "$ps_server" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=1 \
-  --mode=async > "$tmp/ps1.log" 2>&1 &
+  --mode=async $(tls ps) > "$tmp/ps1.log" 2>&1 &
 pids+=($!)
+# shellcheck disable=SC2046
 on w0 "$worker" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=0 \
-  --mode=async --epochs=3 --hidden=64 --log_every_steps=50 --device=cpu \
+  --mode=async --epochs=3 --hidden=64 --log_every_steps=50 --device=cpu $(tls chief) \
   --summary_json="$tmp/summary.json" > "$tmp/w0.log" 2>&1 &
 chief=$!
 pids+=($chief)
+# shellcheck disable=SC2046
 on w1 "$worker" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=1 \
-  --mode=async --epochs=3 --hidden=64 --log_every_steps=50 --device=cpu > "$tmp/w1.log" 2>&1 &
+  --mode=async --epochs=3 --hidden=64 --log_every_steps=50 --device=cpu $(tls worker) \
+  > "$tmp/w1.log" 2>&1 &
 other=$!
 pids+=($other)
 
@@ -107,7 +118,7 @@ pids=()
 ar_worker() {  # INDEX LOG
   on "${hosts[$1]}" "$worker" --strategy=multi_worker_mirrored --worker_hosts="$ar_hosts" \
     --task_index="$1" --collective_timeout_secs=10 --startup_timeout_secs=120 --epochs=8 \
-    --hidden=64 --log_every_steps=50 --device=cpu --cpu_threads=1 \
+    --hidden=64 --log_every_steps=50 --device=cpu --cpu_threads=1 $(tls worker) \
     $([ "$1" = 0 ] && echo --summary_json="$tmp/ar-summary.json") > "$2" 2>&1 &
   pids[$1]=$!
 }

@@ -11,10 +11,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/slices.h"
@@ -50,6 +53,11 @@ PsProcess StartPs(int index, int num_ps, int workers, const std::vector<std::str
                                    absl::StrCat("--task_index=", index),
                                    "--bind_host=127.0.0.1",
                                    absl::StrCat("--port=", port)};
+  // Plaintext unless the flags give TLS.
+  if (std::none_of(flags.begin(), flags.end(),
+                   [](const std::string& flag) { return absl::StartsWith(flag, "--tls_"); })) {
+    argv.emplace_back("--insecure");
+  }
   argv.insert(argv.end(), flags.begin(), flags.end());
   PsProcess ps;
   ps.process = std::make_unique<ChildProcess>(absl::StrCat("ps", index), argv);
@@ -610,6 +618,47 @@ TEST(PsClusterTest, BadFlagsExitWithAClearError) {
   ChildProcess no_spec("nospec", {RunfilePath("ps_server/ps_server")});
   EXPECT_EQ(no_spec.Wait(absl::Seconds(30)), 2);
   EXPECT_TRUE(no_spec.WaitForLine("no cluster spec", absl::Seconds(1)));
+  // Plaintext only when asked.
+  ChildProcess no_tls("notls", {RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0",
+                                "--worker_hosts=127.0.0.1:1"});
+  EXPECT_EQ(no_tls.Wait(absl::Seconds(30)), 2);
+  EXPECT_TRUE(no_tls.WaitForLine("no transport security chosen", absl::Seconds(1)));
+}
+
+// With the TLS flags, a server lets in clients that hold a certificate of
+// its CA, refuses the others in the handshake, and serves on.
+TEST(PsClusterTest, MutualTlsLetsInOnlyTheCasCertificates) {
+  const std::string certs = ::testing::TempDir() + "/certs";
+  ASSERT_EQ(std::system(("scripts/make_certs.sh " + certs + " > /dev/null").c_str()), 0);
+  PsProcess ps = StartPs(0, 1, 1,
+                         {"--mode=async", "--tls_cert=" + certs + "/ps.pem",
+                          "--tls_key=" + certs + "/ps.key", "--tls_ca=" + certs + "/ca.pem"});
+  ASSERT_FALSE(ps.address.empty());
+  EXPECT_TRUE(ps.process->WaitForLine("(mutual TLS)", absl::Seconds(1)));
+  PsClientOptions worker;
+  worker.tls_cert = certs + "/worker.pem";
+  worker.tls_key = certs + "/worker.key";
+  worker.tls_ca = certs + "/ca.pem";
+  auto client = PsClient::Connect({ps.address}, worker);
+  VariableSpec spec;
+  spec.set_name("w");
+  spec.add_shape(8);
+  spec.set_dtype(DT_FLOAT);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  const absl::Status created = client->CreateVariables({spec});
+  ASSERT_TRUE(created.ok()) << created;
+  TensorMap grads, values;
+  grads["w"] = DenseTensor{{8}, std::vector<float>(8, 1.0f)};
+  ASSERT_TRUE(client->PushPull(grads, {}, &values).ok());
+  EXPECT_EQ(values.at("w").values.size(), 8u);
+
+  PsClientOptions plaintext;  // no certificate at all
+  plaintext.worker_id = -1;
+  plaintext.call_timeout = absl::Seconds(5);
+  plaintext.retry_timeout = absl::Seconds(1);
+  auto refused = PsClient::Connect({ps.address}, plaintext)->Describe();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_TRUE(client->Describe().ok());
 }
 
 TEST(PsClusterTest, CustomLoopExampleTrainsAgainstARealServer) {

@@ -28,6 +28,7 @@
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/metrics_server.h"
+#include "common/rpc/tls_flags.h"
 #include "common/tensor.h"
 #include "fulcrum/ps_client.h"
 #include "worker/checkpointer.h"
@@ -409,7 +410,7 @@ struct StrategyParts {
 // checked (CheckStrategy).
 absl::StatusOr<StrategyParts> MakeParameterServerStrategy(
     const TfConfig& cluster, int replica, const ModelConfig& model,
-    const std::optional<EmbeddingConfig>& embeddings) {
+    const std::optional<EmbeddingConfig>& embeddings, const TlsFiles& tls) {
   PsClientOptions options;
   options.worker_id = replica;
   options.mode = *ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
@@ -417,6 +418,9 @@ absl::StatusOr<StrategyParts> MakeParameterServerStrategy(
   options.channels_per_server = absl::GetFlag(FLAGS_channels_per_ps);
   options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_secs));
   options.retry_timeout = options.call_timeout;
+  options.tls_cert = tls.cert;
+  options.tls_key = tls.key;
+  options.tls_ca = tls.ca;
   const std::vector<std::string> ps(cluster.cluster().ps().begin(), cluster.cluster().ps().end());
   StrategyParts parts;
   parts.client = PsClient::Connect(ps, options);
@@ -440,7 +444,7 @@ absl::StatusOr<StrategyParts> MakeParameterServerStrategy(
 absl::StatusOr<StrategyParts> MakeAllReduceStrategy(const std::string& name,
                                                     const TfConfig& cluster, int replica,
                                                     bool is_chief, const ModelConfig& model,
-                                                    FileSystem* fs) {
+                                                    FileSystem* fs, const TlsFiles& tls) {
   StrategyParts parts;
   if (name == "mirrored") {
     parts.links = std::make_unique<SoloLinks>();
@@ -455,8 +459,9 @@ absl::StatusOr<StrategyParts> MakeAllReduceStrategy(const std::string& name,
             absl::StrCat("cluster spec: this task's address '", *own, "' has no port"));
       }
     }
+    WarnIfPlaintext(tls, absl::GetFlag(FLAGS_bind_host));
     auto links = GrpcPeerLinks::Start(replica, NumReplicas(cluster.cluster()),
-                                      absl::StrCat(absl::GetFlag(FLAGS_bind_host), ":", port));
+                                      absl::StrCat(absl::GetFlag(FLAGS_bind_host), ":", port), tls);
     if (!links.ok()) return links.status();
     const std::vector<std::string> peers = ReplicaAddresses(cluster.cluster());
     (*links)->Connect(peers);
@@ -562,6 +567,14 @@ absl::Status Run(bool* configured) {
     }
   }
 
+  // Every strategy but mirrored (one process) talks to peers.
+  TlsFiles tls;
+  if (!(all_reduce && strategy_name == "mirrored")) {
+    auto from_flags = TlsFilesFromFlags();
+    if (!from_flags.ok()) return from_flags.status();
+    tls = *from_flags;
+  }
+
   DataSource source;
   source.kind = absl::GetFlag(FLAGS_dataset);
   source.data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -622,11 +635,12 @@ absl::Status Run(bool* configured) {
   std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
   StrategyParts parts;
   if (all_reduce) {
-    auto made = MakeAllReduceStrategy(strategy_name, *cluster, *replica, is_chief, model, fs.get());
+    auto made =
+        MakeAllReduceStrategy(strategy_name, *cluster, *replica, is_chief, model, fs.get(), tls);
     if (!made.ok()) return made.status();
     parts = *std::move(made);
   } else {
-    auto made = MakeParameterServerStrategy(*cluster, *replica, model, embeddings);
+    auto made = MakeParameterServerStrategy(*cluster, *replica, model, embeddings, tls);
     if (!made.ok()) return made.status();
     parts = *std::move(made);
   }

@@ -11,11 +11,24 @@
 # and the task index: FULCRUM_TASK_INDEX, else JOB_COMPLETION_INDEX (a
 # Kubernetes Indexed Job), else the ordinal ending the host name (a
 # StatefulSet pod "ps-1"), else 0. FLAGS go to the daemon.
+#
+# FULCRUM_TLS_DIR: a directory of scripts/make_certs.sh's files (a
+# mounted volume or Kubernetes Secret); the role's certificate and key
+# (ps.pem, chief.pem, worker.pem, fulcrumctl.pem and their .key; another
+# role's with FULCRUM_TLS_ROLE, as a server's health probe uses the
+# server's own) and ca.pem go to the daemon as --tls_cert, --tls_key and
+# --tls_ca. Without it, FLAGS must choose: the --tls_* flags, or --insecure.
 set -eu
 
 bin_dir=${FULCRUM_BIN_DIR:-/usr/local/bin}
 role=${1:-}
 [ $# -gt 0 ] && shift
+
+if [ -n "${FULCRUM_TLS_DIR:-}" ]; then
+  cert=${FULCRUM_TLS_ROLE:-$role}
+  set -- "--tls_cert=$FULCRUM_TLS_DIR/$cert.pem" "--tls_key=$FULCRUM_TLS_DIR/$cert.key" \
+    "--tls_ca=$FULCRUM_TLS_DIR/ca.pem" "$@"
+fi
 
 case "$role" in
   ps) binary="$bin_dir/ps_server" ;;

@@ -277,7 +277,8 @@ class PsGrpcServer::Service final
 
 absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServer* ps,
                                                                   const std::string& address,
-                                                                  PsMetrics* metrics) {
+                                                                  PsMetrics* metrics,
+                                                                  const TlsFiles& tls) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<PsGrpcServer> server(new PsGrpcServer());
   server->ps_ = ps;
@@ -285,7 +286,7 @@ absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServe
   const int max_bytes = static_cast<int>(
       std::min<int64_t>(ps->config().max_message_bytes(), std::numeric_limits<int>::max()));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(address, MakeServerCredentials(tls), &server->port_);
   ApplyServerOptions(builder, max_bytes);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rpc/credentials.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "ps_server/grpc/ps_metrics.h"
 #include "ps_server/parameter_server.h"
@@ -22,10 +23,12 @@ class PsGrpcServer {
   // port 0 picks a free port). Messages up to ps->config().max_message_bytes
   // are accepted. Health reports SERVING once started.
   // With `metrics` (which must outlive the server), every call's latency
-  // and bytes are recorded there.
+  // and bytes are recorded there. With `tls` files, only clients with a
+  // certificate its CA signed get through the handshake; without, plaintext.
   static absl::StatusOr<std::unique_ptr<PsGrpcServer>> Start(ParameterServer* ps,
                                                              const std::string& address,
-                                                             PsMetrics* metrics = nullptr);
+                                                             PsMetrics* metrics = nullptr,
+                                                             const TlsFiles& tls = {});
   ~PsGrpcServer();
 
   // The port actually bound.

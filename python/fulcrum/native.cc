@@ -34,6 +34,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
+#include "common/rpc/credentials.h"
 #include "fulcrum/ps_client.h"
 
 namespace py = pybind11;
@@ -297,7 +298,8 @@ class Client {
  public:
   Client(const std::vector<std::string>& addresses, int worker_id, const std::string& mode,
          double call_timeout_s, double retry_timeout_s, const std::string& wire_dtype,
-         int channels_per_server) {
+         int channels_per_server, const std::string& tls_cert, const std::string& tls_key,
+         const std::string& tls_ca) {
     if (addresses.empty()) Throw(absl::InvalidArgumentError("no parameter server addresses"));
     PsClientOptions options;
     options.worker_id = worker_id;
@@ -323,6 +325,10 @@ class Client {
       Throw(absl::InvalidArgumentError("channels_per_server must be at least 1"));
     }
     options.channels_per_server = channels_per_server;
+    ThrowIfError(CheckTlsFiles({tls_cert, tls_key, tls_ca}));
+    options.tls_cert = tls_cert;
+    options.tls_key = tls_key;
+    options.tls_ca = tls_ca;
     client_ = PsClient::Connect(addresses, options);
   }
 
@@ -545,9 +551,11 @@ PYBIND11_MODULE(_fulcrum, m) {
       .def("result", &Client::Future::Result, py::arg("timeout") = -1.0);
   py::class_<Client>(m, "Client")
       .def(py::init<const std::vector<std::string>&, int, const std::string&, double, double,
-                    const std::string&, int>(),
+                    const std::string&, int, const std::string&, const std::string&,
+                    const std::string&>(),
            py::arg("addresses"), py::arg("worker_id"), py::arg("mode"), py::arg("call_timeout"),
-           py::arg("retry_timeout"), py::arg("wire_dtype"), py::arg("channels_per_server"))
+           py::arg("retry_timeout"), py::arg("wire_dtype"), py::arg("channels_per_server"),
+           py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_ca"))
       .def("create_variables", &Client::CreateVariables)
       .def("create_tables", &Client::CreateTables)
       .def("pull", &Client::Pull)

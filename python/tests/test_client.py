@@ -1,6 +1,8 @@
 """The Python client against real servers: connecting, the modes, zero copy,
 errors, embedding tables and membership."""
 import json
+import os
+import subprocess
 import threading
 
 import numpy as np
@@ -18,6 +20,22 @@ def linear_specs(lr=1.0):
 
 def address(array):
     return array.__array_interface__["data"][0]
+
+
+def test_mutual_tls_lets_in_the_cas_certificates_only(servers, tmp_path):
+    certs = tmp_path / "certs"
+    script = os.path.join(os.environ.get("FULCRUM_SOURCE_DIR", "."), "scripts", "make_certs.sh")
+    subprocess.run([script, str(certs)], check=True, stdout=subprocess.DEVNULL)
+    s = servers(num_ps=1, flags=["--tls_cert=%s/ps.pem" % certs, "--tls_key=%s/ps.key" % certs,
+                                 "--tls_ca=%s/ca.pem" % certs])
+    client = fulcrum.connect(s.hosts, tls_cert="%s/worker.pem" % certs,
+                             tls_key="%s/worker.key" % certs, tls_ca="%s/ca.pem" % certs)
+    client.create_variables(linear_specs())
+    assert client.pull()["w"].shape == (4, 3)
+    with pytest.raises(fulcrum.Unavailable):
+        fulcrum.connect(s.hosts, retry_timeout=1.0, call_timeout=5.0)  # plaintext
+    with pytest.raises(fulcrum.InvalidArgument, match="--tls_key is missing"):
+        fulcrum.connect(s.hosts, tls_cert="%s/worker.pem" % certs, tls_ca="%s/ca.pem" % certs)
 
 
 def test_connect_from_hosts_tf_config_and_cluster_spec_file(servers, tmp_path, monkeypatch):

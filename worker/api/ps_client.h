@@ -89,6 +89,12 @@ struct PsClientOptions {
   // sent in parallel; each part then applies as a push of its own (README,
   // "Several channels per server"). At least 1.
   int channels_per_server = 1;
+  // Mutual TLS (README, "Security"): PEM files of this client's certificate
+  // and key, and of the CA that signed the servers' certificates. All empty:
+  // plaintext. The files are reread every minute (rotation).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
 };
 
 // One embedding table's ids in a sparse pull or push, repeats allowed, in

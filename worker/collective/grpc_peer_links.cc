@@ -166,11 +166,11 @@ class Service final : public grpc::CallbackGenericService {
 // The stream to one peer, written in order by its own thread.
 class Outgoing {
  public:
-  Outgoing(int rank, int peer, std::string address)
+  Outgoing(int rank, int peer, std::string address, const TlsFiles& tls)
       : rank_(rank),
         peer_(peer),
         address_(std::move(address)),
-        stub_(grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
+        stub_(grpc::CreateCustomChannel(address_, MakeChannelCredentials(tls),
                                         ClientChannelArguments(-1))) {
     writer_thread_ = std::thread([this] { WriteLoop(); });
   }
@@ -288,10 +288,12 @@ class Outgoing {
 
 class GrpcPeerLinks::Impl {
  public:
-  Impl(int rank, int size) : rank(rank), size(size), inbox(size), service(&inbox, rank) {}
+  Impl(int rank, int size, TlsFiles tls)
+      : rank(rank), size(size), tls(std::move(tls)), inbox(size), service(&inbox, rank) {}
 
   const int rank;
   const int size;
+  const TlsFiles tls;
   Mailbox inbox;
   Service service;
   std::unique_ptr<grpc::Server> server;
@@ -301,14 +303,14 @@ class GrpcPeerLinks::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> GrpcPeerLinks::Start(
-    int rank, int size, const std::string& listen_address) {
+    int rank, int size, const std::string& listen_address, const TlsFiles& tls) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is not one of a group of ", size));
   }
-  auto impl = std::make_unique<Impl>(rank, size);
+  auto impl = std::make_unique<Impl>(rank, size, tls);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.AddListeningPort(listen_address, MakeServerCredentials(tls), &impl->port);
   ApplyServerOptions(builder, -1);
   // Pings on the incoming streams too: a peer cut off silently breaks its
   // stream here within seconds, so a leader waiting for its state, or a
@@ -349,7 +351,8 @@ absl::Status GrpcPeerLinks::Reconnect(int peer) {
         absl::StrCat("rank ", impl_->rank, ": no address of rank ", peer, " (Connect first)"));
   }
   if (impl_->outgoing[peer] != nullptr) impl_->outgoing[peer]->Abandon();
-  impl_->outgoing[peer] = std::make_unique<Outgoing>(impl_->rank, peer, impl_->addresses[peer]);
+  impl_->outgoing[peer] =
+      std::make_unique<Outgoing>(impl_->rank, peer, impl_->addresses[peer], impl_->tls);
   // A notice opens the stream now, so that a peer that dies breaks this
   // rank's link to it even if they never exchanged data, and the peer
   // learns of a reconnection at once.

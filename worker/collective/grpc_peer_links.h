@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/rpc/credentials.h"
 #include "worker/collective/peer_links.h"
 
 namespace fulcrum {
@@ -22,9 +23,11 @@ namespace fulcrum {
 class GrpcPeerLinks final : public MailboxLinks {
  public:
   // Starts serving rank `rank` of `size` on `listen_address` ("host:0" picks
-  // a port: see port()). UNAVAILABLE when it cannot listen.
+  // a port: see port()). UNAVAILABLE when it cannot listen. Both ways,
+  // links are secured as `tls` says (plaintext without files).
   static absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> Start(int rank, int size,
-                                                              const std::string& listen_address);
+                                                              const std::string& listen_address,
+                                                              const TlsFiles& tls = {});
   ~GrpcPeerLinks() override;
 
   int port() const;

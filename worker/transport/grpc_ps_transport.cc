@@ -81,12 +81,13 @@ absl::StatusOr<Response> Unary(absl::Time deadline, Call call, Convert convert) 
 
 }  // namespace
 
-GrpcPsTransport::GrpcPsTransport(const std::string& address) : address_(address) {
+GrpcPsTransport::GrpcPsTransport(const std::string& address, const TlsFiles& tls)
+    : address_(address) {
   grpc::ChannelArguments args = ClientChannelArguments(kClientMaxMessageBytes);
   // gRPC would share one connection among channels with equal arguments;
   // several transports to one server are there for several connections.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(address, MakeChannelCredentials(tls), args);
   stub_ = PsService::NewStub(channel_);
   // The calls that carry tensors are made with raw byte buffers, which this
   // transport serialises (lending tensor bytes) and parses (placing them)
@@ -270,16 +271,18 @@ absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time dead
 }
 
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
-    const std::vector<std::string>& addresses, int channels) {
+    const std::vector<std::string>& addresses, int channels, const TlsFiles& tls) {
   CHECK(channels >= 1 && "PsClientOptions::channels_per_server must be at least 1");
   std::vector<std::unique_ptr<PsTransport>> transports;
   for (const std::string& address : addresses) {
     if (channels == 1) {
-      transports.push_back(std::make_unique<GrpcPsTransport>(address));
+      transports.push_back(std::make_unique<GrpcPsTransport>(address, tls));
       continue;
     }
     std::vector<std::unique_ptr<PsTransport>> lanes;
-    for (int i = 0; i < channels; ++i) lanes.push_back(std::make_unique<GrpcPsTransport>(address));
+    for (int i = 0; i < channels; ++i) {
+      lanes.push_back(std::make_unique<GrpcPsTransport>(address, tls));
+    }
     // Calls that fit one message each way stay whole: unary, and cheaper.
     transports.push_back(std::make_unique<ParallelPsTransport>(std::move(lanes), kChunkBytes));
   }
@@ -288,8 +291,9 @@ std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
 
 std::unique_ptr<PsClient> PsClient::Connect(const std::vector<std::string>& addresses,
                                             PsClientOptions options) {
-  return std::make_unique<PsClientImpl>(MakeGrpcTransports(addresses, options.channels_per_server),
-                                        options);
+  const TlsFiles tls{options.tls_cert, options.tls_key, options.tls_ca};
+  auto transports = MakeGrpcTransports(addresses, options.channels_per_server, tls);
+  return std::make_unique<PsClientImpl>(std::move(transports), std::move(options));
 }
 
 }  // namespace fulcrum

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rpc/credentials.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "worker/transport/ps_transport.h"
 
@@ -27,7 +28,8 @@ constexpr int kClientMaxMessageBytes = 256 << 20;
 class GrpcPsTransport final : public PsTransport {
  public:
   // Connects lazily: an unreachable server makes calls fail UNAVAILABLE.
-  explicit GrpcPsTransport(const std::string& address);
+  // A channel to `address`, secured as `tls` says (plaintext without files).
+  GrpcPsTransport(const std::string& address, const TlsFiles& tls);
   ~GrpcPsTransport() override;
 
   std::string address() const override { return address_; }
@@ -70,9 +72,9 @@ class GrpcPsTransport final : public PsTransport {
 // One transport per address, in order, each over `channels` channels of
 // its own (TCP connections): with more than one, a ParallelPsTransport
 // (worker/transport/parallel_ps_transport.h) splits each streamed call by shard over
-// them.
+// them. Secured as `tls` says.
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
-    const std::vector<std::string>& addresses, int channels = 1);
+    const std::vector<std::string>& addresses, int channels = 1, const TlsFiles& tls = {});
 
 }  // namespace fulcrum
 

@@ -1,0 +1,56 @@
+#include "common/rpc/tls_flags.h"
+
+#include <atomic>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+ABSL_FLAG(std::string, tls_cert, "",
+          "Mutual TLS: this process's certificate (PEM), presented to every peer; with "
+          "--tls_key and --tls_ca (scripts/make_certs.sh makes them). The files are reread "
+          "every minute, so rotated certificates apply without a restart.");
+ABSL_FLAG(std::string, tls_key, "", "Mutual TLS: the private key of --tls_cert (PEM).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "Mutual TLS: the CA certificate (PEM) that every peer's certificate must be signed "
+          "by; peers without one are refused in the handshake.");
+ABSL_FLAG(bool, insecure, false,
+          "Plaintext gRPC, without TLS: anyone who reaches a port can call it. Only for "
+          "loopback or a network you trust; the TLS flags are required otherwise.");
+
+namespace fulcrum {
+
+absl::StatusOr<TlsFiles> TlsFilesFromFlags() {
+  TlsFiles files{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                 absl::GetFlag(FLAGS_tls_ca)};
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  if (insecure && files.enabled()) {
+    return absl::InvalidArgumentError("--insecure and the --tls_* flags exclude each other");
+  }
+  if (!insecure && !files.enabled()) {
+    return absl::InvalidArgumentError(
+        "no transport security chosen: give --tls_cert, --tls_key and --tls_ca (mutual TLS; "
+        "scripts/make_certs.sh makes them), or --insecure for plaintext");
+  }
+  if (absl::Status s = CheckTlsFiles(files); !s.ok()) return s;
+  return files;
+}
+
+std::vector<std::string> TlsFlagsFor(const TlsFiles& files) {
+  if (!files.enabled()) return {"--insecure"};
+  return {"--tls_cert=" + files.cert, "--tls_key=" + files.key, "--tls_ca=" + files.ca};
+}
+
+void WarnIfPlaintext(const TlsFiles& files, const std::string& host) {
+  static std::atomic<bool> warned{false};
+  const bool loopback =
+      host == "localhost" || host == "::1" || host == "[::1]" || absl::StartsWith(host, "127.");
+  if (files.enabled() || loopback || warned.exchange(true)) return;
+  LOG_WARN(
+      "PLAINTEXT gRPC on {} (--insecure): anyone who can reach this port can pull, push, "
+      "checkpoint and stop the job. Use --tls_cert, --tls_key and --tls_ca off loopback.",
+      host);
+}
+
+}  // namespace fulcrum
