@@ -15,13 +15,13 @@ PsServerConfig BenchServerConfig() {
   return config;
 }
 
-LoopbackServers::LoopbackServers(int n, PsServerConfig config) {
+LoopbackServers::LoopbackServers(int n, PsServerConfig config, const TlsFiles& tls) {
   for (int i = 0; i < n; ++i) config.mutable_cluster()->mutable_cluster()->add_ps("127.0.0.1:0");
   config.mutable_cluster()->mutable_task()->set_type("ps");
   for (int i = 0; i < n; ++i) {
     config.mutable_cluster()->mutable_task()->set_index(i);
     servers.push_back(std::make_unique<ParameterServer>(config));
-    grpc.push_back(*PsGrpcServer::Start(servers.back().get(), "127.0.0.1:0"));
+    grpc.push_back(*PsGrpcServer::Start(servers.back().get(), "127.0.0.1:0", nullptr, tls));
     addresses.push_back(absl::StrCat("127.0.0.1:", grpc.back()->port()));
   }
 }

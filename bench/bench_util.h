@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/rpc/credentials.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
 
@@ -19,9 +20,10 @@ namespace fulcrum {
 PsServerConfig BenchServerConfig();
 
 // `n` servers of `config` on 127.0.0.1, each told its place in a cluster
-// of n (so embedding tables check their ids' owner), serving over gRPC.
+// of n (so embedding tables check their ids' owner), serving over gRPC,
+// secured as `tls` says (plaintext without files).
 struct LoopbackServers {
-  LoopbackServers(int n, PsServerConfig config);
+  LoopbackServers(int n, PsServerConfig config, const TlsFiles& tls = {});
   std::vector<std::unique_ptr<ParameterServer>> servers;
   std::vector<std::unique_ptr<PsGrpcServer>> grpc;
   std::vector<std::string> addresses;

@@ -31,6 +31,9 @@
 #include "worker/model.h"
 
 ABSL_FLAG(bool, quick, false, "Fewer sizes and iterations: a run of about a minute.");
+ABSL_FLAG(std::string, tls_dir, "",
+          "A directory of scripts/make_certs.sh's files: also measures mutual TLS (servers "
+          "with ps.pem, the client with worker.pem) against plaintext. Empty: plaintext only.");
 ABSL_FLAG(int64_t, max_size_mib, 256,
           "Largest tensor of the throughput sweep, in MiB (--quick: at most 64); 0 skips the "
           "sweep, for the latencies alone.");
@@ -46,22 +49,34 @@ class EchoService final : public bench::Echo::Service {
   }
 };
 
+// The files of `role` in a make_certs.sh directory; plaintext for "".
+TlsFiles RoleFiles(const std::string& dir, const std::string& role) {
+  if (dir.empty()) return {};
+  return {dir + "/" + role + ".pem", dir + "/" + role + ".key", dir + "/ca.pem"};
+}
+
 // `num_ps` servers on loopback and a client sending `wire` encodings over
-// `channels` channels to each.
+// `channels` channels to each; mutual TLS with the certificates in
+// `tls_dir`, when given.
 struct Cluster {
-  explicit Cluster(int num_ps, DataType wire = DT_FLOAT, int channels = 1)
-      : loopback(num_ps, BenchServerConfig()) {
+  explicit Cluster(int num_ps, DataType wire = DT_FLOAT, int channels = 1,
+                   const std::string& tls_dir = "")
+      : loopback(num_ps, BenchServerConfig(), RoleFiles(tls_dir, "ps")) {
     PsClientOptions options;
     options.wire_dtype = wire;
     options.channels_per_server = channels;
+    const TlsFiles client_files = RoleFiles(tls_dir, "worker");
+    options.tls_cert = client_files.cert;
+    options.tls_key = client_files.key;
+    options.tls_ca = client_files.ca;
     client = PsClient::Connect(loopback.addresses, options);
   }
   // Holding one variable of `bytes` (float32), split evenly over the servers
   // and, on each, over its channels; with `max_shard_bytes`, into shards of
   // at most that many bytes (the MAX_SIZE partitioner).
   Cluster(int num_ps, int64_t bytes, DataType wire = DT_FLOAT, int channels = 1,
-          int64_t max_shard_bytes = 0)
-      : Cluster(num_ps, wire, channels) {
+          int64_t max_shard_bytes = 0, const std::string& tls_dir = "")
+      : Cluster(num_ps, wire, channels, tls_dir) {
     const int shards = num_ps * channels;
     const int64_t floats = std::max<int64_t>(1, bytes / 4);
     const int64_t rows = std::max<int64_t>(shards, std::min<int64_t>(floats, 1024));
@@ -273,6 +288,29 @@ int Run() {
               Percentile(tcp_small, 0.5) * 1e6, Percentile(tcp_small, 0.99) * 1e6);
   std::printf("pull_4KiB_p50_vs_tcp_pingpong=%.2f\n",
               Percentile(pull, 0.5) / Percentile(tcp_small, 0.5));
+
+  // Mutual TLS against plaintext: 64 MiB in 4 MiB shards on one server
+  // (the pipelined case), rounds taking turns, the best of each; and a
+  // 4 KiB pull's latency.
+  if (const std::string tls_dir = absl::GetFlag(FLAGS_tls_dir); !tls_dir.empty()) {
+    const int64_t size = 64 << 20;
+    Cluster plain(1, size, DT_FLOAT, 1, 4 << 20);
+    Cluster tls(1, size, DT_FLOAT, 1, 4 << 20, tls_dir);
+    double plain_mbs = 0, tls_mbs = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      plain_mbs = std::max(plain_mbs, 2.0 * size / Percentile(TimePushPull(plain, 10), 0.5) / 1e6);
+      tls_mbs = std::max(tls_mbs, 2.0 * size / Percentile(TimePushPull(tls, 10), 0.5) / 1e6);
+    }
+    std::printf("dense_64MiB_pushpull_plain_MBps=%.1f\ndense_64MiB_pushpull_tls_MBps=%.1f\n",
+                plain_mbs, tls_mbs);
+    std::printf("dense_64MiB_pushpull_tls_vs_plain=%.2f\n", tls_mbs / plain_mbs);
+    Cluster small_tls(1, 4 << 10, DT_FLOAT, 1, 0, tls_dir);
+    const std::vector<double> pull_tls = Time(n, [&] {
+      if (!small_tls.client->Pull({}, &out).ok()) std::abort();
+    });
+    std::printf("pull_4KiB_p50_tls_us=%.1f\npull_4KiB_p50_tls_vs_plain=%.2f\n",
+                Percentile(pull_tls, 0.5) * 1e6, Percentile(pull_tls, 0.5) / Percentile(pull, 0.5));
+  }
 
   // One training step's push-pull of the Fashion-MNIST MLP (784-256-128-10,
   // Adam) over 2 servers, as the end-to-end benchmark's workers make it.

@@ -3,7 +3,7 @@
 # against a baseline measured in the same run:
 #   1-2. data plane: dense push+pull throughput and small-message latency,
 #        against raw TCP on loopback (iperf3, one stream) and a bare gRPC
-#        bytes echo (bench:dataplane_bench);
+#        bytes echo, and mutual TLS against plaintext (bench:dataplane_bench);
 #   3-4. async scaling and sync step time with simulated compute
 #        (bench:scaling_bench);
 #   5.   end to end against TensorFlow's ParameterServerStrategy and against
@@ -56,7 +56,11 @@ print("%.1f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_se
 done
 echo "tcp_loopback_1stream_MBps=$tcp_mbs"
 
-out=$("$bin/bench/dataplane_bench" $quick 2>/dev/null | grep -v "created variable")
+# Certificates for the mutual-TLS figures.
+bench_certs=$work/certs
+scripts/make_certs.sh "$bench_certs" --roles ps,worker > /dev/null
+out=$("$bin/bench/dataplane_bench" $quick --tls_dir="$bench_certs" 2>/dev/null |
+  grep -v "created variable")
 echo "$out"
 # Push+pull moves each tensor out and back; iperf3 counts one direction.
 best=$(sed -n 's/^dense_64MiB_pushpull_\(1ps\|1ps_4ch\|1ps_split\|4ps\)_MBps=//p' <<< "$out" | sort -g | tail -1)
