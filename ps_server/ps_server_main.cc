@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
@@ -21,6 +22,7 @@
 #include "common/malloc_tuning.h"
 #include "common/memory_size.h"
 #include "common/metrics_server.h"
+#include "common/rpc/authorization.h"
 #include "common/rpc/tls_flags.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
@@ -72,6 +74,11 @@ ABSL_FLAG(bool, keep_serving_after_job_done, false,
 ABSL_FLAG(int, metrics_port, -1,
           "Serve Prometheus metrics at http://<bind_host>:<port>/metrics; 0 picks a free port "
           "(printed in the 'metrics on' line); -1: none.");
+ABSL_FLAG(std::string, chief_identity, fulcrum::kDefaultControlIdentities,
+          "With mutual TLS: the identities whose certificates may make control calls "
+          "(JobDone, SaveCheckpoint), comma-separated; a certificate has one when its subject's "
+          "common name is it, or a SAN is it or fulcrum://<it> (scripts/make_certs.sh's). "
+          "Others get PERMISSION_DENIED.");
 ABSL_FLAG(int, grace_period_secs, 10,
           "On SIGTERM, SIGINT or job done: seconds in-flight calls get to finish.");
 
@@ -181,8 +188,14 @@ int Run() {
              metrics_server->port());
   }
   WarnIfPlaintext(*tls, absl::GetFlag(FLAGS_bind_host));
-  auto server =
-      PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr, *tls);
+  // Control calls: from the chief's and the operator's certificates only.
+  ControlAccess control;
+  if (tls->enabled()) {
+    control = ControlAccess(
+        absl::StrSplit(absl::GetFlag(FLAGS_chief_identity), ',', absl::SkipWhitespace()));
+  }
+  auto server = PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr,
+                                    *tls, std::move(control));
   if (!server.ok()) {
     LOG_ERROR("{}", server.status().message());
     return 1;

@@ -659,6 +659,24 @@ TEST(PsClusterTest, MutualTlsLetsInOnlyTheCasCertificates) {
   auto refused = PsClient::Connect({ps.address}, plaintext)->Describe();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
   EXPECT_TRUE(client->Describe().ok());
+
+  // Control calls: a worker's certificate may not make them, the chief's may.
+  const absl::Status stop = client->JobDone("a worker trying");
+  EXPECT_EQ(stop.code(), absl::StatusCode::kPermissionDenied) << stop;
+  EXPECT_THAT(std::string(stop.message()),
+              HasSubstr("only a certificate naming chief or fulcrumctl"));
+  EXPECT_THAT(std::string(stop.message()), HasSubstr("fulcrum://worker"));
+  EXPECT_EQ(client->SaveCheckpoint(1).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(ps.process->WaitForLine("refused JobDone", absl::Seconds(10)));
+  EXPECT_TRUE(client->Describe().ok()) << "the server carries on";
+  PsClientOptions chief = worker;
+  chief.tls_cert = certs + "/chief.pem";
+  chief.tls_key = certs + "/chief.key";
+  auto chief_client = PsClient::Connect({ps.address}, chief);
+  // Past the check: this server has no checkpoint directory to write to.
+  EXPECT_NE(chief_client->SaveCheckpoint(1).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(chief_client->JobDone("the chief").ok());
+  EXPECT_TRUE(ps.process->WaitForLine("job done", absl::Seconds(10)));
 }
 
 TEST(PsClusterTest, CustomLoopExampleTrainsAgainstARealServer) {

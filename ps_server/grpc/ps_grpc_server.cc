@@ -7,6 +7,7 @@
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -52,7 +53,8 @@ class PsGrpcServer::Service final
     : public PsService::WithStreamedUnaryMethod_PullSmall<
           PsService::WithStreamedUnaryMethod_PushPullSmall<PsService::Service>> {
  public:
-  Service(ParameterServer* ps, PsMetrics* metrics) : ps_(ps), metrics_(metrics) {}
+  Service(ParameterServer* ps, PsMetrics* metrics, ControlAccess control)
+      : ps_(ps), metrics_(metrics), control_(std::move(control)) {}
 
   grpc::Status CreateShards(grpc::ServerContext*, const CreateShardsRequest* request,
                             CreateShardsResponse* response) override {
@@ -208,9 +210,10 @@ class PsGrpcServer::Service final
     return grpc::Status::OK;
   }
 
-  grpc::Status SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest* request,
+  grpc::Status SaveCheckpoint(grpc::ServerContext* context, const SaveCheckpointRequest* request,
                               SaveCheckpointResponse* response) override {
     RpcTimer timer(metrics_, "SaveCheckpoint");
+    if (grpc::Status s = AuthorizeControl(*context, "SaveCheckpoint"); !s.ok()) return s;
     const absl::Time start = absl::Now();
     auto result = ps_->SaveCheckpoint(*request);
     if (metrics_ != nullptr && result.ok()) metrics_->ObserveCheckpoint(absl::Now() - start);
@@ -218,14 +221,26 @@ class PsGrpcServer::Service final
     return ToGrpcStatus(result.status());
   }
 
-  grpc::Status JobDone(grpc::ServerContext*, const JobDoneRequest* request,
+  grpc::Status JobDone(grpc::ServerContext* context, const JobDoneRequest* request,
                        JobDoneResponse*) override {
     RpcTimer timer(metrics_, "JobDone");
+    if (grpc::Status s = AuthorizeControl(*context, "JobDone"); !s.ok()) return s;
     ps_->JobDone(request->reason());
     return grpc::Status::OK;
   }
 
  private:
+  // OK when the peer may make control call `call`; else PERMISSION_DENIED,
+  // logged and counted.
+  grpc::Status AuthorizeControl(const grpc::ServerContext& context, const std::string& call) {
+    grpc::Status status = control_.Check(*context.auth_context(), call);
+    if (!status.ok()) {
+      LOG_WARN("refused {} from {}: {}", call, context.peer(), status.error_message());
+      if (metrics_ != nullptr) metrics_->AddRefused(call);
+    }
+    return status;
+  }
+
   // Hands a streamed push's next message to `push`, counting its bytes.
   absl::Status Receive(ParameterServer::IncomingPush& push, PushRequest* part,
                        ReceivedBytes received) {
@@ -273,16 +288,18 @@ class PsGrpcServer::Service final
 
   ParameterServer* const ps_;
   PsMetrics* const metrics_;
+  const ControlAccess control_;
 };
 
 absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServer* ps,
                                                                   const std::string& address,
                                                                   PsMetrics* metrics,
-                                                                  const TlsFiles& tls) {
+                                                                  const TlsFiles& tls,
+                                                                  ControlAccess control) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<PsGrpcServer> server(new PsGrpcServer());
   server->ps_ = ps;
-  server->service_ = std::make_unique<Service>(ps, metrics);
+  server->service_ = std::make_unique<Service>(ps, metrics, std::move(control));
   const int max_bytes = static_cast<int>(
       std::min<int64_t>(ps->config().max_message_bytes(), std::numeric_limits<int>::max()));
   grpc::ServerBuilder builder;

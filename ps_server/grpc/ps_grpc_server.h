@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rpc/authorization.h"
 #include "common/rpc/credentials.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "ps_server/grpc/ps_metrics.h"
@@ -25,10 +26,13 @@ class PsGrpcServer {
   // With `metrics` (which must outlive the server), every call's latency
   // and bytes are recorded there. With `tls` files, only clients with a
   // certificate its CA signed get through the handshake; without, plaintext.
+  // `control` says who may make the control calls (JobDone,
+  // SaveCheckpoint); others get PERMISSION_DENIED, counted in `metrics`.
   static absl::StatusOr<std::unique_ptr<PsGrpcServer>> Start(ParameterServer* ps,
                                                              const std::string& address,
                                                              PsMetrics* metrics = nullptr,
-                                                             const TlsFiles& tls = {});
+                                                             const TlsFiles& tls = {},
+                                                             ControlAccess control = {});
   ~PsGrpcServer();
 
   // The port actually bound.

@@ -152,6 +152,10 @@ PsMetrics::PsMetrics(ParameterServer* ps, prometheus::Registry& registry)
                         .Help("Gradient bytes received from pushes.")
                         .Register(registry)
                         .Add({})),
+      refused_(prometheus::BuildCounter()
+                   .Name("fulcrum_ps_refused_calls_total")
+                   .Help("Calls refused: the peer may not make them (PERMISSION_DENIED).")
+                   .Register(registry)),
       checkpoint_seconds_(prometheus::BuildHistogram()
                               .Name("fulcrum_ps_checkpoint_duration_seconds")
                               .Help("Time to write this server's checkpoint file.")

@@ -27,6 +27,8 @@ class PsMetrics {
   void ObserveRpc(const std::string& method, absl::Duration latency);
   void AddPulledBytes(int64_t bytes) { pulled_bytes_.Increment(static_cast<double>(bytes)); }
   void AddPushedBytes(int64_t bytes) { pushed_bytes_.Increment(static_cast<double>(bytes)); }
+  // A call refused for want of the right identity.
+  void AddRefused(const std::string& method) { refused_.Add({{"method", method}}).Increment(); }
   void ObserveCheckpoint(absl::Duration duration) {
     checkpoint_seconds_.Observe(absl::ToDoubleSeconds(duration));
   }
@@ -38,6 +40,7 @@ class PsMetrics {
   prometheus::Family<prometheus::Histogram>& rpc_seconds_;
   prometheus::Counter& pulled_bytes_;
   prometheus::Counter& pushed_bytes_;
+  prometheus::Family<prometheus::Counter>& refused_;
   prometheus::Histogram& checkpoint_seconds_;
   std::shared_ptr<prometheus::Collectable> state_;
 };
