@@ -44,8 +44,10 @@ ABSL_FLAG(std::string, reason, "stopped with fulcrumctl", "stop: the reason the 
 namespace fulcrum {
 namespace {
 
-// How calls to the servers are secured (the --tls_* flags or --insecure).
+// How calls to the servers are secured (the --tls_* flags or --insecure),
+// and the token they carry (--control_token_file, --auth_token_file).
 TlsFiles g_tls;
+std::string g_token;
 
 absl::StatusOr<std::vector<std::string>> PsHosts() {
   std::vector<std::string> hosts =
@@ -84,6 +86,7 @@ std::unique_ptr<PsClient> Client(const std::vector<std::string>& hosts) {
   options.tls_cert = g_tls.cert;
   options.tls_key = g_tls.key;
   options.tls_ca = g_tls.ca;
+  options.auth_token = g_token;
   return PsClient::Connect(hosts, options);
 }
 
@@ -251,6 +254,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   fulcrum::g_tls = *tls;
+  auto token = fulcrum::ClientTokenFromFlags();
+  if (!token.ok()) {
+    std::cerr << "fulcrumctl: " << token.status().message() << "\n";
+    return 2;
+  }
+  fulcrum::g_token = *token;
   if (command == "health") {
     if (absl::GetFlag(FLAGS_address).empty()) {
       std::cerr << "fulcrumctl: health needs --address=host:port\n";

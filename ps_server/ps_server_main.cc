@@ -152,7 +152,14 @@ int Run() {
 
   auto config = ConfigFromFlags();
   auto tls = TlsFilesFromFlags();
-  for (const absl::Status& s : {config.status(), tls.status()}) {
+  // Who may call: control calls from the chief's and the operator's
+  // certificates only (with TLS), and with the control token (when given).
+  AccessPolicy policy;
+  policy.tls = tls.ok() && tls->enabled();
+  policy.control_identities =
+      absl::StrSplit(absl::GetFlag(FLAGS_chief_identity), ',', absl::SkipWhitespace());
+  const absl::Status tokens = ServerTokensFromFlags(&policy.cluster_token, &policy.control_token);
+  for (const absl::Status& s : {config.status(), tls.status(), tokens}) {
     if (!s.ok()) {
       std::cerr << "ps_server: " << s.message() << "\n(see --help)\n";
       return 2;
@@ -188,14 +195,8 @@ int Run() {
              metrics_server->port());
   }
   WarnIfPlaintext(*tls, absl::GetFlag(FLAGS_bind_host));
-  // Control calls: from the chief's and the operator's certificates only.
-  ControlAccess control;
-  if (tls->enabled()) {
-    control = ControlAccess(
-        absl::StrSplit(absl::GetFlag(FLAGS_chief_identity), ',', absl::SkipWhitespace()));
-  }
   auto server = PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr,
-                                    *tls, std::move(control));
+                                    *tls, Access(std::move(policy)));
   if (!server.ok()) {
     LOG_ERROR("{}", server.status().message());
     return 1;

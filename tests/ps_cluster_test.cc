@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -623,6 +624,45 @@ TEST(PsClusterTest, BadFlagsExitWithAClearError) {
                                 "--worker_hosts=127.0.0.1:1"});
   EXPECT_EQ(no_tls.Wait(absl::Seconds(30)), 2);
   EXPECT_TRUE(no_tls.WaitForLine("no transport security chosen", absl::Seconds(1)));
+  std::ofstream(::testing::TempDir() + "/short.token") << "short";
+  ChildProcess short_token("short", {RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0",
+                                     "--worker_hosts=127.0.0.1:1", "--insecure",
+                                     "--auth_token_file=" + ::testing::TempDir() + "/short.token"});
+  EXPECT_EQ(short_token.Wait(absl::Seconds(30)), 2);
+  EXPECT_TRUE(short_token.WaitForLine("a token needs at least 16", absl::Seconds(1)));
+}
+
+// With token files, a plaintext server takes data calls with the cluster
+// token and control calls with the control token only.
+TEST(PsClusterTest, TokensGuardAPlaintextServer) {
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/cluster.token") << "cluster-0123456789abcdef\n";
+  std::ofstream(dir + "/control.token") << "control-0123456789abcdef\n";
+  PsProcess ps = StartPs(0, 1, 1,
+                         {"--mode=async", "--auth_token_file=" + dir + "/cluster.token",
+                          "--control_token_file=" + dir + "/control.token"});
+  ASSERT_FALSE(ps.address.empty());
+  const auto connect = [&](const std::string& token) {
+    PsClientOptions options;
+    options.call_timeout = absl::Seconds(10);
+    options.retry_timeout = absl::Seconds(1);
+    options.auth_token = token;
+    return PsClient::Connect({ps.address}, options);
+  };
+  for (const std::string& token : {std::string(), std::string("cluster-0123456789abcdeX")}) {
+    const absl::Status refused = connect(token)->Describe().status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr("needs the cluster token"));
+  }
+  auto worker = connect("cluster-0123456789abcdef");
+  EXPECT_TRUE(worker->Describe().ok()) << "the server carries on";
+  const absl::Status stop = worker->JobDone("a worker trying");
+  EXPECT_EQ(stop.code(), absl::StatusCode::kUnauthenticated) << stop;
+  EXPECT_THAT(std::string(stop.message()), HasSubstr("needs the control token"));
+  auto chief = connect("control-0123456789abcdef");
+  EXPECT_TRUE(chief->Describe().ok()) << "the control token serves data calls too";
+  EXPECT_TRUE(chief->JobDone("the chief").ok());
+  EXPECT_TRUE(ps.process->WaitForLine("job done", absl::Seconds(10)));
 }
 
 // With the TLS flags, a server lets in clients that hold a certificate of

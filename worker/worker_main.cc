@@ -410,7 +410,8 @@ struct StrategyParts {
 // checked (CheckStrategy).
 absl::StatusOr<StrategyParts> MakeParameterServerStrategy(
     const TfConfig& cluster, int replica, const ModelConfig& model,
-    const std::optional<EmbeddingConfig>& embeddings, const TlsFiles& tls) {
+    const std::optional<EmbeddingConfig>& embeddings, const TlsFiles& tls,
+    const std::string& token) {
   PsClientOptions options;
   options.worker_id = replica;
   options.mode = *ParseConsistencyMode(absl::GetFlag(FLAGS_mode));
@@ -421,6 +422,7 @@ absl::StatusOr<StrategyParts> MakeParameterServerStrategy(
   options.tls_cert = tls.cert;
   options.tls_key = tls.key;
   options.tls_ca = tls.ca;
+  options.auth_token = token;
   const std::vector<std::string> ps(cluster.cluster().ps().begin(), cluster.cluster().ps().end());
   StrategyParts parts;
   parts.client = PsClient::Connect(ps, options);
@@ -574,6 +576,8 @@ absl::Status Run(bool* configured) {
     if (!from_flags.ok()) return from_flags.status();
     tls = *from_flags;
   }
+  auto token = ClientTokenFromFlags();
+  if (!token.ok()) return token.status();
 
   DataSource source;
   source.kind = absl::GetFlag(FLAGS_dataset);
@@ -640,7 +644,7 @@ absl::Status Run(bool* configured) {
     if (!made.ok()) return made.status();
     parts = *std::move(made);
   } else {
-    auto made = MakeParameterServerStrategy(*cluster, *replica, model, embeddings, tls);
+    auto made = MakeParameterServerStrategy(*cluster, *replica, model, embeddings, tls, *token);
     if (!made.ok()) return made.status();
     parts = *std::move(made);
   }

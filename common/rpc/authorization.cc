@@ -3,13 +3,19 @@
 #include <grpc/grpc_security_constants.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace fulcrum {
 namespace {
+
+constexpr char kBearer[] = "Bearer ";
 
 // The names a peer's certificate gives it: its common name, then its SANs.
 std::vector<std::string> PeerNames(const grpc::AuthContext& peer) {
@@ -24,15 +30,56 @@ std::vector<std::string> PeerNames(const grpc::AuthContext& peer) {
   return names;
 }
 
+// Whether `given` is `expected`, in time that depends on expected's length
+// only (not on where they first differ).
+bool SameToken(absl::string_view given, absl::string_view expected) {
+  unsigned diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    diff |= static_cast<unsigned char>(i < given.size() ? given[i] : 0) ^
+            static_cast<unsigned char>(expected[i]);
+  }
+  return diff == 0;
+}
+
+// The call's token, or "" when it carries none.
+absl::string_view CallToken(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  const auto found = metadata.find(kTokenMetadataKey);
+  if (found == metadata.end()) return {};
+  const absl::string_view value(found->second.data(), found->second.size());
+  return absl::StartsWith(value, kBearer) ? value.substr(sizeof(kBearer) - 1) : absl::string_view();
+}
+
+grpc::Status Unauthenticated(const std::string& call, const std::string& needs,
+                             absl::string_view given) {
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      absl::StrCat(call, " needs ", needs, "; the call carries ",
+                                   given.empty() ? "no token" : "another token"));
+}
+
 }  // namespace
 
-ControlAccess::ControlAccess(std::vector<std::string> identities)
-    : open_(false), identities_(std::move(identities)) {}
+grpc::Status Access::CheckData(const grpc::ServerContext& context, const std::string& call) const {
+  if (policy_.cluster_token.empty()) return grpc::Status::OK;
+  const absl::string_view token = CallToken(context);
+  if (SameToken(token, policy_.cluster_token) ||
+      (!policy_.control_token.empty() && SameToken(token, policy_.control_token))) {
+    return grpc::Status::OK;
+  }
+  return Unauthenticated(call, "the cluster token (--auth_token_file)", token);
+}
 
-grpc::Status ControlAccess::Check(const grpc::AuthContext& peer, const std::string& call) const {
-  if (open_) return grpc::Status::OK;
-  const std::vector<std::string> names = PeerNames(peer);
-  for (const std::string& identity : identities_) {
+grpc::Status Access::CheckControl(const grpc::ServerContext& context,
+                                  const std::string& call) const {
+  if (!policy_.control_token.empty()) {
+    const absl::string_view token = CallToken(context);
+    if (!SameToken(token, policy_.control_token)) {
+      return Unauthenticated(call, "the control token (--control_token_file)", token);
+    }
+  }
+  if (!policy_.tls) return grpc::Status::OK;
+  const std::vector<std::string> names = PeerNames(*context.auth_context());
+  for (const std::string& identity : policy_.control_identities) {
     for (const std::string& name : names) {
       if (name == identity || name == "fulcrum://" + identity) return grpc::Status::OK;
     }
@@ -40,9 +87,25 @@ grpc::Status ControlAccess::Check(const grpc::AuthContext& peer, const std::stri
   return grpc::Status(
       grpc::StatusCode::PERMISSION_DENIED,
       absl::StrCat(call, " is a control call: only a certificate naming ",
-                   absl::StrJoin(identities_, " or "),
+                   absl::StrJoin(policy_.control_identities, " or "),
                    " (--chief_identity) may make it; this peer's certificate names ",
                    names.empty() ? "nothing" : absl::StrJoin(names, ", ")));
 }
+
+absl::StatusOr<std::string> ReadToken(const std::string& flag, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "' cannot be read"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(text.str()));
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", path, "' holds ", token.size(),
+                     " characters; a token needs at least 16 (e.g. openssl rand -hex 32)"));
+  }
+  return token;
+}
+
+std::string TokenMetadata(const std::string& token) { return kBearer + token; }
 
 }  // namespace fulcrum

@@ -1,38 +1,66 @@
-// Which peers may make a server's control calls (JobDone, SaveCheckpoint:
-// they end the job and write checkpoints). Under mutual TLS, those whose
-// certificate names one of the control identities: as its subject's
-// common name, or as a subject alternative name (the identity itself, or
-// the URI fulcrum://<identity> that scripts/make_certs.sh writes). Without
-// TLS a peer proves nothing, and every peer may.
+// Who may call a server. Data calls (pulls, pushes, CreateShards,
+// heartbeats, Describe) and control calls (JobDone, SaveCheckpoint: they
+// end the job and write checkpoints) are checked apart:
+//  - Under mutual TLS, control calls need a certificate that names one of
+//    the control identities: as its subject's common name, or as a subject
+//    alternative name (the identity itself, or the URI fulcrum://<identity>
+//    that scripts/make_certs.sh writes). Any certificate the CA signed may
+//    make data calls (the handshake checked it).
+//  - With tokens, every call carries "authorization: Bearer <token>":
+//    control calls need the control token, data calls the cluster token or
+//    the control token. Compared in constant time.
+// A check that is not configured passes.
 #ifndef FULCRUM_COMMON_RPC_AUTHORIZATION_H_
 #define FULCRUM_COMMON_RPC_AUTHORIZATION_H_
 
-#include <grpcpp/security/auth_context.h>
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace fulcrum {
 
 // The identities of --chief_identity's default: the chief and the operator.
 inline const char kDefaultControlIdentities[] = "chief,fulcrumctl";
 
-class ControlAccess {
- public:
-  // Every peer may (plaintext).
-  ControlAccess() = default;
-  // Only peers with one of `identities` (mutual TLS).
-  explicit ControlAccess(std::vector<std::string> identities);
+// The metadata key a call's token travels in.
+inline const char kTokenMetadataKey[] = "authorization";
 
-  // OK, or PERMISSION_DENIED naming `call`, who may make it and who `peer`
-  // is.
-  grpc::Status Check(const grpc::AuthContext& peer, const std::string& call) const;
+struct AccessPolicy {
+  // Mutual TLS: the identities that may make control calls.
+  bool tls = false;
+  std::vector<std::string> control_identities;
+  // Tokens; empty: not needed.
+  std::string cluster_token;
+  std::string control_token;
+};
+
+class Access {
+ public:
+  Access() = default;  // every call passes
+  explicit Access(AccessPolicy policy) : policy_(std::move(policy)) {}
+
+  // OK, or UNAUTHENTICATED (no token, or a wrong one) or PERMISSION_DENIED
+  // (a certificate without a control identity), naming `call` and what it
+  // needs.
+  grpc::Status CheckData(const grpc::ServerContext& context, const std::string& call) const;
+  grpc::Status CheckControl(const grpc::ServerContext& context, const std::string& call) const;
 
  private:
-  bool open_ = true;
-  std::vector<std::string> identities_;
+  AccessPolicy policy_;
 };
+
+// A token from `path`: its contents without surrounding whitespace.
+// INVALID_ARGUMENT naming `flag` and the file when it cannot be read or is
+// shorter than 16 characters.
+absl::StatusOr<std::string> ReadToken(const std::string& flag, const std::string& path);
+
+// What a client puts under kTokenMetadataKey for `token`.
+std::string TokenMetadata(const std::string& token);
 
 }  // namespace fulcrum
 

@@ -53,12 +53,13 @@ class PsGrpcServer::Service final
     : public PsService::WithStreamedUnaryMethod_PullSmall<
           PsService::WithStreamedUnaryMethod_PushPullSmall<PsService::Service>> {
  public:
-  Service(ParameterServer* ps, PsMetrics* metrics, ControlAccess control)
-      : ps_(ps), metrics_(metrics), control_(std::move(control)) {}
+  Service(ParameterServer* ps, PsMetrics* metrics, Access access)
+      : ps_(ps), metrics_(metrics), access_(std::move(access)) {}
 
-  grpc::Status CreateShards(grpc::ServerContext*, const CreateShardsRequest* request,
+  grpc::Status CreateShards(grpc::ServerContext* context, const CreateShardsRequest* request,
                             CreateShardsResponse* response) override {
     RpcTimer timer(metrics_, "CreateShards");
+    if (grpc::Status s = Allow(*context, false, "CreateShards"); !s.ok()) return s;
     auto result = ps_->CreateShards(*request);
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
@@ -68,13 +69,15 @@ class PsGrpcServer::Service final
   grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
                     grpc::ServerWriter<PullResponse>* writer) override {
     RpcTimer timer(metrics_, "Pull");
+    if (grpc::Status s = Allow(*context, false, "Pull"); !s.ok()) return s;
     return ToGrpcStatus(PullAndWrite(*request, Deadline(context), StreamedCallLimits(), kChunkBytes,
                                      true, {}, writer));
   }
 
-  grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<PushRequest>* reader,
+  grpc::Status Push(grpc::ServerContext* context, grpc::ServerReader<PushRequest>* reader,
                     PushResponse* response) override {
     RpcTimer timer(metrics_, "Push");
+    if (grpc::Status s = Allow(*context, false, "Push"); !s.ok()) return s;
     ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushRequest part;
@@ -91,6 +94,7 @@ class PsGrpcServer::Service final
   grpc::Status PushPull(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<PullResponse, PushPullRequest>* stream) override {
     RpcTimer timer(metrics_, "PushPull");
+    if (grpc::Status s = Allow(*context, false, "PushPull"); !s.ok()) return s;
     ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     // Without a pull part, only the push's outcome is sent back.
     PullRequest pull;
@@ -148,6 +152,7 @@ class PsGrpcServer::Service final
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<PullRequest, PullResponse>* streamer) override {
     RpcTimer timer(metrics_, "PullSmall");
+    if (grpc::Status s = Allow(*context, false, "PullSmall"); !s.ok()) return s;
     PullRequest request;
     if (!streamer->Read(&request)) return {grpc::StatusCode::INTERNAL, "PullSmall: no request"};
     return ToGrpcStatus(PullAndWrite(request, Deadline(context), SmallCallLimits(), kOneMessage,
@@ -158,6 +163,7 @@ class PsGrpcServer::Service final
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<PushPullRequest, PullResponse>* streamer) override {
     RpcTimer timer(metrics_, "PushPullSmall");
+    if (grpc::Status s = Allow(*context, false, "PushPullSmall"); !s.ok()) return s;
     ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushPullRequest request;
     if (!streamer->Read(&request)) {
@@ -178,6 +184,7 @@ class PsGrpcServer::Service final
   grpc::Status PullRows(grpc::ServerContext* context, const PullRowsRequest* request,
                         PullRowsResponse* response) override {
     RpcTimer timer(metrics_, "PullRows");
+    if (grpc::Status s = Allow(*context, false, "PullRows"); !s.ok()) return s;
     auto result = ps_->PullRows(*request, Deadline(context));
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
@@ -185,9 +192,10 @@ class PsGrpcServer::Service final
     return grpc::Status::OK;
   }
 
-  grpc::Status PushRows(grpc::ServerContext*, const PushRowsRequest* request,
+  grpc::Status PushRows(grpc::ServerContext* context, const PushRowsRequest* request,
                         PushRowsResponse* response) override {
     RpcTimer timer(metrics_, "PushRows");
+    if (grpc::Status s = Allow(*context, false, "PushRows"); !s.ok()) return s;
     auto result = ps_->PushRows(*request);
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
@@ -195,17 +203,19 @@ class PsGrpcServer::Service final
     return grpc::Status::OK;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
+  grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override {
     RpcTimer timer(metrics_, "Heartbeat");
+    if (grpc::Status s = Allow(*context, false, "Heartbeat"); !s.ok()) return s;
     auto result = ps_->Heartbeat(*request);
     if (result.ok()) *response = *result;
     return ToGrpcStatus(result.status());
   }
 
-  grpc::Status Describe(grpc::ServerContext*, const DescribeRequest*,
+  grpc::Status Describe(grpc::ServerContext* context, const DescribeRequest*,
                         DescribeResponse* response) override {
     RpcTimer timer(metrics_, "Describe");
+    if (grpc::Status s = Allow(*context, false, "Describe"); !s.ok()) return s;
     *response = ps_->Describe();
     return grpc::Status::OK;
   }
@@ -213,7 +223,7 @@ class PsGrpcServer::Service final
   grpc::Status SaveCheckpoint(grpc::ServerContext* context, const SaveCheckpointRequest* request,
                               SaveCheckpointResponse* response) override {
     RpcTimer timer(metrics_, "SaveCheckpoint");
-    if (grpc::Status s = AuthorizeControl(*context, "SaveCheckpoint"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, true, "SaveCheckpoint"); !s.ok()) return s;
     const absl::Time start = absl::Now();
     auto result = ps_->SaveCheckpoint(*request);
     if (metrics_ != nullptr && result.ok()) metrics_->ObserveCheckpoint(absl::Now() - start);
@@ -224,16 +234,17 @@ class PsGrpcServer::Service final
   grpc::Status JobDone(grpc::ServerContext* context, const JobDoneRequest* request,
                        JobDoneResponse*) override {
     RpcTimer timer(metrics_, "JobDone");
-    if (grpc::Status s = AuthorizeControl(*context, "JobDone"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, true, "JobDone"); !s.ok()) return s;
     ps_->JobDone(request->reason());
     return grpc::Status::OK;
   }
 
  private:
-  // OK when the peer may make control call `call`; else PERMISSION_DENIED,
-  // logged and counted.
-  grpc::Status AuthorizeControl(const grpc::ServerContext& context, const std::string& call) {
-    grpc::Status status = control_.Check(*context.auth_context(), call);
+  // OK when the peer may make `call`, a control call or not (Access);
+  // a refusal is logged and counted.
+  grpc::Status Allow(const grpc::ServerContext& context, bool control, const std::string& call) {
+    grpc::Status status =
+        control ? access_.CheckControl(context, call) : access_.CheckData(context, call);
     if (!status.ok()) {
       LOG_WARN("refused {} from {}: {}", call, context.peer(), status.error_message());
       if (metrics_ != nullptr) metrics_->AddRefused(call);
@@ -288,18 +299,18 @@ class PsGrpcServer::Service final
 
   ParameterServer* const ps_;
   PsMetrics* const metrics_;
-  const ControlAccess control_;
+  const Access access_;
 };
 
 absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServer* ps,
                                                                   const std::string& address,
                                                                   PsMetrics* metrics,
                                                                   const TlsFiles& tls,
-                                                                  ControlAccess control) {
+                                                                  Access access) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<PsGrpcServer> server(new PsGrpcServer());
   server->ps_ = ps;
-  server->service_ = std::make_unique<Service>(ps, metrics, std::move(control));
+  server->service_ = std::make_unique<Service>(ps, metrics, std::move(access));
   const int max_bytes = static_cast<int>(
       std::min<int64_t>(ps->config().max_message_bytes(), std::numeric_limits<int>::max()));
   grpc::ServerBuilder builder;

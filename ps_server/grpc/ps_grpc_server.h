@@ -26,13 +26,13 @@ class PsGrpcServer {
   // With `metrics` (which must outlive the server), every call's latency
   // and bytes are recorded there. With `tls` files, only clients with a
   // certificate its CA signed get through the handshake; without, plaintext.
-  // `control` says who may make the control calls (JobDone,
-  // SaveCheckpoint); others get PERMISSION_DENIED, counted in `metrics`.
+  // `access` says who may make which calls (tokens, and the identities
+  // that may make control calls); refusals are counted in `metrics`.
   static absl::StatusOr<std::unique_ptr<PsGrpcServer>> Start(ParameterServer* ps,
                                                              const std::string& address,
                                                              PsMetrics* metrics = nullptr,
                                                              const TlsFiles& tls = {},
-                                                             ControlAccess control = {});
+                                                             Access access = {});
   ~PsGrpcServer();
 
   // The port actually bound.

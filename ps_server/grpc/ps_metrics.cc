@@ -154,7 +154,8 @@ PsMetrics::PsMetrics(ParameterServer* ps, prometheus::Registry& registry)
                         .Add({})),
       refused_(prometheus::BuildCounter()
                    .Name("fulcrum_ps_refused_calls_total")
-                   .Help("Calls refused: the peer may not make them (PERMISSION_DENIED).")
+                   .Help("Calls refused: a missing or wrong token (UNAUTHENTICATED), or a "
+                         "certificate without a control identity (PERMISSION_DENIED).")
                    .Register(registry)),
       checkpoint_seconds_(prometheus::BuildHistogram()
                               .Name("fulcrum_ps_checkpoint_duration_seconds")

@@ -27,7 +27,7 @@ class PsMetrics {
   void ObserveRpc(const std::string& method, absl::Duration latency);
   void AddPulledBytes(int64_t bytes) { pulled_bytes_.Increment(static_cast<double>(bytes)); }
   void AddPushedBytes(int64_t bytes) { pushed_bytes_.Increment(static_cast<double>(bytes)); }
-  // A call refused for want of the right identity.
+  // A call refused for want of the right token or identity.
   void AddRefused(const std::string& method) { refused_.Add({{"method", method}}).Increment(); }
   void ObserveCheckpoint(absl::Duration duration) {
     checkpoint_seconds_.Observe(absl::ToDoubleSeconds(duration));

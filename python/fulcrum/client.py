@@ -275,7 +275,7 @@ def connect(ps_hosts=None, *, worker_id=None, num_replicas=None, mode="async", c
             tf_config=None,
             call_timeout=60.0, retry_timeout=60.0, wire_dtype="float32", channels_per_server=1,
             heartbeat_interval=2.0, job_done_on_exit=None, check_mode=True, tls_cert=None,
-            tls_key=None, tls_ca=None):
+            tls_key=None, tls_ca=None, auth_token=None):
     """Connects to the parameter servers, found as the daemons find them:
     `ps_hosts` ("h:p,h:p" or a list) with `worker_id` (default 0, the chief;
     -1 reads only) and `num_replicas` (default 1); else the TF_CONFIG JSON file `cluster_spec`; else
@@ -284,7 +284,9 @@ def connect(ps_hosts=None, *, worker_id=None, num_replicas=None, mode="async", c
     reads only). With `check_mode`, every server must run `mode` (this waits
     for them, within retry_timeout). With `tls_cert`, `tls_key` and `tls_ca`
     (PEM files, as the daemons' flags take them), calls are mutual TLS;
-    without, plaintext. See README, "Python client" and "Security"."""
+    without, plaintext. `auth_token` (the token itself, not its file) goes
+    with every call, for servers that need one. See README, "Python client"
+    and "Security"."""
     if ps_hosts is not None:
         addresses = _hosts(ps_hosts)
         replica = 0 if worker_id is None else worker_id
@@ -305,7 +307,7 @@ def connect(ps_hosts=None, *, worker_id=None, num_replicas=None, mode="async", c
                 "the cluster spec lists no parameter servers (cluster.ps)")
     native = _fulcrum.Client(addresses, int(replica), mode, float(call_timeout),
                              float(retry_timeout), wire_dtype, int(channels_per_server),
-                             tls_cert or "", tls_key or "", tls_ca or "")
+                             tls_cert or "", tls_key or "", tls_ca or "", auth_token or "")
     client = Client(native, worker_id=int(replica), is_chief=replica == 0, addresses=addresses,
                     num_replicas=int(replicas), heartbeat_interval=heartbeat_interval, job_done_on_exit=job_done_on_exit)
     if check_mode:

@@ -38,6 +38,17 @@ def test_mutual_tls_lets_in_the_cas_certificates_only(servers, tmp_path):
         fulcrum.connect(s.hosts, tls_cert="%s/worker.pem" % certs, tls_ca="%s/ca.pem" % certs)
 
 
+def test_a_server_with_a_token_file_needs_the_token(servers, tmp_path):
+    token = tmp_path / "cluster.token"
+    token.write_text("cluster-0123456789abcdef\n")
+    s = servers(num_ps=1, flags=["--auth_token_file=%s" % token])
+    with pytest.raises(fulcrum.Unauthenticated, match="needs the cluster token"):
+        fulcrum.connect(s.hosts, retry_timeout=1.0)
+    client = fulcrum.connect(s.hosts, auth_token="cluster-0123456789abcdef")
+    client.create_variables(linear_specs())
+    assert client.pull()["b"].shape == (3,)
+
+
 def test_connect_from_hosts_tf_config_and_cluster_spec_file(servers, tmp_path, monkeypatch):
     s = servers()
     cluster = {"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"],

@@ -95,6 +95,10 @@ struct PsClientOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_ca;
+  // A token every call carries, for servers that need one (README,
+  // "Security"): the cluster token, or the control token for the chief and
+  // tools. Empty: none.
+  std::string auth_token;
 };
 
 // One embedding table's ids in a sparse pull or push, repeats allowed, in

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/rpc/authorization.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/options.h"
 #include "common/rpc/tensor_bytes.h"
@@ -27,9 +28,11 @@ namespace {
 // Every call waits for the channel to connect (a server that starts late, or
 // restarts, is waited for) until its deadline. The calling thread drives the
 // connection meanwhile, which a sleep between fail-fast retries would not.
-void Prepare(absl::Time deadline, grpc::ClientContext* context) {
+// It carries `token`, when there is one.
+void Prepare(absl::Time deadline, const std::string& token, grpc::ClientContext* context) {
   context->set_wait_for_ready(true);
   if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
+  if (!token.empty()) context->AddMetadata(kTokenMetadataKey, TokenMetadata(token));
 }
 
 // The push as stream messages of about kChunkBytes of gradients each; at
@@ -68,12 +71,13 @@ absl::StatusOr<PullResponse> ReadPulls(grpc::ClientContext* context, Reader* rea
   return response;
 }
 
-// A unary call with a deadline; `call(context, response)` makes it and
-// `convert` turns its status into an absl::Status.
+// A unary call with a deadline and `token`; `call(context, response)` makes
+// it and `convert` turns its status into an absl::Status.
 template <typename Response, typename Call, typename Convert>
-absl::StatusOr<Response> Unary(absl::Time deadline, Call call, Convert convert) {
+absl::StatusOr<Response> Unary(absl::Time deadline, const std::string& token, Call call,
+                               Convert convert) {
   grpc::ClientContext context;
-  Prepare(deadline, &context);
+  Prepare(deadline, token, &context);
   Response response;
   if (absl::Status s = convert(call(&context, &response)); !s.ok()) return s;
   return response;
@@ -81,8 +85,8 @@ absl::StatusOr<Response> Unary(absl::Time deadline, Call call, Convert convert) 
 
 }  // namespace
 
-GrpcPsTransport::GrpcPsTransport(const std::string& address, const TlsFiles& tls)
-    : address_(address) {
+GrpcPsTransport::GrpcPsTransport(const std::string& address, const TlsFiles& tls, std::string token)
+    : address_(address), token_(std::move(token)) {
   grpc::ChannelArguments args = ClientChannelArguments(kClientMaxMessageBytes);
   // gRPC would share one connection among channels with equal arguments;
   // several transports to one server are there for several connections.
@@ -129,7 +133,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::ParseUnaryPull(const grpc::Status&
 absl::StatusOr<CreateShardsResponse> GrpcPsTransport::CreateShards(
     const CreateShardsRequest& request, absl::Time deadline) {
   return Unary<CreateShardsResponse>(
-      deadline,
+      deadline, token_,
       [&](auto* context, auto* response) {
         return stub_->CreateShards(context, request, response);
       },
@@ -140,7 +144,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
                                                    int64_t response_bytes, absl::Time deadline,
                                                    SlicePlacer* sink) {
   grpc::ClientContext context;
-  Prepare(deadline, &context);
+  Prepare(deadline, token_, &context);
   if (response_bytes <= kChunkBytes) {
     grpc::ByteBuffer buffer;
     const grpc::Status status = grpc::internal::BlockingUnaryCall<PullRequest, grpc::ByteBuffer>(
@@ -156,7 +160,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
 absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const OutgoingPush> request,
                                                    absl::Time deadline) {
   grpc::ClientContext context;
-  Prepare(deadline, &context);
+  Prepare(deadline, token_, &context);
   grpc::ByteBuffer response_buffer;
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), *push_,
@@ -179,7 +183,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Out
                                                        int64_t response_bytes, absl::Time deadline,
                                                        SlicePlacer* sink) {
   grpc::ClientContext context;
-  Prepare(deadline, &context);
+  Prepare(deadline, token_, &context);
   if (push->TensorBytes() <= kChunkBytes && response_bytes <= kChunkBytes) {
     grpc::ByteBuffer buffer;
     const grpc::Status status =
@@ -218,7 +222,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Out
 absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequest& request,
                                                              absl::Time deadline) {
   return Unary<HeartbeatResponse>(
-      deadline,
+      deadline, token_,
       [&](auto* context, auto* response) { return stub_->Heartbeat(context, request, response); },
       [this](const grpc::Status& s) { return Convert(s); });
 }
@@ -226,7 +230,7 @@ absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequ
 absl::StatusOr<PullRowsResponse> GrpcPsTransport::PullRows(const PullRowsRequest& request,
                                                            absl::Time deadline) {
   return Unary<PullRowsResponse>(
-      deadline,
+      deadline, token_,
       [&](auto* context, auto* response) { return stub_->PullRows(context, request, response); },
       [this](const grpc::Status& s) { return Convert(s); });
 }
@@ -234,14 +238,14 @@ absl::StatusOr<PullRowsResponse> GrpcPsTransport::PullRows(const PullRowsRequest
 absl::StatusOr<PushRowsResponse> GrpcPsTransport::PushRows(const PushRowsRequest& request,
                                                            absl::Time deadline) {
   return Unary<PushRowsResponse>(
-      deadline,
+      deadline, token_,
       [&](auto* context, auto* response) { return stub_->PushRows(context, request, response); },
       [this](const grpc::Status& s) { return Convert(s); });
 }
 
 absl::StatusOr<DescribeResponse> GrpcPsTransport::Describe(absl::Time deadline) {
   return Unary<DescribeResponse>(
-      deadline,
+      deadline, token_,
       [&](auto* context, auto* response) {
         return stub_->Describe(context, DescribeRequest(), response);
       },
@@ -251,7 +255,7 @@ absl::StatusOr<DescribeResponse> GrpcPsTransport::Describe(absl::Time deadline) 
 absl::StatusOr<SaveCheckpointResponse> GrpcPsTransport::SaveCheckpoint(
     const SaveCheckpointRequest& request, absl::Time deadline) {
   return Unary<SaveCheckpointResponse>(
-      deadline,
+      deadline, token_,
       [&](auto* context, auto* response) {
         return stub_->SaveCheckpoint(context, request, response);
       },
@@ -262,7 +266,7 @@ absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time dead
   JobDoneRequest request;
   request.set_reason(reason);
   return Unary<JobDoneResponse>(
-             deadline,
+             deadline, token_,
              [&](auto* context, auto* response) {
                return stub_->JobDone(context, request, response);
              },
@@ -271,17 +275,18 @@ absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time dead
 }
 
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
-    const std::vector<std::string>& addresses, int channels, const TlsFiles& tls) {
+    const std::vector<std::string>& addresses, int channels, const TlsFiles& tls,
+    const std::string& token) {
   CHECK(channels >= 1 && "PsClientOptions::channels_per_server must be at least 1");
   std::vector<std::unique_ptr<PsTransport>> transports;
   for (const std::string& address : addresses) {
     if (channels == 1) {
-      transports.push_back(std::make_unique<GrpcPsTransport>(address, tls));
+      transports.push_back(std::make_unique<GrpcPsTransport>(address, tls, token));
       continue;
     }
     std::vector<std::unique_ptr<PsTransport>> lanes;
     for (int i = 0; i < channels; ++i) {
-      lanes.push_back(std::make_unique<GrpcPsTransport>(address, tls));
+      lanes.push_back(std::make_unique<GrpcPsTransport>(address, tls, token));
     }
     // Calls that fit one message each way stay whole: unary, and cheaper.
     transports.push_back(std::make_unique<ParallelPsTransport>(std::move(lanes), kChunkBytes));
@@ -292,7 +297,8 @@ std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
 std::unique_ptr<PsClient> PsClient::Connect(const std::vector<std::string>& addresses,
                                             PsClientOptions options) {
   const TlsFiles tls{options.tls_cert, options.tls_key, options.tls_ca};
-  auto transports = MakeGrpcTransports(addresses, options.channels_per_server, tls);
+  auto transports =
+      MakeGrpcTransports(addresses, options.channels_per_server, tls, options.auth_token);
   return std::make_unique<PsClientImpl>(std::move(transports), std::move(options));
 }
 

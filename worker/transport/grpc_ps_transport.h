@@ -28,8 +28,9 @@ constexpr int kClientMaxMessageBytes = 256 << 20;
 class GrpcPsTransport final : public PsTransport {
  public:
   // Connects lazily: an unreachable server makes calls fail UNAVAILABLE.
-  // A channel to `address`, secured as `tls` says (plaintext without files).
-  GrpcPsTransport(const std::string& address, const TlsFiles& tls);
+  // A channel to `address`, secured as `tls` says (plaintext without files),
+  // whose calls carry `token` (none when empty).
+  GrpcPsTransport(const std::string& address, const TlsFiles& tls, std::string token = "");
   ~GrpcPsTransport() override;
 
   std::string address() const override { return address_; }
@@ -62,6 +63,7 @@ class GrpcPsTransport final : public PsTransport {
                                               SlicePlacer* sink) const;
 
   const std::string address_;
+  const std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<PsService::Stub> stub_;  // the calls without tensors
   // The calls with tensors, made on raw byte buffers.
@@ -72,9 +74,10 @@ class GrpcPsTransport final : public PsTransport {
 // One transport per address, in order, each over `channels` channels of
 // its own (TCP connections): with more than one, a ParallelPsTransport
 // (worker/transport/parallel_ps_transport.h) splits each streamed call by shard over
-// them. Secured as `tls` says.
+// them. Secured as `tls` says, the calls carrying `token`.
 std::vector<std::unique_ptr<PsTransport>> MakeGrpcTransports(
-    const std::vector<std::string>& addresses, int channels = 1, const TlsFiles& tls = {});
+    const std::vector<std::string>& addresses, int channels = 1, const TlsFiles& tls = {},
+    const std::string& token = "");
 
 }  // namespace fulcrum
 
