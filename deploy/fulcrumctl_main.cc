@@ -28,7 +28,7 @@
 #include "common/file_system.h"
 #include "common/memory_size.h"
 #include "common/rpc/credentials.h"
-#include "common/rpc/tls_flags.h"
+#include "common/rpc/security_flags.h"
 #include "common/tensor.h"
 #include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"

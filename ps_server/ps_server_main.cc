@@ -23,7 +23,7 @@
 #include "common/memory_size.h"
 #include "common/metrics_server.h"
 #include "common/rpc/authorization.h"
-#include "common/rpc/tls_flags.h"
+#include "common/rpc/security_flags.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/parameter_server.h"
 

@@ -28,7 +28,7 @@
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/metrics_server.h"
-#include "common/rpc/tls_flags.h"
+#include "common/rpc/security_flags.h"
 #include "common/tensor.h"
 #include "fulcrum/ps_client.h"
 #include "worker/checkpointer.h"

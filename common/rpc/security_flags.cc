@@ -1,4 +1,4 @@
-#include "common/rpc/tls_flags.h"
+#include "common/rpc/security_flags.h"
 
 #include <atomic>
 #include <tuple>
@@ -45,11 +45,6 @@ absl::StatusOr<TlsFiles> TlsFilesFromFlags() {
   }
   if (absl::Status s = CheckTlsFiles(files); !s.ok()) return s;
   return files;
-}
-
-std::vector<std::string> TlsFlagsFor(const TlsFiles& files) {
-  if (!files.enabled()) return {"--insecure"};
-  return {"--tls_cert=" + files.cert, "--tls_key=" + files.key, "--tls_ca=" + files.ca};
 }
 
 absl::StatusOr<std::string> ClientTokenFromFlags() {

@@ -5,7 +5,6 @@
 #define FULCRUM_COMMON_RPC_TLS_FLAGS_H_
 
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/rpc/credentials.h"
@@ -16,10 +15,6 @@ namespace fulcrum {
 // plaintext (no files) with --insecure. INVALID_ARGUMENT when neither or
 // both are given, saying what to give.
 absl::StatusOr<TlsFiles> TlsFilesFromFlags();
-
-// The flags that give a child process `files` (the launcher's daemons):
-// the three --tls_* flags, or --insecure.
-std::vector<std::string> TlsFlagsFor(const TlsFiles& files);
 
 // The token a client sends with its calls: the control token with
 // --control_token_file (the chief, fulcrumctl), else the cluster token of
