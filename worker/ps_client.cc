@@ -45,8 +45,8 @@ absl::Status CheckView(const std::string& what, const VariableSpec& spec, const 
 PsClientImpl::PsClientImpl(std::vector<std::unique_ptr<PsTransport>> servers,
                            PsClientOptions options)
     : servers_(std::move(servers)),
-      options_(options),
-      policy_(MakeClientPolicy(options.mode).value_or(nullptr)),
+      options_(std::move(options)),
+      policy_(MakeClientPolicy(options_.mode).value_or(nullptr)),
       fan_out_(static_cast<int>(servers_.size()) - 1),
       incarnations_(servers_.size(), 0),
       push_ids_(std::random_device()()) {
