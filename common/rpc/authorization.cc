@@ -3,14 +3,13 @@
 #include <grpc/grpc_security_constants.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_system.h"
 
 namespace fulcrum {
 namespace {
@@ -93,11 +92,11 @@ grpc::Status Access::CheckControl(const grpc::ServerContext& context,
 }
 
 absl::StatusOr<std::string> ReadToken(const std::string& flag, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "' cannot be read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(text.str()));
+  auto text = ReadFile(*MakeLocalFileSystem(), path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "' cannot be read"));
+  }
+  std::string token(absl::StripAsciiWhitespace(*text));
   if (token.size() < 16) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " '", path, "' holds ", token.size(),

@@ -3,11 +3,9 @@
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_system.h"
 
 namespace fulcrum {
 namespace {
@@ -21,12 +19,11 @@ absl::Status CheckPem(const std::string& flag, const std::string& path, const st
                      " is missing: TLS needs --tls_cert, --tls_key and --tls_ca together "
                      "(scripts/make_certs.sh makes them)"));
   }
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "' cannot be read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!absl::StrContains(text.str(), "-----BEGIN") ||
-      !absl::StrContains(text.str(), kind + "-----")) {
+  auto text = ReadFile(*MakeLocalFileSystem(), path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "' cannot be read"));
+  }
+  if (!absl::StrContains(*text, "-----BEGIN") || !absl::StrContains(*text, kind + "-----")) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " '", path, "' holds no PEM ", kind, " block"));
   }
