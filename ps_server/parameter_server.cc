@@ -457,7 +457,8 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
                           ? rows - next_row
                           : std::clamp<int64_t>(slice->tensor().shape(0), 0, rows - next_row);
       // Its float32 values, in one part or in the pieces they arrived in.
-      std::vector<FloatBytes> parts;
+      FloatBytes held;
+      absl::Span<const FloatBytes> parts;
       if (!received.empty() && received[index].owner != nullptr) {
         const ReceivedSlice& data = received[index];
         if (absl::Status s = CheckFloatTensor(slice->tensor(), part_shape, what, data.bytes);
@@ -469,7 +470,8 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
         auto decoded =
             DecodeFloatTensor(slice->tensor(), part_shape, what, &widened->emplace_back());
         if (!decoded.ok()) return decoded.status();
-        parts.push_back(AsFloatBytes(*decoded));
+        held = AsFloatBytes(*decoded);
+        parts = absl::MakeConstSpan(&held, 1);
       }
       int64_t element = next_row * RowElements(part_shape);
       for (const FloatBytes part : parts) {
