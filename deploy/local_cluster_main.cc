@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <string>
@@ -38,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/loopback.h"
+#include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(int, num_ps, 2,
           "Parameter servers to start; 0 with the all-reduce strategies, which use none.");
@@ -248,6 +250,8 @@ std::string TfConfig(const std::vector<std::string>& ps, const std::vector<std::
                       R"(}, "task": {"type": ")", type, R"(", "index": )", index, "}}");
 }
 
+using bazel::tools::cpp::runfiles::Runfiles;
+
 // This program's path.
 std::string SelfPath() {
   char self[4096];
@@ -281,7 +285,20 @@ std::map<std::string, std::vector<std::string>> TlsFlags(std::string* made) {
       return {};
     }
     dir = *made = temp;
-    const std::string script = SelfPath() + ".runfiles/fulcrum/scripts/make_certs.sh";
+    // Bazel's runfiles: this program's own tree, or the one of the test or
+    // tool that runs it (RUNFILES_DIR), which holds this program's data too.
+    std::string error;
+    std::unique_ptr<Runfiles> runfiles(Runfiles::Create(SelfPath(), &error));
+    const std::string script =
+        runfiles ? runfiles->Rlocation("fulcrum/scripts/make_certs.sh") : std::string();
+    if (script.empty() || access(script.c_str(), X_OK) != 0) {
+      std::fprintf(stderr,
+                   "local_cluster: scripts/make_certs.sh is not among this program's runfiles "
+                   "(%s); run the local_cluster that Bazel built, or pass --tls_dir or "
+                   "--insecure\n",
+                   runfiles ? script.c_str() : error.c_str());
+      return {};
+    }
     const std::string command =
         absl::StrCat(script, " ", dir, " --roles ps,chief,worker > /dev/null");
     if (std::system(command.c_str()) != 0) {

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 bazel build //proto/... //worker/api/... >/dev/null 2>&1
 bin=$(bazel info bazel-bin 2>/dev/null)
-flags=(-std=c++17 -I. "-I$bin" "-I$bin/worker/api/_virtual_includes/tensor"
+tools=$(bazel info output_base 2>/dev/null)/external/bazel_tools  # the runfiles library
+flags=(-std=c++17 -I. "-I$bin" -isystem "$tools" "-I$bin/worker/api/_virtual_includes/tensor"
        "-I$bin/worker/api/_virtual_includes/ps_client_interface" -I/usr/local/cuda/include
        -isystem /usr/include/python3.11
        -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL)
