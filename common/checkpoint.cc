@@ -24,6 +24,23 @@ int64_t StepOf(const std::string& name) {
   return step;
 }
 
+// A manifest lists one file per server, each a file of its own directory:
+// a name like "../x" would have a restore open a file outside it.
+absl::Status CheckManifest(const CheckpointManifest& manifest, const std::string& path) {
+  if (manifest.num_ps() < 1 || manifest.files_size() != manifest.num_ps()) {
+    return absl::DataLossError(absl::StrCat("'", path, "' lists ", manifest.files_size(),
+                                            " files for ", manifest.num_ps(), " servers"));
+  }
+  for (const ManifestFile& file : manifest.files()) {
+    if (file.name().empty() || file.name() == "." || file.name() == ".." ||
+        file.name().find('/') != std::string::npos) {
+      return absl::DataLossError(
+          absl::StrCat("'", path, "' names '", file.name(), "', not a file of its directory"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string CheckpointDirName(int64_t step) { return absl::StrFormat("%s%012d", kDirPrefix, step); }
@@ -49,7 +66,9 @@ std::vector<CheckpointInfo> ListCompleteCheckpoints(FileSystem& fs, const std::s
     auto data = ReadFile(fs, manifest_path);
     if (!data.ok()) continue;  // incomplete: the chief never wrote its manifest
     CheckpointInfo info;
-    if (absl::Status s = UnframeMessage(*data, manifest_path, &info.manifest); !s.ok()) {
+    absl::Status s = UnframeMessage(*data, manifest_path, &info.manifest);
+    if (s.ok()) s = CheckManifest(info.manifest, manifest_path);
+    if (!s.ok()) {
       problems->push_back(std::string(s.message()));
       continue;
     }

@@ -195,6 +195,37 @@ TEST_F(CheckpointTest, ACrashMidCheckpointLosesOnlyThatCheckpoint) {
   EXPECT_EQ(NewestStep(&problems), 20);
 }
 
+// A manifest is the chief's, but the directory may be shared: one naming a
+// file outside its checkpoint, or not one file per server, is refused
+// before any file it names is opened, and an older checkpoint loads.
+TEST_F(CheckpointTest, AManifestNamingFilesOutsideItsCheckpointIsRefused) {
+  WriteCheckpoint(10, 1);
+  WriteCheckpoint(20, 1);
+  const std::string manifest_path =
+      absl::StrCat(root_, "/", CheckpointDirName(20), "/", kManifestName);
+  CheckpointManifest manifest;
+  ASSERT_TRUE(UnframeMessage(*ReadFile(fs_, manifest_path), manifest_path, &manifest).ok());
+  const CheckpointManifest good = manifest;
+  for (const std::string& name :
+       {std::string("../") + CheckpointDirName(10) + "/" + PsFileName(0, 1), std::string(".."),
+        std::string()}) {
+    manifest = good;
+    manifest.mutable_files(0)->set_name(name);
+    ASSERT_TRUE(WriteFile(fs_, manifest_path, *FrameMessage(manifest)).ok());
+    std::vector<std::string> problems;
+    EXPECT_EQ(NewestStep(&problems), 10) << name;
+    ASSERT_EQ(problems.size(), 1u);
+    EXPECT_THAT(problems[0], HasSubstr("not a file of its directory"));
+  }
+  manifest = good;
+  manifest.set_num_ps(2);
+  ASSERT_TRUE(WriteFile(fs_, manifest_path, *FrameMessage(manifest)).ok());
+  std::vector<std::string> problems;
+  EXPECT_EQ(NewestStep(&problems), 10);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_THAT(problems[0], HasSubstr("lists 1 files for 2 servers"));
+}
+
 TEST_F(CheckpointTest, NothingToLoadIsNotFound) {
   std::vector<std::string> problems;
   EXPECT_EQ(LoadNewestCheckpoint(fs_, root_, AcceptAll, &problems).status().code(),
