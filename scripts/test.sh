@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Fulcrum's whole test suite: installs what is missing, builds, runs
 # every test with Bazel, runs the server-facing tests again under
-# AddressSanitizer and UndefinedBehaviorSanitizer (--config=asan), checks the
+# AddressSanitizer and UndefinedBehaviorSanitizer (--config=asan), runs the
+# fuzzers (scripts/fuzz.sh) for a few seconds each, checks the
 # sources' format, clang-tidy and pyflakes, builds the Docker image and runs the
 # compose cluster (tests/container_test.sh; skipped where no Docker engine
 # can run), and ends with the line "N passed, M failed", where N and M count
@@ -15,7 +16,7 @@ scripts/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 # The tests whose code a peer's bytes reach: parsers, the server, its
 # checkpoints, the client and its transports, real servers under attack.
 SANITIZED=(//common/... //ps_server/... //worker/transport/... //worker/collective/... //worker/strategy/...
-           //worker:ps_client_test
+           //fuzz/... //worker:ps_client_test
            //worker:checkpointer_test //tests:ps_cluster_test //tests:fulcrumctl_test)
 
 log=$(mktemp)
@@ -27,6 +28,8 @@ testlogs=$(bazel info bazel-testlogs 2>/dev/null)
 bazel test --config=asan --keep_going "${SANITIZED[@]}" 2>&1 | tee "$asan_log"
 asan_rc=${PIPESTATUS[0]}
 asan_testlogs=$(bazel info --config=asan bazel-testlogs 2>/dev/null)
+# The fuzzers, a few seconds each (their own lines, one per target).
+scripts/fuzz.sh 2>&1 | tee -a "$log"
 
 # Source checks, each counted as one test case.
 check() {

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/slices.h"
@@ -109,6 +110,17 @@ struct ReceivedMessage {
 // (client), a push's stays in the buffer it arrived in (server), and
 // everything else is read as protobuf would: fields by number and wire
 // type, unknown ones skipped, not kept.
+// Limits `in` to the message's `bytes`, so that nested fields are checked
+// against its end (WireParser::Nested); false when it cannot be.
+bool LimitToMessage(CodedInputStream* in, size_t bytes) {
+  if (bytes > static_cast<size_t>(INT_MAX)) return false;
+  in->PushLimit(static_cast<int>(bytes));
+  return true;
+}
+
+// A varint32's longest encoding.
+constexpr int kMaxVarint32Bytes = 5;
+
 class WireParser {
  public:
   WireParser(CodedInputStream* in, SlicePlacer* placer) : in_(in), placer_(placer) {}
@@ -116,7 +128,7 @@ class WireParser {
       : in_(in), received_(std::move(received)) {}
 
   bool Response(PullResponse* response) {
-    while (const uint32_t tag = in_->ReadTag()) {
+    while (const uint32_t tag = NextTag()) {
       if (tag == Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
         ShardSlice* slice = response->add_slices();
         if (!Nested([&] { return Slice(slice); })) return false;
@@ -138,7 +150,7 @@ class WireParser {
     {
       google::protobuf::io::StringOutputStream rest_stream(&rest);
       CodedOutputStream rest_out(&rest_stream);
-      while (const uint32_t tag = in_->ReadTag()) {
+      while (const uint32_t tag = NextTag()) {
         if (tag ==
             Tag(PushRequest::kGradientsFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
           ShardSlice* slice = push->add_gradients();
@@ -159,7 +171,7 @@ class WireParser {
     {
       google::protobuf::io::StringOutputStream rest_stream(&rest);
       CodedOutputStream rest_out(&rest_stream);
-      while (const uint32_t tag = in_->ReadTag()) {
+      while (const uint32_t tag = NextTag()) {
         if (tag ==
             Tag(PushPullRequest::kPushFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
           if (!Nested([&] { return Push(message->mutable_push(), out); })) return false;
@@ -174,6 +186,19 @@ class WireParser {
  private:
   static constexpr uint32_t Tag(int field, WireFormatLite::WireType type) {
     return WireFormatLite::MakeTag(field, type);
+  }
+  static constexpr WireFormatLite::WireType kVarint = WireFormatLite::WIRETYPE_VARINT;
+  static constexpr WireFormatLite::WireType kBytes = WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+
+  // The next field's tag; 0 at the message's end, and for a tag protobuf
+  // rejects -- field number 0, or a varint of more than 5 bytes, which
+  // ReadTag would cut to 32 bits -- after which ConsumedEntireMessage fails.
+  uint32_t NextTag() {
+    const int before = in_->CurrentPosition();
+    const uint32_t tag = in_->ReadTag();
+    const bool valid = WireFormatLite::GetTagFieldNumber(tag) != 0 &&
+                       in_->CurrentPosition() - before <= kMaxVarint32Bytes;
+    return tag != 0 && valid ? tag : 0;
   }
 
   bool ReadLength(int* length) {
@@ -193,10 +218,12 @@ class WireParser {
     return true;
   }
   // A length-delimited field parsed by `parse`, which must read it whole.
+  // A length past the enclosing message's end fails (PushLimit would
+  // quietly cut it to that end, accepting a truncated field).
   template <typename Parse>
   bool Nested(Parse parse) {
     int length = 0;
-    if (!ReadLength(&length)) return false;
+    if (!ReadLength(&length) || length > in_->BytesUntilLimit()) return false;
     const CodedInputStream::Limit limit = in_->PushLimit(length);
     if (!parse()) return false;
     in_->PopLimit(limit);
@@ -205,14 +232,21 @@ class WireParser {
 
   bool Slice(ShardSlice* slice) {
     bool placed = false;
-    while (const uint32_t tag = in_->ReadTag()) {
+    while (const uint32_t tag = NextTag()) {
       // Placed data must come last: a field after it could change where it
-      // belonged. Fields unknown here (a newer server's) are skipped.
-      if (placed && WireFormatLite::GetTagFieldNumber(tag) <= 5) return false;
+      // belonged. Fields unknown here (a newer server's, or a known number
+      // with another wire type) are skipped, as protobuf skips them.
+      static constexpr uint32_t kKnown[] = {Tag(1, kBytes), Tag(2, kVarint), Tag(3, kVarint),
+                                            Tag(4, kVarint), Tag(5, kBytes)};
+      if (placed && absl::c_linear_search(kKnown, tag)) return false;
       int64_t value = 0;
       bool ok = true;
       if (tag == Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
-        ok = ReadBytes(slice->mutable_variable());
+        // A string field: UTF-8, or the parse fails, as protobuf's does.
+        ok = ReadBytes(slice->mutable_variable()) &&
+             WireFormatLite::VerifyUtf8String(slice->variable().data(),
+                                              static_cast<int>(slice->variable().size()),
+                                              WireFormatLite::PARSE, "fulcrum.ShardSlice.variable");
       } else if (tag == Tag(2, WireFormatLite::WIRETYPE_VARINT)) {
         ok = ReadInt64(&value);
         slice->set_shard(static_cast<int32_t>(value));
@@ -234,8 +268,10 @@ class WireParser {
 
   bool Tensor(ShardSlice* slice, bool* placed) {
     TensorProto* tensor = slice->mutable_tensor();
-    while (const uint32_t tag = in_->ReadTag()) {
-      if (*placed && WireFormatLite::GetTagFieldNumber(tag) <= 3) return false;  // as in Slice
+    while (const uint32_t tag = NextTag()) {
+      static constexpr uint32_t kKnown[] = {Tag(1, kVarint), Tag(2, kBytes), Tag(2, kVarint),
+                                            Tag(3, kBytes)};
+      if (*placed && absl::c_linear_search(kKnown, tag)) return false;  // as in Slice
       int64_t value = 0;
       bool ok = true;
       if (tag == Tag(1, WireFormatLite::WIRETYPE_VARINT)) {
@@ -479,7 +515,7 @@ absl::Status ParsePullResponse(grpc::ByteBuffer* buffer, SlicePlacer* placer, Pu
     }
     CodedInputStream in(&reader);
     out->Clear();
-    parsed = WireParser(&in, placer).Response(out);
+    parsed = LimitToMessage(&in, buffer->Length()) && WireParser(&in, placer).Response(out);
   }
   buffer->Clear();
   if (!parsed) {
@@ -506,7 +542,7 @@ absl::Status ParseReceiving(grpc::ByteBuffer* buffer, Message* out, ReceivedByte
   {
     CodedInputStream in(&*message->reader);
     WireParser parser(&in, message);
-    parsed = parse(parser);
+    parsed = LimitToMessage(&in, message->buffer.Length()) && parse(parser);
   }
   if (!parsed) {
     received->clear();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -513,6 +514,41 @@ TEST(ParseReceivedPushTest, CorruptedPushesFailOrParseWithinTheirBytes) {
     }
   }
   EXPECT_GT(parsed_count, 0);  // flips inside tensor data still parse
+}
+
+// What fuzz/ found (fuzz/regressions/): bytes protobuf rejects were
+// accepted -- a field longer than the message around it, a tag varint of
+// more than 5 bytes, a variable name that is not UTF-8 -- and a push
+// protobuf accepts was refused, for an unknown field after the data that
+// reused the tensor's field number. Both parsers now agree on each.
+TEST(ParseReceivedPushTest, AgreesWithProtobufOnWhatTheFuzzerFound) {
+  const std::string slice = FloatSlice("w", 0, 2).SerializeAsString();
+  const std::map<std::string, std::string> slices = {
+      {"a field past its message", "\x0a\x01w\x2a\x04"},  // a tensor of 4 bytes, none there
+      {"a 9-byte tag", slice + "\xe0\xfd\xd5\xef\xf7\xfc\xed\xfc\x02\x02"},
+      {"a name not UTF-8", "\x0a\x01\x9a" + slice.substr(3)},
+      {"an unknown field after the data", slice + "\x28\x01"},
+  };
+  // `bytes` as field `number` of a message.
+  const auto field = [](int number, const std::string& bytes) {
+    return std::string(1, static_cast<char>(number << 3 | 2)) + static_cast<char>(bytes.size()) +
+           bytes;
+  };
+  for (const auto& [what, bytes] : slices) {
+    const std::string push = field(PushRequest::kGradientsFieldNumber, bytes);
+    grpc::ByteBuffer buffer = Buffer(push);
+    PushRequest parsed;
+    ReceivedBytes received;
+    EXPECT_EQ(ParseReceivedPush(&buffer, &parsed, &received).ok(),
+              PushRequest().ParseFromString(push))
+        << what;
+    EXPECT_EQ(PushRequest().ParseFromString(push), what == "an unknown field after the data")
+        << what;
+    const std::string pull = field(PullResponse::kSlicesFieldNumber, bytes);
+    PullResponse response;
+    TestPlacer placer(2);
+    EXPECT_EQ(Parse(pull, &placer, &response).ok(), PullResponse().ParseFromString(pull)) << what;
+  }
 }
 
 // Inside a ReceiveTensorBytes scope, gRPC's parser leaves pushes' data in
