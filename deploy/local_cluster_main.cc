@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +35,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -74,7 +76,9 @@ ABSL_FLAG(std::string, worker_command, "",
           "--summary_json, --metrics_jsonl and --checkpoint_dir when set, then those after --. "
           "Only with --strategy=parameter_server.");
 ABSL_FLAG(bool, insecure, false,
-          "Plaintext gRPC between the processes (all on 127.0.0.1) instead of mutual TLS.");
+          "Plaintext gRPC between the processes (all on 127.0.0.1) instead of mutual TLS; "
+          "calls are still authenticated, with tokens made for the run (--auth_token_file, "
+          "--control_token_file).");
 ABSL_FLAG(std::string, tls_dir, "",
           "Mutual TLS from this directory of scripts/make_certs.sh's files: ca.pem, and ps, "
           "chief and worker .pem and .key. Empty: a CA and certificates are made for this run "
@@ -266,25 +270,64 @@ std::string DefaultBinDir() {
   return path.substr(0, path.rfind('/'));  // .../bazel-bin
 }
 
-// The TLS flags of each role ("ps", "chief", "worker"): --insecure, or the
-// files in --tls_dir, else in `made` (a temporary directory this makes with
+// A directory of this run's own (certificates, tokens), in `made`, which
+// the caller removes; "" when it cannot be made (printed).
+std::string MakeRunDir(std::string* made) {
+  char temp[] = "/tmp/fulcrum-run-XXXXXX";
+  if (mkdtemp(temp) == nullptr) {
+    std::fprintf(stderr, "local_cluster: cannot make a directory in /tmp: %s\n",
+                 std::strerror(errno));
+    return "";
+  }
+  return *made = temp;
+}
+
+// Writes a random token (32 bytes, in hex) to `path`, readable by its owner
+// only. False when it cannot (printed).
+bool WriteToken(const std::string& path) {
+  unsigned char bytes[32];
+  FILE* random = std::fopen("/dev/urandom", "rb");
+  const bool read =
+      random != nullptr && std::fread(bytes, 1, sizeof(bytes), random) == sizeof(bytes);
+  if (random != nullptr) std::fclose(random);
+  std::string token;
+  for (unsigned char byte : bytes) token += absl::StrFormat("%02x", byte);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const bool written = read && fd >= 0 &&
+                       write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size());
+  if (fd >= 0) close(fd);
+  if (!written) std::fprintf(stderr, "local_cluster: cannot write a token to %s\n", path.c_str());
+  return written;
+}
+
+// Plaintext, and tokens made for the run in `made`: every process holds
+// the cluster token, the servers and the chief the control token too.
+std::map<std::string, std::vector<std::string>> InsecureFlags(std::string* made) {
+  const std::string dir = MakeRunDir(made);
+  const std::string cluster = dir + "/cluster.token", control = dir + "/control.token";
+  if (dir.empty() || !WriteToken(cluster) || !WriteToken(control)) return {};
+  std::printf(
+      "[launcher] plaintext, with tokens made for this run in %s (fulcrumctl --insecure "
+      "--control_token_file=%s)\n",
+      dir.c_str(), control.c_str());
+  const std::vector<std::string> both = {"--insecure", "--auth_token_file=" + cluster,
+                                         "--control_token_file=" + control};
+  return {
+      {"ps", both}, {"chief", both}, {"worker", {"--insecure", "--auth_token_file=" + cluster}}};
+}
+
+// The security flags of each role ("ps", "chief", "worker"): InsecureFlags,
+// or mutual TLS from the files in --tls_dir, else in `made` (made with
 // scripts/make_certs.sh, from this program's runfiles). Empty on an error,
 // which is printed.
-std::map<std::string, std::vector<std::string>> TlsFlags(std::string* made) {
+std::map<std::string, std::vector<std::string>> SecurityFlags(std::string* made) {
+  if (absl::GetFlag(FLAGS_insecure)) return InsecureFlags(made);
   const std::vector<std::string> roles = {"ps", "chief", "worker"};
   std::map<std::string, std::vector<std::string>> flags;
-  if (absl::GetFlag(FLAGS_insecure)) {
-    for (const std::string& role : roles) flags[role] = {"--insecure"};
-    return flags;
-  }
   std::string dir = absl::GetFlag(FLAGS_tls_dir);
   if (dir.empty()) {
-    char temp[] = "/tmp/fulcrum-certs-XXXXXX";
-    if (mkdtemp(temp) == nullptr) {
-      std::fprintf(stderr, "local_cluster: cannot make a directory for certificates\n");
-      return {};
-    }
-    dir = *made = temp;
+    dir = MakeRunDir(made);
+    if (dir.empty()) return {};
     // Bazel's runfiles: this program's own tree, or the one of the test or
     // tool that runs it (RUNFILES_DIR), which holds this program's data too.
     std::string error;
@@ -300,7 +343,7 @@ std::map<std::string, std::vector<std::string>> TlsFlags(std::string* made) {
       return {};
     }
     const std::string command =
-        absl::StrCat(script, " ", dir, " --roles ps,chief,worker > /dev/null");
+        absl::StrCat(script, " ", dir, " --roles ps,chief,worker,fulcrumctl > /dev/null");
     if (std::system(command.c_str()) != 0) {
       std::fprintf(stderr,
                    "local_cluster: making certificates with %s failed (its error is above); "
@@ -309,6 +352,10 @@ std::map<std::string, std::vector<std::string>> TlsFlags(std::string* made) {
       return {};
     }
   }
+  std::printf(
+      "[launcher] mutual TLS, with certificates in %s (fulcrumctl --tls_cert=%s/fulcrumctl.pem "
+      "--tls_key=%s/fulcrumctl.key --tls_ca=%s/ca.pem)\n",
+      dir.c_str(), dir.c_str(), dir.c_str(), dir.c_str());
   for (const std::string& role : roles) {
     flags[role] = {absl::StrCat("--tls_cert=", dir, "/", role, ".pem"),
                    absl::StrCat("--tls_key=", dir, "/", role, ".key"),
@@ -344,12 +391,12 @@ int Run(const std::vector<std::string>& worker_args) {
   }
   std::string bin = absl::GetFlag(FLAGS_bin_dir);
   if (bin.empty()) bin = DefaultBinDir();
-  std::string made_certs;  // removed at exit
-  const auto remove_certs = absl::MakeCleanup([&] {
-    if (!made_certs.empty()) std::filesystem::remove_all(made_certs);
+  std::string run_dir;  // certificates or tokens made for the run, removed at exit
+  const auto remove_run_dir = absl::MakeCleanup([&] {
+    if (!run_dir.empty()) std::filesystem::remove_all(run_dir);
   });
-  std::map<std::string, std::vector<std::string>> tls = TlsFlags(&made_certs);
-  if (tls.empty()) return 1;
+  std::map<std::string, std::vector<std::string>> security = SecurityFlags(&run_dir);
+  if (security.empty()) return 1;
   const std::string mode = all_reduce ? "sync" : absl::GetFlag(FLAGS_mode);
   // The all-reduce strategies are synchronous, and take no mode flags.
   const std::vector<std::string> mode_flags =
@@ -382,7 +429,7 @@ int Run(const std::vector<std::string>& worker_args) {
   for (int i = 0; i < num_ps; ++i) {
     std::vector<std::string> argv = {bin + "/ps_server/ps_server", "--port=0",
                                      "--bind_host=127.0.0.1"};
-    argv.insert(argv.end(), tls["ps"].begin(), tls["ps"].end());
+    argv.insert(argv.end(), security["ps"].begin(), security["ps"].end());
     argv.insert(argv.end(), ps_flags.begin(), ps_flags.end());
     children.push_back(Spawn(absl::StrCat("ps ", i), argv,
                              TfConfig(placeholders_ps, placeholders_workers, "ps", i)));
@@ -437,8 +484,8 @@ int Run(const std::vector<std::string>& worker_args) {
     argv.push_back("--strategy=" + strategy);
     if (all_reduce) argv.emplace_back("--bind_host=127.0.0.1");
     argv.insert(argv.end(), mode_flags.begin(), mode_flags.end());
-    const std::vector<std::string>& tls_flags = tls[w == 0 ? "chief" : "worker"];
-    argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
+    const std::vector<std::string>& flags = security[w == 0 ? "chief" : "worker"];
+    argv.insert(argv.end(), flags.begin(), flags.end());
     if (w == 0) {
       if (!checkpoint_dir.empty()) argv.push_back("--checkpoint_dir=" + checkpoint_dir);
       if (!absl::GetFlag(FLAGS_summary_json).empty()) {

@@ -94,6 +94,10 @@ def parse_args():
     p.add_argument("--tls_key", default="", help="Mutual TLS: its private key (PEM).")
     p.add_argument("--tls_ca", default="", help="Mutual TLS: the cluster's CA certificate (PEM).")
     p.add_argument("--insecure", action="store_true", help="Plaintext, without TLS.")
+    p.add_argument("--auth_token_file", default="",
+                   help="A file holding the cluster token, for servers that need one.")
+    p.add_argument("--control_token_file", default="",
+                   help="The chief's: a file holding the control token, sent instead.")
     # Passed by the launcher; the servers enforce them.
     p.add_argument("--staleness", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--replicas_to_aggregate", type=int, default=0, help=argparse.SUPPRESS)
@@ -118,8 +122,10 @@ def main():
     train_x, train_y = load(args.data_dir, "train", args.train_examples)
     test_x, test_y = load(args.data_dir, "test", args.test_examples)
 
+    token_file = args.control_token_file or args.auth_token_file
+    token = open(token_file).read().strip() if token_file else ""
     client = fulcrum.connect(mode=args.mode, wire_dtype=args.wire_dtype, tls_cert=args.tls_cert,
-                             tls_key=args.tls_key, tls_ca=args.tls_ca)
+                             tls_key=args.tls_key, tls_ca=args.tls_ca, auth_token=token)
     rank, replicas = client.worker_id, client.num_replicas
     role = "chief" if client.is_chief else "worker %d" % rank
     torch.manual_seed(args.seed)

@@ -195,6 +195,9 @@ int Run() {
              metrics_server->port());
   }
   WarnIfPlaintext(*tls, absl::GetFlag(FLAGS_bind_host));
+  const std::string security =
+      absl::StrCat(tls->enabled() ? "mutual TLS" : "plaintext",
+                   policy.cluster_token.empty() && policy.control_token.empty() ? "" : ", tokens");
   auto server = PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr,
                                     *tls, Access(std::move(policy)));
   if (!server.ok()) {
@@ -204,8 +207,7 @@ int Run() {
   LOG_INFO(
       "listening on {}:{} ({}) mode={} workers={} replicas_to_aggregate={} staleness={} "
       "memory budget {}",
-      absl::GetFlag(FLAGS_bind_host), (*server)->port(),
-      tls->enabled() ? "mutual TLS" : "plaintext", absl::GetFlag(FLAGS_mode),
+      absl::GetFlag(FLAGS_bind_host), (*server)->port(), security, absl::GetFlag(FLAGS_mode),
       config->num_replicas(), config->replicas_to_aggregate(), config->staleness_bound(),
       FormatBytes(ps.Describe().max_memory_bytes()));
 

@@ -56,12 +56,16 @@ TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
   EXPECT_THAT(ReadWholeFile(svg), HasSubstr("<polyline"));
 }
 
+// Also plaintext (--insecure): the launcher makes tokens for the run,
+// which every call carries, the chief's JobDone the control token.
 TEST(LocalClusterTest, TrainsWithBfloat16OnTheWire) {
   const std::string summary = TempPath("bf16-summary.json");
   ChildProcess cluster("cluster", Launcher({"--num_ps=2", "--num_workers=2", "--mode=sync",
-                                            "--summary_json=" + summary, "--", "--epochs=1",
-                                            "--hidden=64", "--wire_dtype=bfloat16"}));
+                                            "--insecure", "--summary_json=" + summary, "--",
+                                            "--epochs=1", "--hidden=64", "--wire_dtype=bfloat16"}));
   ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(cluster.HasLine("(plaintext, tokens)"));
+  EXPECT_FALSE(cluster.HasLine("UNAUTHENTICATED"));
   const std::string json = ReadWholeFile(summary);
   std::smatch match;
   ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
@@ -182,10 +186,12 @@ TEST(LocalClusterTest, TrainsWithoutServersByAllReduceAndResumes) {
 
 // An all-reduce worker killed under the launcher: the launcher lets the
 // others go on (they regroup), and exits with the chief's status.
+// Plaintext (--insecure): the workers' streams to each other carry the
+// run's cluster token.
 TEST(LocalClusterTest, AKilledAllReduceWorkerIsLeftBehind) {
-  ChildProcess cluster(
-      "cluster", Launcher({"--num_ps=0", "--num_workers=3", "--strategy=multi_worker_mirrored",
-                           "--", "--epochs=2", "--hidden=64", "--log_every_steps=50"}));
+  ChildProcess cluster("cluster", Launcher({"--num_ps=0", "--num_workers=3",
+                                            "--strategy=multi_worker_mirrored", "--insecure", "--",
+                                            "--epochs=2", "--hidden=64", "--log_every_steps=50"}));
   const std::optional<std::string> started =
       cluster.WaitForLine("[launcher] started worker 2 (pid ", absl::Seconds(60));
   ASSERT_TRUE(started.has_value());
@@ -197,6 +203,7 @@ TEST(LocalClusterTest, AKilledAllReduceWorkerIsLeftBehind) {
   EXPECT_TRUE(cluster.HasLine("[launcher] worker 2 exited with status 137"));
   EXPECT_TRUE(cluster.HasLine("the group is now ranks 0, 1"));
   EXPECT_FALSE(cluster.HasLine("stopping every process"));
+  EXPECT_FALSE(cluster.HasLine("refused a collective stream"));
 }
 
 // With --max_restarts the launcher starts a killed all-reduce worker again,

@@ -442,11 +442,13 @@ absl::StatusOr<StrategyParts> MakeParameterServerStrategy(
 }
 
 // mirrored: a group of one. multi_worker_mirrored: serves the collective
-// port and links to every other training replica of the cluster.
+// port and links to every other training replica of the cluster; with a
+// `cluster_token`, the links carry it and need it.
 absl::StatusOr<StrategyParts> MakeAllReduceStrategy(const std::string& name,
                                                     const TfConfig& cluster, int replica,
                                                     bool is_chief, const ModelConfig& model,
-                                                    FileSystem* fs, const TlsFiles& tls) {
+                                                    FileSystem* fs, const TlsFiles& tls,
+                                                    const std::string& cluster_token) {
   StrategyParts parts;
   if (name == "mirrored") {
     parts.links = std::make_unique<SoloLinks>();
@@ -463,7 +465,8 @@ absl::StatusOr<StrategyParts> MakeAllReduceStrategy(const std::string& name,
     }
     WarnIfPlaintext(tls, absl::GetFlag(FLAGS_bind_host));
     auto links = GrpcPeerLinks::Start(replica, NumReplicas(cluster.cluster()),
-                                      absl::StrCat(absl::GetFlag(FLAGS_bind_host), ":", port), tls);
+                                      absl::StrCat(absl::GetFlag(FLAGS_bind_host), ":", port), tls,
+                                      cluster_token);
     if (!links.ok()) return links.status();
     const std::vector<std::string> peers = ReplicaAddresses(cluster.cluster());
     (*links)->Connect(peers);
@@ -639,8 +642,12 @@ absl::Status Run(bool* configured) {
   std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
   StrategyParts parts;
   if (all_reduce) {
-    auto made =
-        MakeAllReduceStrategy(strategy_name, *cluster, *replica, is_chief, model, fs.get(), tls);
+    // The peers' streams carry the cluster token, which every worker holds
+    // (the chief's control token is not the other workers' to check).
+    std::string cluster_token, control_token;
+    if (absl::Status s = ServerTokensFromFlags(&cluster_token, &control_token); !s.ok()) return s;
+    auto made = MakeAllReduceStrategy(strategy_name, *cluster, *replica, is_chief, model, fs.get(),
+                                      tls, cluster_token);
     if (!made.ok()) return made.status();
     parts = *std::move(made);
   } else {

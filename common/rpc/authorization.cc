@@ -41,7 +41,7 @@ bool SameToken(absl::string_view given, absl::string_view expected) {
 }
 
 // The call's token, or "" when it carries none.
-absl::string_view CallToken(const grpc::ServerContext& context) {
+absl::string_view CallToken(const grpc::ServerContextBase& context) {
   const auto& metadata = context.client_metadata();
   const auto found = metadata.find(kTokenMetadataKey);
   if (found == metadata.end()) return {};
@@ -58,7 +58,8 @@ grpc::Status Unauthenticated(const std::string& call, const std::string& needs,
 
 }  // namespace
 
-grpc::Status Access::CheckData(const grpc::ServerContext& context, const std::string& call) const {
+grpc::Status Access::CheckData(const grpc::ServerContextBase& context,
+                               const std::string& call) const {
   if (policy_.cluster_token.empty()) return grpc::Status::OK;
   const absl::string_view token = CallToken(context);
   if (SameToken(token, policy_.cluster_token) ||
@@ -68,7 +69,7 @@ grpc::Status Access::CheckData(const grpc::ServerContext& context, const std::st
   return Unauthenticated(call, "the cluster token (--auth_token_file)", token);
 }
 
-grpc::Status Access::CheckControl(const grpc::ServerContext& context,
+grpc::Status Access::CheckControl(const grpc::ServerContextBase& context,
                                   const std::string& call) const {
   if (!policy_.control_token.empty()) {
     const absl::string_view token = CallToken(context);

@@ -47,8 +47,8 @@ class Access {
   // OK, or UNAUTHENTICATED (no token, or a wrong one) or PERMISSION_DENIED
   // (a certificate without a control identity), naming `call` and what it
   // needs.
-  grpc::Status CheckData(const grpc::ServerContext& context, const std::string& call) const;
-  grpc::Status CheckControl(const grpc::ServerContext& context, const std::string& call) const;
+  grpc::Status CheckData(const grpc::ServerContextBase& context, const std::string& call) const;
+  grpc::Status CheckControl(const grpc::ServerContextBase& context, const std::string& call) const;
 
  private:
   AccessPolicy policy_;

@@ -10,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "common/rpc/authorization.h"
 #include "common/rpc/options.h"
 #include "worker/collective/mailbox.h"
 
@@ -148,30 +150,53 @@ class Incoming final : public grpc::ServerGenericBidiReactor {
   uint64_t stream_ = 0;
 };
 
+// Who may open a stream: any peer, or with a cluster token, those that
+// send it.
+Access StreamAccess(const std::string& token) {
+  AccessPolicy policy;
+  policy.cluster_token = token;
+  return Access(std::move(policy));
+}
+
+// A stream refused before it starts: finished at once with `status`.
+class Refused final : public grpc::ServerGenericBidiReactor {
+ public:
+  explicit Refused(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 class Service final : public grpc::CallbackGenericService {
  public:
-  Service(Mailbox* inbox, int rank) : inbox_(inbox), rank_(rank) {}
+  Service(Mailbox* inbox, int rank, Access access)
+      : inbox_(inbox), rank_(rank), access_(std::move(access)) {}
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
     if (context->method() != kMethod) return CallbackGenericService::CreateReactor(context);
+    if (grpc::Status allowed = access_.CheckData(*context, "a collective stream"); !allowed.ok()) {
+      LOG_WARN("rank {}: refused a collective stream from {}: {}", rank_, context->peer(),
+               allowed.error_message());
+      return new Refused(allowed);
+    }
     return new Incoming(inbox_, rank_, context);
   }
 
  private:
   Mailbox* const inbox_;
   const int rank_;
+  const Access access_;
 };
 
 // The stream to one peer, written in order by its own thread.
 class Outgoing {
  public:
-  Outgoing(int rank, int peer, std::string address, const TlsFiles& tls)
+  Outgoing(int rank, int peer, std::string address, const TlsFiles& tls, const std::string& token)
       : rank_(rank),
         peer_(peer),
         address_(std::move(address)),
         stub_(grpc::CreateCustomChannel(address_, MakeChannelCredentials(tls),
                                         ClientChannelArguments(-1))) {
+    if (!token.empty()) context_.AddMetadata(kTokenMetadataKey, TokenMetadata(token));
     writer_thread_ = std::thread([this] { WriteLoop(); });
   }
 
@@ -288,12 +313,18 @@ class Outgoing {
 
 class GrpcPeerLinks::Impl {
  public:
-  Impl(int rank, int size, TlsFiles tls)
-      : rank(rank), size(size), tls(std::move(tls)), inbox(size), service(&inbox, rank) {}
+  Impl(int rank, int size, TlsFiles tls, std::string token)
+      : rank(rank),
+        size(size),
+        tls(std::move(tls)),
+        token(std::move(token)),
+        inbox(size),
+        service(&inbox, rank, StreamAccess(this->token)) {}
 
   const int rank;
   const int size;
   const TlsFiles tls;
+  const std::string token;  // the cluster token, or ""
   Mailbox inbox;
   Service service;
   std::unique_ptr<grpc::Server> server;
@@ -303,12 +334,13 @@ class GrpcPeerLinks::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> GrpcPeerLinks::Start(
-    int rank, int size, const std::string& listen_address, const TlsFiles& tls) {
+    int rank, int size, const std::string& listen_address, const TlsFiles& tls,
+    const std::string& token) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is not one of a group of ", size));
   }
-  auto impl = std::make_unique<Impl>(rank, size, tls);
+  auto impl = std::make_unique<Impl>(rank, size, tls, token);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen_address, MakeServerCredentials(tls), &impl->port);
   ApplyServerOptions(builder, -1);
@@ -351,8 +383,8 @@ absl::Status GrpcPeerLinks::Reconnect(int peer) {
         absl::StrCat("rank ", impl_->rank, ": no address of rank ", peer, " (Connect first)"));
   }
   if (impl_->outgoing[peer] != nullptr) impl_->outgoing[peer]->Abandon();
-  impl_->outgoing[peer] =
-      std::make_unique<Outgoing>(impl_->rank, peer, impl_->addresses[peer], impl_->tls);
+  impl_->outgoing[peer] = std::make_unique<Outgoing>(impl_->rank, peer, impl_->addresses[peer],
+                                                     impl_->tls, impl_->token);
   // A notice opens the stream now, so that a peer that dies breaks this
   // rank's link to it even if they never exchanged data, and the peer
   // learns of a reconnection at once.

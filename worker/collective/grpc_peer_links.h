@@ -24,10 +24,14 @@ class GrpcPeerLinks final : public MailboxLinks {
  public:
   // Starts serving rank `rank` of `size` on `listen_address` ("host:0" picks
   // a port: see port()). UNAVAILABLE when it cannot listen. Both ways,
-  // links are secured as `tls` says (plaintext without files).
+  // links are secured as `tls` says (plaintext without files). With a
+  // cluster `token` (--auth_token_file), every stream carries it, and a
+  // stream without it is refused UNAUTHENTICATED, which breaks the
+  // sender's link.
   static absl::StatusOr<std::unique_ptr<GrpcPeerLinks>> Start(int rank, int size,
                                                               const std::string& listen_address,
-                                                              const TlsFiles& tls = {});
+                                                              const TlsFiles& tls = {},
+                                                              const std::string& token = "");
   ~GrpcPeerLinks() override;
 
   int port() const;

@@ -18,12 +18,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// `n` ranks listening on ports they pick, each connected to the others.
-std::vector<std::unique_ptr<GrpcPeerLinks>> StartGroup(int n) {
+// `n` ranks listening on ports they pick, each connected to the others;
+// rank r with cluster token tokens[r] (none when not given).
+std::vector<std::unique_ptr<GrpcPeerLinks>> StartGroup(
+    int n, const std::vector<std::string>& tokens = {}) {
   std::vector<std::unique_ptr<GrpcPeerLinks>> links;
   std::vector<std::string> addresses;
   for (int r = 0; r < n; ++r) {
-    auto started = GrpcPeerLinks::Start(r, n, "127.0.0.1:0");
+    auto started = GrpcPeerLinks::Start(r, n, "127.0.0.1:0", TlsFiles(),
+                                        r < static_cast<int>(tokens.size()) ? tokens[r] : "");
     EXPECT_TRUE(started.ok()) << started.status();
     if (!started.ok()) return {};
     addresses.push_back(absl::StrCat("127.0.0.1:", (*started)->port()));
@@ -101,6 +104,33 @@ TEST(GrpcPeerLinksTest, WhatWasSentArrivesThoughTheSenderCloses) {
   received = links[0]->Recv(1, absl::Now() + absl::Seconds(30));
   ASSERT_TRUE(received.ok()) << received.status();
   EXPECT_EQ(*received, std::vector<float>{7.0f});
+}
+
+// With a cluster token, a rank's streams carry it and a peer takes only
+// streams that do: a sender with another token cannot deliver, and its
+// link breaks saying which token was wanted.
+TEST(GrpcPeerLinksTest, WithATokenOnlyPeersHoldingItDeliver) {
+  const std::string token = "a-cluster-token-0123456789";
+  auto links = StartGroup(3, {token, token, "not-the-cluster-token-987"});
+  ASSERT_EQ(links.size(), size_t{3});
+  const float data[] = {1.0f, 2.0f};
+  ASSERT_TRUE(links[1]->Send(0, data).ok());
+  auto received = links[0]->Recv(1, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(*received, std::vector<float>(data, data + 2));
+
+  // Rank 2's stream is refused: its first message is never read, and once
+  // the refusal is back its sends fail.
+  ASSERT_TRUE(links[2]->Send(0, data).ok());  // queued before the stream opens
+  absl::Status sent;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (sent.ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling for the refusal to come back
+    sent = links[2]->Send(0, data);
+  }
+  EXPECT_EQ(sent.code(), absl::StatusCode::kUnavailable) << sent;
+  EXPECT_THAT(sent.message(), HasSubstr("needs the cluster token"));
+  EXPECT_FALSE(links[0]->Recv(2, absl::Now() + absl::Milliseconds(200)).ok());
 }
 
 // A rank that restarts on its port: its new streams are reconnections to
