@@ -20,6 +20,7 @@ Batch GatherBatch(const Dataset& data, const std::vector<int64_t>& indices) {
     std::memcpy(&batch.features[i * data.feature_dim],
                 &data.features[indices[i] * data.feature_dim], data.feature_dim * sizeof(float));
     batch.labels[i] = data.labels[indices[i]];
+    if (data.ids_per_example == 0) continue;  // dense data: no ids, and no element to point at
     std::memcpy(&batch.ids[i * data.ids_per_example], &data.ids[indices[i] * data.ids_per_example],
                 data.ids_per_example * sizeof(int64_t));
   }
