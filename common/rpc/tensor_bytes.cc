@@ -105,11 +105,6 @@ struct ReceivedMessage {
   std::deque<std::array<char, sizeof(float)>> split_values;  // never move
 };
 
-// A parser of the messages that carry tensors (ps_service.proto,
-// tensor.proto): a PullResponse's DT_FLOAT data goes where a placer says
-// (client), a push's stays in the buffer it arrived in (server), and
-// everything else is read as protobuf would: fields by number and wire
-// type, unknown ones skipped, not kept.
 // Limits `in` to the message's `bytes`, so that nested fields are checked
 // against its end (WireParser::Nested); false when it cannot be.
 bool LimitToMessage(CodedInputStream* in, size_t bytes) {
@@ -121,6 +116,11 @@ bool LimitToMessage(CodedInputStream* in, size_t bytes) {
 // A varint32's longest encoding.
 constexpr int kMaxVarint32Bytes = 5;
 
+// A parser of the messages that carry tensors (ps_service.proto,
+// tensor.proto): a PullResponse's DT_FLOAT data goes where a placer says
+// (client), a push's stays in the buffer it arrived in (server), and
+// everything else is read as protobuf would: fields by number and wire
+// type, unknown ones skipped, not kept.
 class WireParser {
  public:
   WireParser(CodedInputStream* in, SlicePlacer* placer) : in_(in), placer_(placer) {}
