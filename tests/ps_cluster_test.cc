@@ -665,6 +665,48 @@ TEST(PsClusterTest, TokensGuardAPlaintextServer) {
   EXPECT_TRUE(ps.process->WaitForLine("job done", absl::Seconds(10)));
 }
 
+// A server with the cluster token alone never takes a control call without
+// a token: JobDone and SaveCheckpoint then need the cluster token. Its
+// health service answers probes without one (deliberately: kubelet's gRPC
+// probes carry no metadata).
+TEST(PsClusterTest, ControlCallsNeverFailOpenWithTheClusterTokenAlone) {
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/only-cluster.token") << "cluster-0123456789abcdef\n";
+  PsProcess ps =
+      StartPs(0, 1, 1, {"--mode=async", "--auth_token_file=" + dir + "/only-cluster.token"});
+  ASSERT_FALSE(ps.address.empty());
+  const auto connect = [&](const std::string& token) {
+    PsClientOptions options;
+    options.call_timeout = absl::Seconds(10);
+    options.retry_timeout = absl::Seconds(1);
+    options.auth_token = token;
+    return PsClient::Connect({ps.address}, options);
+  };
+  auto tokenless = connect("");
+  const absl::Status stop = tokenless->JobDone("anyone who can reach the port");
+  EXPECT_EQ(stop.code(), absl::StatusCode::kUnauthenticated) << stop;
+  EXPECT_THAT(std::string(stop.message()), HasSubstr("needs the cluster token"));
+  EXPECT_THAT(std::string(stop.message()), HasSubstr("carries no token"));
+  const absl::Status save = tokenless->SaveCheckpoint(1).status();
+  EXPECT_EQ(save.code(), absl::StatusCode::kUnauthenticated) << save;
+  EXPECT_TRUE(ps.process->WaitForLine("refused JobDone", absl::Seconds(10)));
+
+  grpc::health::v1::HealthCheckResponse health;
+  grpc::ClientContext health_context;
+  const grpc::Status probed =
+      grpc::health::v1::Health::NewStub(
+          grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()))
+          ->Check(&health_context, grpc::health::v1::HealthCheckRequest(), &health);
+  ASSERT_TRUE(probed.ok()) << probed.error_message();
+  EXPECT_EQ(health.status(), grpc::health::v1::HealthCheckResponse::SERVING)
+      << "the server serves on after the refusals";
+
+  auto chief = connect("cluster-0123456789abcdef");
+  EXPECT_TRUE(chief->Describe().ok());
+  EXPECT_TRUE(chief->JobDone("the chief, with the cluster token").ok());
+  EXPECT_TRUE(ps.process->WaitForLine("job done", absl::Seconds(10)));
+}
+
 // With the TLS flags, a server lets in clients that hold a certificate of
 // its CA, refuses the others in the handshake, and serves on.
 TEST(PsClusterTest, MutualTlsLetsInOnlyTheCasCertificates) {

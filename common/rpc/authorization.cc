@@ -71,10 +71,18 @@ grpc::Status Access::CheckData(const grpc::ServerContextBase& context,
 
 grpc::Status Access::CheckControl(const grpc::ServerContextBase& context,
                                   const std::string& call) const {
-  if (!policy_.control_token.empty()) {
+  // A server with any token never takes a control call without one: the
+  // control token where there is one, else the cluster token.
+  const bool control_token = !policy_.control_token.empty();
+  const std::string& needed = control_token ? policy_.control_token : policy_.cluster_token;
+  if (!needed.empty()) {
     const absl::string_view token = CallToken(context);
-    if (!SameToken(token, policy_.control_token)) {
-      return Unauthenticated(call, "the control token (--control_token_file)", token);
+    if (!SameToken(token, needed)) {
+      return Unauthenticated(call,
+                             control_token ? "the control token (--control_token_file)"
+                                           : "the cluster token (--auth_token_file; the server "
+                                             "has no --control_token_file)",
+                             token);
     }
   }
   if (!policy_.tls) return grpc::Status::OK;

@@ -8,8 +8,12 @@
 //    make data calls (the handshake checked it).
 //  - With tokens, every call carries "authorization: Bearer <token>":
 //    control calls need the control token, data calls the cluster token or
-//    the control token. Compared in constant time.
-// A check that is not configured passes.
+//    the control token. A server with only the cluster token takes control
+//    calls with that token: with any token configured, no control call is
+//    taken without one. Compared in constant time.
+// A check that is not configured passes. The health service is not checked
+// here: it answers probes (kubelet's carry no token) with the serving state
+// alone.
 #ifndef FULCRUM_COMMON_RPC_AUTHORIZATION_H_
 #define FULCRUM_COMMON_RPC_AUTHORIZATION_H_
 
