@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 
 ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of the servers.");
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   fulcrum::PsClientOptions options;
-  auto client = fulcrum::PsClient::Connect(
+  auto client = fulcrum::NewGrpcPsClient(
       absl::StrSplit(absl::GetFlag(FLAGS_ps_hosts), ',', absl::SkipEmpty()), options);
   const int64_t big = int64_t{absl::GetFlag(FLAGS_mib)} << 18;  // floats
   const int64_t huge = int64_t{absl::GetFlag(FLAGS_rss_mib)} << 18;

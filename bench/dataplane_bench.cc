@@ -26,6 +26,7 @@
 #include "bench/bench_util.h"
 #include "bench/echo.grpc.pb.h"
 #include "common/malloc_tuning.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "worker/model.h"
@@ -69,7 +70,7 @@ struct Cluster {
     options.tls_cert = client_files.cert;
     options.tls_key = client_files.key;
     options.tls_ca = client_files.ca;
-    client = PsClient::Connect(loopback.addresses, options);
+    client = NewGrpcPsClient(loopback.addresses, options);
   }
   // Holding one variable of `bytes` (float32), split evenly over the servers
   // and, on each, over its channels; with `max_shard_bytes`, into shards of

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/malloc_tuning.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 
@@ -74,7 +75,7 @@ std::pair<int64_t, double> Run(ConsistencyMode mode, int workers, int to_aggrega
       PsClientOptions options;
       options.worker_id = w;
       options.mode = mode;
-      auto client = PsClient::Connect(servers.addresses, options);
+      auto client = NewGrpcPsClient(servers.addresses, options);
       if (!client->CreateVariables({Variable()}).ok()) std::abort();
       DenseTensor grad{{kRows, kCols}, std::vector<float>(kRows * kCols, 1e-3f)};
       TensorMap weights;

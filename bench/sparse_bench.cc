@@ -21,6 +21,7 @@
 #include "bench/bench_util.h"
 #include "common/hash.h"
 #include "common/malloc_tuning.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 
 ABSL_FLAG(bool, quick, false, "Fewer shapes and iterations: a run of under a minute.");
@@ -190,7 +191,7 @@ void Run(bool quick) {
   for (int num_ps : servers) {
     LoopbackServers loopback(num_ps, BenchServerConfig());
     PsClientOptions options;
-    auto client = PsClient::Connect(loopback.addresses, options);
+    auto client = NewGrpcPsClient(loopback.addresses, options);
     std::vector<EmbeddingTableSpec> tables;
     for (int64_t width : widths) tables.push_back(Table(width));
     if (!client->CreateTables(tables).ok()) std::abort();

@@ -30,6 +30,7 @@
 #include "common/rpc/credentials.h"
 #include "common/rpc/security_flags.h"
 #include "common/tensor.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
 #include "worker/checkpointer.h"
@@ -87,7 +88,7 @@ std::unique_ptr<PsClient> Client(const std::vector<std::string>& hosts) {
   options.tls_key = g_tls.key;
   options.tls_ca = g_tls.ca;
   options.auth_token = g_token;
-  return PsClient::Connect(hosts, options);
+  return NewGrpcPsClient(hosts, options);
 }
 
 int Status(const std::vector<std::string>& hosts) {

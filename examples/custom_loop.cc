@@ -21,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 
 ABSL_FLAG(std::string, ps_hosts, "127.0.0.1:2222", "Comma-separated host:port of the servers.");
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   fulcrum::PsClientOptions options;
   options.worker_id = absl::GetFlag(FLAGS_worker_id);
   options.mode = mode == "sync" ? fulcrum::SYNC : mode == "ssp" ? fulcrum::SSP : fulcrum::ASYNC;
-  auto client = fulcrum::PsClient::Connect(
+  auto client = fulcrum::NewGrpcPsClient(
       absl::StrSplit(absl::GetFlag(FLAGS_ps_hosts), ',', absl::SkipEmpty()), options);
   if (auto s = client->CreateVariables({Variable("w", {n}, 2), Variable("b", {1}, 1)}); !s.ok()) {
     std::fprintf(stderr, "create variables: %s\n", s.ToString().c_str());

@@ -15,8 +15,8 @@ scripts/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
 # The tests whose code a peer's bytes reach: parsers, the server, its
 # checkpoints, the client and its transports, real servers under attack.
-SANITIZED=(//common/... //ps_server/... //worker/transport/... //worker/collective/... //worker/strategy/...
-           //fuzz/... //worker/data/... //worker:ps_client_test
+SANITIZED=(//common/... //ps_server/... //client/... //worker/collective/... //worker/strategy/...
+           //fuzz/... //worker/data/...
            //worker:checkpointer_test //tests:ps_cluster_test //tests:fulcrumctl_test)
 
 log=$(mktemp)

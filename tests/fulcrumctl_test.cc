@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "tests/child_process.h"
 
@@ -50,7 +51,7 @@ TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
   EXPECT_TRUE(ps0->HasLine(R"("role": "ps", "task": 0, "level": "info")"));
 
   PsClientOptions options;
-  auto client = PsClient::Connect(addresses, options);
+  auto client = NewGrpcPsClient(addresses, options);
   VariableSpec spec;
   spec.set_name("embedding");
   spec.add_shape(10);

@@ -23,6 +23,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/slices.h"
 #include "common/tensor.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/ps_service.grpc.pb.h"
@@ -114,7 +115,7 @@ TEST_P(SyncTrainingTest, SyncTrainingAcrossTwoServerProcesses) {
     options.mode = SYNC;
     options.wire_dtype = GetParam().dtype;
     options.channels_per_server = GetParam().channels;
-    clients.push_back(PsClient::Connect(Addresses(servers), options));
+    clients.push_back(NewGrpcPsClient(Addresses(servers), options));
     ASSERT_TRUE(clients[w]->CreateVariables({BigVariable(2 * GetParam().channels)}).ok());
   }
   const Shape shape = {kBigRows, 1024};
@@ -180,7 +181,7 @@ TEST(PsClusterTest, ARestartedServerIsRecoveredOverSeveralChannels) {
   const int port = ps.port;
   PsClientOptions options;
   options.channels_per_server = 3;
-  auto client = PsClient::Connect({ps.address}, options);
+  auto client = NewGrpcPsClient({ps.address}, options);
   ASSERT_TRUE(client->CreateVariables({BigVariable(6)}).ok());  // 6 slices of 2.7 MiB
   const DenseTensor grad{{kBigRows, 1024}, std::vector<float>(kBigRows * 1024, 0.5f)};
   TensorMap pulled;
@@ -259,7 +260,7 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
   auto stub = PsService::NewStub(channel);
 
   PsClientOptions options;
-  auto client = PsClient::Connect({ps.address}, options);
+  auto client = NewGrpcPsClient({ps.address}, options);
   VariableSpec spec = BigVariable();
   spec.set_name("w");
   spec.clear_shape();
@@ -427,7 +428,7 @@ TEST(PsClusterTest, AsyncPushPullSendsEachShardBackOnceApplied) {
   spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
   spec.mutable_partitioner()->set_num_shards(2);
   spec.mutable_optimizer()->set_learning_rate(1.0f);
-  ASSERT_TRUE(PsClient::Connect({ps.address}, PsClientOptions{})->CreateVariables({spec}).ok());
+  ASSERT_TRUE(NewGrpcPsClient({ps.address}, PsClientOptions{})->CreateVariables({spec}).ok());
   auto stub =
       PsService::NewStub(grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
@@ -476,7 +477,7 @@ TEST(PsClusterTest, AsyncPushPullSendsEachShardBackOnceApplied) {
 TEST(PsClusterTest, SmallCallsRefuseLargeTransfers) {
   PsProcess ps = StartPs(0, 1, 1, {"--mode=async"});
   ASSERT_FALSE(ps.address.empty());
-  auto client = PsClient::Connect({ps.address}, PsClientOptions{});
+  auto client = NewGrpcPsClient({ps.address}, PsClientOptions{});
   ASSERT_TRUE(client->CreateVariables({BigVariable()}).ok());  // 2 shards of 8.2 MiB
   auto stub =
       PsService::NewStub(grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()));
@@ -511,7 +512,7 @@ TEST(PsClusterTest, SmallCallsRefuseLargeTransfers) {
 TEST(PsClusterTest, KeepServingAfterJobDoneUntilSigterm) {
   PsProcess ps = StartPs(0, 1, 1, {"--keep_serving_after_job_done"});
   ASSERT_FALSE(ps.address.empty());
-  auto client = PsClient::Connect({ps.address}, PsClientOptions{});
+  auto client = NewGrpcPsClient({ps.address}, PsClientOptions{});
   ASSERT_TRUE(client->Finish().ok());
   ASSERT_TRUE(client->JobDone("inspect me").ok());
   auto described = client->Describe();  // still answering, the job marked done
@@ -528,7 +529,7 @@ TEST(PsClusterTest, PrometheusMetrics) {
   const std::optional<int> port = WaitForPort(*ps.process, "metrics on", absl::Seconds(10));
   ASSERT_TRUE(port.has_value());
 
-  auto client = PsClient::Connect({ps.address}, PsClientOptions{});
+  auto client = NewGrpcPsClient({ps.address}, PsClientOptions{});
   VariableSpec spec = BigVariable();
   spec.set_name("w");
   spec.clear_shape();
@@ -563,7 +564,7 @@ TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
   const std::string address = ps.address;
   ps.process->Signal(SIGTERM);
   ASSERT_EQ(ps.process->Wait(absl::Seconds(30)), 0);
-  auto client = PsClient::Connect({address}, options);
+  auto client = NewGrpcPsClient({address}, options);
   absl::Status status = client->CreateVariables({BigVariable()});
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr(address));
@@ -577,7 +578,7 @@ TEST(PsClusterTest, ClientWaitsForAServerThatStartsLate) {
   ASSERT_TRUE(first.process->Wait(absl::Seconds(30)).has_value());
   PsClientOptions options;
   options.call_timeout = absl::Seconds(30);
-  auto client = PsClient::Connect({first.address}, options);
+  auto client = NewGrpcPsClient({first.address}, options);
   absl::Status created = absl::UnknownError("not run");
   absl::Notification done;
   std::thread worker([&] {
@@ -607,7 +608,7 @@ TEST(PsClusterTest, ASecondServerOnATakenPortExitsWithAClearError) {
   EXPECT_TRUE(third.process->HasLine(absl::StrCat(
       "cannot serve metrics on 127.0.0.1:", *metrics_port, ": Address already in use")));
   // The first server serves on, alone.
-  auto client = PsClient::Connect({ps.address}, PsClientOptions{});
+  auto client = NewGrpcPsClient({ps.address}, PsClientOptions{});
   EXPECT_TRUE(client->CreateVariables({BigVariable()}).ok());
 }
 
@@ -647,7 +648,7 @@ TEST(PsClusterTest, TokensGuardAPlaintextServer) {
     options.call_timeout = absl::Seconds(10);
     options.retry_timeout = absl::Seconds(1);
     options.auth_token = token;
-    return PsClient::Connect({ps.address}, options);
+    return NewGrpcPsClient({ps.address}, options);
   };
   for (const std::string& token : {std::string(), std::string("cluster-0123456789abcdeX")}) {
     const absl::Status refused = connect(token)->Describe().status();
@@ -680,7 +681,7 @@ TEST(PsClusterTest, ControlCallsNeverFailOpenWithTheClusterTokenAlone) {
     options.call_timeout = absl::Seconds(10);
     options.retry_timeout = absl::Seconds(1);
     options.auth_token = token;
-    return PsClient::Connect({ps.address}, options);
+    return NewGrpcPsClient({ps.address}, options);
   };
   auto tokenless = connect("");
   const absl::Status stop = tokenless->JobDone("anyone who can reach the port");
@@ -721,7 +722,7 @@ TEST(PsClusterTest, MutualTlsLetsInOnlyTheCasCertificates) {
   worker.tls_cert = certs + "/worker.pem";
   worker.tls_key = certs + "/worker.key";
   worker.tls_ca = certs + "/ca.pem";
-  auto client = PsClient::Connect({ps.address}, worker);
+  auto client = NewGrpcPsClient({ps.address}, worker);
   VariableSpec spec;
   spec.set_name("w");
   spec.add_shape(8);
@@ -738,7 +739,7 @@ TEST(PsClusterTest, MutualTlsLetsInOnlyTheCasCertificates) {
   plaintext.worker_id = -1;
   plaintext.call_timeout = absl::Seconds(5);
   plaintext.retry_timeout = absl::Seconds(1);
-  auto refused = PsClient::Connect({ps.address}, plaintext)->Describe();
+  auto refused = NewGrpcPsClient({ps.address}, plaintext)->Describe();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
   EXPECT_TRUE(client->Describe().ok());
 
@@ -754,7 +755,7 @@ TEST(PsClusterTest, MutualTlsLetsInOnlyTheCasCertificates) {
   PsClientOptions chief = worker;
   chief.tls_cert = certs + "/chief.pem";
   chief.tls_key = certs + "/chief.key";
-  auto chief_client = PsClient::Connect({ps.address}, chief);
+  auto chief_client = NewGrpcPsClient({ps.address}, chief);
   // Past the check: this server has no checkpoint directory to write to.
   EXPECT_NE(chief_client->SaveCheckpoint(1).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(chief_client->JobDone("the chief").ok());

@@ -7,11 +7,11 @@
 
 #include <cstdlib>
 
+#include "client/ps_client_impl.h"
+#include "client/transport/in_process_ps_transport.h"
 #include "common/checkpoint.h"
 #include "common/faulty_file_system.h"
-#include "worker/ps_client.h"
 #include "worker/strategy/all_reduce_strategy.h"
-#include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
 namespace {

@@ -13,12 +13,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "client/ps_client_impl.h"
+#include "client/transport/in_process_ps_transport.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/data/batcher.h"
 #include "worker/data/ctr_data.h"
-#include "worker/ps_client.h"
 #include "worker/strategy/parameter_server_strategy.h"
-#include "worker/transport/in_process_ps_transport.h"
 
 namespace fulcrum {
 namespace {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/consistency/policy.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
 #include "common/embedding.h"
@@ -30,10 +31,10 @@
 #include "common/metrics_server.h"
 #include "common/rpc/security_flags.h"
 #include "common/tensor.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "worker/checkpointer.h"
 #include "worker/collective/grpc_peer_links.h"
-#include "worker/consistency/policy.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/cuda/cuda.h"
 #include "worker/data/dataset.h"
@@ -425,7 +426,7 @@ absl::StatusOr<StrategyParts> MakeParameterServerStrategy(
   options.auth_token = token;
   const std::vector<std::string> ps(cluster.cluster().ps().begin(), cluster.cluster().ps().end());
   StrategyParts parts;
-  parts.client = PsClient::Connect(ps, options);
+  parts.client = NewGrpcPsClient(ps, options);
   LOG_INFO("waiting for {} parameter server(s): {}", ps.size(), absl::StrJoin(ps, ", "));
   auto servers = CheckServers(*parts.client, replica, ps);
   if (!servers.ok()) return servers.status();

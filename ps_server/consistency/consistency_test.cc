@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/consistency/policy.h"
 #include "common/logging.h"
 #include "common/tensor.h"
 #include "ps_server/parameter_server.h"
-#include "worker/consistency/policy.h"
 
 namespace fulcrum {
 namespace {

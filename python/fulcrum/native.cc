@@ -35,6 +35,7 @@
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
 #include "common/rpc/credentials.h"
+#include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 
 namespace py = pybind11;
@@ -330,7 +331,7 @@ class Client {
     options.tls_key = tls_key;
     options.tls_ca = tls_ca;
     options.auth_token = auth_token;
-    client_ = PsClient::Connect(addresses, options);
+    client_ = NewGrpcPsClient(addresses, options);
   }
 
   // Runs `call` on the client, GIL released, after any call in flight.

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "client/consistency/policy.h"
 #include "fulcrum/ps_client.h"
-#include "worker/consistency/policy.h"
 #include "worker/strategy/strategy.h"
 
 namespace fulcrum {

@@ -1,0 +1,200 @@
+// PsClient's embedding tables over two in-process servers: rows routed by
+// id, deduplicated, scattered back; gradients summed per id; sync steps; a
+// restarted server given its tables again.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "client/client_test_util.h"
+#include "client/ps_client_impl.h"
+#include "client/transport/forwarding_ps_transport.h"
+#include "client/transport/in_process_ps_transport.h"
+#include "common/embedding.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kServers = 2;
+constexpr int64_t kWidth = 3;
+
+EmbeddingTableSpec Table(const std::string& name) {
+  EmbeddingTableSpec spec;
+  spec.set_name(name);
+  spec.set_width(kWidth);
+  spec.mutable_initializer()->set_kind(InitializerSpec::RANDOM_UNIFORM);
+  spec.mutable_initializer()->set_minval(-1.0f);
+  spec.mutable_initializer()->set_maxval(1.0f);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+std::vector<float> Initial(const std::string& table, int64_t id) {
+  std::vector<float> row(kWidth);
+  InitialEmbeddingRow(Table(table), id, absl::MakeSpan(row));
+  return row;
+}
+
+// Two servers, each told its place in the cluster, and a client per worker.
+class Cluster {
+ public:
+  Cluster(ConsistencyMode mode, int workers) : mode_(mode), workers_(workers) {
+    for (int i = 0; i < kServers; ++i) Restart(i);
+    for (int w = 0; w < workers; ++w) {
+      std::vector<std::unique_ptr<PsTransport>> transports;
+      for (int i = 0; i < kServers; ++i) {
+        transports.push_back(std::make_unique<Indirect>(this, i));
+      }
+      PsClientOptions options;
+      options.worker_id = w;
+      options.mode = mode;
+      clients_.push_back(std::make_unique<PsClientImpl>(std::move(transports), options));
+    }
+  }
+  PsClient& client(int w) { return *clients_[w]; }
+  ParameterServer& server(int i) { return *servers_[i]; }
+  // Server i loses everything, as a process restarted without checkpoints.
+  void Restart(int i) {
+    PsServerConfig config = TestServerConfig(mode_, workers_);
+    for (int p = 0; p < kServers; ++p) config.mutable_cluster()->mutable_cluster()->add_ps("h:0");
+    config.mutable_cluster()->mutable_task()->set_type("ps");
+    config.mutable_cluster()->mutable_task()->set_index(i);
+    servers_.resize(kServers);
+    servers_[i] = std::make_unique<ParameterServer>(config);
+  }
+
+ private:
+  // The calls of tables, to whichever server i is now (the others go to
+  // the first).
+  class Indirect : public ForwardingPsTransport {
+   public:
+    Indirect(Cluster* cluster, int i)
+        : ForwardingPsTransport(std::make_unique<InProcessPsTransport>(&cluster->server(i))),
+          cluster_(cluster),
+          i_(i) {}
+    absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
+                                                      absl::Time deadline) override {
+      return Now().CreateShards(request, deadline);
+    }
+    absl::StatusOr<PullRowsResponse> PullRows(const PullRowsRequest& request,
+                                              absl::Time deadline) override {
+      return Now().PullRows(request, deadline);
+    }
+    absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request,
+                                              absl::Time deadline) override {
+      return Now().PushRows(request, deadline);
+    }
+
+   private:
+    InProcessPsTransport Now() { return InProcessPsTransport(&cluster_->server(i_)); }
+    Cluster* const cluster_;
+    const int i_;
+  };
+  const ConsistencyMode mode_;
+  const int workers_;
+  std::vector<std::unique_ptr<ParameterServer>> servers_;
+  std::vector<std::unique_ptr<PsClient>> clients_;
+};
+
+// Repeated ids read the same row; each distinct id lives on one server;
+// unseen ids read their initial rows whatever the number of servers; a
+// push sums a repeated id's gradients.
+TEST(PsClientRowsTest, RoutesDeduplicatesAndSumsPerId) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateTables({Table("a"), Table("b")}).ok());
+  std::vector<int64_t> ids;
+  for (int64_t id = 0; id < 40; ++id) ids.push_back(id * 7919);
+  ids.push_back(ids[3]);
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(client.PullRows({{"a", ids}, {"b", {5}}}, &rows).ok());
+  ASSERT_EQ(rows[0].size(), ids.size() * kWidth);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    EXPECT_EQ(std::vector<float>(rows[0].begin() + k * kWidth, rows[0].begin() + (k + 1) * kWidth),
+              Initial("a", ids[k]))
+        << k;
+  }
+  EXPECT_EQ(rows[1], Initial("b", 5));
+
+  // id 7 twice (gradients 1 and 2), id 8 once (gradient 10).
+  auto stats = client.PushRows({{"a", {7, 8, 7}}}, {{1, 1, 1, 10, 10, 10, 2, 2, 2}});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GE(stats->applied, 1);
+  ASSERT_TRUE(client.PullRows({{"a", {8, 7}}}, &rows).ok());
+  for (int j = 0; j < kWidth; ++j) {
+    EXPECT_FLOAT_EQ(rows[0][j], Initial("a", 8)[j] - 10.0f);
+    EXPECT_FLOAT_EQ(rows[0][kWidth + j], Initial("a", 7)[j] - 3.0f);
+  }
+  // Each server stores the rows it owns, and only those.
+  for (int i = 0; i < kServers; ++i) {
+    const int64_t expected =
+        (EmbeddingOwner(7, kServers) == i) + (EmbeddingOwner(8, kServers) == i);
+    EXPECT_EQ(cluster.server(i).Describe().tables(0).rows(), expected) << i;
+  }
+}
+
+TEST(PsClientRowsTest, MistakesAreRefusedBeforeSending) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  std::vector<std::vector<float>> rows;
+  EXPECT_EQ(client.PullRows({{"a", {1}}}, &rows).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(client.CreateTables({Table("a")}).ok());
+  auto pushed = client.PushRows({{"a", {1, 2}}}, {{1, 1, 1}});
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pushed.status().message(), HasSubstr("3 gradient floats for 2 ids of width 3"));
+  auto negative = client.PushRows({{"a", {-1}}}, {{1, 1, 1}});
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(negative.status().message(), HasSubstr("key space"));
+  std::vector<float> out(5);
+  absl::Status short_out = client.PullRowsInto({{"a", {1, 2}}}, {absl::MakeSpan(out)});
+  EXPECT_EQ(short_out.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_out.message(), HasSubstr("5 output floats for 2 ids of width 3"));
+  EXPECT_EQ(client.PullRowsInto({{"a", {1}}}, {}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Sync over two servers: each step's rows are averaged per id over the
+// workers that pushed them, and a worker that pushes no id of a server
+// still completes that server's step.
+TEST(PsClientRowsTest, SyncStepsCompleteOnEveryServer) {
+  Cluster cluster(SYNC, 2);
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(cluster.client(w).CreateTables({Table("a")}).ok());
+  for (int step = 0; step < 3; ++step) {
+    std::vector<std::vector<float>> rows[2];
+    std::thread other([&] {
+      ASSERT_TRUE(cluster.client(1).PullRows({{"a", {4}}}, &rows[1]).ok());
+      ASSERT_TRUE(cluster.client(1).PushRows({{"a", {4}}}, {{3, 3, 3}}).ok());
+    });
+    ASSERT_TRUE(cluster.client(0).PullRows({{"a", {4, 9}}}, &rows[0]).ok());
+    ASSERT_TRUE(cluster.client(0).PushRows({{"a", {4, 9}}}, {{1, 1, 1, 6, 6, 6}}).ok());
+    other.join();
+    // Both read the same rows at the same step.
+    EXPECT_EQ(std::vector<float>(rows[0][0].begin(), rows[0][0].begin() + kWidth), rows[1][0]);
+    for (int j = 0; j < kWidth; ++j) {
+      EXPECT_FLOAT_EQ(rows[0][0][j], Initial("a", 4)[j] - 2.0f * step);           // mean of 1 and 3
+      EXPECT_FLOAT_EQ(rows[0][0][kWidth + j], Initial("a", 9)[j] - 6.0f * step);  // 6 alone
+    }
+  }
+}
+
+// A server that restarted is given its tables again by the next call.
+TEST(PsClientRowsTest, ARestartedServerGetsItsTablesAgain) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateTables({Table("a")}).ok());
+  std::vector<int64_t> ids;
+  for (int64_t id = 0; id < 16; ++id) ids.push_back(id);
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(client.PullRows({{"a", ids}}, &rows).ok());
+  cluster.Restart(1);
+  ASSERT_TRUE(client.PullRows({{"a", ids}}, &rows).ok());
+  ASSERT_EQ(cluster.server(1).Describe().tables_size(), 1);
+  EXPECT_EQ(std::vector<float>(rows[0].begin(), rows[0].begin() + kWidth), Initial("a", 0));
+}
+
+}  // namespace
+}  // namespace fulcrum
