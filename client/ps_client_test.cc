@@ -102,7 +102,9 @@ TEST(PsClientTest, SixteenBitWireRoundsWhatTravelsNotWhatServersKeep) {
     ASSERT_TRUE(client.Pull({}, &pulled).ok());
     const int bits = wire == DT_BFLOAT16 ? 8 : 11;  // common/tensor.h's bounds
     for (int i = 0; i < 4; ++i) {
-      if (i < 3) EXPECT_NE(pulled["w"].values[i], -g[i]) << "element " << i << " was not rounded";
+      if (i < 3) {
+        EXPECT_NE(pulled["w"].values[i], -g[i]) << "element " << i << " was not rounded";
+      }
       EXPECT_LE(std::abs(pulled["w"].values[i] + g[i]), std::ldexp(std::abs(g[i]), -bits));
     }
     // A second, tiny step: on the servers 1 - 2^-12 in float32, which a

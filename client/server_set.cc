@@ -1,0 +1,238 @@
+#include "client/server_set.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/consistency_mode.h"
+#include "common/logging.h"
+
+namespace fulcrum {
+namespace {
+
+// A server that lost what this client created there: it restarted.
+bool LostState(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kNotFound ||
+         status.code() == absl::StatusCode::kAborted;
+}
+
+}  // namespace
+
+PushStats AddPushResults(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
+                         PushStats stats) {
+  for (const ShardPushResult& result : results) {
+    switch (result.outcome()) {
+      case ShardPushResult::APPLIED:
+        ++stats.applied;
+        break;
+      case ShardPushResult::ACCUMULATED:
+        ++stats.accumulated;
+        break;
+      case ShardPushResult::STALE:
+        ++stats.stale;
+        break;
+      case ShardPushResult::DUPLICATE:
+        ++stats.duplicate;
+        break;
+      default:
+        break;
+    }
+    stats.max_staleness = std::max(stats.max_staleness, result.staleness());
+  }
+  return stats;
+}
+
+ServerSet::ServerSet(std::vector<std::unique_ptr<PsTransport>> servers,
+                     const PsClientOptions& options, const ClientConsistencyPolicy& policy)
+    : servers_(std::move(servers)),
+      options_(options),
+      policy_(policy),
+      fan_out_(static_cast<int>(servers_.size()) - 1),
+      incarnations_(servers_.size(), 0),
+      create_requests_(servers_.size()),
+      push_ids_(std::random_device()()) {
+  CHECK(!servers_.empty());
+}
+
+ServerSet::~ServerSet() {
+  stop_heartbeats_.Notify();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+uint64_t ServerSet::NewPushId() {
+  uint64_t push_id = 0;
+  while (push_id == 0) push_id = push_ids_();
+  return push_id;
+}
+
+absl::Status ServerSet::ForEachServer(const std::vector<bool>& involved, const std::string& what,
+                                      const ServerCall& call) {
+  std::vector<absl::Status> results(servers_.size());
+  auto run = [&](int ps) {
+    const absl::Time give_up = absl::Now() + options_.retry_timeout;
+    absl::Duration backoff = options_.initial_backoff;
+    for (int attempt = 1;; ++attempt) {
+      absl::Status status = call(ps, absl::Now() + options_.call_timeout);
+      // A server going away cancels its calls: as retryable as unavailable
+      // (this client never cancels its own).
+      const bool retryable = status.code() == absl::StatusCode::kUnavailable ||
+                             status.code() == absl::StatusCode::kCancelled;
+      if (!retryable || absl::Now() + backoff > give_up) {
+        results[ps] = status;
+        return;
+      }
+      if (attempt == 1 || attempt % 10 == 0) {
+        LOG_WARN("ps {} ({}) unavailable for {}: {}; retrying for up to {}", ps, address(ps), what,
+                 status.message(), absl::FormatDuration(give_up - absl::Now()));
+      }
+      absl::SleepFor(backoff);  // backoff between attempts, not synchronisation
+      backoff = std::min(backoff * 2, options_.max_backoff);
+    }
+  };
+  std::vector<int> calls;
+  for (int ps = 0; ps < size(); ++ps) {
+    if (involved[ps]) calls.push_back(ps);
+  }
+  ParallelFor(fan_out_, static_cast<int>(calls.size()), [&](int i) { run(calls[i]); });
+  for (int ps = 0; ps < size(); ++ps) {
+    if (!results[ps].ok()) {
+      return absl::Status(
+          results[ps].code(),
+          absl::StrCat("ps ", ps, " (", address(ps), "): ", what, ": ", results[ps].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerSet::ForEveryServer(const std::string& what, const ServerCall& call) {
+  return ForEachServer(std::vector<bool>(servers_.size(), true), what, call);
+}
+
+absl::Status ServerSet::ForEachServerRecovering(const std::vector<bool>& involved,
+                                                const std::string& what, const ServerCall& call,
+                                                const ServerCall& after_recovery,
+                                                std::vector<bool>* recovered) {
+  recovered->assign(servers_.size(), false);
+  absl::Status status = ForEachServer(involved, what, [&](int ps, absl::Time deadline) {
+    absl::Status called = call(ps, deadline);
+    if (!LostState(called)) return called;
+    (*recovered)[ps] = true;
+    if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
+    return after_recovery ? after_recovery(ps, deadline) : absl::OkStatus();
+  });
+  if (forget_) forget_(*recovered);
+  return status;
+}
+
+void ServerSet::RememberCreated(std::vector<CreateShardsRequest> requests,
+                                std::vector<uint64_t> incarnations) {
+  create_requests_ = std::move(requests);
+  incarnations_ = std::move(incarnations);
+}
+
+void ServerSet::RememberTables(const std::vector<EmbeddingTableSpec>& tables,
+                               const std::vector<uint64_t>& incarnations) {
+  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+    // A server that restarted since the variables were made keeps its old
+    // incarnation here: the next call is ABORTED and recovers it whole.
+    if (incarnations_[ps] == 0) incarnations_[ps] = incarnations[ps];
+    for (const EmbeddingTableSpec& spec : tables) *create_requests_[ps].add_tables() = spec;
+  }
+}
+
+absl::Status ServerSet::Recover(int ps, absl::Time deadline) {
+  auto created = servers_[ps]->CreateShards(create_requests_[ps], deadline);
+  if (!created.ok()) return created.status();
+  incarnations_[ps] = created->incarnation();
+  LOG_WARN("ps {} ({}) restarted: its {} shard(s) and {} table(s) are created again{}", ps,
+           address(ps), create_requests_[ps].shards_size(), create_requests_[ps].tables_size(),
+           created->restored() > 0 ? ", from its checkpoint" : "");
+  return absl::OkStatus();
+}
+
+absl::Status ServerSet::AwaitJobStart(const std::atomic<bool>* stop) {
+  if (options_.worker_id < 0 || !policy_.AwaitsEveryWorker()) return absl::OkStatus();
+  absl::Time next_log = absl::Now() + absl::Seconds(2);
+  while (stop == nullptr || !stop->load()) {
+    auto answers = SendHeartbeat(false);
+    if (!answers.ok()) return answers.status();
+    std::set<int> awaited;
+    int64_t remaining_ms = 0;
+    for (const HeartbeatResponse& answer : *answers) {
+      awaited.insert(answer.awaited_workers().begin(), answer.awaited_workers().end());
+      remaining_ms = std::max(remaining_ms, answer.startup_remaining_ms());
+    }
+    if (awaited.empty()) return absl::OkStatus();
+    if (absl::Now() >= next_log) {
+      LOG_INFO(
+          "waiting for worker(s) {} to start: {} steps wait for every training worker "
+          "(for up to {} more, the servers' --startup_timeout_secs)",
+          absl::StrJoin(awaited, ", "), ConsistencyModeName(options_.mode),
+          absl::FormatDuration(absl::Milliseconds(remaining_ms)));
+      next_log = absl::Now() + absl::Seconds(10);
+    }
+    absl::SleepFor(absl::Milliseconds(100));  // polls the servers' state
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<HeartbeatResponse>> ServerSet::SendHeartbeat(bool finished) {
+  if (options_.worker_id < 0) {
+    return absl::FailedPreconditionError("this client reads only (worker_id -1): it has no lease");
+  }
+  HeartbeatRequest request;
+  request.set_worker_id(options_.worker_id);
+  request.set_finished(finished);
+  std::vector<HeartbeatResponse> answers(servers_.size());
+  absl::Status status = ForEveryServer("heartbeat", [&](int ps, absl::Time deadline) {
+    auto answer = servers_[ps]->Heartbeat(request, deadline);
+    if (!answer.ok()) return answer.status();
+    answers[ps] = *std::move(answer);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return answers;
+}
+
+void ServerSet::StartHeartbeats(absl::Duration interval) {
+  CHECK(!heartbeat_thread_.joinable());
+  heartbeat_thread_ = std::thread([this, interval] {
+    while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
+      if (absl::Status s = Heartbeat(); !s.ok()) LOG_WARN("heartbeat failed: {}", s.message());
+    }
+  });
+}
+
+absl::StatusOr<std::vector<DescribeResponse>> ServerSet::Describe() {
+  std::vector<DescribeResponse> responses(servers_.size());
+  absl::Status status = ForEveryServer("describe", [&](int ps, absl::Time deadline) {
+    auto described = servers_[ps]->Describe(deadline);
+    if (described.ok()) responses[ps] = *described;
+    return described.status();
+  });
+  if (!status.ok()) return status;
+  return responses;
+}
+
+absl::StatusOr<std::vector<SaveCheckpointResponse>> ServerSet::SaveCheckpoint(int64_t step) {
+  SaveCheckpointRequest request;
+  request.set_step(step);
+  std::vector<SaveCheckpointResponse> responses(servers_.size());
+  absl::Status status = ForEveryServer("checkpoint", [&](int ps, absl::Time deadline) {
+    auto saved = servers_[ps]->SaveCheckpoint(request, deadline);
+    if (saved.ok()) responses[ps] = *saved;
+    return saved.status();
+  });
+  if (!status.ok()) return status;
+  return responses;
+}
+
+absl::Status ServerSet::JobDone(const std::string& reason) {
+  return ForEveryServer("job done", [&](int ps, absl::Time deadline) {
+    return servers_[ps]->JobDone(reason, deadline);
+  });
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,143 @@
+// ServerSet: the parameter servers one client talks to, and the client's
+// session with each of them -- the part of the client library that dense
+// calls (dense_calls.h) and row calls (row_calls.h) share:
+//  - the connections: one PsTransport per server, in task order;
+//  - calls fanned out to the servers in parallel, UNAVAILABLE retried with
+//    backoff, errors named by server;
+//  - the incarnation of each server (which start of it this client's state
+//    lives on), and what each server is given again when it restarts (its
+//    shards and tables): a server that lost the client's state is recovered
+//    on the spot, and a hook then forgets the versions learned from it;
+//  - the worker's lease: heartbeats (on a thread of their own once
+//    started), the wait for the job's start, the finish; and the job's
+//    control calls (describe, checkpoint, job done);
+//  - the worker's clock and its pushes' idempotency keys.
+// Thread-safety: calls come from one thread at a time (the training loop),
+// except the heartbeat thread's, which touch only the lease.
+#ifndef FULCRUM_CLIENT_SERVER_SET_H_
+#define FULCRUM_CLIENT_SERVER_SET_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "client/consistency/policy.h"
+#include "client/transport/ps_transport.h"
+#include "common/thread_pool.h"
+#include "fulcrum/ps_client.h"
+#include "proto/ps_service.pb.h"
+
+namespace fulcrum {
+
+// What a client learns of a shard, or of a table's part on one server.
+struct ShardVersions {
+  int64_t pulled_version = 0;
+  int64_t min_version = 0;  // the next pull waits for this (the policy says)
+};
+
+// Adds the outcomes of one server's answer to a push to `stats`.
+PushStats AddPushResults(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
+                         PushStats stats);
+
+class ServerSet {
+ public:
+  // One call to server `ps`, within `deadline`.
+  using ServerCall = std::function<absl::Status(int ps, absl::Time deadline)>;
+  // Forgets what was learned from the servers marked in `recovered`.
+  using ForgetHook = std::function<void(const std::vector<bool>& recovered)>;
+
+  // `servers`: one per PS task, in task order; not empty. `options` and
+  // `policy` must outlive the set.
+  ServerSet(std::vector<std::unique_ptr<PsTransport>> servers, const PsClientOptions& options,
+            const ClientConsistencyPolicy& policy);
+  ~ServerSet();  // stops the heartbeats
+
+  ServerSet(const ServerSet&) = delete;
+  ServerSet& operator=(const ServerSet&) = delete;
+
+  int size() const { return static_cast<int>(servers_.size()); }
+  PsTransport& server(int ps) const { return *servers_[ps]; }
+  std::string address(int ps) const { return servers_[ps]->address(); }
+  const PsClientOptions& options() const { return options_; }
+  const ClientConsistencyPolicy& policy() const { return policy_; }
+
+  // The incarnation this client's state lives on at `ps`; 0: not known yet.
+  uint64_t incarnation(int ps) const { return incarnations_[ps]; }
+
+  // The worker's clock: its pushes so far, which SSP calls carry.
+  int64_t clock() const { return clock_; }
+  void set_clock(int64_t clock) { clock_ = clock; }
+  // A push's idempotency key, never 0: the same on every retry and part.
+  uint64_t NewPushId();
+
+  // Runs call(ps) for every server `involved` (one flag per server), in
+  // parallel; retries UNAVAILABLE and CANCELLED with backoff for up to the
+  // options' retry_timeout. The first error, named by server and `what`.
+  absl::Status ForEachServer(const std::vector<bool>& involved, const std::string& what,
+                             const ServerCall& call);
+  // ForEachServer on every server.
+  absl::Status ForEveryServer(const std::string& what, const ServerCall& call);
+
+  // ForEachServer for calls on the client's state. A server that answers
+  // that it lost it (it restarted) is recovered: its shards and tables are
+  // created again, it is marked in *recovered, and its result is then
+  // after_recovery(ps) when given, else OK (what the call carried is lost).
+  // Afterwards the versions learned from the recovered servers are
+  // forgotten (the hook).
+  absl::Status ForEachServerRecovering(const std::vector<bool>& involved, const std::string& what,
+                                       const ServerCall& call, const ServerCall& after_recovery,
+                                       std::vector<bool>* recovered);
+
+  // The hook that forgets the versions the call families learned.
+  void SetForgetHook(ForgetHook forget) { forget_ = std::move(forget); }
+
+  // What each server is given again when it restarts, as the variables'
+  // creation made it (one request per server), and the incarnations that
+  // creation met.
+  void RememberCreated(std::vector<CreateShardsRequest> requests,
+                       std::vector<uint64_t> incarnations);
+  // Tables created on every server: added to what each is given again;
+  // `incarnations` are taken where none is known.
+  void RememberTables(const std::vector<EmbeddingTableSpec>& tables,
+                      const std::vector<uint64_t>& incarnations);
+
+  // The lease and the job; see fulcrum/ps_client.h.
+  absl::Status Heartbeat() { return SendHeartbeat(false).status(); }
+  absl::Status Finish() { return SendHeartbeat(true).status(); }
+  absl::Status AwaitJobStart(const std::atomic<bool>* stop);
+  void StartHeartbeats(absl::Duration interval);
+  absl::StatusOr<std::vector<DescribeResponse>> Describe();
+  absl::StatusOr<std::vector<SaveCheckpointResponse>> SaveCheckpoint(int64_t step);
+  absl::Status JobDone(const std::string& reason);
+
+ private:
+  // Renews the lease (and says `finished`) on every server; their answers.
+  absl::StatusOr<std::vector<HeartbeatResponse>> SendHeartbeat(bool finished);
+  // Creates this client's shards and tables on server `ps` again.
+  absl::Status Recover(int ps, absl::Time deadline);
+
+  const std::vector<std::unique_ptr<PsTransport>> servers_;
+  const PsClientOptions& options_;
+  const ClientConsistencyPolicy& policy_;
+  ThreadPool fan_out_;  // ForEachServer's calls beside the caller's own
+  std::vector<uint64_t> incarnations_;
+  std::vector<CreateShardsRequest> create_requests_;  // per server, for Recover
+  ForgetHook forget_;
+  int64_t clock_ = 0;
+  std::mt19937_64 push_ids_;
+
+  absl::Notification stop_heartbeats_;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_CLIENT_SERVER_SET_H_

@@ -1,0 +1,131 @@
+#include "client/server_set.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "client/client_test_util.h"
+#include "client/transport/forwarding_ps_transport.h"
+#include "client/transport/in_process_ps_transport.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Fails the first `unavailable` describes with UNAVAILABLE, and counts the
+// CreateShards calls that reach the server.
+class FlakyTransport final : public ForwardingPsTransport {
+ public:
+  FlakyTransport(std::unique_ptr<PsTransport> inner, int unavailable)
+      : ForwardingPsTransport(std::move(inner)), unavailable_(unavailable) {}
+  absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override {
+    if (unavailable_-- > 0) return absl::UnavailableError("not up yet");
+    return ForwardingPsTransport::Describe(deadline);
+  }
+  absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
+                                                    absl::Time deadline) override {
+    ++creates;
+    return ForwardingPsTransport::CreateShards(request, deadline);
+  }
+  std::atomic<int> creates{0};
+
+ private:
+  std::atomic<int> unavailable_;
+};
+
+class ServerSetTest : public ::testing::Test {
+ protected:
+  ServerSetTest() : policy_(*MakeClientPolicy(ASYNC)) {
+    options_.retry_timeout = absl::Seconds(10);
+    options_.initial_backoff = absl::Milliseconds(1);
+    std::vector<std::unique_ptr<PsTransport>> transports;
+    for (int i = 0; i < 2; ++i) {
+      servers_.push_back(std::make_unique<ParameterServer>(TestServerConfig(ASYNC, 1)));
+      auto flaky = std::make_unique<FlakyTransport>(
+          std::make_unique<InProcessPsTransport>(servers_.back().get()), i == 1 ? 3 : 0);
+      flaky_.push_back(flaky.get());
+      transports.push_back(std::move(flaky));
+    }
+    set_ = std::make_unique<ServerSet>(std::move(transports), options_, *policy_);
+  }
+
+  PsClientOptions options_;
+  std::unique_ptr<ClientConsistencyPolicy> policy_;
+  std::vector<std::unique_ptr<ParameterServer>> servers_;
+  std::vector<FlakyTransport*> flaky_;
+  std::unique_ptr<ServerSet> set_;
+};
+
+TEST_F(ServerSetTest, RetriesUnavailableServersAndNamesTheOneThatFails) {
+  auto described = set_->Describe();
+  ASSERT_TRUE(described.ok()) << described.status();
+  EXPECT_EQ(described->size(), 2u);
+
+  std::vector<int> called;
+  const absl::Status failed =
+      set_->ForEachServer({false, true}, "a test call", [&](int ps, absl::Time) {
+        called.push_back(ps);
+        return absl::InvalidArgumentError("bad request");
+      });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(failed.message()), HasSubstr("ps 1 (in-process): a test call: bad"));
+  EXPECT_THAT(called, ElementsAre(1)) << "only the server involved, and not retried";
+}
+
+TEST_F(ServerSetTest, RecoversAServerThatLostItsStateAndForgetsItsVersions) {
+  std::vector<CreateShardsRequest> requests(2);
+  ShardSpec* shard = requests[1].add_shards();
+  *shard->mutable_variable() = TestVariable("w", {4}, 1, 2.0f);
+  shard->set_num_shards(1);
+  shard->set_rows(4);
+  set_->RememberCreated(requests, {0, 0});
+  std::vector<std::vector<bool>> forgotten;
+  set_->SetForgetHook([&](const std::vector<bool>& recovered) { forgotten.push_back(recovered); });
+
+  std::vector<bool> recovered;
+  int after = 0;
+  const absl::Status status = set_->ForEachServerRecovering(
+      {true, true}, "pull",
+      [&](int ps, absl::Time) {
+        return ps == 1 ? absl::NotFoundError("no variable 'w' here") : absl::OkStatus();
+      },
+      [&](int ps, absl::Time) {
+        ++after;
+        EXPECT_EQ(ps, 1);
+        return absl::OkStatus();
+      },
+      &recovered);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_THAT(recovered, ElementsAre(false, true));
+  EXPECT_EQ(after, 1);
+  EXPECT_EQ(flaky_[1]->creates, 1) << "its shards were created again";
+  EXPECT_EQ(flaky_[0]->creates, 0);
+  EXPECT_NE(set_->incarnation(1), 0u) << "the new incarnation is learned";
+  EXPECT_EQ(servers_[1]->Describe().shards_size(), 1);
+  ASSERT_EQ(forgotten.size(), 1u);
+  EXPECT_THAT(forgotten[0], ElementsAre(false, true));
+}
+
+TEST_F(ServerSetTest, PushIdsAreNeverZeroAndTheClockIsTheSessions) {
+  EXPECT_NE(set_->NewPushId(), set_->NewPushId());
+  EXPECT_NE(set_->NewPushId(), 0u);
+  EXPECT_EQ(set_->clock(), 0);
+  set_->set_clock(3);
+  EXPECT_EQ(set_->clock(), 3);
+}
+
+TEST_F(ServerSetTest, AReaderHasNoLease) {
+  options_.worker_id = -1;
+  const absl::Status status = set_->Heartbeat();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("reads only"));
+}
+
+}  // namespace
+}  // namespace fulcrum
