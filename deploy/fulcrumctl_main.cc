@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/checkpoint/checkpointer.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
@@ -33,7 +34,6 @@
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
-#include "worker/checkpointer.h"
 
 ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of every parameter server.");
 ABSL_FLAG(std::string, address, "", "health: the host:port to probe.");

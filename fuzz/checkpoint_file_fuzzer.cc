@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "common/checkpoint_file.h"
-#include "common/restored_variables.h"
+#include "common/checkpoint/file.h"
+#include "common/checkpoint/restored_variables.h"
 #include "fuzz/fuzz_input.h"
 
 namespace fulcrum::fuzz {

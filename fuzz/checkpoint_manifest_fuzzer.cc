@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/checkpoint.h"
-#include "common/restored_variables.h"
+#include "common/checkpoint/directory.h"
+#include "common/checkpoint/restored_variables.h"
 #include "fuzz/checkpoint_seed.h"
 #include "fuzz/fuzz_input.h"
 

@@ -3,7 +3,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common/checkpoint_file.h"
+#include "common/checkpoint/file.h"
 #include "proto/checkpoint.pb.h"
 
 namespace fulcrum::fuzz {

@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "common/checkpoint.h"
+#include "common/checkpoint/directory.h"
 #include "common/tensor.h"
 #include "ps_server/parameter_server.h"
 

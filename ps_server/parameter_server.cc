@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/checkpoint.h"
+#include "common/checkpoint/directory.h"
 #include "common/embedding.h"
 #include "common/logging.h"
 #include "common/memory_size.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/checkpoint.h"
+#include "common/checkpoint/directory.h"
 #include "common/embedding.h"
 #include "common/file_system.h"
 #include "ps_server/parameter_server.h"

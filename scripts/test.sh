@@ -17,7 +17,7 @@ scripts/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 # checkpoints, the client and its transports, real servers under attack.
 SANITIZED=(//common/... //ps_server/... //client/... //worker/collective/... //worker/strategy/...
            //fuzz/... //worker/data/...
-           //worker:checkpointer_test //tests:ps_cluster_test //tests:fulcrumctl_test)
+           //tests:checkpoint_test //tests:ps_cluster_test //tests:fulcrumctl_test)
 
 log=$(mktemp)
 asan_log=$(mktemp)

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "common/checkpoint.h"
+#include "common/checkpoint/directory.h"
 #include "common/loopback.h"
 #include "tests/child_process.h"
 

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/checkpoint.h"
+#include "common/checkpoint/directory.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "tests/child_process.h"

@@ -16,8 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/checkpoint/checkpointer.h"
 #include "proto/config.pb.h"
-#include "worker/checkpointer.h"
 #include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
 #include "worker/embedding_inputs.h"

@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/checkpoint_file.h"
+#include "common/checkpoint/file.h"
 #include "common/embedding.h"
 #include "proto/ps_service.pb.h"
 #include "proto/tensor.pb.h"

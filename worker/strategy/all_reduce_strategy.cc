@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/checkpoint.h"
-#include "common/checkpoint_file.h"
+#include "common/checkpoint/directory.h"
+#include "common/checkpoint/file.h"
+#include "common/checkpoint/restored_variables.h"
 #include "common/initializer.h"
 #include "common/logging.h"
-#include "common/restored_variables.h"
 #include "common/tensor.h"
 
 namespace fulcrum {

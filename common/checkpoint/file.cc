@@ -1,4 +1,4 @@
-#include "common/checkpoint_file.h"
+#include "common/checkpoint/file.h"
 
 #include <zlib.h>
 

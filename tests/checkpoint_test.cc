@@ -1,7 +1,5 @@
 // Checkpoints through the chief's Checkpointer and in-process servers:
 // restoring on a different number of servers, and a full disk mid-save.
-#include "worker/checkpointer.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +7,8 @@
 
 #include "client/ps_client_impl.h"
 #include "client/transport/in_process_ps_transport.h"
-#include "common/checkpoint.h"
+#include "common/checkpoint/checkpointer.h"
+#include "common/checkpoint/directory.h"
 #include "common/faulty_file_system.h"
 #include "worker/strategy/all_reduce_strategy.h"
 

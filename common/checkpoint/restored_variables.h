@@ -2,8 +2,8 @@
 // many servers wrote it, so that shards of a new placement (M servers, not
 // N) can be filled from any rows. The data stays in the checkpoint files
 // (kept open) and is read when a shard is created. Thread-safe once built.
-#ifndef FULCRUM_COMMON_RESTORED_VARIABLES_H_
-#define FULCRUM_COMMON_RESTORED_VARIABLES_H_
+#ifndef FULCRUM_COMMON_CHECKPOINT_RESTORED_VARIABLES_H_
+#define FULCRUM_COMMON_CHECKPOINT_RESTORED_VARIABLES_H_
 
 #include <cstdint>
 #include <map>
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/checkpoint.h"
-#include "common/checkpoint_file.h"
+#include "common/checkpoint/directory.h"
+#include "common/checkpoint/file.h"
 #include "common/optimizer/optimizer.h"
 
 namespace fulcrum {
@@ -56,4 +56,4 @@ absl::Status CheckRestorable(const VariableSpec& restored, const VariableSpec& w
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_COMMON_RESTORED_VARIABLES_H_
+#endif  // FULCRUM_COMMON_CHECKPOINT_RESTORED_VARIABLES_H_

@@ -4,8 +4,8 @@
 // server has written its file, the chief's MANIFEST listing them: a
 // checkpoint is complete exactly when its manifest is there and valid.
 // Thread-compatible free functions.
-#ifndef FULCRUM_COMMON_CHECKPOINT_H_
-#define FULCRUM_COMMON_CHECKPOINT_H_
+#ifndef FULCRUM_COMMON_CHECKPOINT_DIRECTORY_H_
+#define FULCRUM_COMMON_CHECKPOINT_DIRECTORY_H_
 
 #include <google/protobuf/message.h>
 
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/checkpoint_file.h"
+#include "common/checkpoint/file.h"
 #include "common/file_system.h"
 #include "proto/checkpoint.pb.h"
 
@@ -67,4 +67,4 @@ absl::Status PruneCheckpoints(FileSystem& fs, const std::string& root, int keep)
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_COMMON_CHECKPOINT_H_
+#endif  // FULCRUM_COMMON_CHECKPOINT_DIRECTORY_H_

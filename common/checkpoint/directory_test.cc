@@ -1,4 +1,4 @@
-#include "common/checkpoint.h"
+#include "common/checkpoint/directory.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
-#include "worker/checkpointer.h"
+#include "common/checkpoint/checkpointer.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/checkpoint.h"
+#include "common/checkpoint/directory.h"
 #include "common/logging.h"
 
 namespace fulcrum {

@@ -1,4 +1,4 @@
-#include "common/restored_variables.h"
+#include "common/checkpoint/restored_variables.h"
 
 #include <google/protobuf/util/message_differencer.h>
 

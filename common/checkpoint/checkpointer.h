@@ -4,8 +4,8 @@
 // complete (phase two), and keeps the newest few. A failed checkpoint
 // (a full disk, an unreachable server) is logged and leaves the previous
 // complete one valid; training goes on. Thread-compatible.
-#ifndef FULCRUM_WORKER_CHECKPOINTER_H_
-#define FULCRUM_WORKER_CHECKPOINTER_H_
+#ifndef FULCRUM_COMMON_CHECKPOINT_CHECKPOINTER_H_
+#define FULCRUM_COMMON_CHECKPOINT_CHECKPOINTER_H_
 
 #include <cstdint>
 #include <functional>
@@ -52,4 +52,4 @@ class Checkpointer {
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_WORKER_CHECKPOINTER_H_
+#endif  // FULCRUM_COMMON_CHECKPOINT_CHECKPOINTER_H_
