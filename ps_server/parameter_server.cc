@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/checkpoint/directory.h"
+#include "common/checkpoint/restored_variables.h"
 #include "common/embedding.h"
 #include "common/logging.h"
 #include "common/memory_size.h"
@@ -54,6 +54,7 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
       incarnation_(NewIncarnation()),
       store_(config.max_memory_bytes() > 0 ? config.max_memory_bytes()
                                            : UsableMemoryBytes() / 5 * 4),
+      checkpoints_(config_, &store_),
       workers_(config.num_replicas(), absl::Milliseconds(config.lease_timeout_ms()),
                absl::Milliseconds(config.startup_timeout_ms()), std::move(now)) {
   CHECK(ValidatePsServerConfig(config_).ok());
@@ -70,76 +71,7 @@ ParameterServer::~ParameterServer() {
   CancelWaits();
 }
 
-absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) {
-  const std::string& dir = config_.checkpoint_dir();
-  CHECK(fs_ == nullptr && !dir.empty());
-  if (absl::Status s = CheckWritableDir(*fs, dir); !s.ok()) return s;
-  fs_ = fs;
-  // A checkpoint is used when its files, this server's final file in place
-  // of its own where newer, regroup into whole variables.
-  bool final_used = false;
-  CheckpointFiles chosen;
-  auto use = [&](const CheckpointFiles& files) {
-    CheckpointFiles candidate = files;
-    const bool final_file = UseFinalCheckpoint(*fs, &candidate);
-    auto restored = RegroupCheckpoint(candidate);
-    if (!restored.ok()) return restored.status();
-    restored_ = *std::move(restored);
-    chosen = std::move(candidate);
-    final_used = final_file;
-    return absl::OkStatus();
-  };
-  std::vector<std::string> problems;
-  auto loaded = LoadNewestCheckpoint(*fs, dir, use, &problems);
-  for (const std::string& problem : problems) LOG_ERROR("checkpoint: {}", problem);
-  if (!loaded.ok()) {
-    // No complete checkpoint: a single server's final file alone will do.
-    if (absl::Status s = use({}); !s.ok()) LOG_ERROR("checkpoint: {}", s.message());
-  }
-  if (chosen.empty()) {
-    LOG_INFO("no complete checkpoint in {}: starting from the initializers", dir);
-    return absl::OkStatus();
-  }
-  restored_files_ = chosen;
-  for (const auto& file : chosen) restored_step_ = std::max(restored_step_, file->header().step());
-  restored_step_ = std::max<int64_t>(restored_step_, 0);  // a final file alone has no step
-  if (final_used) {
-    LOG_INFO("restoring this server's shards from its final checkpoint: nothing is lost");
-  } else {
-    LOG_INFO(
-        "restoring from checkpoint {} ({} variables written by {} server(s)); updates "
-        "applied after it are lost",
-        CheckpointDirName(restored_step_), restored_.size(), chosen.front()->header().num_ps());
-  }
-  return absl::OkStatus();
-}
-
-bool ParameterServer::UseFinalCheckpoint(FileSystem& fs, CheckpointFiles* files) const {
-  const int index = config_.cluster().task().index();
-  const int num_ps = config_.cluster().cluster().ps_size();
-  const std::string path =
-      absl::StrCat(config_.checkpoint_dir(), "/", FinalFileName(index, num_ps));
-  auto final_file = CheckpointFile::Open(fs, path);
-  if (!final_file.ok()) {
-    if (final_file.status().code() != absl::StatusCode::kNotFound) {
-      LOG_ERROR("checkpoint: {}; not using it", final_file.status().message());
-    }
-    return false;
-  }
-  // The final file replaces this server's part of the complete checkpoint
-  // when newer; alone, it must hold whole variables (one server).
-  for (std::shared_ptr<const CheckpointFile>& file : *files) {
-    const PsCheckpointHeader& header = file->header();
-    if (header.ps_index() == index && header.num_ps() == num_ps) {
-      if (header.created_unix_ms() >= (*final_file)->header().created_unix_ms()) return false;
-      file = *std::move(final_file);
-      return true;
-    }
-  }
-  if (!files->empty() || num_ps != 1) return false;
-  files->push_back(*std::move(final_file));
-  return true;
-}
+absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) { return checkpoints_.Enable(fs); }
 
 absl::Status ParameterServer::CheckIncarnation(uint64_t incarnation) const {
   if (incarnation != 0 && incarnation != incarnation_) {
@@ -164,10 +96,9 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     const std::string empty;
     const std::string& initial =
         request.initial_values_size() > 0 ? request.initial_values(i) : empty;
-    const RestoredVariable* restored = nullptr;
-    if (auto it = restored_.find(spec.variable().name()); it != restored_.end()) {
-      if (absl::Status s = CheckRestorable(it->second.spec, spec.variable()); !s.ok()) return s;
-      restored = &it->second;
+    const RestoredVariable* restored = checkpoints_.Find(spec.variable().name());
+    if (restored != nullptr) {
+      if (absl::Status s = CheckRestorable(restored->spec, spec.variable()); !s.ok()) return s;
     }
     absl::StatusOr<bool> created =
         store_.Create(spec, restored, initial, policy_->ExtraFloatsPerElement());
@@ -189,7 +120,9 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     if (!created.ok()) return created.status();
     if (*created) {
       response.set_tables_created(response.tables_created() + 1);
-      auto restored = RestoreTable(spec.name());
+      absl::StatusOr<EmbeddingTable*> table = store_.FindTable(spec.name());
+      if (!table.ok()) return table.status();
+      auto restored = checkpoints_.RestoreTable(**table);
       if (!restored.ok()) return restored.status();
       if (*restored > 0) response.set_tables_restored(response.tables_restored() + 1);
       LOG_INFO("created embedding table '{}' (width {}, {}, max_rows {})", spec.name(),
@@ -198,30 +131,6 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     }
   }
   return response;
-}
-
-absl::StatusOr<int64_t> ParameterServer::RestoreTable(const std::string& name) {
-  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(name);
-  if (!table.ok()) return table.status();
-  const int index = config_.cluster().task().index();
-  const int num_ps = std::max(1, config_.cluster().cluster().ps_size());
-  int64_t parts = 0;
-  for (const auto& file : restored_files_) {
-    for (const CheckpointTable& part : file->tables()) {
-      if (part.meta.spec().name() != name) continue;
-      if (absl::Status s = (*table)->Restore(
-              *file, part, [&](int64_t id) { return EmbeddingOwner(id, num_ps) == index; });
-          !s.ok()) {
-        return s;
-      }
-      ++parts;
-    }
-  }
-  if (parts > 0) {
-    LOG_INFO("embedding table '{}': {} rows restored from {} checkpoint file(s)", name,
-             (*table)->stats().rows, parts);
-  }
-  return parts;
 }
 
 absl::StatusOr<EmbeddingTable*> ParameterServer::FindRows(const TableRows& rows,
@@ -688,7 +597,7 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_job_done(job_done_requested_.load());
   response.set_shutting_down(job_done_.HasBeenNotified());
   response.set_incarnation(incarnation_);
-  response.set_restored_step(restored_step_);
+  response.set_restored_step(checkpoints_.restored_step());
   response.set_memory_bytes(store_.memory_bytes());
   response.set_max_memory_bytes(store_.max_memory_bytes());
   return response;
@@ -696,69 +605,10 @@ DescribeResponse ParameterServer::Describe() const {
 
 absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpoint(
     const SaveCheckpointRequest& request) {
-  if (fs_ == nullptr) {
-    return absl::FailedPreconditionError("this parameter server has no --checkpoint_dir");
-  }
-  if (request.step() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", request.step(), " < 0"));
-  }
-  const absl::Time start = absl::Now();
-  const std::string dir =
-      absl::StrCat(config_.checkpoint_dir(), "/", CheckpointDirName(request.step()));
-  SaveCheckpointResponse response;
-  response.set_file(
-      PsFileName(config_.cluster().task().index(), config_.cluster().cluster().ps_size()));
-  absl::StatusOr<CheckpointFileWriter::Written> written;
-  if (absl::Status made = fs_->MakeDirs(dir); made.ok()) {
-    written = WriteCheckpointFile(absl::StrCat(dir, "/", response.file()), request.step());
-  } else {
-    written = made;
-  }
-  if (!written.ok()) {
-    LOG_ERROR("checkpoint {} failed: {}", CheckpointDirName(request.step()),
-              written.status().message());
-    return written.status();
-  }
-  response.set_bytes(written->bytes);
-  response.set_crc32(written->crc32);
-  response.set_shards(written->shards);
-  LOG_INFO("checkpoint {}: wrote {} shards, {} in {}", CheckpointDirName(request.step()),
-           response.shards(), FormatBytes(response.bytes()),
-           absl::FormatDuration(absl::Now() - start));
-  return response;
+  return checkpoints_.Save(request.step());
 }
 
-absl::StatusOr<CheckpointFileWriter::Written> ParameterServer::WriteCheckpointFile(
-    const std::string& path, int64_t step) const {
-  PsCheckpointHeader header;
-  header.set_ps_index(config_.cluster().task().index());
-  header.set_num_ps(config_.cluster().cluster().ps_size());
-  header.set_step(step);
-  header.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  auto writer = CheckpointFileWriter::Open(*fs_, path, header);
-  if (!writer.ok()) return writer.status();
-  for (const Shard* shard : store_.All()) {
-    if (absl::Status s = shard->WriteCheckpoint(**writer); !s.ok()) return s;
-  }
-  for (const EmbeddingTable* table : store_.AllTables()) {
-    if (absl::Status s = table->WriteCheckpoint(**writer); !s.ok()) return s;
-  }
-  return (*writer)->Commit();
-}
-
-absl::Status ParameterServer::SaveFinalCheckpoint() {
-  if (fs_ == nullptr) return absl::OkStatus();
-  const std::string name =
-      FinalFileName(config_.cluster().task().index(), config_.cluster().cluster().ps_size());
-  auto written = WriteCheckpointFile(absl::StrCat(config_.checkpoint_dir(), "/", name), -1);
-  if (!written.ok()) {
-    LOG_ERROR("final checkpoint {} failed: {}", name, written.status().message());
-    return written.status();
-  }
-  LOG_INFO("final checkpoint {}: {} shards, {}", name, written->shards,
-           FormatBytes(written->bytes));
-  return absl::OkStatus();
-}
+absl::Status ParameterServer::SaveFinalCheckpoint() { return checkpoints_.SaveFinal(); }
 
 void ParameterServer::JobDone(const std::string& reason) {
   if (job_done_requested_.exchange(true)) return;

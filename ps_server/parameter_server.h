@@ -18,14 +18,12 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/checkpoint/directory.h"
-#include "common/checkpoint/restored_variables.h"
 #include "common/file_system.h"
 #include "common/slices.h"
-#include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/consistency/policy.h"
+#include "ps_server/server_checkpoints.h"
 #include "ps_server/variable_store.h"
 #include "ps_server/worker_table.h"
 
@@ -217,16 +215,6 @@ class ParameterServer {
   void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
-  // Puts this server's final checkpoint in place of its file in `files`
-  // when it is newer (or, on a single server, when there is no complete
-  // checkpoint). True when it did.
-  bool UseFinalCheckpoint(FileSystem& fs, CheckpointFiles* files) const;
-  // Writes this server's shards, as of now, to a checkpoint file at `path`.
-  absl::StatusOr<CheckpointFileWriter::Written> WriteCheckpointFile(const std::string& path,
-                                                                    int64_t step) const;
-  // Fills the new table `name` from the restored checkpoint's files, with
-  // the rows this server owns; how many files held it.
-  absl::StatusOr<int64_t> RestoreTable(const std::string& name);
   // A table of `request` and its ids, checked: the table exists, each id
   // is this server's, the request names at most kMaxIdsPerRequest ids.
   absl::StatusOr<EmbeddingTable*> FindRows(const TableRows& rows, int64_t* ids_so_far) const;
@@ -236,11 +224,8 @@ class ParameterServer {
 
   const PsServerConfig config_;
   const uint64_t incarnation_;
-  FileSystem* fs_ = nullptr;  // set by EnableCheckpoints
-  RestoredVariables restored_;
-  CheckpointFiles restored_files_;  // of restored_, with the tables' rows
-  int64_t restored_step_ = -1;
   VariableStore store_;
+  ServerCheckpoints checkpoints_;  // of store_
   WorkerTable workers_;
   std::unique_ptr<ConsistencyPolicy> policy_;  // of config_.mode(), over store_ and workers_
 

@@ -5,8 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/checkpoint/directory.h"
-#include "common/checkpoint/file.h"
+#include "common/checkpoint/restore.h"
 #include "common/checkpoint/restored_variables.h"
 #include "common/initializer.h"
 #include "common/logging.h"
@@ -49,41 +48,37 @@ AllReduceStrategy::AllReduceStrategy(PeerLinks* links, const std::vector<Variabl
 
 absl::Status AllReduceStrategy::Restore() {
   if (!options_.checkpoint_dir.empty()) {
-    RestoredVariables restored;
     bool other_model = false;
-    auto fits = [&](const CheckpointFiles& files) -> absl::Status {
-      auto regrouped = RegroupCheckpoint(files);
-      if (!regrouped.ok()) return regrouped.status();
+    const AcceptVariables fits = [&](const RestoredVariables& restored) {
       for (const Variable& v : variables_) {
-        auto it = regrouped->find(v.spec.name());
-        absl::Status s = it == regrouped->end() ? absl::FailedPreconditionError(absl::StrCat(
-                                                      "it holds no variable '", v.spec.name(), "'"))
-                                                : CheckRestorable(it->second.spec, v.spec);
+        auto it = restored.find(v.spec.name());
+        absl::Status s = it == restored.end() ? absl::FailedPreconditionError(absl::StrCat(
+                                                    "it holds no variable '", v.spec.name(), "'"))
+                                              : CheckRestorable(it->second.spec, v.spec);
         if (!s.ok()) {
           other_model = true;
           return s;
         }
       }
-      restored = *std::move(regrouped);
       return absl::OkStatus();
     };
     std::vector<std::string> problems;
-    auto loaded = LoadNewestCheckpoint(*options_.fs, options_.checkpoint_dir, fits, &problems);
-    for (const std::string& problem : problems) LOG_ERROR("checkpoint: {}", problem);
+    auto loaded = LoadRestorePoint(*options_.fs, options_.checkpoint_dir, nullptr, fits, &problems);
     if (loaded.ok()) {
       for (Variable& v : variables_) {
         ShardContents contents;
         contents.values.resize(v.values.size());
         contents.slots = MakeSlots(v.spec.optimizer(), static_cast<int64_t>(v.values.size()));
-        if (absl::Status s = restored.at(v.spec.name()).Read(0, Rows(v.spec), &contents); !s.ok()) {
+        if (absl::Status s = loaded->variables.at(v.spec.name()).Read(0, Rows(v.spec), &contents);
+            !s.ok()) {
           return s;
         }
         v.values = std::move(contents.values);
         v.slots = std::move(contents.slots);
       }
-      for (const auto& file : *loaded) step_ = std::max(step_, file->header().step());
+      step_ = std::max(step_, loaded->step);
       LOG_INFO("restored {} variable(s) at step {} from {} ({} file(s))", variables_.size(), step_,
-               options_.checkpoint_dir, loaded->size());
+               options_.checkpoint_dir, loaded->files.size());
       return absl::OkStatus();
     }
     if (other_model) {
@@ -396,36 +391,25 @@ absl::StatusOr<std::vector<SaveCheckpointResponse>> AllReduceStrategy::SaveCheck
     return absl::FailedPreconditionError(
         "only the chief writes checkpoints, into its --checkpoint_dir");
   }
-  const std::string dir = absl::StrCat(options_.checkpoint_dir, "/", CheckpointDirName(step));
-  if (absl::Status s = options_.fs->MakeDirs(dir); !s.ok()) return s;
-  SaveCheckpointResponse response;
-  response.set_file(PsFileName(0, 1));
-  PsCheckpointHeader header;
-  header.set_ps_index(0);
-  header.set_num_ps(1);
-  header.set_step(step);
-  header.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  auto writer =
-      CheckpointFileWriter::Open(*options_.fs, absl::StrCat(dir, "/", response.file()), header);
-  if (!writer.ok()) return writer.status();
-  for (const Variable& v : variables_) {
-    ShardCheckpoint meta;
-    ShardSpec* spec = meta.mutable_spec();
-    *spec->mutable_variable() = v.spec;
-    spec->set_shard(0);
-    spec->set_num_shards(1);
-    spec->set_rows(Rows(v.spec));
-    meta.set_version(step_);
-    meta.set_num_slots(static_cast<int>(v.slots.size()));
-    std::vector<absl::Span<const float>> slots(v.slots.begin(), v.slots.end());
-    if (absl::Status s = (*writer)->AddShard(meta, v.values, slots); !s.ok()) return s;
-  }
-  auto written = (*writer)->Commit();
-  if (!written.ok()) return written.status();
-  response.set_bytes(written->bytes);
-  response.set_crc32(written->crc32);
-  response.set_shards(written->shards);
-  return std::vector<SaveCheckpointResponse>{response};
+  // The replica, as one server holding every variable in one shard.
+  auto saved = SaveServerFile(
+      *options_.fs, options_.checkpoint_dir, step, 0, 1, [&](CheckpointFileWriter& writer) {
+        for (const Variable& v : variables_) {
+          ShardCheckpoint meta;
+          ShardSpec* spec = meta.mutable_spec();
+          *spec->mutable_variable() = v.spec;
+          spec->set_shard(0);
+          spec->set_num_shards(1);
+          spec->set_rows(Rows(v.spec));
+          meta.set_version(step_);
+          meta.set_num_slots(static_cast<int>(v.slots.size()));
+          std::vector<absl::Span<const float>> slots(v.slots.begin(), v.slots.end());
+          if (absl::Status s = writer.AddShard(meta, v.values, slots); !s.ok()) return s;
+        }
+        return absl::OkStatus();
+      });
+  if (!saved.ok()) return saved.status();
+  return std::vector<SaveCheckpointResponse>{*std::move(saved)};
 }
 
 }  // namespace fulcrum

@@ -1,0 +1,141 @@
+#include "ps_server/server_checkpoints.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/embedding.h"
+#include "common/logging.h"
+#include "common/memory_size.h"
+#include "ps_server/shard.h"
+
+namespace fulcrum {
+
+absl::Status ServerCheckpoints::Enable(FileSystem* fs) {
+  const std::string& dir = config_.checkpoint_dir();
+  CHECK(fs_ == nullptr && !dir.empty());
+  if (absl::Status s = CheckWritableDir(*fs, dir); !s.ok()) return s;
+  fs_ = fs;
+  const AdjustFiles use_final = [&](CheckpointFiles* files) { return UseFinalFile(*fs, files); };
+  std::vector<std::string> problems;
+  auto restored = LoadRestorePoint(*fs, dir, use_final, nullptr, &problems);
+  if (!restored.ok()) {
+    // No complete checkpoint: a single server's final file alone will do.
+    restored = MakeRestorePoint({}, use_final, nullptr);
+    if (!restored.ok()) LOG_ERROR("checkpoint: {}", restored.status().message());
+  }
+  if (!restored.ok() || restored->files.empty()) {
+    LOG_INFO("no complete checkpoint in {}: starting from the initializers", dir);
+    return absl::OkStatus();
+  }
+  restored_ = *std::move(restored);
+  restored_step_ = restored_.step;
+  if (restored_.adjusted) {
+    LOG_INFO("restoring this server's shards from its final checkpoint: nothing is lost");
+  } else {
+    LOG_INFO(
+        "restoring from checkpoint {} ({} variables written by {} server(s)); updates "
+        "applied after it are lost",
+        CheckpointDirName(restored_step_), restored_.variables.size(),
+        restored_.files.front()->header().num_ps());
+  }
+  return absl::OkStatus();
+}
+
+bool ServerCheckpoints::UseFinalFile(FileSystem& fs, CheckpointFiles* files) const {
+  const std::string path =
+      absl::StrCat(config_.checkpoint_dir(), "/", FinalFileName(index(), num_ps()));
+  auto final_file = CheckpointFile::Open(fs, path);
+  if (!final_file.ok()) {
+    if (final_file.status().code() != absl::StatusCode::kNotFound) {
+      LOG_ERROR("checkpoint: {}; not using it", final_file.status().message());
+    }
+    return false;
+  }
+  // The final file replaces this server's part of the complete checkpoint
+  // when newer; alone, it must hold whole variables (one server).
+  for (std::shared_ptr<const CheckpointFile>& file : *files) {
+    const PsCheckpointHeader& header = file->header();
+    if (header.ps_index() == index() && header.num_ps() == num_ps()) {
+      if (header.created_unix_ms() >= (*final_file)->header().created_unix_ms()) return false;
+      file = *std::move(final_file);
+      return true;
+    }
+  }
+  if (!files->empty() || num_ps() != 1) return false;
+  files->push_back(*std::move(final_file));
+  return true;
+}
+
+const RestoredVariable* ServerCheckpoints::Find(const std::string& name) const {
+  auto it = restored_.variables.find(name);
+  return it == restored_.variables.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<int64_t> ServerCheckpoints::RestoreTable(EmbeddingTable& table) const {
+  const std::string& name = table.spec().name();
+  const int owner = index();
+  const int servers = std::max(1, num_ps());
+  int64_t parts = 0;
+  for (const auto& file : restored_.files) {
+    for (const CheckpointTable& part : file->tables()) {
+      if (part.meta.spec().name() != name) continue;
+      if (absl::Status s = table.Restore(
+              *file, part, [&](int64_t id) { return EmbeddingOwner(id, servers) == owner; });
+          !s.ok()) {
+        return s;
+      }
+      ++parts;
+    }
+  }
+  if (parts > 0) {
+    LOG_INFO("embedding table '{}': {} rows restored from {} checkpoint file(s)", name,
+             table.stats().rows, parts);
+  }
+  return parts;
+}
+
+absl::Status ServerCheckpoints::AddStore(CheckpointFileWriter& writer) const {
+  for (const Shard* shard : store_.All()) {
+    if (absl::Status s = shard->WriteCheckpoint(writer); !s.ok()) return s;
+  }
+  for (const EmbeddingTable* table : store_.AllTables()) {
+    if (absl::Status s = table->WriteCheckpoint(writer); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SaveCheckpointResponse> ServerCheckpoints::Save(int64_t step) const {
+  if (fs_ == nullptr) {
+    return absl::FailedPreconditionError("this parameter server has no --checkpoint_dir");
+  }
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", step, " < 0"));
+  const absl::Time start = absl::Now();
+  auto saved = SaveServerFile(*fs_, config_.checkpoint_dir(), step, index(), num_ps(),
+                              [this](CheckpointFileWriter& writer) { return AddStore(writer); });
+  if (!saved.ok()) {
+    LOG_ERROR("checkpoint {} failed: {}", CheckpointDirName(step), saved.status().message());
+    return saved.status();
+  }
+  LOG_INFO("checkpoint {}: wrote {} shards, {} in {}", CheckpointDirName(step), saved->shards(),
+           FormatBytes(saved->bytes()), absl::FormatDuration(absl::Now() - start));
+  return saved;
+}
+
+absl::Status ServerCheckpoints::SaveFinal() const {
+  if (fs_ == nullptr) return absl::OkStatus();
+  const std::string name = FinalFileName(index(), num_ps());
+  auto written =
+      WriteServerFile(*fs_, absl::StrCat(config_.checkpoint_dir(), "/", name), index(), num_ps(),
+                      -1, [this](CheckpointFileWriter& writer) { return AddStore(writer); });
+  if (!written.ok()) {
+    LOG_ERROR("final checkpoint {} failed: {}", name, written.status().message());
+    return written.status();
+  }
+  LOG_INFO("final checkpoint {}: {} shards, {}", name, written->shards,
+           FormatBytes(written->bytes));
+  return absl::OkStatus();
+}
+
+}  // namespace fulcrum
