@@ -42,12 +42,23 @@ absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The policy of `config`'s mode, over `store` and `workers`.
+std::unique_ptr<ConsistencyPolicy> MakePolicy(const PsServerConfig& config, VariableStore* store,
+                                              WorkerTable* workers) {
+  CHECK(ValidatePsServerConfig(config).ok());
+  return (*FindMode(config.mode()))->make(PolicyContext{&config, store, workers});
+}
+
 uint64_t NewIncarnation() {
   std::random_device device;
   uint64_t id = 0;
   while (id == 0) id = (uint64_t{device()} << 32) | device();
   return id;
 }
+
+}  // namespace
 
 ParameterServer::ParameterServer(const PsServerConfig& config, std::function<absl::Time()> now)
     : config_(config),
@@ -56,9 +67,9 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
                                            : UsableMemoryBytes() / 5 * 4),
       checkpoints_(config_, &store_),
       workers_(config.num_replicas(), absl::Milliseconds(config.lease_timeout_ms()),
-               absl::Milliseconds(config.startup_timeout_ms()), std::move(now)) {
-  CHECK(ValidatePsServerConfig(config_).ok());
-  policy_ = (*FindMode(config_.mode()))->make(PolicyContext{&config_, &store_, &workers_});
+               absl::Milliseconds(config.startup_timeout_ms()), std::move(now)),
+      policy_(MakePolicy(config_, &store_, &workers_)),
+      tables_(config_, &store_, policy_.get()) {
   const absl::Duration period = std::max(absl::Milliseconds(5), workers_.lease_timeout() / 4);
   lease_thread_ = std::thread([this, period] {
     while (!stop_lease_thread_.WaitForNotificationWithTimeout(period)) CheckLeases();
@@ -133,32 +144,6 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
   return response;
 }
 
-absl::StatusOr<EmbeddingTable*> ParameterServer::FindRows(const TableRows& rows,
-                                                          int64_t* ids_so_far) const {
-  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(rows.table());
-  if (!table.ok()) return table.status();
-  *ids_so_far += rows.ids_size();
-  if (*ids_so_far > EmbeddingTable::kMaxIdsPerRequest) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("a request names over ", EmbeddingTable::kMaxIdsPerRequest, " ids; split it"));
-  }
-  // A server outside a cluster spec (tests, tools) holds every id.
-  const int index = config_.cluster().task().index();
-  const int num_ps = std::max(1, config_.cluster().cluster().ps_size());
-  for (int64_t id : rows.ids()) {
-    if (id < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("embedding table '", rows.table(), "': id ",
-                                                     id, " is outside the key space [0, 2^63)"));
-    }
-    if (const int owner = EmbeddingOwner(id, num_ps); owner != index) {
-      return absl::InvalidArgumentError(absl::StrCat("embedding table '", rows.table(), "': id ",
-                                                     id, " belongs to ps ", owner, ", not ps ",
-                                                     index));
-    }
-  }
-  return table;
-}
-
 absl::StatusOr<PullRowsResponse> ParameterServer::PullRows(const PullRowsRequest& request,
                                                            absl::Time deadline) {
   if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
@@ -169,36 +154,7 @@ absl::StatusOr<PullRowsResponse> ParameterServer::PullRows(const PullRowsRequest
     waits.set_worker_id(request.worker_id());
     if (request.has_clock()) waits.set_clock(request.clock());
   }
-  std::vector<EmbeddingTable*> tables;
-  int64_t ids = 0, bytes = 0;
-  for (const TableRows& rows : request.tables()) {
-    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, &ids);
-    if (!table.ok()) return table.status();
-    tables.push_back(*table);
-    bytes += rows.ids_size() * (*table)->spec().width() * static_cast<int64_t>(sizeof(float));
-  }
-  if (bytes > config_.max_message_bytes()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("pull of rows: answers ", bytes, " bytes; a message carries at most ",
-                     config_.max_message_bytes(), " (ask for fewer ids at a time)"));
-  }
-  if (absl::Status s = policy_->AwaitPull(waits, deadline); !s.ok()) return s;
-  PullRowsResponse response;
-  for (size_t i = 0; i < tables.size(); ++i) {
-    const TableRows& rows = request.tables(i);
-    if (absl::Status s = tables[i]->AwaitVersion(rows.version(), deadline); !s.ok()) return s;
-    TableRows* out = response.add_tables();
-    out->set_table(rows.table());
-    out->set_version(tables[i]->version());
-    google::protobuf::RepeatedField<float>& values = *out->mutable_values();
-    values.Resize(rows.ids_size() * tables[i]->spec().width(), 0.0f);
-    if (absl::Status s =
-            tables[i]->Pull(rows.ids(), absl::MakeSpan(values.mutable_data(), values.size()));
-        !s.ok()) {
-      return s;
-    }
-  }
-  return response;
+  return tables_.Pull(request, waits, deadline);
 }
 
 absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest& request) {
@@ -209,31 +165,9 @@ absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest
   const int worker = request.worker_id();
   if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
   Renew(worker);
-  // Check the whole request before touching any table.
-  std::vector<EmbeddingTable*> tables;
-  std::vector<std::pair<const EmbeddingTable*, int64_t>> growth;
-  int64_t ids = 0;
-  for (const TableRows& rows : request.tables()) {
-    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, &ids);
-    if (!table.ok()) return table.status();
-    if (std::find(tables.begin(), tables.end(), *table) != tables.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("embedding table '", rows.table(), "' twice in one push"));
-    }
-    if (absl::Status s = (*table)->CheckPush(rows.ids(), rows.values()); !s.ok()) return s;
-    tables.push_back(*table);
-    growth.emplace_back(*table, rows.ids_size());
-  }
-  if (absl::Status s = store_.AdmitRows(growth); !s.ok()) return s;
-  PushRowsResponse response;
-  for (size_t i = 0; i < tables.size(); ++i) {
-    const TableRows& rows = request.tables(i);
-    absl::StatusOr<ShardPushResult> result = policy_->PushRows(
-        *tables[i], worker, request.push_id(), rows.version(), rows.ids(), rows.values());
-    if (!result.ok()) return result.status();
-    result->set_shard(config_.cluster().task().index());
-    RecordOutcome(*result);
-    *response.add_results() = *std::move(result);
+  absl::StatusOr<PushRowsResponse> response = tables_.Push(request, worker);
+  if (response.ok()) {
+    for (const ShardPushResult& result : response->results()) RecordOutcome(result);
   }
   return response;
 }

@@ -23,6 +23,7 @@
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/consistency/policy.h"
+#include "ps_server/embedding/table_calls.h"
 #include "ps_server/server_checkpoints.h"
 #include "ps_server/variable_store.h"
 #include "ps_server/worker_table.h"
@@ -152,15 +153,12 @@ class ParameterServer {
   // that receives a push in parts asks as they come, before buffering more.
   absl::Status AdmitPushBytes(uint64_t incarnation, int64_t bytes) const;
 
-  // Rows of embedding tables. Waits (until `deadline`) for each table's
-  // requested version and, as Pull, for the mode's policy. Ids must be
-  // this server's (>= 0, EmbeddingOwner(id, num_ps) its index); the
-  // answer at most max_message_bytes of floats (RESOURCE_EXHAUSTED).
+  // Rows of embedding tables (TableCalls::Pull), after checking the
+  // caller's incarnation and worker and renewing its lease.
   absl::StatusOr<PullRowsResponse> PullRows(const PullRowsRequest& request, absl::Time deadline);
 
-  // Row gradients, handled as the mode's policy says. Checked whole first
-  // (worker, tables, ids, sizes, NaN/Inf, the memory budget): on any error
-  // nothing changes.
+  // Row gradients (TableCalls::Push), after the caller's checks as for
+  // PullRows; the outcomes are counted.
   absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request);
 
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
@@ -215,10 +213,6 @@ class ParameterServer {
   void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
-  // A table of `request` and its ids, checked: the table exists, each id
-  // is this server's, the request names at most kMaxIdsPerRequest ids.
-  absl::StatusOr<EmbeddingTable*> FindRows(const TableRows& rows, int64_t* ids_so_far) const;
-
   // ABORTED when the caller learned its versions from another incarnation.
   absl::Status CheckIncarnation(uint64_t incarnation) const;
 
@@ -227,7 +221,8 @@ class ParameterServer {
   VariableStore store_;
   ServerCheckpoints checkpoints_;  // of store_
   WorkerTable workers_;
-  std::unique_ptr<ConsistencyPolicy> policy_;  // of config_.mode(), over store_ and workers_
+  const std::unique_ptr<ConsistencyPolicy> policy_;  // of config_.mode(), over store_ and workers_
+  TableCalls tables_;                                // over store_ and policy_
 
   std::atomic<int64_t> updates_applied_{0};
   std::atomic<int64_t> stale_dropped_{0};

@@ -1,0 +1,101 @@
+#include "ps_server/embedding/table_calls.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/embedding.h"
+
+namespace fulcrum {
+
+absl::StatusOr<EmbeddingTable*> TableCalls::FindRows(const TableRows& rows,
+                                                     int64_t* ids_so_far) const {
+  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(rows.table());
+  if (!table.ok()) return table.status();
+  *ids_so_far += rows.ids_size();
+  if (*ids_so_far > EmbeddingTable::kMaxIdsPerRequest) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a request names over ", EmbeddingTable::kMaxIdsPerRequest, " ids; split it"));
+  }
+  // A server outside a cluster spec (tests, tools) holds every id.
+  const int index = config_.cluster().task().index();
+  const int num_ps = std::max(1, config_.cluster().cluster().ps_size());
+  for (int64_t id : rows.ids()) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("embedding table '", rows.table(), "': id ",
+                                                     id, " is outside the key space [0, 2^63)"));
+    }
+    if (const int owner = EmbeddingOwner(id, num_ps); owner != index) {
+      return absl::InvalidArgumentError(absl::StrCat("embedding table '", rows.table(), "': id ",
+                                                     id, " belongs to ps ", owner, ", not ps ",
+                                                     index));
+    }
+  }
+  return table;
+}
+
+absl::StatusOr<PullRowsResponse> TableCalls::Pull(const PullRowsRequest& request,
+                                                  const PullRequest& waits, absl::Time deadline) {
+  std::vector<EmbeddingTable*> tables;
+  int64_t ids = 0, bytes = 0;
+  for (const TableRows& rows : request.tables()) {
+    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, &ids);
+    if (!table.ok()) return table.status();
+    tables.push_back(*table);
+    bytes += rows.ids_size() * (*table)->spec().width() * static_cast<int64_t>(sizeof(float));
+  }
+  if (bytes > config_.max_message_bytes()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pull of rows: answers ", bytes, " bytes; a message carries at most ",
+                     config_.max_message_bytes(), " (ask for fewer ids at a time)"));
+  }
+  if (absl::Status s = policy_.AwaitPull(waits, deadline); !s.ok()) return s;
+  PullRowsResponse response;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const TableRows& rows = request.tables(i);
+    if (absl::Status s = tables[i]->AwaitVersion(rows.version(), deadline); !s.ok()) return s;
+    TableRows* out = response.add_tables();
+    out->set_table(rows.table());
+    out->set_version(tables[i]->version());
+    google::protobuf::RepeatedField<float>& values = *out->mutable_values();
+    values.Resize(rows.ids_size() * tables[i]->spec().width(), 0.0f);
+    if (absl::Status s =
+            tables[i]->Pull(rows.ids(), absl::MakeSpan(values.mutable_data(), values.size()));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<PushRowsResponse> TableCalls::Push(const PushRowsRequest& request, int worker) {
+  // Check the whole request before touching any table.
+  std::vector<EmbeddingTable*> tables;
+  std::vector<std::pair<const EmbeddingTable*, int64_t>> growth;
+  int64_t ids = 0;
+  for (const TableRows& rows : request.tables()) {
+    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, &ids);
+    if (!table.ok()) return table.status();
+    if (std::find(tables.begin(), tables.end(), *table) != tables.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("embedding table '", rows.table(), "' twice in one push"));
+    }
+    if (absl::Status s = (*table)->CheckPush(rows.ids(), rows.values()); !s.ok()) return s;
+    tables.push_back(*table);
+    growth.emplace_back(*table, rows.ids_size());
+  }
+  if (absl::Status s = store_.AdmitRows(growth); !s.ok()) return s;
+  PushRowsResponse response;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const TableRows& rows = request.tables(i);
+    absl::StatusOr<ShardPushResult> result = policy_.PushRows(
+        *tables[i], worker, request.push_id(), rows.version(), rows.ids(), rows.values());
+    if (!result.ok()) return result.status();
+    result->set_shard(config_.cluster().task().index());
+    *response.add_results() = *std::move(result);
+  }
+  return response;
+}
+
+}  // namespace fulcrum

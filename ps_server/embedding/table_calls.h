@@ -1,0 +1,53 @@
+// TableCalls: one parameter server's calls on its embedding tables -- rows
+// pulled by id, and row gradients pushed -- checked (tables, ids, sizes,
+// the memory budget) and handed to the consistency policy. The server
+// checks the caller first (incarnation, worker, lease) and records the
+// outcomes. Thread-safe.
+#ifndef FULCRUM_PS_SERVER_EMBEDDING_TABLE_CALLS_H_
+#define FULCRUM_PS_SERVER_EMBEDDING_TABLE_CALLS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/config.pb.h"
+#include "proto/ps_service.pb.h"
+#include "ps_server/consistency/policy.h"
+#include "ps_server/embedding/embedding_table.h"
+#include "ps_server/variable_store.h"
+
+namespace fulcrum {
+
+class TableCalls {
+ public:
+  // All three must outlive this; `config` says this server's index among
+  // how many, and the largest message.
+  TableCalls(const PsServerConfig& config, VariableStore* store, ConsistencyPolicy* policy)
+      : config_(config), store_(*store), policy_(*policy) {}
+
+  // Rows of embedding tables. Waits (until `deadline`) for what the policy
+  // waits for of `waits` (the worker and its clock; none for a reader) and
+  // for each table's requested version. Ids must be this server's (>= 0,
+  // EmbeddingOwner(id, num_ps) its index); the answer at most
+  // max_message_bytes of floats (RESOURCE_EXHAUSTED).
+  absl::StatusOr<PullRowsResponse> Pull(const PullRowsRequest& request, const PullRequest& waits,
+                                        absl::Time deadline);
+
+  // Row gradients of `worker`, handled as the policy says. Checked whole
+  // first (tables, ids, sizes, NaN/Inf, the memory budget): on any error
+  // nothing changes.
+  absl::StatusOr<PushRowsResponse> Push(const PushRowsRequest& request, int worker);
+
+ private:
+  // A table of `request` and its ids, checked: the table exists, each id
+  // is this server's, the request names at most kMaxIdsPerRequest ids.
+  absl::StatusOr<EmbeddingTable*> FindRows(const TableRows& rows, int64_t* ids_so_far) const;
+
+  const PsServerConfig& config_;
+  VariableStore& store_;
+  ConsistencyPolicy& policy_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PS_SERVER_EMBEDDING_TABLE_CALLS_H_
