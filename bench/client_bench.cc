@@ -14,10 +14,10 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "common/cluster_flags.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 
-ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of the servers.");
 ABSL_FLAG(int, mib, 64, "Size of the large push+pull, in MiB.");
 ABSL_FLAG(int, rounds, 10, "Timed large push+pulls.");
 ABSL_FLAG(int, small_rounds, 2000, "Timed 4 KiB pulls.");
@@ -76,9 +76,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "client_bench: --optimizer must be sgd or adam\n");
     return 2;
   }
+  auto hosts = fulcrum::PsHostsFromFlags();
+  if (!hosts.ok()) {
+    std::fprintf(stderr, "client_bench: %s\n", std::string(hosts.status().message()).c_str());
+    return 2;
+  }
   fulcrum::PsClientOptions options;
-  auto client = fulcrum::NewGrpcPsClient(
-      absl::StrSplit(absl::GetFlag(FLAGS_ps_hosts), ',', absl::SkipEmpty()), options);
+  auto client = fulcrum::NewGrpcPsClient(*hosts, options);
   const int64_t big = int64_t{absl::GetFlag(FLAGS_mib)} << 18;  // floats
   const int64_t huge = int64_t{absl::GetFlag(FLAGS_rss_mib)} << 18;
   std::vector<fulcrum::VariableSpec> specs = {Variable("cpp_big", big),

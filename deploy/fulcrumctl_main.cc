@@ -7,7 +7,8 @@
 //   fulcrumctl stop       --ps_hosts=h:p,... [--reason=...]   job done: the servers exit 0
 //   fulcrumctl health     --address=h:p        exit 0 when SERVING (a probe for images)
 //
-// The servers come from --ps_hosts, else from TF_CONFIG's cluster.
+// The servers come from --ps_hosts, else from the cluster spec (--cluster_spec,
+// else TF_CONFIG).
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
@@ -24,7 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/checkpoint/checkpointer.h"
-#include "common/cluster_spec.h"
+#include "common/cluster_flags.h"
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
 #include "common/memory_size.h"
@@ -35,7 +36,6 @@
 #include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
 
-ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of every parameter server.");
 ABSL_FLAG(std::string, address, "", "health: the host:port to probe.");
 ABSL_FLAG(int, timeout_secs, 5, "Deadline of each call, in seconds.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "checkpoint: the servers' --checkpoint_dir.");
@@ -49,21 +49,6 @@ namespace {
 // and the token they carry (--control_token_file, --auth_token_file).
 TlsFiles g_tls;
 std::string g_token;
-
-absl::StatusOr<std::vector<std::string>> PsHosts() {
-  std::vector<std::string> hosts =
-      absl::StrSplit(absl::GetFlag(FLAGS_ps_hosts), ',', absl::SkipWhitespace());
-  if (!hosts.empty()) return hosts;
-  if (const char* env = std::getenv("TF_CONFIG")) {
-    auto config = ParseTfConfig(env);
-    if (!config.ok()) return config.status();
-    hosts.assign(config->cluster().ps().begin(), config->cluster().ps().end());
-  }
-  if (hosts.empty()) {
-    return absl::InvalidArgumentError("no servers: pass --ps_hosts or set TF_CONFIG");
-  }
-  return hosts;
-}
 
 // SERVING, NOT_SERVING, or why the probe failed.
 std::string Health(const std::string& address, absl::Duration timeout, bool* serving) {
@@ -245,8 +230,9 @@ int main(int argc, char** argv) {
       "  fulcrumctl checkpoint --ps_hosts=h:p,... --checkpoint_dir=DIR [--step=N]\n"
       "  fulcrumctl stop       --ps_hosts=h:p,... [--reason=TEXT]\n"
       "  fulcrumctl health     --address=h:p    (exit 0 when SERVING: a probe)\n\n"
-      "The servers come from --ps_hosts, else from TF_CONFIG's cluster. Calls are secured\n"
-      "with --tls_cert, --tls_key and --tls_ca (mutual TLS), or plaintext with --insecure.");
+      "The servers come from --ps_hosts, else from the cluster spec (--cluster_spec, else\n"
+      "TF_CONFIG). Calls are secured with --tls_cert, --tls_key and --tls_ca (mutual TLS),\n"
+      "or plaintext with --insecure.");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const std::string command = args.size() > 1 ? args[1] : "";
   auto tls = fulcrum::TlsFilesFromFlags();
@@ -272,7 +258,7 @@ int main(int argc, char** argv) {
               << "\n";
     return serving ? 0 : 1;
   }
-  auto hosts = fulcrum::PsHosts();
+  auto hosts = fulcrum::PsHostsFromFlags();
   if (!hosts.ok()) {
     std::cerr << "fulcrumctl: " << hosts.status().message() << "\n";
     return 2;

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/cluster_flags.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
@@ -30,14 +31,6 @@
 ABSL_FLAG(std::string, log_format, "text",
           "text (one line per event: time, role:index, level, message) or json (one JSON object "
           "per line, for log shippers).");
-ABSL_FLAG(std::string, cluster_spec, "",
-          "Path of a file holding the cluster spec as TF_CONFIG JSON. Takes precedence over "
-          "the host flags and the TF_CONFIG environment variable.");
-ABSL_FLAG(std::string, ps_hosts, "", "Comma-separated host:port of every parameter server.");
-ABSL_FLAG(std::string, worker_hosts, "", "Comma-separated host:port of every worker.");
-ABSL_FLAG(std::string, chief_host, "", "host:port of the chief, if the cluster has one.");
-ABSL_FLAG(std::string, task_type, "ps", "This task's type with the host flags: ps.");
-ABSL_FLAG(int, task_index, 0, "This task's index among the parameter servers.");
 ABSL_FLAG(int, port, -1,
           "Port to listen on; -1 takes it from this task's address in the cluster spec; 0 picks "
           "a free port (printed in the 'listening on' line).");
@@ -86,13 +79,7 @@ namespace fulcrum {
 namespace {
 
 absl::StatusOr<PsServerConfig> ConfigFromFlags() {
-  ClusterSources sources;
-  sources.cluster_spec_path = absl::GetFlag(FLAGS_cluster_spec);
-  sources.flags = {absl::GetFlag(FLAGS_ps_hosts), absl::GetFlag(FLAGS_worker_hosts),
-                   absl::GetFlag(FLAGS_chief_host), absl::GetFlag(FLAGS_task_type),
-                   absl::GetFlag(FLAGS_task_index)};
-  if (const char* env = std::getenv("TF_CONFIG")) sources.tf_config_env = env;
-  auto cluster = ResolveTfConfig(sources);
+  auto cluster = ResolveTfConfig(ClusterSourcesFromFlags("ps"));
   if (!cluster.ok()) return cluster.status();
   if (cluster->task().type() != "ps") {
     return absl::InvalidArgumentError(
