@@ -129,10 +129,10 @@ class WireParser {
 
   bool Response(PullResponse* response) {
     while (const uint32_t tag = NextTag()) {
-      if (tag == Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+      if (tag == Tag(PullResponse::kSlicesFieldNumber, kBytes)) {
         ShardSlice* slice = response->add_slices();
         if (!Nested([&] { return Slice(slice); })) return false;
-      } else if (tag == Tag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+      } else if (tag == Tag(PullResponse::kPushResultsFieldNumber, kBytes)) {
         std::string bytes;
         if (!ReadBytes(&bytes) || !response->add_push_results()->ParseFromString(bytes)) {
           return false;
@@ -151,8 +151,7 @@ class WireParser {
       google::protobuf::io::StringOutputStream rest_stream(&rest);
       CodedOutputStream rest_out(&rest_stream);
       while (const uint32_t tag = NextTag()) {
-        if (tag ==
-            Tag(PushRequest::kGradientsFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+        if (tag == Tag(PushRequest::kGradientsFieldNumber, kBytes)) {
           ShardSlice* slice = push->add_gradients();
           out->emplace_back();
           slice_received_ = &out->back();
@@ -172,8 +171,7 @@ class WireParser {
       google::protobuf::io::StringOutputStream rest_stream(&rest);
       CodedOutputStream rest_out(&rest_stream);
       while (const uint32_t tag = NextTag()) {
-        if (tag ==
-            Tag(PushPullRequest::kPushFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+        if (tag == Tag(PushPullRequest::kPushFieldNumber, kBytes)) {
           if (!Nested([&] { return Push(message->mutable_push(), out); })) return false;
         } else if (!WireFormatLite::SkipField(in_, tag, &rest_out)) {
           return false;
@@ -236,27 +234,30 @@ class WireParser {
       // Placed data must come last: a field after it could change where it
       // belonged. Fields unknown here (a newer server's, or a known number
       // with another wire type) are skipped, as protobuf skips them.
-      static constexpr uint32_t kKnown[] = {Tag(1, kBytes), Tag(2, kVarint), Tag(3, kVarint),
-                                            Tag(4, kVarint), Tag(5, kBytes)};
+      static constexpr uint32_t kKnown[] = {Tag(ShardSlice::kVariableFieldNumber, kBytes),
+                                            Tag(ShardSlice::kShardFieldNumber, kVarint),
+                                            Tag(ShardSlice::kRowOffsetFieldNumber, kVarint),
+                                            Tag(ShardSlice::kVersionFieldNumber, kVarint),
+                                            Tag(ShardSlice::kTensorFieldNumber, kBytes)};
       if (placed && absl::c_linear_search(kKnown, tag)) return false;
       int64_t value = 0;
       bool ok = true;
-      if (tag == Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+      if (tag == Tag(ShardSlice::kVariableFieldNumber, kBytes)) {
         // A string field: UTF-8, or the parse fails, as protobuf's does.
         ok = ReadBytes(slice->mutable_variable()) &&
              WireFormatLite::VerifyUtf8String(slice->variable().data(),
                                               static_cast<int>(slice->variable().size()),
                                               WireFormatLite::PARSE, "fulcrum.ShardSlice.variable");
-      } else if (tag == Tag(2, WireFormatLite::WIRETYPE_VARINT)) {
+      } else if (tag == Tag(ShardSlice::kShardFieldNumber, kVarint)) {
         ok = ReadInt64(&value);
         slice->set_shard(static_cast<int32_t>(value));
-      } else if (tag == Tag(3, WireFormatLite::WIRETYPE_VARINT)) {
+      } else if (tag == Tag(ShardSlice::kRowOffsetFieldNumber, kVarint)) {
         ok = ReadInt64(&value);
         slice->set_row_offset(value);
-      } else if (tag == Tag(4, WireFormatLite::WIRETYPE_VARINT)) {
+      } else if (tag == Tag(ShardSlice::kVersionFieldNumber, kVarint)) {
         ok = ReadInt64(&value);
         slice->set_version(value);
-      } else if (tag == Tag(5, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+      } else if (tag == Tag(ShardSlice::kTensorFieldNumber, kBytes)) {
         ok = Nested([&] { return Tensor(slice, &placed); });
       } else {
         ok = WireFormatLite::SkipField(in_, tag);
@@ -269,15 +270,16 @@ class WireParser {
   bool Tensor(ShardSlice* slice, bool* placed) {
     TensorProto* tensor = slice->mutable_tensor();
     while (const uint32_t tag = NextTag()) {
-      static constexpr uint32_t kKnown[] = {Tag(1, kVarint), Tag(2, kBytes), Tag(2, kVarint),
-                                            Tag(3, kBytes)};
+      static constexpr uint32_t kKnown[] = {
+          Tag(TensorProto::kDtypeFieldNumber, kVarint), Tag(TensorProto::kShapeFieldNumber, kBytes),
+          Tag(TensorProto::kShapeFieldNumber, kVarint), Tag(TensorProto::kDataFieldNumber, kBytes)};
       if (*placed && absl::c_linear_search(kKnown, tag)) return false;  // as in Slice
       int64_t value = 0;
       bool ok = true;
-      if (tag == Tag(1, WireFormatLite::WIRETYPE_VARINT)) {
+      if (tag == Tag(TensorProto::kDtypeFieldNumber, kVarint)) {
         ok = ReadInt64(&value);
         tensor->set_dtype(static_cast<DataType>(static_cast<int32_t>(value)));
-      } else if (tag == Tag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {  // packed
+      } else if (tag == Tag(TensorProto::kShapeFieldNumber, kBytes)) {  // packed
         ok = Nested([&] {
           while (in_->BytesUntilLimit() > 0) {
             if (!ReadInt64(&value)) return false;
@@ -285,10 +287,10 @@ class WireParser {
           }
           return true;
         });
-      } else if (tag == Tag(2, WireFormatLite::WIRETYPE_VARINT)) {
+      } else if (tag == Tag(TensorProto::kShapeFieldNumber, kVarint)) {
         ok = ReadInt64(&value);
         tensor->add_shape(value);
-      } else if (tag == Tag(3, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+      } else if (tag == Tag(TensorProto::kDataFieldNumber, kBytes)) {
         int length = 0;
         ok = ReadLength(&length);
         float* place = ok && placer_ != nullptr && tensor->dtype() == DT_FLOAT
