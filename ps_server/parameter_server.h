@@ -180,6 +180,10 @@ class ParameterServer {
   // periodically.
   void CheckLeases();
 
+  // Whether a push-pull may answer each pulled shard once the push has
+  // applied it, before the push ends (the mode's policy says).
+  bool PullsOverlapPush() const { return policy_->PullsOverlapPush(); }
+
   const PsServerConfig& config() const { return config_; }
 
  private:

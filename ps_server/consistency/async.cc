@@ -15,6 +15,9 @@ class AsyncPolicy final : public ConsistencyPolicy {
     return shard.ApplyNow(grad, max_staleness_);
   }
 
+  // A pull waits for nothing the rest of the push does.
+  bool PullsOverlapPush() const override { return true; }
+
  private:
   const int64_t max_staleness_;  // -1: keep every push
 };

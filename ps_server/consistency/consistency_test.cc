@@ -63,6 +63,8 @@ class Cluster {
     return out;
   }
 
+  bool PullsOverlapPush() const { return ps_.PullsOverlapPush(); }
+
   // A pull by `worker` at `clock` of w at `min_version`, given `wait`:
   // "v<version> w=<value>", or why not.
   std::string Pull(int worker, int64_t min_version, int64_t clock,
@@ -349,6 +351,14 @@ INSTANTIATE_TEST_SUITE_P(Modes, ConsistencyTest, ::testing::ValuesIn(kRows),
                            }
                            return name;
                          });
+
+// Only async answers a push-pull's pulled shards before the push ends: the
+// other modes' pulls wait for what the whole push does.
+TEST(ConsistencyTest, OnlyAsyncPullsOverlapThePush) {
+  for (ConsistencyMode mode : {ASYNC, SYNC, SSP}) {
+    EXPECT_EQ(Cluster(mode).PullsOverlapPush(), mode == ASYNC) << ConsistencyMode_Name(mode);
+  }
+}
 
 // Every mode a config may name has a row of each scenario.
 TEST(ConsistencyTest, EveryModeHasEveryScenario) {

@@ -58,6 +58,12 @@ class ConsistencyPolicy {
     return absl::OkStatus();
   }
 
+  // Whether a push-pull's pulled shard may be answered as soon as the push
+  // has applied it, while the rest of the push still arrives. Not when a
+  // pull waits for what the whole push does (SSP: the worker's own clock;
+  // sync: the step).
+  virtual bool PullsOverlapPush() const { return false; }
+
   // Workers arrived, died or finished (the worker table says which are
   // active now).
   virtual void OnWorkersChanged() {}

@@ -98,11 +98,10 @@ class PsGrpcServer::Service final
     ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     // Without a pull part, only the push's outcome is sent back.
     PullRequest pull;
-    // In async mode a pulled shard is sent back as soon as the push has
-    // applied it, while the rest of the push still arrives (the client
-    // reads meanwhile). The other modes' pulls wait for what the whole push
-    // does (SSP: the worker's own clock), so they are answered at its end.
-    const bool pipelined = ps_->config().mode() == ASYNC;
+    // Where the mode allows it (async), a pulled shard is sent back as soon
+    // as the push has applied it, while the rest of the push still arrives
+    // (the client reads meanwhile); else the pull is answered at its end.
+    const bool pipelined = ps_->PullsOverlapPush();
     std::vector<bool> sent;  // of pull's shards
     // The pull's shards not sent yet that `wanted` picks, marked sent.
     const auto take = [&](const auto& wanted) {
