@@ -18,7 +18,7 @@
 #include "absl/synchronization/barrier.h"
 #include "absl/time/clock.h"
 #include "worker/collective/all_reduce.h"
-#include "worker/collective/grpc_peer_links.h"
+#include "worker/collective/grpc/grpc_peer_links.h"
 
 namespace fulcrum {
 namespace {

@@ -15,7 +15,7 @@
 #include "common/rpc/security_flags.h"
 #include "common/tensor.h"
 #include "fulcrum/grpc_ps_client.h"
-#include "worker/collective/grpc_peer_links.h"
+#include "worker/collective/grpc/grpc_peer_links.h"
 #include "worker/cpu/cpu_device.h"
 #include "worker/cuda/cuda.h"
 #include "worker/strategy/all_reduce_strategy.h"

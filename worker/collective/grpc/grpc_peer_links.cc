@@ -1,10 +1,9 @@
-#include "worker/collective/grpc_peer_links.h"
+#include "worker/collective/grpc/grpc_peer_links.h"
 
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include <cstring>
 #include <deque>
 #include <thread>
 
@@ -13,92 +12,11 @@
 #include "common/logging.h"
 #include "common/rpc/authorization.h"
 #include "common/rpc/options.h"
+#include "worker/collective/grpc/collective_frame.h"
 #include "worker/collective/mailbox.h"
 
 namespace fulcrum {
 namespace {
-
-// Each PeerLinks message is one gRPC message on a client stream of this
-// method, in a format of its own rather than a protobuf, so that the floats
-// are not copied on the way out (gRPC writes them from the message's own
-// vector) and once on the way in (out of the slices received): a header --
-// the sender's rank (int32), 4 zero bytes, the round (uint64),
-// little-endian -- then the floats.
-constexpr char kMethod[] = "/fulcrum.Collective/Stream";
-constexpr size_t kHeaderBytes = 16;
-
-grpc::Slice Header(int rank, uint64_t tag) {
-  grpc::Slice slice(grpc_slice_malloc(kHeaderBytes), grpc::Slice::STEAL_REF);
-  char* out = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
-  const int32_t from = rank;
-  const uint32_t zero = 0;
-  std::memcpy(out, &from, 4);
-  std::memcpy(out + 4, &zero, 4);
-  std::memcpy(out + 8, &tag, 8);
-  return slice;
-}
-
-// The message of `data`, which the slices then own: gRPC writes the floats
-// from where they are.
-grpc::ByteBuffer Encode(int rank, uint64_t tag, std::vector<float> data) {
-  if (data.empty()) {
-    grpc::Slice header = Header(rank, tag);
-    return grpc::ByteBuffer(&header, 1);
-  }
-  auto* owned = new std::vector<float>(std::move(data));
-  const grpc::Slice slices[] = {
-      Header(rank, tag),
-      grpc::Slice(
-          grpc_slice_new_with_user_data(
-              owned->data(), owned->size() * sizeof(float),
-              [](void* user_data) { delete static_cast<std::vector<float>*>(user_data); }, owned),
-          grpc::Slice::STEAL_REF)};
-  return grpc::ByteBuffer(slices, 2);
-}
-
-struct Decoded {
-  int from = -1;
-  uint64_t tag = 0;
-  std::vector<float> data;
-};
-
-// INVALID_ARGUMENT when it is not a message of a rank of `size`.
-absl::StatusOr<Decoded> Decode(grpc::ByteBuffer& buffer, int size) {
-  std::vector<grpc::Slice> slices;
-  const size_t length = buffer.Length();
-  if (!buffer.Dump(&slices).ok() || length < kHeaderBytes ||
-      (length - kHeaderBytes) % sizeof(float) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a collective message of ", length, " bytes: not a header and floats"));
-  }
-  char header[kHeaderBytes];
-  Decoded decoded;
-  decoded.data.resize((length - kHeaderBytes) / sizeof(float));
-  char* const data = reinterpret_cast<char*>(decoded.data.data());
-  size_t offset = 0;  // in the message
-  for (const grpc::Slice& slice : slices) {
-    const char* in = reinterpret_cast<const char*>(slice.begin());
-    size_t n = slice.size();
-    if (offset < kHeaderBytes) {
-      const size_t take = std::min(n, kHeaderBytes - offset);
-      std::memcpy(header + offset, in, take);
-      offset += take;
-      in += take;
-      n -= take;
-    }
-    if (n > 0) std::memcpy(data + (offset - kHeaderBytes), in, n);
-    offset += n;
-  }
-  int32_t from = 0;
-  std::memcpy(&from, header, 4);
-  std::memcpy(&decoded.tag, header + 8, 8);
-  if (from < 0 || from >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a collective message from rank ", from, ": not a rank of ", size));
-  }
-  decoded.from = from;
-  return decoded;
-}
 
 // One incoming stream: each message goes to the mailbox; a stream that
 // ends without the sender closing it breaks that sender's link. A sender's
@@ -120,7 +38,7 @@ class Incoming final : public grpc::ServerGenericBidiReactor {
       Finish(grpc::Status::OK);
       return;
     }
-    absl::StatusOr<Decoded> message = Decode(buffer_, inbox_->size());
+    absl::StatusOr<DecodedFrame> message = DecodeFrame(buffer_, inbox_->size());
     if (message.ok() && from_ >= 0 && message->from != from_) {
       message = absl::InvalidArgumentError(absl::StrCat(
           "a collective message from rank ", message->from, " on a stream from rank ", from_));
@@ -134,7 +52,7 @@ class Incoming final : public grpc::ServerGenericBidiReactor {
       from_ = message->from;
       stream_ = inbox_->Open(from_, rank_);
     }
-    inbox_->Put(from_, rank_, message->tag, std::move(message->data));
+    inbox_->Put(from_, rank_, message->round, std::move(message->data));
     buffer_.Clear();
     StartRead(&buffer_);
   }
@@ -172,7 +90,9 @@ class Service final : public grpc::CallbackGenericService {
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
-    if (context->method() != kMethod) return CallbackGenericService::CreateReactor(context);
+    if (context->method() != CollectiveStreamMethod()) {
+      return CallbackGenericService::CreateReactor(context);
+    }
     if (grpc::Status allowed = access_.CheckData(*context, "a collective stream"); !allowed.ok()) {
       LOG_WARN("rank {}: refused a collective stream from {}: {}", rank_, context->peer(),
                allowed.error_message());
@@ -226,7 +146,7 @@ class Outgoing {
   }
 
   absl::Status Send(std::vector<float> data, uint64_t tag) {
-    grpc::ByteBuffer message = Encode(rank_, tag, std::move(data));
+    grpc::ByteBuffer message = EncodeFrame(rank_, tag, std::move(data));
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
     queue_.push_back(std::move(message));
@@ -258,7 +178,7 @@ class Outgoing {
         queue_.pop_front();
       }
       if (call == nullptr) {
-        call = stub_.PrepareCall(&context_, kMethod, &cq_);
+        call = stub_.PrepareCall(&context_, CollectiveStreamMethod(), &cq_);
         call->StartCall(nullptr);
         written = Await();
       }

@@ -1,14 +1,14 @@
 // PeerLinks over gRPC, for the all-reduce strategies: each rank serves the
-// method /fulcrum.Collective/Stream (a client stream of raw messages: see
-// grpc_peer_links.cc) on its own port and keeps one stream open to each
+// method /fulcrum.Collective/Stream (a client stream of CollectiveFrames:
+// proto/collective.proto, collective_frame.h) on its own port and keeps one stream open to each
 // peer it sends to, written by a thread of its own so that Send
 // never waits for the peer. What arrives goes to a Mailbox that Recv takes
 // from. A stream that breaks (the peer died or was cut off: keepalive pings
 // notice within seconds) makes Send to that peer and Recv from it fail
 // UNAVAILABLE, naming it. Reconnect replaces a peer's stream with a new one,
 // which the peer sees as a reconnection.
-#ifndef FULCRUM_WORKER_COLLECTIVE_GRPC_PEER_LINKS_H_
-#define FULCRUM_WORKER_COLLECTIVE_GRPC_PEER_LINKS_H_
+#ifndef FULCRUM_WORKER_COLLECTIVE_GRPC_GRPC_PEER_LINKS_H_
+#define FULCRUM_WORKER_COLLECTIVE_GRPC_GRPC_PEER_LINKS_H_
 
 #include <memory>
 #include <string>
@@ -54,4 +54,4 @@ class GrpcPeerLinks final : public MailboxLinks {
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_WORKER_COLLECTIVE_GRPC_PEER_LINKS_H_
+#endif  // FULCRUM_WORKER_COLLECTIVE_GRPC_GRPC_PEER_LINKS_H_

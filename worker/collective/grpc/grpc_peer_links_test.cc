@@ -1,5 +1,5 @@
 // The all-reduce over real gRPC streams between ranks on 127.0.0.1.
-#include "worker/collective/grpc_peer_links.h"
+#include "worker/collective/grpc/grpc_peer_links.h"
 
 #include <gmock/gmock.h>
 #include <grpcpp/generic/generic_stub.h>

@@ -1,0 +1,39 @@
+// The frames of the collective stream (proto/collective.proto's
+// CollectiveFrame), written and read without protobuf's serialiser: the
+// floats go out from the sender's vector, which the message's slices then
+// own, and come in with one copy, out of the slices received. The bytes are
+// the message's protobuf encoding. Thread-compatible free functions.
+#ifndef FULCRUM_WORKER_COLLECTIVE_GRPC_COLLECTIVE_FRAME_H_
+#define FULCRUM_WORKER_COLLECTIVE_GRPC_COLLECTIVE_FRAME_H_
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fulcrum {
+
+// "/fulcrum.Collective/Stream": the method of collective.proto's service.
+const std::string& CollectiveStreamMethod();
+
+// The frame from rank `from`, of round `round`, carrying `data`.
+grpc::ByteBuffer EncodeFrame(int from, uint64_t round, std::vector<float> data);
+
+struct DecodedFrame {
+  int from = -1;
+  uint64_t round = 0;
+  std::vector<float> data;
+};
+
+// The frame in `buffer`. INVALID_ARGUMENT naming the fault when it does not
+// parse as a CollectiveFrame, carries no sender, a sender that is not a rank
+// of a group of `size`, its data twice, or data that is not whole floats.
+// Unknown fields are skipped.
+absl::StatusOr<DecodedFrame> DecodeFrame(grpc::ByteBuffer& buffer, int size);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_COLLECTIVE_GRPC_COLLECTIVE_FRAME_H_
