@@ -214,7 +214,9 @@ grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::s
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   // Any method's messages travel on an HTTP/2 stream: a bidirectional raw
-  // call reaches unary and streaming methods alike.
+  // call reaches unary and streaming methods alike. grpc::internal::,
+  // because gRPC's public API makes no blocking call on raw bytes (as in
+  // client/grpc/grpc_ps_transport.cc).
   const grpc::internal::RpcMethod rpc(method.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING,
                                       channel);
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(

@@ -95,6 +95,10 @@ GrpcPsTransport::GrpcPsTransport(const std::string& address, const TlsFiles& tls
   // The calls that carry tensors are made with raw byte buffers, which this
   // transport serialises (lending tensor bytes) and parses (placing them)
   // itself: gRPC's typed calls would pass everything through protobuf.
+  // They use grpc::internal:: (RpcMethod, BlockingUnaryCall, the
+  // Client*Factory calls: the entry points generated stubs use) because
+  // gRPC's public API has no blocking calls on byte buffers: GenericStub
+  // makes only asynchronous and callback ones.
   using grpc::internal::RpcMethod;
   pull_ =
       std::make_unique<RpcMethod>("/fulcrum.PsService/Pull", RpcMethod::SERVER_STREAMING, channel_);

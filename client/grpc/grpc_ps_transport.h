@@ -66,7 +66,8 @@ class GrpcPsTransport final : public PsTransport {
   const std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<PsService::Stub> stub_;  // the calls without tensors
-  // The calls with tensors, made on raw byte buffers.
+  // The calls with tensors, made on raw byte buffers (grpc::internal::
+  // RpcMethod: see the constructor for why).
   std::unique_ptr<grpc::internal::RpcMethod> pull_, push_, push_pull_, pull_small_,
       push_pull_small_;
 };

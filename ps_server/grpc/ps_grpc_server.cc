@@ -266,10 +266,12 @@ class PsGrpcServer::Service final
   // `push_results`. With `ends_call`, they are the call's last messages. Their float32
   // values go from the shards' snapshots, and the rest from the messages,
   // without a copy: gRPC keeps each message until it has sent them.
+  // `Writer`: a ServerWriter or ServerReaderWriter of PullResponse.
+  template <typename Writer>
   absl::Status PullAndWrite(const PullRequest& request, absl::Time deadline,
                             const CallLimits& limits, int64_t message_bytes, bool ends_call,
                             const google::protobuf::RepeatedPtrField<ShardPushResult>& push_results,
-                            grpc::internal::WriterInterface<PullResponse>* writer) {
+                            Writer* writer) {
     auto result = ps_->PullLending(request, deadline, limits);
     if (!result.ok()) return result.status();
     SliceList& slices = *result->response.mutable_slices();
