@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/optimizer/spec.h"
 
 namespace fulcrum {
 
@@ -62,10 +63,9 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
         absl::StrCat(where, ": dtype must be DT_FLOAT, got ", DataType_Name(spec.dtype())));
   }
   if (!InitializerSpec::Kind_IsValid(spec.initializer().kind()) ||
-      !OptimizerSpec::Kind_IsValid(spec.optimizer().kind()) ||
       !PartitionerSpec::Kind_IsValid(spec.partitioner().kind())) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": unknown initializer, optimizer or partitioner kind"));
+        absl::StrCat(where, ": unknown initializer or partitioner kind"));
   }
   const InitializerSpec& init = spec.initializer();
   if (!(init.stddev() >= 0) || !(init.minval() <= init.maxval()) || !std::isfinite(init.value()) ||
@@ -73,24 +73,7 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": initializer needs finite values, stddev >= 0 and minval <= maxval"));
   }
-  const OptimizerSpec& opt = spec.optimizer();
-  if (!(opt.learning_rate() > 0) || !std::isfinite(opt.learning_rate())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": optimizer.learning_rate must be a positive number, got ", opt.learning_rate()));
-  }
-  for (float v : {opt.momentum(), opt.beta1(), opt.beta2()}) {
-    if (!(v >= 0 && v < 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": optimizer momentum, beta1 and beta2 must be in [0, 1), got ", v));
-    }
-  }
-  if (!(opt.epsilon() >= 0) || !(opt.initial_accumulator_value() >= 0) || !(opt.l1() >= 0) ||
-      !(opt.l2() >= 0) || !(opt.ftrl_beta() >= 0) || !std::isfinite(opt.l1()) ||
-      !std::isfinite(opt.l2()) || !std::isfinite(opt.ftrl_beta())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where,
-        ": optimizer epsilon, initial_accumulator_value, l1, l2 and ftrl_beta must be >= 0"));
-  }
+  if (absl::Status s = ValidateOptimizerSpec(spec.optimizer(), where); !s.ok()) return s;
   const PartitionerSpec& part = spec.partitioner();
   if (part.min_shard_bytes() < 0 || part.max_shards() < 0 || part.num_shards() < 0 ||
       part.max_shard_bytes() < 0) {
@@ -110,11 +93,7 @@ absl::Status ValidateVariableSpec(const VariableSpec& spec) {
 
 VariableSpec CanonicalSpec(const VariableSpec& spec) {
   VariableSpec out = spec;
-  OptimizerSpec* opt = out.mutable_optimizer();
-  if (opt->epsilon() == 0) opt->set_epsilon(1e-7f);
-  if (opt->beta1() == 0) opt->set_beta1(0.9f);
-  if (opt->beta2() == 0) opt->set_beta2(0.999f);
-  if (opt->initial_accumulator_value() == 0) opt->set_initial_accumulator_value(0.1f);
+  *out.mutable_optimizer() = CanonicalOptimizer(spec.optimizer());
   PartitionerSpec* part = out.mutable_partitioner();
   if (part->kind() == PartitionerSpec::MIN_SIZE) {
     if (part->min_shard_bytes() == 0) part->set_min_shard_bytes(256 << 10);

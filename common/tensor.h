@@ -38,11 +38,13 @@ std::string ShapeString(absl::Span<const int64_t> shape);
 int64_t RowElements(absl::Span<const int64_t> shape);
 
 // Checks a variable spec: name, shape (CheckedNumElements, rank >= 1), dtype float32,
-// optimizer hyper-parameters. Errors name the variable and the field.
+// initializer, partitioner, and the optimizer (ValidateOptimizerSpec).
+// Errors name the variable and the field.
 absl::Status ValidateVariableSpec(const VariableSpec& spec);
 
-// The spec with every documented default made explicit (epsilon, betas, ...),
-// so two specs that mean the same compare equal.
+// The spec with every documented default made explicit: the optimizer's
+// (CanonicalOptimizer) and the MIN_SIZE partitioner's (256 KiB shards, at
+// most 1), so two specs that mean the same compare equal.
 VariableSpec CanonicalSpec(const VariableSpec& spec);
 
 // Float32 values travel as one of the float encodings (tensor.proto):

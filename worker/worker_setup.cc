@@ -12,6 +12,7 @@
 #include "common/consistency_mode.h"
 #include "common/embedding.h"
 #include "common/logging.h"
+#include "common/optimizer/spec.h"
 #include "common/rpc/security_flags.h"
 #include "common/tensor.h"
 #include "fulcrum/grpc_ps_client.h"
@@ -29,26 +30,18 @@ namespace {
 // --learning_rate_scaling.
 absl::StatusOr<OptimizerSpec> OptimizerFromFlags(const WorkerFlags& flags, const std::string& name,
                                                  double lr, const char* flag, const char* lr_flag) {
+  auto kind = OptimizerKindFromName(name);
+  if (!kind.ok())
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", kind.status().message()));
   OptimizerSpec spec;
-  if (name == "sgd") {
-    spec.set_kind(OptimizerSpec::SGD);
-  } else if (name == "momentum") {
-    spec.set_kind(OptimizerSpec::MOMENTUM);
-    spec.set_momentum(static_cast<float>(flags.momentum));
-  } else if (name == "adagrad") {
-    spec.set_kind(OptimizerSpec::ADAGRAD);
-  } else if (name == "adam") {
-    spec.set_kind(OptimizerSpec::ADAM);
-  } else if (name == "ftrl") {
-    spec.set_kind(OptimizerSpec::FTRL);
+  spec.set_kind(*kind);
+  if (*kind == OptimizerSpec::MOMENTUM) spec.set_momentum(static_cast<float>(flags.momentum));
+  if (*kind == OptimizerSpec::FTRL) {
     spec.set_l1(static_cast<float>(flags.l1));
     spec.set_l2(static_cast<float>(flags.l2));
     if (!(spec.l1() >= 0) || !(spec.l2() >= 0)) {
       return absl::InvalidArgumentError("--l1 and --l2 must be >= 0");
     }
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": '", name, "' is not one of sgd, momentum, adagrad, adam, ftrl"));
   }
   if (!(lr > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(lr_flag, ": must be > 0, got ", lr));

@@ -73,8 +73,11 @@ def ftrl(learning_rate, l1=0.0, l2=0.0, beta=0.0, initial_accumulator_value=None
                              "initial_accumulator_value": initial_accumulator_value})
 
 
-# Partitioners, along axis 0, as TensorFlow's.
-def min_size(min_shard_bytes=256 << 10, max_shards=1):
+# Partitioners, along axis 0, as TensorFlow's. A field left None takes the
+# C++ library's default (CanonicalSpec in common/tensor.h), as an
+# optimizer's unset hyperparameters take common/optimizer/spec.h's: the
+# defaults live there alone.
+def min_size(min_shard_bytes=None, max_shards=None):
     return _message("MIN_SIZE", {"min_shard_bytes": min_shard_bytes, "max_shards": max_shards})
 
 
