@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<std::string>> PsHostsFromFlags() {
   ClusterSources sources = ClusterSourcesFromFlags("");
   sources.flags = ClusterFlags();  // the spec's file or TF_CONFIG, whole
   if (!sources.cluster_spec_path.empty() || !sources.tf_config_env.empty()) {
-    auto config = ResolveTfConfig(sources);
+    auto config = ResolveTfConfig(sources, *MakeLocalFileSystem());
     if (!config.ok()) return config.status();
     hosts.assign(config->cluster().ps().begin(), config->cluster().ps().end());
   }

@@ -2,15 +2,15 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace fulcrum {
@@ -58,16 +58,14 @@ absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
   return config;
 }
 
-absl::StatusOr<TfConfig> ResolveTfConfig(const ClusterSources& sources) {
+absl::StatusOr<TfConfig> ResolveTfConfig(const ClusterSources& sources, FileSystem& fs) {
   if (!sources.cluster_spec_path.empty()) {
-    std::ifstream file(sources.cluster_spec_path);
-    if (!file) {
+    auto text = ReadFile(fs, sources.cluster_spec_path);
+    if (!text.ok()) {
       return absl::NotFoundError(
           absl::StrCat("--cluster_spec: cannot read '", sources.cluster_spec_path, "'"));
     }
-    std::stringstream text;
-    text << file.rdbuf();
-    auto config = ParseTfConfig(text.str());
+    auto config = ParseTfConfig(*text);
     if (!config.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--cluster_spec '", sources.cluster_spec_path,
                                                      "': ", config.status().message()));
@@ -91,6 +89,48 @@ absl::StatusOr<TfConfig> ResolveTfConfig(const ClusterSources& sources) {
   return absl::InvalidArgumentError(
       "no cluster spec: set TF_CONFIG, --cluster_spec, or --ps_hosts/--worker_hosts "
       "with --task_type and --task_index");
+}
+
+namespace {
+
+// `text` as a JSON string.
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppend(&out,
+                      absl::StrFormat("\\u%04x", static_cast<int>(static_cast<unsigned char>(c))));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string WriteTfConfig(const TfConfig& config) {
+  std::vector<std::string> jobs;
+  for (const char* type : {"chief", "worker", "ps", "evaluator"}) {
+    const auto& hosts = *JobHosts(config.cluster(), type);
+    if (hosts.empty()) continue;
+    std::vector<std::string> quoted;
+    for (const std::string& host : hosts) quoted.push_back(JsonString(host));
+    jobs.push_back(absl::StrCat(JsonString(type), ": [", absl::StrJoin(quoted, ", "), "]"));
+  }
+  std::string json = absl::StrCat("{\"cluster\": {", absl::StrJoin(jobs, ", "),
+                                  "}, \"task\": {\"type\": ", JsonString(config.task().type()),
+                                  ", \"index\": ", config.task().index(), "}");
+  if (!config.environment().empty()) {
+    absl::StrAppend(&json, ", \"environment\": ", JsonString(config.environment()));
+  }
+  if (!config.rpc_layer().empty()) {
+    absl::StrAppend(&json, ", \"rpc_layer\": ", JsonString(config.rpc_layer()));
+  }
+  return json + "}";
 }
 
 absl::Status ValidateTfConfig(const TfConfig& config) {

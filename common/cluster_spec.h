@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/file_system.h"
 #include "proto/config.pb.h"
 
 namespace fulcrum {
@@ -17,6 +18,11 @@ namespace fulcrum {
 // Parses TF_CONFIG JSON. Unknown fields are errors, so a typo is not ignored.
 // The result is validated.
 absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json);
+
+// TF_CONFIG JSON of `config`, as TensorFlow writes it: the jobs that have
+// tasks, and the task's type and index (0 included). ParseTfConfig reads it
+// back the same.
+std::string WriteTfConfig(const TfConfig& config);
 
 // The cluster-spec flags of every daemon, as given (empty: not given).
 struct ClusterFlags {
@@ -34,9 +40,9 @@ struct ClusterSources {
   std::string tf_config_env;      // the TF_CONFIG environment variable
 };
 
-// The first source given: the file, else the flags, else TF_CONFIG. Errors
-// name the source and the bad field.
-absl::StatusOr<TfConfig> ResolveTfConfig(const ClusterSources& sources);
+// The first source given: the file (read through `fs`), else the flags,
+// else TF_CONFIG. Errors name the source and the bad field.
+absl::StatusOr<TfConfig> ResolveTfConfig(const ClusterSources& sources, FileSystem& fs);
 
 // Checks roles, indices, host:port syntax and duplicates; errors name the
 // field, e.g. "cluster.worker[2]: 'h' is not host:port".

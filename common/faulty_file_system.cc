@@ -100,6 +100,14 @@ absl::StatusOr<std::unique_ptr<WritableFile>> FaultyFileSystem::NewWritableFile(
   return std::make_unique<File>(this, path, *std::move(local));
 }
 
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> FaultyFileSystem::NewRandomAccessFile(
+    const std::string& path) {
+  if (faults().fail_reads) {
+    return absl::PermissionDeniedError(absl::StrCat("injected: cannot read ", path));
+  }
+  return local_->NewRandomAccessFile(path);
+}
+
 absl::Status FaultyFileSystem::Rename(const std::string& from, const std::string& to) {
   absl::MutexLock lock(&mu_);
   if (faults_.fail_renames) {

@@ -1,6 +1,6 @@
 // A FileSystem for tests, after leveldb's fault-injection environment: the
 // local file system, with faults injected on demand (a full disk, writes
-// that lie, failed renames and syncs) and a simulated crash that loses
+// that lie, failed renames, syncs and reads) and a simulated crash that loses
 // everything not made durable: file data after the file's last Sync, and
 // directory entries created or renamed since the directory's last SyncDir.
 // Thread-safe.
@@ -29,6 +29,7 @@ class FaultyFileSystem final : public FileSystem {
     bool short_writes = false;  // appends write half their data and report success
     bool fail_renames = false;
     bool fail_syncs = false;  // Sync and SyncDir fail
+    bool fail_reads = false;  // opening a file to read fails, as for an unreadable file
   };
 
   void SetFaults(Faults faults) ABSL_LOCKS_EXCLUDED(mu_);
@@ -42,9 +43,7 @@ class FaultyFileSystem final : public FileSystem {
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
-      const std::string& path) override {
-    return local_->NewRandomAccessFile(path);
-  }
+      const std::string& path) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Rename(const std::string& from, const std::string& to) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status SyncDir(const std::string& dir) override ABSL_LOCKS_EXCLUDED(mu_);

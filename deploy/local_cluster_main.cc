@@ -13,7 +13,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,7 +39,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/cluster_spec.h"
 #include "common/loopback.h"
+#include "common/subprocess.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(int, num_ps, 2,
@@ -101,42 +102,17 @@ struct Child {
   std::vector<std::string> argv;
   std::string tf_config;
   int restarts = 0;
-  pid_t pid = -1;
-  int out = -1;  // stdout and stderr
-  std::string partial;
-  std::optional<int> status;  // exit code, or 128 + signal
+  std::unique_ptr<fulcrum::Subprocess> process;  // stdout and stderr read as lines
+  std::optional<int> status;                     // exit code, or 128 + signal
 };
 
 // Starts (or starts again) `child` with its argv and TF_CONFIG.
 void Start(Child& child) {
-  int fds[2];
-  if (pipe(fds) != 0) {
-    std::perror("pipe");
-    std::exit(1);
-  }
-  const std::vector<std::string>& argv = child.argv;
-  const std::string& tf_config = child.tf_config;
   child.status.reset();
-  child.partial.clear();
-  child.pid = fork();
-  if (child.pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    setenv("TF_CONFIG", tf_config.c_str(), 1);
-    signal(SIGINT, SIG_IGN);  // the launcher stops its children itself
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(fds[1]);
-  child.out = fds[0];
-  fcntl(child.out, F_SETFL, O_NONBLOCK);
-  std::printf("[launcher] started %s (pid %d)\n", child.label.c_str(), static_cast<int>(child.pid));
+  child.process = std::make_unique<fulcrum::Subprocess>(
+      child.argv, fulcrum::SubprocessOptions{{"TF_CONFIG=" + child.tf_config}, true});
+  std::printf("[launcher] started %s (pid %d)\n", child.label.c_str(),
+              static_cast<int>(child.process->pid()));
   std::fflush(stdout);
 }
 
@@ -149,28 +125,11 @@ Child Spawn(const std::string& label, std::vector<std::string> argv, std::string
   return child;
 }
 
+// Prints the child's complete lines with its label; returns them.
 std::vector<std::string> Drain(Child& child) {
-  std::vector<std::string> lines;
-  char buffer[65536];
-  ssize_t n = -1;
-  while (child.out >= 0 && (n = read(child.out, buffer, sizeof(buffer))) != 0) {
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) break;
-      n = 0;
-    }
-    if (n == 0) break;
-    child.partial.append(buffer, n);
-  }
-  if (n == 0 && child.out >= 0) {  // end of output
-    close(child.out);
-    child.out = -1;
-    if (!child.partial.empty()) child.partial += '\n';
-  }
-  size_t end;
-  while ((end = child.partial.find('\n')) != std::string::npos) {
-    lines.push_back(child.partial.substr(0, end));
-    std::printf("[%s] %s\n", child.label.c_str(), lines.back().c_str());
-    child.partial.erase(0, end + 1);
+  std::vector<std::string> lines = child.process->ReadLines();
+  for (const std::string& line : lines) {
+    std::printf("[%s] %s\n", child.label.c_str(), line.c_str());
   }
   std::fflush(stdout);
   return lines;
@@ -178,9 +137,9 @@ std::vector<std::string> Drain(Child& child) {
 
 void Reap(std::vector<Child>& children) {
   for (Child& child : children) {
-    int status = 0;
-    if (!child.status && waitpid(child.pid, &status, WNOHANG) == child.pid) {
-      child.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (child.status) continue;
+    child.status = child.process->Poll();
+    if (child.status) {
       std::printf("[launcher] %s exited with status %d\n", child.label.c_str(), *child.status);
       std::fflush(stdout);
     }
@@ -193,10 +152,6 @@ void RestartFailed(std::vector<Child>& children, int max_restarts) {
   for (Child& child : children) {
     if (!child.status || *child.status == 0 || child.restarts >= max_restarts) continue;
     Drain(child);
-    if (child.out >= 0) {
-      close(child.out);
-      child.out = -1;
-    }
     ++child.restarts;
     std::printf("[launcher] restarting %s (restart %d of %d)\n", child.label.c_str(),
                 child.restarts, max_restarts);
@@ -204,7 +159,6 @@ void RestartFailed(std::vector<Child>& children, int max_restarts) {
   }
 }
 
-// Prints the child's complete lines with its label; returns them.
 // Relays output for up to `timeout` or until `done` holds; reaps exits.
 template <typename Done>
 void Pump(std::vector<Child>& children, absl::Duration timeout, Done done) {
@@ -212,7 +166,9 @@ void Pump(std::vector<Child>& children, absl::Duration timeout, Done done) {
   while (!done() && absl::Now() < deadline) {
     std::vector<pollfd> fds;
     for (const Child& child : children) {
-      if (child.out >= 0) fds.push_back({child.out, POLLIN, 0});
+      if (child.process->output_fd() >= 0) {
+        fds.push_back({child.process->output_fd(), POLLIN, 0});
+      }
     }
     // Exits are noticed within 100 ms even when a child is silent.
     poll(fds.data(), fds.size(), 100);
@@ -223,7 +179,7 @@ void Pump(std::vector<Child>& children, absl::Duration timeout, Done done) {
 
 void StopAll(std::vector<Child>& children, absl::Duration grace) {
   for (Child& child : children) {
-    if (!child.status) kill(child.pid, SIGTERM);
+    if (!child.status) child.process->Signal(SIGTERM);
   }
   auto all_exited = [&] {
     for (const Child& child : children) {
@@ -236,22 +192,23 @@ void StopAll(std::vector<Child>& children, absl::Duration grace) {
     if (!child.status) {
       std::printf("[launcher] %s did not stop within %s; killing it\n", child.label.c_str(),
                   absl::FormatDuration(grace).c_str());
-      kill(child.pid, SIGKILL);
+      child.process->Signal(SIGKILL);
     }
   }
   Pump(children, absl::Seconds(5), all_exited);
 }
 
-std::string Quoted(const std::vector<std::string>& hosts) {
-  std::vector<std::string> quoted;
-  for (const std::string& h : hosts) quoted.push_back(absl::StrCat("\"", h, "\""));
-  return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
-}
-
-std::string TfConfig(const std::vector<std::string>& ps, const std::vector<std::string>& workers,
-                     const std::string& type, int index) {
-  return absl::StrCat(R"({"cluster": {"ps": )", Quoted(ps), R"(, "worker": )", Quoted(workers),
-                      R"(}, "task": {"type": ")", type, R"(", "index": )", index, "}}");
+// The TF_CONFIG of task `index` of `type` in a cluster of `ps` and
+// `workers`.
+std::string TaskTfConfig(const std::vector<std::string>& ps,
+                         const std::vector<std::string>& workers, const std::string& type,
+                         int index) {
+  fulcrum::TfConfig config;
+  for (const std::string& host : ps) config.mutable_cluster()->add_ps(host);
+  for (const std::string& host : workers) config.mutable_cluster()->add_worker(host);
+  config.mutable_task()->set_type(type);
+  config.mutable_task()->set_index(index);
+  return fulcrum::WriteTfConfig(config);
 }
 
 using bazel::tools::cpp::runfiles::Runfiles;
@@ -432,12 +389,12 @@ int Run(const std::vector<std::string>& worker_args) {
     argv.insert(argv.end(), security["ps"].begin(), security["ps"].end());
     argv.insert(argv.end(), ps_flags.begin(), ps_flags.end());
     children.push_back(Spawn(absl::StrCat("ps ", i), argv,
-                             TfConfig(placeholders_ps, placeholders_workers, "ps", i)));
+                             TaskTfConfig(placeholders_ps, placeholders_workers, "ps", i)));
     std::string address;
     const absl::Time deadline =
         absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_start_timeout_secs));
     while (address.empty() && !children.back().status && absl::Now() < deadline && !g_interrupted) {
-      pollfd fd{children.back().out, POLLIN, 0};
+      pollfd fd{children.back().process->output_fd(), POLLIN, 0};
       poll(&fd, 1, 100);
       for (const std::string& line : Drain(children.back())) {
         std::smatch match;
@@ -497,7 +454,7 @@ int Run(const std::vector<std::string>& worker_args) {
     }
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
     children.push_back(Spawn(absl::StrCat("worker ", w), argv,
-                             TfConfig(ps_addresses, worker_addresses, "worker", w)));
+                             TaskTfConfig(ps_addresses, worker_addresses, "worker", w)));
   }
 
   // Run until every process has exited, one fails for good, or Ctrl-C.

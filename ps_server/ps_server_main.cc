@@ -79,7 +79,7 @@ namespace fulcrum {
 namespace {
 
 absl::StatusOr<PsServerConfig> ConfigFromFlags() {
-  auto cluster = ResolveTfConfig(ClusterSourcesFromFlags("ps"));
+  auto cluster = ResolveTfConfig(ClusterSourcesFromFlags("ps"), *MakeLocalFileSystem());
   if (!cluster.ok()) return cluster.status();
   if (cluster->task().type() != "ps") {
     return absl::InvalidArgumentError(

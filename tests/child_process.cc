@@ -21,56 +21,14 @@ namespace fulcrum {
 
 ChildProcess::ChildProcess(std::string label, std::vector<std::string> argv,
                            std::vector<std::string> env)
-    : label_(std::move(label)) {
-  int fds[2];
-  if (pipe(fds) != 0) {
-    std::perror("pipe");
-    std::abort();
-  }
-  pid_ = fork();
-  if (pid_ == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    for (std::string& var : env) putenv(var.data());
-    std::vector<char*> args;
-    for (std::string& arg : argv) args.push_back(arg.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    std::fprintf(stderr, "cannot exec %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(fds[1]);
-  out_fd_ = fds[0];
-}
-
-ChildProcess::~ChildProcess() {
-  if (!exit_code_) {
-    kill(pid_, SIGKILL);
-    Wait(absl::Seconds(10));
-  }
-  if (out_fd_ >= 0) close(out_fd_);
-}
+    : label_(std::move(label)), process_(std::move(argv), SubprocessOptions{std::move(env)}) {}
 
 bool ChildProcess::ReadSome(absl::Duration timeout) {
-  if (out_fd_ < 0) return false;
-  pollfd pfd{out_fd_, POLLIN, 0};
-  if (poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) <= 0) return true;
-  char buffer[4096];
-  const ssize_t n = read(out_fd_, buffer, sizeof(buffer));
-  if (n <= 0) {
-    close(out_fd_);
-    out_fd_ = -1;
-    return false;
+  for (std::string& line : process_.ReadLines(timeout)) {
+    std::fprintf(stderr, "[%s] %s\n", label_.c_str(), line.c_str());
+    lines_.push_back(std::move(line));
   }
-  partial_.append(buffer, n);
-  for (size_t end; (end = partial_.find('\n')) != std::string::npos;) {
-    lines_.push_back(partial_.substr(0, end));
-    std::fprintf(stderr, "[%s] %s\n", label_.c_str(), lines_.back().c_str());
-    partial_.erase(0, end + 1);
-  }
-  return true;
+  return process_.output_fd() >= 0;
 }
 
 std::optional<std::string> ChildProcess::WaitForLine(const std::string& text,
@@ -82,31 +40,30 @@ std::optional<std::string> ChildProcess::WaitForLine(const std::string& text,
       if (lines_[checked].find(text) != std::string::npos) return lines_[checked];
     }
     const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration() || !ReadSome(left)) return std::nullopt;
+    if (left <= absl::ZeroDuration() || !ReadSome(left)) {
+      // The output ended: what it ended with is checked once more.
+      for (; checked < lines_.size(); ++checked) {
+        if (lines_[checked].find(text) != std::string::npos) return lines_[checked];
+      }
+      return std::nullopt;
+    }
   }
 }
 
 std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  while (!exit_code_) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      break;
-    }
+  while (!process_.Poll()) {
     if (absl::Now() > deadline) return std::nullopt;
     // Reading keeps the child from blocking on a full pipe; once its output
     // has closed, the exit is checked every few milliseconds.
     if (!ReadSome(absl::Milliseconds(10))) absl::SleepFor(absl::Milliseconds(5));
   }
-  while (out_fd_ >= 0 && absl::Now() < deadline && ReadSome(absl::Milliseconds(10))) {
+  while (absl::Now() < deadline && ReadSome(absl::Milliseconds(10))) {
   }
-  return exit_code_;
+  return process_.Poll();
 }
 
-void ChildProcess::Signal(int sig) {
-  if (!exit_code_) kill(pid_, sig);
-}
+void ChildProcess::Signal(int sig) { process_.Signal(sig); }
 
 bool ChildProcess::HasLine(const std::string& text) const {
   for (const std::string& line : lines_) {

@@ -1,16 +1,16 @@
-// A child process for multi-process tests: started with arguments and extra
-// environment, its stdout and stderr read line by line, killed and reaped
-// when the object goes away. Thread-compatible.
+// A child process for multi-process tests (a Subprocess, common/subprocess.h):
+// started with arguments and extra environment, its stdout and stderr read
+// line by line and echoed, killed and reaped when the object goes away.
+// Thread-compatible.
 #ifndef FULCRUM_TESTS_CHILD_PROCESS_H_
 #define FULCRUM_TESTS_CHILD_PROCESS_H_
-
-#include <sys/types.h>
 
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 
 namespace fulcrum {
 
@@ -20,7 +20,6 @@ class ChildProcess {
   // process's environment. Its output is echoed to this process's stderr,
   // each line prefixed with `label`.
   ChildProcess(std::string label, std::vector<std::string> argv, std::vector<std::string> env = {});
-  ~ChildProcess();
 
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -46,11 +45,8 @@ class ChildProcess {
   bool ReadSome(absl::Duration timeout);
 
   const std::string label_;
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  std::string partial_;
+  Subprocess process_;
   std::vector<std::string> lines_;
-  std::optional<int> exit_code_;
 };
 
 // The path of a binary built by Bazel, from the test's runfiles, e.g.

@@ -71,7 +71,8 @@ void LogFinal(const TrainingSummary& summary, const Dataset& test) {
 // Sets *configured once the flags are checked and the run begins: errors
 // after that are the run's, not the flags'.
 absl::Status Run(const WorkerFlags& flags, bool* configured) {
-  auto cluster = ResolveCluster(flags, ClusterSourcesFromFlags("worker"));
+  std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
+  auto cluster = ResolveCluster(flags, ClusterSourcesFromFlags("worker"), *fs);
   if (!cluster.ok()) return cluster.status();
   auto replica = ReplicaId(*cluster);
   if (!replica.ok()) return replica.status();
@@ -104,7 +105,6 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
     replicas.push_back(models.back().get());
   }
 
-  std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
   auto parts = MakeStrategy(flags, *cluster, *replica, is_chief, *model, *embeddings, *security,
                             fs.get(), &g_stop);
   if (!parts.ok()) return parts.status();

@@ -236,7 +236,8 @@ absl::StatusOr<StrategyParts> MakeAllReduceStrategy(const WorkerFlags& flags,
 
 }  // namespace
 
-absl::StatusOr<TfConfig> ResolveCluster(const WorkerFlags& flags, const ClusterSources& sources) {
+absl::StatusOr<TfConfig> ResolveCluster(const WorkerFlags& flags, const ClusterSources& sources,
+                                        FileSystem& fs) {
   if (flags.strategy != "parameter_server" && flags.strategy != "multi_worker_mirrored" &&
       flags.strategy != "mirrored") {
     return absl::InvalidArgumentError(
@@ -244,7 +245,7 @@ absl::StatusOr<TfConfig> ResolveCluster(const WorkerFlags& flags, const ClusterS
                      "' is not one of parameter_server, multi_worker_mirrored, mirrored"));
   }
   if (flags.strategy == "mirrored" && !AnyClusterSource(sources)) return LoneWorker();
-  return ResolveTfConfig(sources);
+  return ResolveTfConfig(sources, fs);
 }
 
 absl::Status CheckStrategy(const WorkerFlags& flags, const TfConfig& cluster) {

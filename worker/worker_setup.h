@@ -29,9 +29,11 @@
 
 namespace fulcrum {
 
-// The cluster spec from `sources` (or, for --strategy=mirrored without one,
-// a worker alone), after checking --strategy.
-absl::StatusOr<TfConfig> ResolveCluster(const WorkerFlags& flags, const ClusterSources& sources);
+// The cluster spec from `sources` (a file of them read through `fs`; or,
+// for --strategy=mirrored without one, a worker alone), after checking
+// --strategy.
+absl::StatusOr<TfConfig> ResolveCluster(const WorkerFlags& flags, const ClusterSources& sources,
+                                        FileSystem& fs);
 
 // Whether the cluster and the flags fit the strategy.
 absl::Status CheckStrategy(const WorkerFlags& flags, const TfConfig& cluster);

@@ -34,6 +34,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
+#include "common/file_system.h"
 #include "common/rpc/credentials.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
@@ -525,7 +526,7 @@ py::dict ResolveCluster(const std::string& cluster_spec_path, const std::string&
   sources.cluster_spec_path = cluster_spec_path;
   sources.tf_config_env = tf_config;
   sources.flags = ClusterFlags{ps_hosts, worker_hosts, chief_host, task_type, task_index};
-  absl::StatusOr<TfConfig> config = ResolveTfConfig(sources);
+  absl::StatusOr<TfConfig> config = ResolveTfConfig(sources, *MakeLocalFileSystem());
   ThrowIfError(config.status());
   py::dict out;
   out["ps"] =
