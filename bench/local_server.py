@@ -1,6 +1,7 @@
 """ps_server processes on 127.0.0.1 for the Python benchmarks and tests
 (python/tests/conftest.py): the port each picks, its log, its resident
 memory (from /proc); and the name=value figures a benchmark prints."""
+
 import json
 import os
 import re
@@ -16,14 +17,29 @@ def start_server(bin_dir, workdir, flags=(), mode="async", index=0, num_ps=1, wo
     log_path = os.path.join(workdir, "ps%d.log" % index)
     # Plaintext unless the flags give TLS.
     plaintext = [] if any(f.startswith("--tls_") for f in flags) else ["--insecure"]
-    env = dict(os.environ, TF_CONFIG=json.dumps({
-        "cluster": {"ps": ["127.0.0.1:0"] * num_ps, "worker": ["127.0.0.1:0"] * workers},
-        "task": {"type": "ps", "index": index}}))
+    env = dict(
+        os.environ,
+        TF_CONFIG=json.dumps(
+            {
+                "cluster": {"ps": ["127.0.0.1:0"] * num_ps, "worker": ["127.0.0.1:0"] * workers},
+                "task": {"type": "ps", "index": index},
+            }
+        ),
+    )
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [os.path.join(bin_dir, "ps_server", "ps_server"), "--port=0", "--bind_host=127.0.0.1",
-             "--mode=" + mode] + plaintext + list(flags),
-            stdout=log, stderr=subprocess.STDOUT, env=env)
+            [
+                os.path.join(bin_dir, "ps_server", "ps_server"),
+                "--port=0",
+                "--bind_host=127.0.0.1",
+                "--mode=" + mode,
+            ]
+            + plaintext
+            + list(flags),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with open(log_path) as f:
@@ -50,5 +66,4 @@ def status_kib(field, pid="self"):
 def figures(output):
     """The name=value lines of a benchmark's output, as a dict of strings;
     its other lines (the client library's log) are skipped."""
-    return dict(line.split("=", 1) for line in output.splitlines()
-                if re.match(r"^\w+=\S*$", line))
+    return dict(line.split("=", 1) for line in output.splitlines() if re.match(r"^\w+=\S*$", line))

@@ -12,6 +12,7 @@ against a fresh ps_server process each time; peaks are read from /proc
 
     python3 bench/memory_bench.py --bin_dir=bazel-bin
 """
+
 import argparse
 import os
 import subprocess
@@ -27,15 +28,27 @@ def measure(args, max_shard_mib):
     """Peak resident MiB of a fresh server and of the client over
     args.rounds push+pulls of a variable in shards of at most max_shard_mib
     (0: one shard), and the server's before them."""
-    server, address = start_server(args.bin_dir, tempfile.mkdtemp(prefix="memory_bench."),
-                                   ["--lease_timeout_ms=3600000"])
+    server, address = start_server(
+        args.bin_dir, tempfile.mkdtemp(prefix="memory_bench."), ["--lease_timeout_ms=3600000"]
+    )
     try:
         idle_mib = status_kib("VmRSS", server.pid) / 1024.0
         done = subprocess.run(
-            [os.path.join(args.bin_dir, "bench", "client_bench"), "--ps_hosts=" + address,
-             "--mib=%d" % args.mib, "--rounds=%d" % args.rounds, "--small_rounds=10",
-             "--rss_mib=0", "--optimizer=adam", "--max_shard_mib=%d" % max_shard_mib],
-            capture_output=True, text=True, timeout=1800, check=True)
+            [
+                os.path.join(args.bin_dir, "bench", "client_bench"),
+                "--ps_hosts=" + address,
+                "--mib=%d" % args.mib,
+                "--rounds=%d" % args.rounds,
+                "--small_rounds=10",
+                "--rss_mib=0",
+                "--optimizer=adam",
+                "--max_shard_mib=%d" % max_shard_mib,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=True,
+        )
         server_mib = status_kib("VmHWM", server.pid) / 1024.0
     finally:
         server.kill()
@@ -49,8 +62,12 @@ def main():
     p.add_argument("--bin_dir", default=os.path.join(os.path.dirname(HERE), "bazel-bin"))
     p.add_argument("--mib", type=int, default=64, help="The model's size.")
     p.add_argument("--rounds", type=int, default=20, help="Push+pulls.")
-    p.add_argument("--max_shard_mib", type=int, default=4,
-                   help="The split variable's shards: at most this many MiB (MAX_SIZE).")
+    p.add_argument(
+        "--max_shard_mib",
+        type=int,
+        default=4,
+        help="The split variable's shards: at most this many MiB (MAX_SIZE).",
+    )
     args = p.parse_args()
     state_mib = 3 * args.mib  # values, Adam's m and v (the 4 KiB variable aside)
     idle_mib, whole_mib, client_mib = measure(args, 0)
@@ -59,8 +76,10 @@ def main():
     print("server_state_MiB=%d" % state_mib)
     print("server_peak_rss_%dMiB_adam_1shard_MiB=%.1f" % (args.mib, whole_mib))
     print("server_rss_vs_state_1shard=%.2f" % (whole_mib / state_mib))
-    print("server_peak_rss_%dMiB_adam_%dMiB_shards_MiB=%.1f"
-          % (args.mib, args.max_shard_mib, split_mib))
+    print(
+        "server_peak_rss_%dMiB_adam_%dMiB_shards_MiB=%.1f"
+        % (args.mib, args.max_shard_mib, split_mib)
+    )
     print("server_rss_vs_state=%.2f" % (split_mib / state_mib))
     print("worker_peak_rss_%dMiB_MiB=%.1f" % (args.mib, client_mib))
     print("worker_rss_vs_model=%.2f" % (client_mib / args.mib))

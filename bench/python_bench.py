@@ -14,6 +14,7 @@ python_rss_growth_vs_cpp and fulcrum_torch_vs_ddp.
     PYTHONPATH=bazel-bin/python/site python3 bench/python_bench.py --bin_dir=bazel-bin
 (bench/run.sh builds with -c opt and runs it.)
 """
+
 import argparse
 import json
 import os
@@ -24,9 +25,9 @@ import tempfile
 import time
 
 import numpy as np
+from local_server import figures, start_server, status_kib
 
 import fulcrum
-from local_server import figures, start_server, status_kib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -71,20 +72,31 @@ def python_figures(client, mib, rounds, small_rounds, rss_mib, first):
         start = time.perf_counter()
         client.pull(small)
         latency.append(time.perf_counter() - start)
-    out = {"large_ms": 1e3 * statistics.median(large),
-           "small_us": 1e6 * statistics.median(latency)}
+    out = {"large_ms": 1e3 * statistics.median(large), "small_us": 1e6 * statistics.median(latency)}
     out.update(rss)
     return out
 
 
 def cpp_figures(bin_dir, address, mib, rounds, small_rounds, rss_mib):
     done = subprocess.run(
-        [os.path.join(bin_dir, "bench", "client_bench"), "--ps_hosts=" + address,
-         "--mib=%d" % mib, "--rounds=%d" % rounds, "--small_rounds=%d" % small_rounds,
-         "--rss_mib=%d" % rss_mib], capture_output=True, text=True, timeout=1800, check=True)
+        [
+            os.path.join(bin_dir, "bench", "client_bench"),
+            "--ps_hosts=" + address,
+            "--mib=%d" % mib,
+            "--rounds=%d" % rounds,
+            "--small_rounds=%d" % small_rounds,
+            "--rss_mib=%d" % rss_mib,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=True,
+    )
     values = figures(done.stdout)
-    out = {"large_ms": float(values["cpp_push_pull_%dMiB_ms_p50" % mib]),
-           "small_us": float(values["cpp_pull_4KiB_us_p50"])}
+    out = {
+        "large_ms": float(values["cpp_push_pull_%dMiB_ms_p50" % mib]),
+        "small_us": float(values["cpp_pull_4KiB_us_p50"]),
+    }
     if rss_mib:
         out["rss_mib"] = float(values["cpp_rss_growth_%dMiB_push_pull_MiB" % rss_mib])
     return out
@@ -92,24 +104,46 @@ def cpp_figures(bin_dir, address, mib, rounds, small_rounds, rss_mib):
 
 def torch_figures(bin_dir, train_examples, epochs, workdir):
     summary = os.path.join(workdir, "summary.json")
-    common = ["--epochs=%d" % epochs, "--train_examples=%d" % train_examples,
-              "--test_examples=1000"]
+    common = [
+        "--epochs=%d" % epochs,
+        "--train_examples=%d" % train_examples,
+        "--test_examples=1000",
+    ]
     subprocess.run(
-        [os.path.join(bin_dir, "deploy", "local_cluster"), "--num_ps=2", "--num_workers=3",
-         "--mode=sync", "--insecure",  # plaintext, as DDP over Gloo is
-         "--bin_dir=" + bin_dir, "--summary_json=" + summary,
-         "--worker_command=%s %s" % (sys.executable,
-                                     os.path.join(ROOT, "examples", "torch_fashion_mnist.py")),
-         "--"] + common, capture_output=True, text=True, timeout=3600, check=True)
+        [
+            os.path.join(bin_dir, "deploy", "local_cluster"),
+            "--num_ps=2",
+            "--num_workers=3",
+            "--mode=sync",
+            "--insecure",  # plaintext, as DDP over Gloo is
+            "--bin_dir=" + bin_dir,
+            "--summary_json=" + summary,
+            "--worker_command=%s %s"
+            % (sys.executable, os.path.join(ROOT, "examples", "torch_fashion_mnist.py")),
+            "--",
+        ]
+        + common,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=True,
+    )
     with open(summary) as f:
         result = json.load(f)
-    ddp = subprocess.run([sys.executable, os.path.join(HERE, "torch_ddp_bench.py"),
-                          "--workers=3"] + common,
-                         capture_output=True, text=True, timeout=3600, check=True)
+    ddp = subprocess.run(
+        [sys.executable, os.path.join(HERE, "torch_ddp_bench.py"), "--workers=3"] + common,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=True,
+    )
     values = figures(ddp.stdout)
-    return (result["examples_per_sec"], result["test_accuracy"],
-            float(values["torch_ddp_gloo_examples_per_sec"]),
-            float(values["torch_ddp_gloo_test_accuracy"]))
+    return (
+        result["examples_per_sec"],
+        result["test_accuracy"],
+        float(values["torch_ddp_gloo_examples_per_sec"]),
+        float(values["torch_ddp_gloo_test_accuracy"]),
+    )
 
 
 def main():
@@ -120,31 +154,47 @@ def main():
     rounds, small_rounds = (5, 500) if args.quick else (10, 2000)
     mib, rss_mib = 64, 256
     workdir = tempfile.mkdtemp(prefix="python_bench.")
-    server, address = start_server(args.bin_dir, workdir, ["--max_message_mb=1024", "--lease_timeout_ms=3600000"])
+    server, address = start_server(
+        args.bin_dir, workdir, ["--max_message_mb=1024", "--lease_timeout_ms=3600000"]
+    )
     try:
         client = fulcrum.connect(address)
         # Alternately, twice each: each side's better run stands for it.
         runs = {"cpp": [], "python": []}
         for i in range(2):
-            runs["cpp"].append(cpp_figures(args.bin_dir, address, mib, rounds, small_rounds,
-                                           rss_mib if i == 0 else 0))
-            runs["python"].append(python_figures(client, mib, rounds, small_rounds,
-                                                 rss_mib if i == 0 else 0, first=i == 0))
+            runs["cpp"].append(
+                cpp_figures(
+                    args.bin_dir, address, mib, rounds, small_rounds, rss_mib if i == 0 else 0
+                )
+            )
+            runs["python"].append(
+                python_figures(
+                    client, mib, rounds, small_rounds, rss_mib if i == 0 else 0, first=i == 0
+                )
+            )
     finally:
         server.kill()
         server.wait()
-    best = {side: {"large_ms": min(r["large_ms"] for r in rs),
-                   "small_us": min(r["small_us"] for r in rs),
-                   "rss_mib": rs[0]["rss_mib"]} for side, rs in runs.items()}
+    best = {
+        side: {
+            "large_ms": min(r["large_ms"] for r in rs),
+            "small_us": min(r["small_us"] for r in rs),
+            "rss_mib": rs[0]["rss_mib"],
+        }
+        for side, rs in runs.items()
+    }
     for side in ("cpp", "python"):
         print("%s_push_pull_%dMiB_ms_p50=%.2f" % (side, mib, best[side]["large_ms"]))
-        print("%s_push_pull_%dMiB_MBps=%.1f" % (side, mib,
-                                                 2 * mib * 1.048576 / best[side]["large_ms"] * 1e3))
+        print(
+            "%s_push_pull_%dMiB_MBps=%.1f"
+            % (side, mib, 2 * mib * 1.048576 / best[side]["large_ms"] * 1e3)
+        )
         print("%s_pull_4KiB_us_p50=%.1f" % (side, best[side]["small_us"]))
         print("%s_rss_growth_%dMiB_push_pull_MiB=%.1f" % (side, rss_mib, best[side]["rss_mib"]))
     print("python_64MiB_vs_cpp=%.3f" % (best["cpp"]["large_ms"] / best["python"]["large_ms"]))
-    print("python_4KiB_p50_overhead_us=%.1f" %
-          (best["python"]["small_us"] - best["cpp"]["small_us"]))
+    print(
+        "python_4KiB_p50_overhead_us=%.1f" % (best["python"]["small_us"] - best["cpp"]["small_us"])
+    )
     print("python_rss_growth_vs_cpp=%.3f" % (best["python"]["rss_mib"] / best["cpp"]["rss_mib"]))
     print("python_rss_growth_vs_tensor=%.3f" % (best["python"]["rss_mib"] / rss_mib))
     sys.stdout.flush()

@@ -17,6 +17,7 @@ wall time) and `tf_pss_test_accuracy=...` (so the run is seen to train).
   tf_pss_bench.py [--num_ps=2] [--num_workers=2] [--batch_size=64]
                   [--steps=938] [--data_dir=/usr/share/datasets/fashion-mnist]
 """
+
 import argparse
 import gzip
 import json
@@ -50,18 +51,28 @@ def start_cluster(num_ps, num_workers, threads):
         "worker": ["127.0.0.1:%d" % next(ports) for _ in range(num_workers)],
         "chief": ["127.0.0.1:%d" % next(ports)],
     }
-    servers = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve",
-                                 json.dumps([cluster, job, i, threads])])
-               for job in ("ps", "worker") for i in range(len(cluster[job]))]
+    servers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--serve",
+                json.dumps([cluster, job, i, threads]),
+            ]
+        )
+        for job in ("ps", "worker")
+        for i in range(len(cluster[job]))
+    ]
     return cluster, servers
 
 
 def read_idx(path):
     import numpy as np
+
     with gzip.open(path, "rb") as f:
         data = f.read()
     dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
@@ -73,18 +84,22 @@ LEARNING_RATE, BETA1, BETA2, EPSILON = 1e-3, 0.9, 0.999, 1e-7
 def initial_weights():
     """Glorot-uniform kernels and zero biases, in layer order."""
     import numpy as np
+
     rng = np.random.default_rng(1)
     weights = []
-    for fan_in, fan_out in zip(SIZES, SIZES[1:]):
+    for fan_in, fan_out in zip(SIZES, SIZES[1:], strict=False):
         limit = np.sqrt(6.0 / (fan_in + fan_out))
-        weights += [rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32),
-                    np.zeros(fan_out, np.float32)]
+        weights += [
+            rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32),
+            np.zeros(fan_out, np.float32),
+        ]
     return weights
 
 
 def forward(params, x):
     """The MLP's logits: ReLU between the dense layers."""
     import tensorflow as tf
+
     for i in range(0, len(params), 2):
         x = tf.matmul(x, params[i]) + params[i + 1]
         if i + 2 < len(params):
@@ -95,15 +110,17 @@ def forward(params, x):
 def adam(var, grad, m, v, t):
     """One Adam update of `var`, its t-th, with slots m and v."""
     import tensorflow as tf
+
     m.assign(BETA1 * m + (1 - BETA1) * grad)
     v.assign(BETA2 * v + (1 - BETA2) * grad * grad)
-    step = LEARNING_RATE * tf.sqrt(1 - BETA2 ** t) / (1 - BETA1 ** t)
+    step = LEARNING_RATE * tf.sqrt(1 - BETA2**t) / (1 - BETA1**t)
     var.assign_sub(step * m / (tf.sqrt(v) + EPSILON))
 
 
 def test_accuracy(params, data_dir):
     import numpy as np
     import tensorflow as tf
+
     x_test = read_idx(os.path.join(data_dir, "t10k-images-idx3-ubyte.gz"))
     y_test = read_idx(os.path.join(data_dir, "t10k-labels-idx1-ubyte.gz"))
     logits = forward(params, tf.constant(x_test.reshape(-1, 784), tf.float32) / 255.0)
@@ -114,9 +131,16 @@ def serve(cluster, job, index, threads):
     """Runs one tf.distribute.Server until killed; threads > 0 caps the threads
     of each op (one inter-op thread would deadlock the remote calls)."""
     import tensorflow as tf
+
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads)
-    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job,
-                                  task_index=index, protocol="grpc", config=config, start=True)
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(cluster),
+        job_name=job,
+        task_index=index,
+        protocol="grpc",
+        config=config,
+        start=True,
+    )
     server.join()
 
 
@@ -124,7 +148,8 @@ def coordinate(args, cluster):
     import tensorflow as tf
 
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc")
+        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
 
@@ -143,21 +168,30 @@ def coordinate(args, cluster):
             var = tf.Variable(value)
             # Adam's slots live beside their variable, as TF's optimizers put them.
             with strategy.extended.colocate_vars_with(var):
-                slots.append((tf.Variable(tf.zeros_like(var)), tf.Variable(tf.zeros_like(var)),
-                              tf.Variable(0.0)))
+                slots.append(
+                    (
+                        tf.Variable(tf.zeros_like(var)),
+                        tf.Variable(tf.zeros_like(var)),
+                        tf.Variable(0.0),
+                    )
+                )
             params.append(var)
 
     @tf.function
     def step_fn(iterator):
         def replica_fn(x, y):
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels=y, logits=forward(params, x)))
+                loss = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(
+                        labels=y, logits=forward(params, x)
+                    )
+                )
             grads = tape.gradient(loss, params)
-            for var, grad, (m, v, t) in zip(params, grads, slots):
+            for var, grad, (m, v, t) in zip(params, grads, slots, strict=True):
                 t.assign_add(1.0)
                 adam(var, grad, m, v, t)
             return loss
+
         x, y = next(iterator)
         return strategy.run(replica_fn, args=(x, y))
 
@@ -187,8 +221,12 @@ def main():
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=938, help="timed steps, all workers together")
     parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="intra-op threads per server; 0: TensorFlow's default")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="intra-op threads per server; 0: TensorFlow's default",
+    )
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # JSON [cluster, job, index, threads]
     args = parser.parse_args()
     if args.serve:

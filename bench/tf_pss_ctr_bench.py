@@ -23,6 +23,7 @@ tf_ctr_test_auc and tf_ctr_ground_truth_auc.
   tf_pss_ctr_bench.py [--num_ps=2] [--num_workers=3] [--batch_size=256]
                       [--train_examples=300000] [--vocabulary=100000]
 """
+
 import argparse
 import os
 import sys
@@ -42,6 +43,7 @@ RECORD_BYTES = NUMERIC * 4 + FIELDS * 8 + 4  # float32 numeric, int64 ranks, int
 def generate(args, count, rng, truth):
     """count examples: numeric, ranks per field, labels, true probabilities."""
     import numpy as np
+
     ranks = np.searchsorted(truth["cdf"], rng.random((count, FIELDS)))
     ranks = np.minimum(ranks, args.vocabulary - 1)
     numeric = rng.standard_normal((count, NUMERIC)).astype(np.float32)
@@ -55,6 +57,7 @@ def generate(args, count, rng, truth):
 
 def true_model(args, rng):
     import numpy as np
+
     ranks = np.arange(args.vocabulary, dtype=np.float64)
     keep = np.where(ranks < 30, 1.0, 30.0 / np.maximum(ranks, 1.0))
     cdf = np.cumsum((ranks + 1.0) ** -1.05)
@@ -74,8 +77,10 @@ def true_model(args, rng):
 
 def write_records(path, numeric, ranks, labels):
     import numpy as np
-    record = np.zeros(len(labels), dtype=[("x", "<f4", NUMERIC), ("ids", "<i8", FIELDS),
-                                          ("y", "<i4")])
+
+    record = np.zeros(
+        len(labels), dtype=[("x", "<f4", NUMERIC), ("ids", "<i8", FIELDS), ("y", "<i4")]
+    )
     record["x"], record["ids"], record["y"] = numeric, ranks, labels
     record.tofile(path)
 
@@ -83,6 +88,7 @@ def write_records(path, numeric, ranks, labels):
 def auc(scores, labels):
     """The Mann-Whitney AUC, ties counting half."""
     import numpy as np
+
     values, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
     first = np.cumsum(counts) - counts  # rank - 1 of each value's first occurrence
     ranks = (first + (counts + 1) / 2.0)[inverse]
@@ -96,7 +102,8 @@ def coordinate(args, cluster, train_path, test):
     import tensorflow as tf
 
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc")
+        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     num_ps, width = args.num_ps, args.embedding_dim
@@ -117,21 +124,28 @@ def coordinate(args, cluster, train_path, test):
             tables.append(shards)
         dense, slots = [], []
         sizes = [NUMERIC + FIELDS * width] + HIDDEN + [2]
-        for fan_in, fan_out in zip(sizes, sizes[1:]):
+        for fan_in, fan_out in zip(sizes, sizes[1:], strict=False):
             limit = np.sqrt(6.0 / (fan_in + fan_out))
-            for value in (rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32),
-                          np.zeros(fan_out, np.float32)):
+            for value in (
+                rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32),
+                np.zeros(fan_out, np.float32),
+            ):
                 var = tf.Variable(value)
                 with strategy.extended.colocate_vars_with(var):
-                    slots.append((tf.Variable(tf.zeros_like(var)), tf.Variable(tf.zeros_like(var)),
-                                  tf.Variable(0.0)))
+                    slots.append(
+                        (
+                            tf.Variable(tf.zeros_like(var)),
+                            tf.Variable(tf.zeros_like(var)),
+                            tf.Variable(0.0),
+                        )
+                    )
                 dense.append(var)
 
     def lookup(shards, ids):
-        parts = tf.dynamic_partition(tf.range(tf.size(ids)), tf.cast(ids % num_ps, tf.int32),
-                                     num_ps)
-        rows = [tf.gather(shards[s][0], tf.gather(ids, parts[s]) // num_ps)
-                for s in range(num_ps)]
+        parts = tf.dynamic_partition(
+            tf.range(tf.size(ids)), tf.cast(ids % num_ps, tf.int32), num_ps
+        )
+        rows = [tf.gather(shards[s][0], tf.gather(ids, parts[s]) // num_ps) for s in range(num_ps)]
         return tf.dynamic_stitch(parts, rows)
 
     def logits_of(x, ids):
@@ -149,12 +163,14 @@ def coordinate(args, cluster, train_path, test):
 
         def decode(raw):
             raw = tf.io.decode_raw(raw, tf.uint8)
-            x = tf.bitcast(tf.reshape(raw[:, :NUMERIC * 4], [-1, NUMERIC, 4]), tf.float32)
+            x = tf.bitcast(tf.reshape(raw[:, : NUMERIC * 4], [-1, NUMERIC, 4]), tf.float32)
             ids = tf.bitcast(
-                tf.reshape(raw[:, NUMERIC * 4:NUMERIC * 4 + FIELDS * 8], [-1, FIELDS, 8]),
-                tf.int64)
+                tf.reshape(raw[:, NUMERIC * 4 : NUMERIC * 4 + FIELDS * 8], [-1, FIELDS, 8]),
+                tf.int64,
+            )
             y = tf.bitcast(tf.reshape(raw[:, -4:], [-1, 4]), tf.int32)
             return x, ids, y
+
         return ds.map(decode).prefetch(4)
 
     shard_vars = [var for shards in tables for var, _ in shards]
@@ -164,23 +180,32 @@ def coordinate(args, cluster, train_path, test):
     def step_fn(iterator):
         def replica_fn(x, ids, y):
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels=y, logits=logits_of(x, ids)))
+                loss = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(
+                        labels=y, logits=logits_of(x, ids)
+                    )
+                )
             grads = tape.gradient(loss, dense + shard_vars)
-            for var, grad, (m, v, t) in zip(dense, grads, slots):
+            for var, grad, (m, v, t) in zip(dense, grads, slots, strict=False):
                 t.assign_add(1.0)
                 m.assign(0.9 * m + 0.1 * grad)
                 v.assign(0.999 * v + 0.001 * grad * grad)
-                rate = args.learning_rate * tf.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+                rate = args.learning_rate * tf.sqrt(1 - 0.999**t) / (1 - 0.9**t)
                 var.assign_sub(rate * m / (tf.sqrt(v) + 1e-7))
-            for var, acc, grad in zip(shard_vars, shard_accs, grads[len(dense):]):
+            for var, acc, grad in zip(shard_vars, shard_accs, grads[len(dense) :], strict=True):
                 # Sparse Adagrad on the rows touched: each row's gradients summed.
                 rows, index = tf.unique(grad.indices)
                 values = tf.math.unsorted_segment_sum(grad.values, index, tf.size(rows))
                 tf.raw_ops.ResourceSparseApplyAdagradV2(
-                    var=var.handle, accum=acc.handle, lr=args.embedding_learning_rate,
-                    epsilon=1e-7, grad=values, indices=rows)
+                    var=var.handle,
+                    accum=acc.handle,
+                    lr=args.embedding_learning_rate,
+                    epsilon=1e-7,
+                    grad=values,
+                    indices=rows,
+                )
             return loss
+
         x, ids, y = next(iterator)
         return strategy.run(replica_fn, args=(x, ids, y))
 
@@ -211,8 +236,12 @@ def main():
     parser.add_argument("--num_ps", type=int, default=2)
     parser.add_argument("--num_workers", type=int, default=3)
     parser.add_argument("--batch_size", type=int, default=256)
-    parser.add_argument("--train_examples", type=int, default=300000,
-                        help="examples trained on, all workers together, after the warm-up")
+    parser.add_argument(
+        "--train_examples",
+        type=int,
+        default=300000,
+        help="examples trained on, all workers together, after the warm-up",
+    )
     parser.add_argument("--test_examples", type=int, default=20000)
     parser.add_argument("--vocabulary", type=int, default=100000)
     parser.add_argument("--embedding_dim", type=int, default=16)

@@ -374,13 +374,15 @@ absl::Status DenseCalls::PullVariables(const std::vector<const VariablePlacement
         placers[ps].Reset();  // this may be a retry
         auto pulled =
             servers_.server(ps).Pull(pulls[ps], response_bytes[ps], deadline, &placers[ps]);
-        if (pulled.ok()) responses[ps] = *std::move(pulled);
-        return pulled.status();
+        if (!pulled.ok()) return pulled.status();
+        responses[ps] = *std::move(pulled);
+        return absl::OkStatus();
       },
       [&](int ps, absl::Time deadline) {
         auto pulled = PullRecovered(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]);
-        if (pulled.ok()) responses[ps] = *std::move(pulled);
-        return pulled.status();
+        if (!pulled.ok()) return pulled.status();
+        responses[ps] = *std::move(pulled);
+        return absl::OkStatus();
       },
       &recovered);
   if (!status.ok()) return status;
@@ -493,8 +495,9 @@ absl::StatusOr<PushStats> DenseCalls::PushFrom(const ConstTensorViews& gradients
       involved, "push",
       [&](int ps, absl::Time deadline) {
         auto pushed = servers_.server(ps).Push(pushes[ps], deadline);
-        if (pushed.ok()) responses[ps] = *std::move(pushed);
-        return pushed.status();
+        if (!pushed.ok()) return pushed.status();
+        responses[ps] = *std::move(pushed);
+        return absl::OkStatus();
       },
       nullptr, &recovered);
   if (!status.ok()) return status;
@@ -551,13 +554,15 @@ absl::StatusOr<PushStats> DenseCalls::PushPullVariables(
         placers[ps].Reset();  // this may be a retry
         auto pulled = servers_.server(ps).PushPull(pushes[ps], pulls[ps], response_bytes[ps],
                                                    deadline, &placers[ps]);
-        if (pulled.ok()) responses[ps] = *std::move(pulled);
-        return pulled.status();
+        if (!pulled.ok()) return pulled.status();
+        responses[ps] = *std::move(pulled);
+        return absl::OkStatus();
       },
       [&](int ps, absl::Time deadline) {
         auto pulled = PullRecovered(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]);
-        if (pulled.ok()) responses[ps] = *std::move(pulled);
-        return pulled.status();
+        if (!pulled.ok()) return pulled.status();
+        responses[ps] = *std::move(pulled);
+        return absl::OkStatus();
       },
       &recovered);
   if (!status.ok()) {

@@ -186,8 +186,9 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
       involved, "push rows",
       [&](int ps, absl::Time deadline) {
         auto pushed = servers_.server(ps).PushRows(requests[ps], deadline);
-        if (pushed.ok()) responses[ps] = *std::move(pushed);
-        return pushed.status();
+        if (!pushed.ok()) return pushed.status();
+        responses[ps] = *std::move(pushed);
+        return absl::OkStatus();
       },
       nullptr, &recovered);
   if (!status.ok()) return status;

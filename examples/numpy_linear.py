@@ -13,6 +13,7 @@ It prints the loss as it goes, says it has finished (worker 0 also tells the
 servers the job is done) and exits 0 when the weights it learned are within
 --tolerance of the true ones.
 """
+
 import argparse
 import sys
 
@@ -23,22 +24,30 @@ import fulcrum
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ps_hosts", default="127.0.0.1:2222",
-                        help="Comma-separated host:port of the servers.")
+    parser.add_argument(
+        "--ps_hosts", default="127.0.0.1:2222", help="Comma-separated host:port of the servers."
+    )
     parser.add_argument("--mode", default="async", help="The servers' mode: async, sync or ssp.")
     parser.add_argument("--worker_id", type=int, default=0, help="This worker's replica id.")
     parser.add_argument("--steps", type=int, default=300, help="Training steps.")
     parser.add_argument("--features", type=int, default=64, help="Features of the problem.")
-    parser.add_argument("--tolerance", type=float, default=0.05,
-                        help="Largest error in any learned weight for success.")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.05,
+        help="Largest error in any learned weight for success.",
+    )
     args = parser.parse_args()
     n, batch = args.features, 32
 
     with fulcrum.connect(args.ps_hosts, worker_id=args.worker_id, mode=args.mode) as client:
         adam = fulcrum.adam(0.05)
-        client.create_variables([
-            fulcrum.variable("w", (n,), adam, partitioner=fulcrum.fixed_shards(2)),
-            fulcrum.variable("b", (1,), adam)])  # zeros: the default initializer
+        client.create_variables(
+            [
+                fulcrum.variable("w", (n,), adam, partitioner=fulcrum.fixed_shards(2)),
+                fulcrum.variable("b", (1,), adam),
+            ]
+        )  # zeros: the default initializer
         rng = np.random.default_rng(7 + args.worker_id)
         true_w = np.sin(np.arange(n, dtype=np.float32))
         true_b = 0.5
@@ -52,9 +61,10 @@ def main():
             grads["b"][:] = error.mean()
             client.push_pull(grads, weights)  # the new values land in `weights`
             if step % 50 == 0:
-                print("step %d loss %.5f" % (step, 0.5 * float(np.mean(error ** 2))), flush=True)
-        max_error = max(float(np.max(np.abs(weights["w"] - true_w))),
-                        abs(float(weights["b"][0]) - true_b))
+                print("step %d loss %.5f" % (step, 0.5 * float(np.mean(error**2))), flush=True)
+        max_error = max(
+            float(np.max(np.abs(weights["w"] - true_w))), abs(float(weights["b"][0]) - true_b)
+        )
         print("final max weight error %.5f after %d updates" % (max_error, client.step))
     return 0 if max_error <= args.tolerance else 1
 

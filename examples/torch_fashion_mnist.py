@@ -12,6 +12,7 @@ the launcher, which gives every worker its TF_CONFIG:
 It takes the C++ worker's flags that apply to it (the launcher passes some of
 them); --summary_json gets the same keys as the C++ chief's.
 """
+
 import argparse
 import gzip
 import json
@@ -50,7 +51,7 @@ def read_idx(path):
     with gzip.open(path, "rb") as f:
         data = f.read()
     magic = int.from_bytes(data[0:4], "big")
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(magic & 0xFF)]
+    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(magic & 0xFF)]
     body = np.frombuffer(data, np.uint8, offset=4 + 4 * len(dims))
     if body.size != int(np.prod(dims)):
         raise ValueError("%s: %d bytes of data for dimensions %s" % (path, body.size, dims))
@@ -70,10 +71,9 @@ def load(data_dir, split, limit):
 def evaluate(model, x, y):
     model.eval()
     with torch.no_grad():
-        logits = torch.cat([model(x[i:i + 1000]) for i in range(0, len(x), 1000)])
+        logits = torch.cat([model(x[i : i + 1000]) for i in range(0, len(x), 1000)])
     model.train()
-    return (F.cross_entropy(logits, y).item(),
-            (logits.argmax(1) == y).float().mean().item())
+    return (F.cross_entropy(logits, y).item(), (logits.argmax(1) == y).float().mean().item())
 
 
 def parse_args():
@@ -94,10 +94,16 @@ def parse_args():
     p.add_argument("--tls_key", default="", help="Mutual TLS: its private key (PEM).")
     p.add_argument("--tls_ca", default="", help="Mutual TLS: the cluster's CA certificate (PEM).")
     p.add_argument("--insecure", action="store_true", help="Plaintext, without TLS.")
-    p.add_argument("--auth_token_file", default="",
-                   help="A file holding the cluster token, for servers that need one.")
-    p.add_argument("--control_token_file", default="",
-                   help="The chief's: a file holding the control token, sent instead.")
+    p.add_argument(
+        "--auth_token_file",
+        default="",
+        help="A file holding the cluster token, for servers that need one.",
+    )
+    p.add_argument(
+        "--control_token_file",
+        default="",
+        help="The chief's: a file holding the control token, sent instead.",
+    )
     # Passed by the launcher; the servers enforce them.
     p.add_argument("--staleness", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--replicas_to_aggregate", type=int, default=0, help=argparse.SUPPRESS)
@@ -124,30 +130,41 @@ def main():
 
     token_file = args.control_token_file or args.auth_token_file
     token = open(token_file).read().strip() if token_file else ""
-    client = fulcrum.connect(mode=args.mode, wire_dtype=args.wire_dtype, tls_cert=args.tls_cert,
-                             tls_key=args.tls_key, tls_ca=args.tls_ca, auth_token=token)
+    client = fulcrum.connect(
+        mode=args.mode,
+        wire_dtype=args.wire_dtype,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
+        auth_token=token,
+    )
     rank, replicas = client.worker_id, client.num_replicas
     role = "chief" if client.is_chief else "worker %d" % rank
     torch.manual_seed(args.seed)
     model = Net()
     metrics = open(args.metrics_jsonl, "w") if client.is_chief and args.metrics_jsonl else None
     with client:
-        replica = fulcrum.torch.Replica(model, client, fulcrum.adam(
-            args.learning_rate, learning_rate_scaling="SQRT"))
+        replica = fulcrum.torch.Replica(
+            model, client, fulcrum.adam(args.learning_rate, learning_rate_scaling="SQRT")
+        )
         client.await_job_start()
         # Every worker takes the same number of steps per epoch (sync steps
         # need them all), from its share of the same shuffle.
         steps = len(train_x) // replicas // args.batch_size
         start, examples = time.monotonic(), 0
-        print("%s: %d workers, mode %s, %d steps of %d per epoch" %
-              (role, replicas, client.mode, steps, args.batch_size), flush=True)
+        print(
+            "%s: %d workers, mode %s, %d steps of %d per epoch"
+            % (role, replicas, client.mode, steps, args.batch_size),
+            flush=True,
+        )
         for epoch in range(1, args.epochs + 1):
             order = torch.from_numpy(
-                np.random.default_rng(args.seed + epoch).permutation(len(train_x)))
+                np.random.default_rng(args.seed + epoch).permutation(len(train_x))
+            )
             mine = order[rank::replicas]
             loss_sum = 0.0
             for step in range(steps):
-                index = mine[step * args.batch_size:(step + 1) * args.batch_size]
+                index = mine[step * args.batch_size : (step + 1) * args.batch_size]
                 model.zero_grad()
                 loss = F.cross_entropy(model(train_x[index]), train_y[index])
                 loss.backward()
@@ -156,14 +173,27 @@ def main():
                 examples += len(index)
             rate = examples * replicas / (time.monotonic() - start)
             line = "%s: epoch %d/%d train loss %.4f, %.0f examples/s" % (
-                role, epoch, args.epochs, loss_sum / max(steps, 1), rate)
+                role,
+                epoch,
+                args.epochs,
+                loss_sum / max(steps, 1),
+                rate,
+            )
             if client.is_chief:
                 epoch_result = evaluate(model, test_x, test_y)
                 line += ", test loss %.4f accuracy %.4f" % epoch_result
                 if metrics:
-                    metrics.write(json.dumps({"epoch": epoch, "test_loss": epoch_result[0],
-                                              "test_accuracy": epoch_result[1],
-                                              "examples_per_sec": rate}) + "\n")
+                    metrics.write(
+                        json.dumps(
+                            {
+                                "epoch": epoch,
+                                "test_loss": epoch_result[0],
+                                "test_accuracy": epoch_result[1],
+                                "examples_per_sec": rate,
+                            }
+                        )
+                        + "\n"
+                    )
                     metrics.flush()
             print(line, flush=True)
         wall = time.monotonic() - start
@@ -173,17 +203,31 @@ def main():
             client.await_workers_finished()
             replica.pull()
             test_loss, test_accuracy = evaluate(model, test_x, test_y)
-            print("chief: final test accuracy %.4f (loss %.4f) in %.1f s" %
-                  (test_accuracy, test_loss, wall), flush=True)
+            print(
+                "chief: final test accuracy %.4f (loss %.4f) in %.1f s"
+                % (test_accuracy, test_loss, wall),
+                flush=True,
+            )
             if args.summary_json:
                 with open(args.summary_json, "w") as f:
-                    json.dump({"test_accuracy": test_accuracy, "test_loss": test_loss,
-                               "epochs": args.epochs, "global_steps": client.step,
-                               "examples_per_sec": examples * replicas / wall,
-                               "mode": client.mode, "num_workers": replicas,
-                               "num_ps": client.num_servers, "wall_seconds": wall,
-                               "batch_size": args.batch_size, "model": "torch_cnn",
-                               "device": "cpu"}, f, indent=2)
+                    json.dump(
+                        {
+                            "test_accuracy": test_accuracy,
+                            "test_loss": test_loss,
+                            "epochs": args.epochs,
+                            "global_steps": client.step,
+                            "examples_per_sec": examples * replicas / wall,
+                            "mode": client.mode,
+                            "num_workers": replicas,
+                            "num_ps": client.num_servers,
+                            "wall_seconds": wall,
+                            "batch_size": args.batch_size,
+                            "model": "torch_cnn",
+                            "device": "cpu",
+                        },
+                        f,
+                        indent=2,
+                    )
     return 0
 
 

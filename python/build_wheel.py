@@ -9,6 +9,7 @@ Debian 12's gRPC, protobuf and Abseil libraries: install it on a machine with
 those (scripts/install_deps.sh --build puts them there). Use
 scripts/build_wheel.sh, which builds first.
 """
+
 import argparse
 import base64
 import hashlib
@@ -46,13 +47,31 @@ def main():
         sys.exit("build_wheel: %s has no _fulcrum.so; bazel build //python:site first" % package)
     dist_info = "fulcrum-%s.dist-info" % version
     python = "%d.%d" % sys.version_info[:2]
-    metadata = "\n".join([
-        "Metadata-Version: 2.1", "Name: fulcrum", "Version: " + version, "Summary: " + SUMMARY,
-        "License: Apache-2.0", "Requires-Python: ==%s.*" % python, "Requires-Dist: numpy",
-        "Provides-Extra: torch", "Requires-Dist: torch; extra == \"torch\"", "",
-        "The native extension links Debian 12's libgrpc++, libprotobuf and libabsl.", ""])
-    wheel = "\n".join(["Wheel-Version: 1.0", "Generator: fulcrum build_wheel.py",
-                       "Root-Is-Purelib: false", "Tag: " + tag(), ""])
+    metadata = "\n".join(
+        [
+            "Metadata-Version: 2.1",
+            "Name: fulcrum",
+            "Version: " + version,
+            "Summary: " + SUMMARY,
+            "License: Apache-2.0",
+            "Requires-Python: ==%s.*" % python,
+            "Requires-Dist: numpy",
+            "Provides-Extra: torch",
+            'Requires-Dist: torch; extra == "torch"',
+            "",
+            "The native extension links Debian 12's libgrpc++, libprotobuf and libabsl.",
+            "",
+        ]
+    )
+    wheel = "\n".join(
+        [
+            "Wheel-Version: 1.0",
+            "Generator: fulcrum build_wheel.py",
+            "Root-Is-Purelib: false",
+            "Tag: " + tag(),
+            "",
+        ]
+    )
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "fulcrum-%s-%s.whl" % (version, tag()))
     records = []

@@ -10,7 +10,7 @@
 #   scripts/fuzz.sh                   # every target, 8 seconds each
 #   scripts/fuzz.sh --seconds 600 ps_server
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 seconds=8
 targets=()

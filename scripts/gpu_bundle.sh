@@ -78,7 +78,7 @@ cp "$stage"/data/*.gz "$out/"
 cp scripts/gpu_bundle_run.sh "$out/run.sh"
 chmod +x "$out/run.sh"
 size=$(du -sb "$out" | cut -f1)
-echo "gpu_bundle: $out: $(numfmt --to=iec "$size") ($(ls "$stage/lib" | wc -l) libraries," \
+echo "gpu_bundle: $out: $(numfmt --to=iec "$size") ($(find "$stage/lib" -mindepth 1 -maxdepth 1 | wc -l) libraries," \
   "$(du -sb "$stage/lib" | cut -f1 | numfmt --to=iec) unpacked)"
 if ((size > limit)); then
   echo "gpu_bundle: $out is over 64 MiB: it will not travel" >&2

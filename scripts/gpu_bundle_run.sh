@@ -35,7 +35,7 @@ if ! $cpu_only; then
     gpus=$(nvidia-smi -L | grep -c '^GPU')
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$logs/report.txt"
   fi
-  say "CUDA libraries from: ${cuda_libs:-the system's default paths}; $gpus GPU(s)"
+  say "CUDA libraries from: ${cuda_libs:-the default paths of the system}; $gpus GPU(s)"
 
   # The CUDA tests: plain, with every launch synchronous, and under
   # compute-sanitizer's memcheck where it is installed.

@@ -24,7 +24,9 @@ if ! $build_only; then
     python3-venv clang-format clang clang-tidy libclang-rt-14-dev libgtest-dev libgmock-dev
     dataset-fashion-mnist iproute2 nftables docker.io docker-compose debootstrap openssl
     # The Python package (python/): its extension, tests, examples and benchmark.
-    python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest python3-pyflakes
+    python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
+    # The scripts' linter.
+    shellcheck
   )
 fi
 
@@ -42,11 +44,15 @@ fi
 
 $build_only && exit 0
 
-# Offline validation of the Kubernetes manifests against the API schemas
-# (kubernetes-validate bundles them), in a virtual environment of its own.
+# Tools from PyPI, in a virtual environment of their own: offline
+# validation of the Kubernetes manifests against the API schemas
+# (kubernetes-validate bundles them), and the Python sources' linter and
+# formatter (ruff).
 TOOLS_VENV=/opt/fulcrum-tools/venv
-if [ ! -x "$TOOLS_VENV/bin/kubernetes-validate" ]; then
-  echo "installing kubernetes-validate into $TOOLS_VENV"
-  python3 -m venv "$TOOLS_VENV"
-  "$TOOLS_VENV/bin/pip" install -q kubernetes-validate==1.37.0
-fi
+[ -x "$TOOLS_VENV/bin/pip" ] || python3 -m venv "$TOOLS_VENV"
+for tool in kubernetes-validate==1.37.0 ruff==0.17.6; do
+  if [ ! -x "$TOOLS_VENV/bin/${tool%%==*}" ]; then
+    echo "installing ${tool%%==*} into $TOOLS_VENV"
+    "$TOOLS_VENV/bin/pip" install -q "$tool"
+  fi
+done

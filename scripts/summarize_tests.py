@@ -9,13 +9,16 @@ to build or left no XML counts as one failed case (so does a source check,
 a "//checks:NAME PASSED|FAILED" line). Prints "N passed, M failed" over
 all runs last and exits 1 if M > 0 or no test ran.
 """
+
 import os
 import re
 import sys
 import xml.etree.ElementTree as ET
 
 STATUS = re.compile(
-    r"^(//\S+)\s+(?:\(cached\)\s+)?(PASSED|FLAKY|FAILED TO BUILD|FAILED|TIMEOUT|NO STATUS|INCOMPLETE|SKIPPED)")
+    r"^(//\S+)\s+(?:\(cached\)\s+)?"
+    r"(PASSED|FLAKY|FAILED TO BUILD|FAILED|TIMEOUT|NO STATUS|INCOMPLETE|SKIPPED)"
+)
 
 
 def cases(xml_path):
@@ -67,7 +70,7 @@ def main():
     if not args or len(args) % 2:
         sys.exit(__doc__)
     passed = failed = 0
-    for log_path, testlogs in zip(args[::2], args[1::2]):
+    for log_path, testlogs in zip(args[::2], args[1::2], strict=True):
         p, f = count(log_path, testlogs)
         passed += p
         failed += f

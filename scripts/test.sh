@@ -3,13 +3,15 @@
 # every test with Bazel, runs the server-facing tests again under
 # AddressSanitizer and UndefinedBehaviorSanitizer (--config=asan), runs the
 # fuzzers (scripts/fuzz.sh) for a few seconds each, checks the
-# sources' format, clang-tidy and pyflakes, builds the Docker image and runs the
+# sources' format and clang-tidy, lints the shell scripts (shellcheck), the
+# Bazel files (scripts/check_build_files.py) and the Python sources (ruff's
+# linter and formatter), builds the Docker image and runs the
 # compose cluster (tests/container_test.sh; skipped where no Docker engine
 # can run), and ends with the line "N passed, M failed", where N and M count
 # test cases (each gtest case, each shell test, each source or container
 # check; a test run under the sanitizers counts again).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 scripts/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
@@ -37,9 +39,14 @@ check() {
   shift
   if "$@"; then echo "//checks:$name PASSED"; else echo "//checks:$name FAILED"; fi | tee -a "$log"
 }
+ruff=/opt/fulcrum-tools/venv/bin/ruff
 check format scripts/format.sh --check
 check clang_tidy scripts/tidy.sh
-check python_lint sh -c "git ls-files '*.py' | xargs /usr/bin/python3 -m pyflakes"
+check shellcheck sh -c "git ls-files '*.sh' | xargs shellcheck"
+check build_files scripts/check_build_files.py
+check header_guards scripts/check_header_guards.sh
+check python_lint sh -c "git ls-files '*.py' | xargs $ruff check -q"
+check python_format sh -c "git ls-files '*.py' | xargs $ruff format --check -q"
 bazel shutdown
 # The image and the compose cluster (its own lines; SKIPPED counts neither way).
 tests/container_test.sh 2>&1 | tee -a "$log"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs clang-tidy (.clang-tidy says which checks, and why) over Fulcrum's C++
 # sources, two files at a time. Builds the generated headers it needs first.
-# Exits 1 listing the findings, if any. With file arguments, checks those.
+# Exits 1 listing the findings, if any, clang-tidy's own errors (a file it
+# cannot compile) among them. With file arguments, checks those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,11 +20,26 @@ if (($#)); then
 else
   mapfile -t files < <(git ls-files '*.cc' | grep -v '^third_party/')
 fi
+# One file's findings; clang-tidy's own failure (a file it cannot compile,
+# a crash) is one too, never hidden.
+tidy_one() {
+  local file=$1 output rc findings
+  shift
+  output=$(clang-tidy --quiet "$file" -- "$@" 2>&1)
+  rc=$?
+  findings=$(grep -E '^[^ ].*: (warning|error): ' <<<"$output")
+  if [[ -n $findings ]]; then
+    echo "$findings"
+  elif ((rc != 0)); then
+    echo "$file: error: clang-tidy failed with status $rc: $(tail -n 3 <<<"$output" | tr '\n' ' ')"
+  fi
+}
+export -f tidy_one
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+# shellcheck disable=SC2016  # bash -c expands its own arguments
 printf '%s\n' "${files[@]}" |
-  xargs -P 2 -I{} sh -c 'clang-tidy --quiet "$0" -- "$@" 2>/dev/null || true' {} "${flags[@]}" |
-  grep -E '^[^ ].*: (warning|error): ' | sort -u >"$out" || true
+  xargs -P 2 -I{} bash -c 'tidy_one "$@"' _ {} "${flags[@]}" | sort -u >"$out"
 if [[ -s "$out" ]]; then
   cat "$out"
   echo "clang-tidy: $(wc -l <"$out") finding(s) in ${#files[@]} files"

@@ -16,7 +16,7 @@
 # per check, "//checks:container_<name> PASSED|FAILED|SKIPPED": where no
 # engine can run, every check is SKIPPED, never PASSED. Exits 1 on a failure.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 CHECKS=(image ldd compose kill_and_start compose_all_reduce gpu_bundle_cpu)
 # The bars sit below what single runs measure (0.882-0.889 clean, 0.879-0.885

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The container entrypoint builds TF_CONFIG from the environment as each
-# platform provides it; the docker-compose files validate (Debian's
+# The container entrypoint gives each daemon its cluster (TF_CONFIG, or the
+# cluster flags from the environment as each platform provides it); the
+# docker-compose files validate (Debian's
 # docker-compose checks them without a Docker engine); the Kubernetes
 # manifests validate against the API schemas, offline.
 set -euo pipefail
@@ -13,6 +14,7 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 # Stand-in daemons that print what they were started with.
 for name in ps_server worker fulcrumctl; do
+  # shellcheck disable=SC2016  # the stand-in expands $TF_CONFIG when it runs
   printf '#!/bin/sh\necho "%s $TF_CONFIG $*"\n' "$name" > "$tmp/$name"
   chmod +x "$tmp/$name"
 done
@@ -20,25 +22,25 @@ run() { env -i PATH=/usr/bin:/bin FULCRUM_BIN_DIR="$tmp" "$@" 2>/dev/null; }
 
 out=$(run FULCRUM_PS_HOSTS=ps-0:2222,ps-1:2222 FULCRUM_WORKER_HOSTS=w-0:2222 \
   FULCRUM_TASK_INDEX=1 sh "$entrypoint" ps --mode=sync)
-expected='ps_server {"cluster": {"ps": ["ps-0:2222", "ps-1:2222"], "worker": ["w-0:2222"]}, "task": {"type": "ps", "index": 1}} --mode=sync'
+expected='ps_server  --ps_hosts=ps-0:2222,ps-1:2222 --worker_hosts=w-0:2222 --chief_host= --task_type=ps --task_index=1 --mode=sync'
 [ "$out" = "$expected" ] || fail "explicit index: $out"
 
 out=$(run FULCRUM_PS_HOSTS=p:1 FULCRUM_WORKER_HOSTS=a:1,b:1,c:1 FULCRUM_CHIEF_HOST=c:2 \
   JOB_COMPLETION_INDEX=2 sh "$entrypoint" worker)
 case "$out" in
-  *'"chief": ["c:2"]'*'"task": {"type": "worker", "index": 2}'*) ;;
+  *'--chief_host=c:2 --task_type=worker --task_index=2'*) ;;
   *) fail "Indexed Job index and chief: $out" ;;
 esac
 
 out=$(run FULCRUM_PS_HOSTS=p:1 FULCRUM_WORKER_HOSTS=w:1 HOSTNAME=fulcrum-ps-3 sh "$entrypoint" ps)
 case "$out" in
-  *'"task": {"type": "ps", "index": 3}'*) ;;
+  *'--task_type=ps --task_index=3'*) ;;
   *) fail "StatefulSet ordinal: $out" ;;
 esac
 
 out=$(run FULCRUM_WORKER_HOSTS=w-0:2222,w-1:2222 FULCRUM_CHIEF_HOST=c:2222 FULCRUM_TASK_INDEX=1 \
   sh "$entrypoint" worker --strategy=multi_worker_mirrored)
-expected='worker {"cluster": {"ps": [], "worker": ["w-0:2222", "w-1:2222"], "chief": ["c:2222"]}, "task": {"type": "worker", "index": 1}} --strategy=multi_worker_mirrored'
+expected='worker  --ps_hosts= --worker_hosts=w-0:2222,w-1:2222 --chief_host=c:2222 --task_type=worker --task_index=1 --strategy=multi_worker_mirrored'
 [ "$out" = "$expected" ] || fail "all-reduce, no servers: $out"
 
 out=$(run TF_CONFIG='{"given": true}' sh "$entrypoint" chief --epochs=1)
@@ -75,10 +77,13 @@ fi
 validate=/opt/fulcrum-tools/venv/bin/kubernetes-validate
 k8s=$root/deploy/k8s
 for dir in "$k8s" "$k8s/all-reduce"; do  # the base, and the all-reduce variant
-  manifests=$(cd "$dir" && ls *.yaml | grep -v '^kustomization.yaml$')
-  (cd "$dir" && "$validate" --strict --quiet $manifests) ||
+  manifests=()
+  for path in "$dir"/*.yaml; do
+    [ "${path##*/}" = kustomization.yaml ] || manifests+=("${path##*/}")
+  done
+  (cd "$dir" && "$validate" --strict --quiet "${manifests[@]}") ||
     fail "a Kubernetes manifest in $dir does not validate"
-  for manifest in $manifests; do
+  for manifest in "${manifests[@]}"; do
     grep -q -- "- $manifest\$" "$dir/kustomization.yaml" ||
       fail "$dir/kustomization.yaml misses $manifest"
   done

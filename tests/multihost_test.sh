@@ -64,13 +64,13 @@ on w0 "$worker" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_ind
   --mode=async --epochs=3 --hidden=64 --log_every_steps=50 --device=cpu $(tls chief) \
   --summary_json="$tmp/summary.json" > "$tmp/w0.log" 2>&1 &
 chief=$!
-pids+=($chief)
+pids+=("$chief")
 # shellcheck disable=SC2046
 on w1 "$worker" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=1 \
   --mode=async --epochs=3 --hidden=64 --log_every_steps=50 --device=cpu $(tls worker) \
   > "$tmp/w1.log" 2>&1 &
 other=$!
-pids+=($other)
+pids+=("$other")
 
 # Until `file` holds `text` (or process `pid` ended): polls a log file
 # written by another process.
@@ -100,7 +100,7 @@ timeout 300 tail --pid="$chief" -f /dev/null || true
 wait "$chief" || status=1
 wait "$other" || status=1
 for i in 0 1; do wait "${pids[$i]}" || status=1; done
-cat "$tmp"/w1.log | grep -E "unavailable|restarted|error" | head -5 || true
+grep -E "unavailable|restarted|error" "$tmp/w1.log" | head -5 || true
 if [ $status != 0 ]; then cat "$tmp"/*.log >&2; echo "FAIL: a process failed" >&2; exit 1; fi
 grep -q "ps 1 (${address[ps1]}:2222) unavailable" "$tmp/w1.log" ||
   { echo "FAIL: worker 1 never saw the partition" >&2; exit 1; }
@@ -116,6 +116,7 @@ echo "multi-host training with a partition completed: test accuracy $accuracy"
 ar_hosts=${address[ps0]}:2222,${address[ps1]}:2222,${address[w0]}:2222,${address[w1]}:2222
 pids=()
 ar_worker() {  # INDEX LOG
+  # shellcheck disable=SC2046  # tls's flags, and the chief's summary, are words
   on "${hosts[$1]}" "$worker" --strategy=multi_worker_mirrored --worker_hosts="$ar_hosts" \
     --task_index="$1" --collective_timeout_secs=10 --startup_timeout_secs=120 --epochs=8 \
     --hidden=64 --log_every_steps=50 --device=cpu --cpu_threads=1 $(tls worker) \
@@ -134,8 +135,11 @@ echo "partition: all-reduce worker 3 is cut off from the others"
 timeout 120 tail --pid="${pids[3]}" -f /dev/null || true
 cut_off=0
 wait "${pids[3]}" || cut_off=$?
-[ "$cut_off" = 1 ] && grep -q "not a quorum" "$tmp/ar3.log" ||
-  { cat "$tmp"/ar3.log >&2; echo "FAIL: the cut-off worker did not stop for want of a quorum" >&2; exit 1; }
+if [ "$cut_off" != 1 ] || ! grep -q "not a quorum" "$tmp/ar3.log"; then
+  cat "$tmp"/ar3.log >&2
+  echo "FAIL: the cut-off worker did not stop for want of a quorum" >&2
+  exit 1
+fi
 on w1 nft delete table inet fulcrum_partition
 echo "partition healed: all-reduce worker 3 starts again"
 ar_worker 3 "$tmp/ar3-again.log"

@@ -33,8 +33,9 @@ absl::StatusOr<RestorePoint> LoadRestorePoint(FileSystem& fs, const std::string&
       fs, root,
       [&](const CheckpointFiles& files) {
         auto point = MakeRestorePoint(files, adjust, accept);
-        if (point.ok()) chosen = *std::move(point);
-        return point.status();
+        if (!point.ok()) return point.status();
+        chosen = *std::move(point);
+        return absl::OkStatus();
       },
       problems);
   for (const std::string& problem : *problems) LOG_ERROR("checkpoint: {}", problem);

@@ -1,8 +1,8 @@
 // The security flags of every daemon and of fulcrumctl: --tls_cert,
 // --tls_key, --tls_ca (mutual TLS), or --insecure (plaintext, only when
 // asked); and the tokens, --auth_token_file and --control_token_file.
-#ifndef FULCRUM_COMMON_RPC_TLS_FLAGS_H_
-#define FULCRUM_COMMON_RPC_TLS_FLAGS_H_
+#ifndef FULCRUM_COMMON_RPC_SECURITY_FLAGS_H_
+#define FULCRUM_COMMON_RPC_SECURITY_FLAGS_H_
 
 #include <string>
 
@@ -32,4 +32,4 @@ void WarnIfPlaintext(const TlsFiles& files, const std::string& host);
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_COMMON_RPC_TLS_FLAGS_H_
+#endif  // FULCRUM_COMMON_RPC_SECURITY_FLAGS_H_

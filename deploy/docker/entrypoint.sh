@@ -3,7 +3,8 @@
 #
 #   ROLE  ps | worker | chief | fulcrumctl
 #
-# TF_CONFIG is used as given. Without it, it is built from
+# TF_CONFIG is used as given. Without it, the daemon's cluster flags are
+# given from
 #   FULCRUM_PS_HOSTS      comma-separated host:port of the parameter servers
 #                         (none with the all-reduce strategies)
 #   FULCRUM_WORKER_HOSTS  comma-separated host:port of the workers
@@ -40,15 +41,11 @@ case "$role" in
     ;;
 esac
 
-json_list() {  # "a:1,b:2" -> ["a:1", "b:2"]; "" -> []
-  [ -n "$1" ] || { printf '[]'; return; }
-  printf '%s' "$1" | awk -F, '{ printf "["; for (i = 1; i <= NF; i++) printf "%s\"%s\"", (i > 1 ? ", " : ""), $i; printf "]" }'
-}
-
 if [ -z "${TF_CONFIG:-}" ]; then
   index=${FULCRUM_TASK_INDEX:-${JOB_COMPLETION_INDEX:-}}
   if [ -z "$index" ]; then
-    host=${HOSTNAME:-$(hostname)}
+    # shellcheck disable=SC3028  # Docker and Kubernetes set HOSTNAME
+    host=${HOSTNAME:-$(uname -n)}
     ordinal=${host##*-}
     case "$ordinal" in
       '' | *[!0-9]*) index=0 ;;
@@ -60,12 +57,12 @@ if [ -z "${TF_CONFIG:-}" ]; then
       "(the all-reduce strategies: FULCRUM_WORKER_HOSTS alone)" >&2
     exit 2
   fi
-  cluster="\"ps\": $(json_list "${FULCRUM_PS_HOSTS:-}"), \"worker\": $(json_list "${FULCRUM_WORKER_HOSTS:-}")"
-  if [ -n "${FULCRUM_CHIEF_HOST:-}" ]; then
-    cluster="$cluster, \"chief\": $(json_list "$FULCRUM_CHIEF_HOST")"
-  fi
-  TF_CONFIG="{\"cluster\": {$cluster}, \"task\": {\"type\": \"$role\", \"index\": $index}}"
-  export TF_CONFIG
+  # The daemon builds its cluster spec from its cluster flags
+  # (common/cluster_flags.h) as from TF_CONFIG.
+  set -- "--ps_hosts=${FULCRUM_PS_HOSTS:-}" "--worker_hosts=${FULCRUM_WORKER_HOSTS:-}" \
+    "--chief_host=${FULCRUM_CHIEF_HOST:-}" "--task_type=$role" "--task_index=$index" "$@"
+  echo "fulcrum-entrypoint: $role with $*" >&2
+else
+  echo "fulcrum-entrypoint: $role with TF_CONFIG=$TF_CONFIG" >&2
 fi
-echo "fulcrum-entrypoint: $role with TF_CONFIG=$TF_CONFIG" >&2
 exec "$binary" "$@"

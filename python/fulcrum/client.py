@@ -25,7 +25,8 @@ import numpy as np
 from fulcrum import _fulcrum
 
 PushStats = collections.namedtuple(
-    "PushStats", ["applied", "accumulated", "stale", "duplicate", "lost", "max_staleness"])
+    "PushStats", ["applied", "accumulated", "stale", "duplicate", "lost", "max_staleness"]
+)
 PushStats.__doc__ = """What the servers did with a push, summed over shards: applied now,
 accumulated (sync: waiting for the step's other gradients), stale (dropped),
 duplicate (a retry, or a second push for one sync step), lost (their server
@@ -63,8 +64,17 @@ class Client:
     has finished (the chief also that the job is done, unless told not to).
     """
 
-    def __init__(self, native, *, worker_id, is_chief, addresses, num_replicas=1,
-                 heartbeat_interval=2.0, job_done_on_exit=None):
+    def __init__(
+        self,
+        native,
+        *,
+        worker_id,
+        is_chief,
+        addresses,
+        num_replicas=1,
+        heartbeat_interval=2.0,
+        job_done_on_exit=None,
+    ):
         self._native = native
         self._specs = {}
         self._tables = {}  # name -> width
@@ -93,7 +103,7 @@ class Client:
     # -- Facts ---------------------------------------------------------------
     @property
     def mode(self):
-        """"async", "sync" or "ssp": as the servers run."""
+        """ "async", "sync" or "ssp": as the servers run."""
         return self._native.mode
 
     @property
@@ -138,8 +148,11 @@ class Client:
         """Waits until every shard of each named variable exists on the
         servers (another worker, the chief, creates them); DeadlineExceeded
         naming the missing ones past `timeout` seconds."""
-        self._await_servers(lambda: sorted(set(names) - self._complete_variables()), timeout,
-                            "variables not created on the servers")
+        self._await_servers(
+            lambda: sorted(set(names) - self._complete_variables()),
+            timeout,
+            "variables not created on the servers",
+        )
 
     def _await_servers(self, pending, timeout, what):
         """Polls the servers' state, with backoff, until `pending()` (read
@@ -152,8 +165,9 @@ class Client:
             if not left:
                 return
             if time.monotonic() + delay > deadline:
-                raise _fulcrum.DeadlineExceeded("%s after %.0f s: %s" % (
-                    what, timeout, ", ".join(str(x) for x in left)))
+                raise _fulcrum.DeadlineExceeded(
+                    "%s after %.0f s: %s" % (what, timeout, ", ".join(str(x) for x in left))
+                )
             time.sleep(delay)  # polling the servers' state, as TensorFlow's session manager does
             delay = min(delay * 2, 0.5)
 
@@ -246,10 +260,17 @@ class Client:
         """Waits until every training worker the servers have seen has finished
         or is dead: the chief's cue to evaluate final values (async, ssp)."""
         self._await_servers(
-            lambda: sorted({w["worker_id"] for server in self.describe()
-                            for w in server.get("workers", [])
-                            if w.get("seen") and w.get("live") and not w.get("finished")}),
-            timeout, "workers still training")
+            lambda: sorted(
+                {
+                    w["worker_id"]
+                    for server in self.describe()
+                    for w in server.get("workers", [])
+                    if w.get("seen") and w.get("live") and not w.get("finished")
+                }
+            ),
+            timeout,
+            "workers still training",
+        )
 
     def job_done(self, reason="finished"):
         """The chief: tells every server the job is over; each exits 0 once
@@ -271,11 +292,26 @@ def _hosts(value):
     return list(value)
 
 
-def connect(ps_hosts=None, *, worker_id=None, num_replicas=None, mode="async", cluster_spec=None,
-            tf_config=None,
-            call_timeout=60.0, retry_timeout=60.0, wire_dtype="float32", channels_per_server=1,
-            heartbeat_interval=2.0, job_done_on_exit=None, check_mode=True, tls_cert=None,
-            tls_key=None, tls_ca=None, auth_token=None):
+def connect(
+    ps_hosts=None,
+    *,
+    worker_id=None,
+    num_replicas=None,
+    mode="async",
+    cluster_spec=None,
+    tf_config=None,
+    call_timeout=60.0,
+    retry_timeout=60.0,
+    wire_dtype="float32",
+    channels_per_server=1,
+    heartbeat_interval=2.0,
+    job_done_on_exit=None,
+    check_mode=True,
+    tls_cert=None,
+    tls_key=None,
+    tls_ca=None,
+    auth_token=None,
+):
     """Connects to the parameter servers, found as the daemons find them:
     `ps_hosts` ("h:p,h:p" or a list) with `worker_id` (default 0, the chief;
     -1 reads only) and `num_replicas` (default 1); else the TF_CONFIG JSON file `cluster_spec`; else
@@ -293,8 +329,14 @@ def connect(ps_hosts=None, *, worker_id=None, num_replicas=None, mode="async", c
         replicas = 1 if num_replicas is None else num_replicas
     else:
         resolved = _fulcrum.resolve_cluster(
-            cluster_spec or "", tf_config if tf_config is not None else os.environ.get(
-                "TF_CONFIG", ""), "", "", "", "", 0)
+            cluster_spec or "",
+            tf_config if tf_config is not None else os.environ.get("TF_CONFIG", ""),
+            "",
+            "",
+            "",
+            "",
+            0,
+        )
         addresses = resolved["ps"]
         replicas = resolved["num_replicas"] if num_replicas is None else num_replicas
         replica = resolved["replica_id"]
@@ -304,17 +346,36 @@ def connect(ps_hosts=None, *, worker_id=None, num_replicas=None, mode="async", c
             replica = worker_id
         if not addresses:
             raise _fulcrum.InvalidArgument(
-                "the cluster spec lists no parameter servers (cluster.ps)")
-    native = _fulcrum.Client(addresses, int(replica), mode, float(call_timeout),
-                             float(retry_timeout), wire_dtype, int(channels_per_server),
-                             tls_cert or "", tls_key or "", tls_ca or "", auth_token or "")
-    client = Client(native, worker_id=int(replica), is_chief=replica == 0, addresses=addresses,
-                    num_replicas=int(replicas), heartbeat_interval=heartbeat_interval, job_done_on_exit=job_done_on_exit)
+                "the cluster spec lists no parameter servers (cluster.ps)"
+            )
+    native = _fulcrum.Client(
+        addresses,
+        int(replica),
+        mode,
+        float(call_timeout),
+        float(retry_timeout),
+        wire_dtype,
+        int(channels_per_server),
+        tls_cert or "",
+        tls_key or "",
+        tls_ca or "",
+        auth_token or "",
+    )
+    client = Client(
+        native,
+        worker_id=int(replica),
+        is_chief=replica == 0,
+        addresses=addresses,
+        num_replicas=int(replicas),
+        heartbeat_interval=heartbeat_interval,
+        job_done_on_exit=job_done_on_exit,
+    )
     if check_mode:
         for i, server in enumerate(client.describe()):
             runs = server.get("mode", "").lower()
             if runs != client.mode:
                 raise _fulcrum.FailedPrecondition(
                     "client mode %s but ps %d (%s) runs %s; use the servers' --mode"
-                    % (client.mode, i, addresses[i], runs))
+                    % (client.mode, i, addresses[i], runs)
+                )
     return client

@@ -43,34 +43,61 @@ def glorot_uniform(seed=0):
 # Optimizers, applied on the servers. learning_rate_scaling: how a sync
 # step's rate follows the gradients it averaged ("UNSCALED", "SQRT", "LINEAR").
 def sgd(learning_rate, learning_rate_scaling=None):
-    return _message("SGD", {"learning_rate": learning_rate,
-                            "learning_rate_scaling": learning_rate_scaling})
+    return _message(
+        "SGD", {"learning_rate": learning_rate, "learning_rate_scaling": learning_rate_scaling}
+    )
 
 
 def momentum(learning_rate, momentum=0.9, nesterov=False, learning_rate_scaling=None):
-    return _message("MOMENTUM", {"learning_rate": learning_rate, "momentum": momentum,
-                                 "nesterov": nesterov,
-                                 "learning_rate_scaling": learning_rate_scaling})
+    return _message(
+        "MOMENTUM",
+        {
+            "learning_rate": learning_rate,
+            "momentum": momentum,
+            "nesterov": nesterov,
+            "learning_rate_scaling": learning_rate_scaling,
+        },
+    )
 
 
-def adagrad(learning_rate, initial_accumulator_value=None, epsilon=None,
-            learning_rate_scaling=None):
-    return _message("ADAGRAD", {"learning_rate": learning_rate,
-                                "initial_accumulator_value": initial_accumulator_value,
-                                "epsilon": epsilon,
-                                "learning_rate_scaling": learning_rate_scaling})
+def adagrad(
+    learning_rate, initial_accumulator_value=None, epsilon=None, learning_rate_scaling=None
+):
+    return _message(
+        "ADAGRAD",
+        {
+            "learning_rate": learning_rate,
+            "initial_accumulator_value": initial_accumulator_value,
+            "epsilon": epsilon,
+            "learning_rate_scaling": learning_rate_scaling,
+        },
+    )
 
 
 def adam(learning_rate=0.001, beta1=None, beta2=None, epsilon=None, learning_rate_scaling=None):
-    return _message("ADAM", {"learning_rate": learning_rate, "beta1": beta1, "beta2": beta2,
-                             "epsilon": epsilon,
-                             "learning_rate_scaling": learning_rate_scaling})
+    return _message(
+        "ADAM",
+        {
+            "learning_rate": learning_rate,
+            "beta1": beta1,
+            "beta2": beta2,
+            "epsilon": epsilon,
+            "learning_rate_scaling": learning_rate_scaling,
+        },
+    )
 
 
 def ftrl(learning_rate, l1=0.0, l2=0.0, beta=0.0, initial_accumulator_value=None):
-    return _message("FTRL", {"learning_rate": learning_rate, "l1": l1, "l2": l2,
-                             "ftrl_beta": beta,
-                             "initial_accumulator_value": initial_accumulator_value})
+    return _message(
+        "FTRL",
+        {
+            "learning_rate": learning_rate,
+            "l1": l1,
+            "l2": l2,
+            "ftrl_beta": beta,
+            "initial_accumulator_value": initial_accumulator_value,
+        },
+    )
 
 
 # Partitioners, along axis 0, as TensorFlow's. A field left None takes the
@@ -97,8 +124,7 @@ def _shape_of(shape_or_tensor):
 def variable(name, shape, optimizer, initializer=None, partitioner=None):
     """A VariableSpec: `shape` is a sequence or anything with .shape (a NumPy
     array, a torch tensor); float32 on the servers."""
-    spec = {"name": name, "shape": _shape_of(shape), "dtype": "DT_FLOAT",
-            "optimizer": optimizer}
+    spec = {"name": name, "shape": _shape_of(shape), "dtype": "DT_FLOAT", "optimizer": optimizer}
     if initializer is not None:
         spec["initializer"] = initializer
     if partitioner is not None:
@@ -110,8 +136,13 @@ def table(name, width, optimizer, initializer=None, max_rows=0, admit_after=0):
     """An EmbeddingTableSpec: rows of `width` floats keyed by int64 id; at
     most `max_rows` per server (0: no bound, else least recently used rows
     go); an id is stored at its `admit_after`-th push."""
-    spec = {"name": name, "width": int(width), "optimizer": optimizer,
-            "max_rows": int(max_rows), "admit_after": int(admit_after)}
+    spec = {
+        "name": name,
+        "width": int(width),
+        "optimizer": optimizer,
+        "max_rows": int(max_rows),
+        "admit_after": int(admit_after),
+    }
     if initializer is not None:
         spec["initializer"] = initializer
     return spec

@@ -34,10 +34,14 @@ class Replica:
         self._params = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         for name, p in self._params:
             if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise TypeError("parameter '%s' is %s on %s; fulcrum.torch takes float32 CPU "
-                                "parameters" % (name, p.dtype, p.device))
-        variables = [_specs.variable(name, p.shape, optimizer, partitioner=partitioner)
-                     for name, p in self._params]
+                raise TypeError(
+                    "parameter '%s' is %s on %s; fulcrum.torch takes float32 CPU "
+                    "parameters" % (name, p.dtype, p.device)
+                )
+        variables = [
+            _specs.variable(name, p.shape, optimizer, partitioner=partitioner)
+            for name, p in self._params
+        ]
         # Views sharing the parameters' storage: pulls write the parameters.
         self._values = {name: p.detach() for name, p in self._params}
         if client.is_chief:

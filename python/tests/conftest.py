@@ -5,10 +5,10 @@ directory holding ps_server/ps_server and deploy/local_cluster, and
 PYTHONPATH to the package under test and bench/ (for local_server.py, which
 starts the servers).
 """
+
 import os
 
 import pytest
-
 from local_server import start_server  # bench/local_server.py
 
 BIN_DIR = os.environ.get("FULCRUM_BIN_DIR", "bazel-bin")
@@ -27,8 +27,15 @@ class Servers:
     def __init__(self, tmp_path, mode, num_ps, workers, extra_flags):
         self.procs, self.addresses = [], []
         for i in range(num_ps):
-            proc, address = start_server(BIN_DIR, str(tmp_path), extra_flags, mode=mode,
-                                         index=i, num_ps=num_ps, workers=workers)
+            proc, address = start_server(
+                BIN_DIR,
+                str(tmp_path),
+                extra_flags,
+                mode=mode,
+                index=i,
+                num_ps=num_ps,
+                workers=workers,
+            )
             self.procs.append(proc)
             self.addresses.append(address)
 

@@ -1,5 +1,6 @@
 """The Python client against real servers: connecting, the modes, zero copy,
 errors, embedding tables and membership."""
+
 import json
 import os
 import subprocess
@@ -13,9 +14,16 @@ import fulcrum
 
 
 def linear_specs(lr=1.0):
-    return [fulcrum.variable("w", (4, 3), fulcrum.sgd(lr), initializer=fulcrum.constant(1.0),
-                             partitioner=fulcrum.fixed_shards(2)),
-            fulcrum.variable("b", (3,), fulcrum.sgd(lr))]
+    return [
+        fulcrum.variable(
+            "w",
+            (4, 3),
+            fulcrum.sgd(lr),
+            initializer=fulcrum.constant(1.0),
+            partitioner=fulcrum.fixed_shards(2),
+        ),
+        fulcrum.variable("b", (3,), fulcrum.sgd(lr)),
+    ]
 
 
 def address(array):
@@ -26,10 +34,20 @@ def test_mutual_tls_lets_in_the_cas_certificates_only(servers, tmp_path):
     certs = tmp_path / "certs"
     script = os.path.join(os.environ.get("FULCRUM_SOURCE_DIR", "."), "scripts", "make_certs.sh")
     subprocess.run([script, str(certs)], check=True, stdout=subprocess.DEVNULL)
-    s = servers(num_ps=1, flags=["--tls_cert=%s/ps.pem" % certs, "--tls_key=%s/ps.key" % certs,
-                                 "--tls_ca=%s/ca.pem" % certs])
-    client = fulcrum.connect(s.hosts, tls_cert="%s/worker.pem" % certs,
-                             tls_key="%s/worker.key" % certs, tls_ca="%s/ca.pem" % certs)
+    s = servers(
+        num_ps=1,
+        flags=[
+            "--tls_cert=%s/ps.pem" % certs,
+            "--tls_key=%s/ps.key" % certs,
+            "--tls_ca=%s/ca.pem" % certs,
+        ],
+    )
+    client = fulcrum.connect(
+        s.hosts,
+        tls_cert="%s/worker.pem" % certs,
+        tls_key="%s/worker.key" % certs,
+        tls_ca="%s/ca.pem" % certs,
+    )
     client.create_variables(linear_specs())
     assert client.pull()["w"].shape == (4, 3)
     with pytest.raises(fulcrum.Unavailable):
@@ -51,20 +69,19 @@ def test_a_server_with_a_token_file_needs_the_token(servers, tmp_path):
 
 def test_connect_from_hosts_tf_config_and_cluster_spec_file(servers, tmp_path, monkeypatch):
     s = servers()
-    cluster = {"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"],
-                           "ps": s.addresses}}
+    cluster = {"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": s.addresses}}
     by_hosts = fulcrum.connect(s.hosts, worker_id=1)
     assert (by_hosts.worker_id, by_hosts.num_servers, by_hosts.mode) == (1, 2, "async")
-    monkeypatch.setenv("TF_CONFIG", json.dumps(dict(cluster, task={"type": "worker",
-                                                                   "index": 0})))
+    monkeypatch.setenv("TF_CONFIG", json.dumps(dict(cluster, task={"type": "worker", "index": 0})))
     from_env = fulcrum.connect()
     assert from_env.worker_id == 1 and not from_env.is_chief  # the chief is replica 0
     spec_file = tmp_path / "cluster.json"
     spec_file.write_text(json.dumps(dict(cluster, task={"type": "chief", "index": 0})))
     from_file = fulcrum.connect(cluster_spec=str(spec_file))
     assert from_file.worker_id == 0 and from_file.is_chief
-    evaluator = fulcrum.connect(tf_config=json.dumps(
-        dict(cluster, task={"type": "evaluator", "index": 0})))
+    evaluator = fulcrum.connect(
+        tf_config=json.dumps(dict(cluster, task={"type": "evaluator", "index": 0}))
+    )
     assert evaluator.worker_id == -1
     with pytest.raises(fulcrum.InvalidArgument, match="task"):
         fulcrum.connect(tf_config=json.dumps(dict(cluster, task={"type": "boss", "index": 0})))
@@ -72,7 +89,9 @@ def test_connect_from_hosts_tf_config_and_cluster_spec_file(servers, tmp_path, m
 
 def test_mode_must_match_the_servers(servers):
     s = servers(mode="async")
-    with pytest.raises(fulcrum.FailedPrecondition, match=r"client mode sync but ps 0 .* runs async"):
+    with pytest.raises(
+        fulcrum.FailedPrecondition, match=r"client mode sync but ps 0 .* runs async"
+    ):
         fulcrum.connect(s.hosts, mode="sync")
 
 
@@ -165,18 +184,23 @@ def test_sync_waits_for_every_worker_with_the_gil_released(servers):
 
     def worker1():
         try:
-            while not any(shard["pending_gradients"] > 0
-                          for server in reader.describe() for shard in server["shards"]):
+            while not any(
+                shard["pending_gradients"] > 0
+                for server in reader.describe()
+                for shard in server["shards"]
+            ):
                 pass  # each describe() is a round trip to the servers
-            clients[1].push_pull({"w": np.full((4, 3), 3.0, np.float32),
-                                  "b": np.zeros(3, np.float32)}, values[1])
+            clients[1].push_pull(
+                {"w": np.full((4, 3), 3.0, np.float32), "b": np.zeros(3, np.float32)}, values[1]
+            )
         except fulcrum.Error as e:
             errors.append(e)
 
     thread = threading.Thread(target=worker1)
     thread.start()
-    stats = clients[0].push_pull({"w": np.full((4, 3), 1.0, np.float32),
-                                  "b": np.zeros(3, np.float32)}, values[0])
+    stats = clients[0].push_pull(
+        {"w": np.full((4, 3), 1.0, np.float32), "b": np.zeros(3, np.float32)}, values[0]
+    )
     thread.join(timeout=60)
     assert not errors and not thread.is_alive()
     assert stats.accumulated + stats.applied == 3
@@ -259,7 +283,7 @@ def test_a_worker_that_raises_does_not_say_finished(servers):
         with fulcrum.connect(s.hosts, worker_id=1) as client:
             client.create_variables(linear_specs())
             client.push({"b": np.ones(3, np.float32)})
-            1 / 0
+            raise ZeroDivisionError("the training loop fails")
     reader = fulcrum.connect(s.hosts, worker_id=-1)
     worker1 = reader.describe()[0]["workers"][1]
     assert worker1["seen"] and not worker1["finished"]

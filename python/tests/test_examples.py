@@ -1,4 +1,5 @@
 """The examples, run as users run them, on small data."""
+
 import json
 import os
 import subprocess
@@ -15,8 +16,12 @@ def example(name):
 
 def test_numpy_linear_learns_the_true_weights(servers):
     s = servers(num_ps=1)
-    done = subprocess.run([sys.executable, example("numpy_linear.py"), "--ps_hosts=" + s.hosts],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, example("numpy_linear.py"), "--ps_hosts=" + s.hosts],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "step 0 loss" in done.stdout and "final max weight error" in done.stdout
     assert s.wait_exited(timeout=30) == [0]  # the chief ended the job
@@ -26,16 +31,34 @@ def test_torch_fashion_mnist_trains_through_the_launcher(tmp_path):
     summary = tmp_path / "summary.json"
     metrics = tmp_path / "metrics.jsonl"
     done = subprocess.run(
-        [binary("deploy/local_cluster"), "--num_ps=2", "--num_workers=3", "--mode=sync",
-         "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
-         "--worker_command=%s %s" % (sys.executable, example("torch_fashion_mnist.py")),
-         "--summary_json=%s" % summary, "--metrics_jsonl=%s" % metrics, "--",
-         "--epochs=2", "--train_examples=6000", "--test_examples=1000"],
-        capture_output=True, text=True, timeout=600)
+        [
+            binary("deploy/local_cluster"),
+            "--num_ps=2",
+            "--num_workers=3",
+            "--mode=sync",
+            "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
+            "--worker_command=%s %s" % (sys.executable, example("torch_fashion_mnist.py")),
+            "--summary_json=%s" % summary,
+            "--metrics_jsonl=%s" % metrics,
+            "--",
+            "--epochs=2",
+            "--train_examples=6000",
+            "--test_examples=1000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-4000:]
     result = json.loads(summary.read_text())
-    for key in ("test_accuracy", "examples_per_sec", "test_loss", "global_steps", "mode",
-                "num_workers"):
+    for key in (
+        "test_accuracy",
+        "examples_per_sec",
+        "test_loss",
+        "global_steps",
+        "mode",
+        "num_workers",
+    ):
         assert key in result
     assert result["num_workers"] == 3 and result["mode"] == "sync"
     assert result["global_steps"] == 2 * (6000 // 3 // 64)  # every sync step, once
@@ -46,7 +69,10 @@ def test_torch_fashion_mnist_trains_through_the_launcher(tmp_path):
 
 
 def test_torch_example_flag_mistakes_are_usage_errors():
-    done = subprocess.run([sys.executable, example("torch_fashion_mnist.py"),
-                           "--strategy=multi_worker_mirrored"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, example("torch_fashion_mnist.py"), "--strategy=multi_worker_mirrored"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "trains on parameter servers" in done.stderr

@@ -1,4 +1,5 @@
 """fulcrum.torch.Replica: a torch.nn.Module trained on the servers."""
+
 import threading
 
 import numpy as np
@@ -30,8 +31,9 @@ def servers_values(hosts, model, mode="async"):
     """The servers' values of the model's variables, through a reader that
     creates the same specs in the same order (so they place the same)."""
     reader = fulcrum.connect(hosts, worker_id=-1, mode=mode)
-    reader.create_variables([fulcrum.variable(n, p.shape, fulcrum.sgd(0.1))
-                             for n, p in model.named_parameters()])
+    reader.create_variables(
+        [fulcrum.variable(n, p.shape, fulcrum.sgd(0.1)) for n, p in model.named_parameters()]
+    )
     return reader.pull()
 
 
@@ -48,15 +50,17 @@ def test_parameters_equal_the_servers_values_after_each_step(servers):
         x, y = batch(step)
         model.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
-        grads = {n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p))
-                 for n, p in model.named_parameters()}
+        grads = {
+            n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p))
+            for n, p in model.named_parameters()
+        }
         stats = replica.step()
         assert stats.applied > 0
         for n, p in model.named_parameters():
             assert p.data_ptr() == storage[n], "pulled into the parameter in place"
-            np.testing.assert_allclose(p.detach().numpy(),
-                                       (before[n] - 0.1 * grads[n]).numpy(), rtol=1e-5,
-                                       atol=1e-6)
+            np.testing.assert_allclose(
+                p.detach().numpy(), (before[n] - 0.1 * grads[n]).numpy(), rtol=1e-5, atol=1e-6
+            )
     on_servers = servers_values(s.hosts, model)
     for n, p in model.named_parameters():
         np.testing.assert_array_equal(p.detach().numpy(), on_servers[n])
@@ -69,8 +73,13 @@ def test_the_chiefs_initial_values_win_and_workers_wait_for_them(servers):
     chief_values = {n: p.detach().clone() for n, p in chief_model.named_parameters()}
     made = {}
     # The worker starts first and waits for the chief to create the variables.
-    worker_thread = threading.Thread(target=lambda: made.update(worker=fulcrum.torch.Replica(
-        worker_model, fulcrum.connect(s.hosts, worker_id=1), fulcrum.sgd(0.1))))
+    worker_thread = threading.Thread(
+        target=lambda: made.update(
+            worker=fulcrum.torch.Replica(
+                worker_model, fulcrum.connect(s.hosts, worker_id=1), fulcrum.sgd(0.1)
+            )
+        )
+    )
     worker_thread.start()
     fulcrum.torch.Replica(chief_model, fulcrum.connect(s.hosts, worker_id=0), fulcrum.sgd(0.1))
     worker_thread.join(timeout=60)
@@ -98,8 +107,10 @@ def test_sync_replicas_step_together_and_match_the_servers(servers):
         x, y = batch(10 + w)
         models[w].zero_grad()
         torch.nn.functional.cross_entropy(models[w](x), y).backward()
-        grads_seen[w] = {n: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
-                         for n, p in models[w].named_parameters()}
+        grads_seen[w] = {
+            n: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+            for n, p in models[w].named_parameters()
+        }
         replicas[w].step()
 
     initial = {n: p.detach().clone() for n, p in models[0].named_parameters()}
@@ -110,11 +121,13 @@ def test_sync_replicas_step_together_and_match_the_servers(servers):
         t.join(timeout=60)
     assert all(r is not None for r in replicas)
     on_servers = servers_values(s.hosts, models[0], mode="sync")
-    for n, p in models[0].named_parameters():
+    for n, _p in models[0].named_parameters():
         mean = (grads_seen[0][n] + grads_seen[1][n]) / 2
         # One step of the mean gradient from the chief's values (SGD, lr 0.1).
-        np.testing.assert_allclose(on_servers[n], (initial[n] - 0.1 * mean).numpy(),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            on_servers[n], (initial[n] - 0.1 * mean).numpy(), rtol=1e-5, atol=1e-6
+        )
         for m in models:
-            np.testing.assert_array_equal(dict(m.named_parameters())[n].detach().numpy(),
-                                          on_servers[n])
+            np.testing.assert_array_equal(
+                dict(m.named_parameters())[n].detach().numpy(), on_servers[n]
+            )
