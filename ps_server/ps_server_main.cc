@@ -1,5 +1,5 @@
 // ps_server: holds a share of the model's variables and applies the
-// optimizer to pushed gradients. See README.md, "ps_server flags".
+// optimizer to pushed gradients. See docs/flags.md, "ps_server".
 #include <signal.h>
 #include <unistd.h>
 

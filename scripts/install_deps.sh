@@ -46,11 +46,11 @@ $build_only && exit 0
 
 # Tools from PyPI, in a virtual environment of their own: offline
 # validation of the Kubernetes manifests against the API schemas
-# (kubernetes-validate bundles them), and the Python sources' linter and
-# formatter (ruff).
+# (kubernetes-validate bundles them), the Python sources' linter and
+# formatter (ruff), and the manual's site generator (mkdocs).
 TOOLS_VENV=/opt/fulcrum-tools/venv
 [ -x "$TOOLS_VENV/bin/pip" ] || python3 -m venv "$TOOLS_VENV"
-for tool in kubernetes-validate==1.37.0 ruff==0.17.6; do
+for tool in kubernetes-validate==1.37.0 ruff==0.17.6 mkdocs==1.6.1; do
   if [ ! -x "$TOOLS_VENV/bin/${tool%%==*}" ]; then
     echo "installing ${tool%%==*} into $TOOLS_VENV"
     "$TOOLS_VENV/bin/pip" install -q "$tool"

@@ -47,6 +47,7 @@ check build_files scripts/check_build_files.py
 check header_guards scripts/check_header_guards.sh
 check python_lint sh -c "git ls-files '*.py' | xargs $ruff check -q"
 check python_format sh -c "git ls-files '*.py' | xargs $ruff format --check -q"
+check docs scripts/build_docs.sh
 bazel shutdown
 # The image and the compose cluster (its own lines; SKIPPED counts neither way).
 tests/container_test.sh 2>&1 | tee -a "$log"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A cluster across hosts: each parameter server and worker in its own
 # network namespace with its own address (veth pairs on a bridge in a hub
-# namespace), started with the by-hand commands of the README. Training
+# namespace), started with the by-hand commands of docs/deployment.md. Training
 # completes; then a partition: nftables drops one worker's traffic to one
 # server for a few seconds, the worker's calls fail and are retried, and the
 # job still completes. Then all-reduce workers on the four hosts, one of them
@@ -50,7 +50,7 @@ ps_hosts=${address[ps0]}:2222,${address[ps1]}:2222
 worker_hosts=${address[w0]}:2222,${address[w1]}:2222
 on() { local h=$1; shift; ip netns exec "$tag-$h" "$@"; }
 
-# The README's hand-launched cluster: servers, then workers.
+# docs/deployment.md's hand-launched cluster: servers, then workers.
 # shellcheck disable=SC2046  # tls's flags are words
 on ps0 "$ps_server" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_index=0 \
   --mode=async $(tls ps) > "$tmp/ps0.log" 2>&1 &

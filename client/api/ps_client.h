@@ -89,18 +89,17 @@ struct PsClientOptions {
   DataType wire_dtype = DT_FLOAT;
   // NewGrpcPsClient: gRPC channels (TCP connections) to each server. With more
   // than one, each call of more than 4 MiB is split by shard over them and
-  // sent in parallel; each part then applies as a push of its own (README,
+  // sent in parallel; each part then applies as a push of its own (docs/speed.md,
   // "Several channels per server"). At least 1.
   int channels_per_server = 1;
-  // Mutual TLS (README, "Security"): PEM files of this client's certificate
+  // Mutual TLS (docs/security.md): PEM files of this client's certificate
   // and key, and of the CA that signed the servers' certificates. All empty:
   // plaintext. The files are reread every minute (rotation).
   std::string tls_cert;
   std::string tls_key;
   std::string tls_ca;
-  // A token every call carries, for servers that need one (README,
-  // "Security"): the cluster token, or the control token for the chief and
-  // tools. Empty: none.
+  // A token every call carries, for servers that need one (docs/security.md): the cluster token, or
+  // the control token for the chief and tools. Empty: none.
   std::string auth_token;
 };
 

@@ -20,8 +20,9 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(std::string, auth_token_file, "",
           "A file holding the cluster token (16 or more characters, e.g. `openssl rand -hex 32`): "
           "servers accept data calls (pulls, pushes, ...) only with it (or the control token), "
-          "and workers send it; all-reduce workers take their peers' streams only with it. "
-          "Authenticates plaintext clusters; with TLS, an extra check.");
+          "and, without --control_token_file, control calls only with it too; workers send it; "
+          "all-reduce workers take their peers' streams only with it. Authenticates plaintext "
+          "clusters; with TLS, an extra check.");
 ABSL_FLAG(std::string, control_token_file, "",
           "A file holding the control token: servers accept control calls (JobDone, "
           "SaveCheckpoint) only with it; the chief and fulcrumctl send it (instead of the cluster "

@@ -7,7 +7,7 @@
 fulcrum.torch wraps a torch.nn.Module (import it explicitly: it needs torch).
 Errors are fulcrum.Error subclasses named after gRPC status codes
 (fulcrum.Unavailable, fulcrum.InvalidArgument, ...), carrying the message of
-whoever refused the call. See the README's "Python client".
+whoever refused the call. See docs/python.md.
 """
 
 from fulcrum._fulcrum import (  # the error classes

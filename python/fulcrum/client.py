@@ -321,7 +321,7 @@ def connect(
     for them, within retry_timeout). With `tls_cert`, `tls_key` and `tls_ca`
     (PEM files, as the daemons' flags take them), calls are mutual TLS;
     without, plaintext. `auth_token` (the token itself, not its file) goes
-    with every call, for servers that need one. See README, "Python client"
+    with every call, for servers that need one. See docs/python.md
     and "Security"."""
     if ps_hosts is not None:
         addresses = _hosts(ps_hosts)
