@@ -12,8 +12,10 @@ namespace fulcrum {
 // A file written through the faulty file system.
 class FaultyFileSystem::File final : public WritableFile {
  public:
-  File(FaultyFileSystem* fs, std::string path, std::unique_ptr<WritableFile> local)
-      : fs_(fs), path_(std::move(path)), local_(std::move(local)) {}
+  // `size`: what the file held when opened.
+  File(FaultyFileSystem* fs, std::string path, std::unique_ptr<WritableFile> local,
+       int64_t size = 0)
+      : fs_(fs), path_(std::move(path)), local_(std::move(local)), size_(size) {}
 
   absl::Status Append(absl::string_view data) override {
     if (fs_->faults().short_writes) data = data.substr(0, data.size() / 2);  // and says OK
@@ -43,7 +45,7 @@ class FaultyFileSystem::File final : public WritableFile {
   FaultyFileSystem* const fs_;
   const std::string path_;
   const std::unique_ptr<WritableFile> local_;
-  int64_t size_ = 0;
+  int64_t size_;
 };
 
 void FaultyFileSystem::SetFaults(Faults faults) {
@@ -98,6 +100,21 @@ absl::StatusOr<std::unique_ptr<WritableFile>> FaultyFileSystem::NewWritableFile(
   auto local = local_->NewWritableFile(path);
   if (!local.ok()) return local.status();
   return std::make_unique<File>(this, path, *std::move(local));
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultyFileSystem::NewAppendableFile(
+    const std::string& path) {
+  int64_t size = 0;
+  if (auto existing = local_->NewRandomAccessFile(path); existing.ok()) {
+    size = static_cast<int64_t>((*existing)->Size());
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (synced_sizes_.count(path) == 0) synced_sizes_[path] = size;
+  }
+  auto local = local_->NewAppendableFile(path);
+  if (!local.ok()) return local.status();
+  return std::make_unique<File>(this, path, *std::move(local), size);
 }
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> FaultyFileSystem::NewRandomAccessFile(

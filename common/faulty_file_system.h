@@ -42,6 +42,9 @@ class FaultyFileSystem final : public FileSystem {
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends meet the same faults; a crash keeps what the file held before.
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Rename(const std::string& from, const std::string& to) override

@@ -96,6 +96,13 @@ class LocalFileSystem final : public FileSystem {
     return std::make_unique<LocalWritableFile>(path, fd);
   }
 
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(
+      const std::string& path) override {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno("cannot open", path);
+    return std::make_unique<LocalWritableFile>(path, fd);
+  }
+
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override {
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -176,6 +183,46 @@ absl::StatusOr<std::string> ReadFile(FileSystem& fs, const std::string& path) {
   if (!read.ok()) return read.status();
   data.resize(read->size());
   return data;
+}
+
+absl::StatusOr<std::unique_ptr<LineReader>> LineReader::Open(FileSystem& fs,
+                                                             const std::string& path) {
+  auto file = fs.NewRandomAccessFile(path);
+  if (!file.ok()) return file.status();
+  return std::unique_ptr<LineReader>(new LineReader(path, *std::move(file)));
+}
+
+absl::StatusOr<bool> LineReader::Next(std::string* line) {
+  constexpr size_t kChunk = 1 << 20;
+  for (;;) {
+    const size_t end = buffer_.find('\n', start_);
+    if (end != std::string::npos) {
+      line->assign(buffer_, start_, end - start_);
+      start_ = end + 1;
+      return true;
+    }
+    if (offset_ >= file_->Size()) {  // the last line may lack its '\n'
+      if (start_ >= buffer_.size()) return false;
+      line->assign(buffer_, start_, std::string::npos);
+      start_ = buffer_.size();
+      return true;
+    }
+    buffer_.erase(0, start_);
+    start_ = 0;
+    const size_t kept = buffer_.size();
+    buffer_.resize(kept + kChunk);
+    auto read = file_->Read(offset_, kChunk, buffer_.data() + kept);
+    if (!read.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("reading ", path_, " failed: ", read.status().message()));
+    }
+    // The view may lie in the scratch space or elsewhere (a memory map).
+    if (read->data() != buffer_.data() + kept)
+      std::memmove(buffer_.data() + kept, read->data(), read->size());
+    buffer_.resize(kept + read->size());
+    offset_ += read->size();
+    if (read->empty()) offset_ = file_->Size();  // the file shrank: nothing more comes
+  }
 }
 
 std::string DirName(const std::string& path) {

@@ -1,4 +1,5 @@
-// The file operations checkpoints need, behind an interface so tests can
+// The file operations Fulcrum needs (checkpoints, the cluster spec, data
+// sets), behind an interface so tests can
 // inject faults (faulty_file_system.h: a full disk, short writes, failed
 // renames and syncs, a crash that loses what was not synced).
 // Implementations are thread-safe; the files they open are
@@ -45,6 +46,9 @@ class FileSystem {
   // Creates or truncates `path`.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) = 0;
+  // Opens `path` to append to it, creating it if need be.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(
+      const std::string& path) = 0;
   // NOT_FOUND when `path` does not exist. The file stays readable, as it
   // was opened, even if it is removed or replaced meanwhile.
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
@@ -68,6 +72,28 @@ absl::Status WriteFile(FileSystem& fs, const std::string& path, absl::string_vie
 
 // The whole file.
 absl::StatusOr<std::string> ReadFile(FileSystem& fs, const std::string& path);
+
+// A file's lines, in order, read a chunk at a time (a file far larger than
+// memory streams through). Thread-compatible.
+class LineReader {
+ public:
+  // NOT_FOUND (or the file system's error) when `path` cannot be opened.
+  static absl::StatusOr<std::unique_ptr<LineReader>> Open(FileSystem& fs, const std::string& path);
+
+  // The next line, without its '\n', into *line: true, or false at the
+  // end. A read that fails is DATA_LOSS naming the file.
+  absl::StatusOr<bool> Next(std::string* line);
+
+ private:
+  LineReader(std::string path, std::unique_ptr<RandomAccessFile> file)
+      : path_(std::move(path)), file_(std::move(file)) {}
+
+  const std::string path_;
+  const std::unique_ptr<RandomAccessFile> file_;
+  uint64_t offset_ = 0;  // of the file, read so far
+  std::string buffer_;   // read, not yet returned
+  size_t start_ = 0;     // of buffer_'s first byte not yet returned
+};
 
 // The directory part of `path`: "a/b" for "a/b/c", "." for "c".
 std::string DirName(const std::string& path);

@@ -119,5 +119,29 @@ TEST_F(FileSystemTest, AnOpenFileStaysReadableWhenRemoved) {
   EXPECT_EQ(fs_.NewRandomAccessFile(path_).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(FileSystemTest, LinesAreReadAcrossChunksAndTheLastMayLackItsNewline) {
+  // Lines longer than the reader's 1 MiB chunks, an empty one, and a last
+  // one without its newline.
+  const std::string long_line(3 << 20, 'x');
+  ASSERT_TRUE(WriteFile(fs_, path_, "first\n" + long_line + "\n\nlast").ok());
+  auto reader = LineReader::Open(fs_, path_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<std::string> lines;
+  std::string line;
+  while (*(*reader)->Next(&line)) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "first");
+  EXPECT_EQ(lines[1], long_line);
+  EXPECT_EQ(lines[2], "");
+  EXPECT_EQ(lines[3], "last");
+  EXPECT_FALSE(*(*reader)->Next(&line)) << "the end stays the end";
+
+  ASSERT_TRUE(WriteFile(fs_, path_, "").ok());
+  auto empty = LineReader::Open(fs_, path_);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_FALSE(*(*empty)->Next(&line));
+  EXPECT_EQ(LineReader::Open(fs_, root_ + "/missing").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "common/file_system.h"
 #include "fuzz/fuzz_input.h"
 #include "worker/data/ctr_data.h"
 #include "worker/data/dataset.h"
@@ -37,6 +38,7 @@ void CheckRead(const absl::StatusOr<Dataset>& read) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fulcrum;  // NOLINT(google-build-using-namespace)
+  static FileSystem* const fs = MakeLocalFileSystem().release();
   const absl::string_view input(reinterpret_cast<const char*>(data), size);
   const size_t newline = input.find('\n');
   if (newline == absl::string_view::npos) return 0;
@@ -47,14 +49,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const absl::string_view images = file.substr(0, labels_at);
     const absl::string_view labels =
         labels_at == absl::string_view::npos ? absl::string_view() : file.substr(labels_at);
-    fuzz::CheckRead(ReadIdx(fuzz::WriteScratchFile("images.idx", images),
+    fuzz::CheckRead(ReadIdx(*fs, fuzz::WriteScratchFile("images.idx", images),
                             fuzz::WriteScratchFile("labels.idx", labels), fuzz::kNumClasses));
   } else if (reader == "libsvm") {
     const std::string path = fuzz::WriteScratchFile("data.libsvm", file);
-    fuzz::CheckRead(ReadLibsvm(path, fuzz::kNumClasses));
-    fuzz::CheckRead(ReadLibsvm(path, fuzz::kNumClasses, /*feature_dim=*/8));
+    fuzz::CheckRead(ReadLibsvm(*fs, path, fuzz::kNumClasses));
+    fuzz::CheckRead(ReadLibsvm(*fs, path, fuzz::kNumClasses, /*feature_dim=*/8));
   } else if (reader == "criteo") {
-    fuzz::CheckRead(ReadCriteoFile(fuzz::WriteScratchFile("data.tsv", file)));
+    fuzz::CheckRead(ReadCriteoFile(*fs, fuzz::WriteScratchFile("data.tsv", file)));
   }
   return 0;
 }

@@ -116,6 +116,31 @@ TEST_F(CheckpointerTest, TwoServersCheckpointRestoresOnThree) {
   EXPECT_EQ(after_saved["w"].values, after_restored["w"].values);
 }
 
+// MaybeSave checkpoints every N steps, and every N seconds on its clock.
+TEST_F(CheckpointerTest, SavesByStepsAndByTime) {
+  std::vector<int64_t> saved;
+  const WriteCheckpointFiles record = [&](int64_t step) {
+    saved.push_back(step);
+    return absl::StatusOr<std::vector<SaveCheckpointResponse>>(
+        std::vector<SaveCheckpointResponse>{});
+  };
+  Checkpointer by_steps(record, &fs_, {dir_, 10, 0, 2});
+  for (int64_t step = 1; step <= 25; ++step) by_steps.MaybeSave(step);
+  EXPECT_EQ(saved, (std::vector<int64_t>{10, 20}));
+
+  saved.clear();
+  absl::Time now = absl::FromUnixSeconds(100);
+  Checkpointer by_time(record, &fs_, {dir_, 0, 60, 2}, [&] { return now; });
+  by_time.MaybeSave(1);
+  now += absl::Seconds(59);
+  by_time.MaybeSave(2);
+  now += absl::Seconds(1);
+  by_time.MaybeSave(3);
+  now += absl::Seconds(30);
+  by_time.MaybeSave(4);
+  EXPECT_EQ(saved, (std::vector<int64_t>{3})) << "60 s after the start, then not 30 s later";
+}
+
 // A checkpoint is the same under either strategy: an all-reduce chief's
 // restores on three servers, and theirs on an all-reduce chief, values,
 // slots and step.

@@ -59,7 +59,7 @@ Trainer::Trainer(Strategy* strategy, std::vector<Mlp*> replicas, LocalReducer* r
       train_(train),
       test_(test),
       options_(std::move(options)),
-      log_(options_.metrics_jsonl, options_.summary_json) {
+      log_(options_.fs, options_.metrics_jsonl, options_.summary_json) {
   CHECK(!replicas_.empty());
   CHECK(!options_.is_chief || test_ != nullptr);
 }

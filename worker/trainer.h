@@ -50,6 +50,7 @@ struct TrainerOptions {
   std::string model_name;                // for the summary
   std::string device_name;               // for the summary
   Checkpointer* checkpointer = nullptr;  // chief: saves checkpoints as it trains
+  FileSystem* fs = nullptr;              // chief: what the summary and metrics go through
   const std::atomic<bool>* stop = nullptr;  // set (SIGTERM): stop after the current step
   // A batch whose gradients are not finite (NaN, infinity) is not pushed:
   // it is logged, counted and skipped. This many in a row end the run

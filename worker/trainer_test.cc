@@ -44,9 +44,9 @@ ModelConfig SmallMlp(int num_ps) {
 class FashionMnistTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto train = LoadTrainingSet(DataSource{});
+    auto train = LoadTrainingSet(*MakeLocalFileSystem(), DataSource{});
     ASSERT_TRUE(train.ok()) << train.status();
-    auto test = LoadTestSet(DataSource{}, train->feature_dim);
+    auto test = LoadTestSet(*MakeLocalFileSystem(), DataSource{}, train->feature_dim);
     ASSERT_TRUE(test.ok()) << test.status();
     train_ = new Dataset(Head(*train, 12000));
     test_ = new Dataset(Head(*test, 2000));
@@ -138,9 +138,11 @@ absl::StatusOr<TrainingSummary> TrainInProcess(const ClusterShape& shape, int64_
       options.num_workers = shape.workers;
       options.num_ps = shape.servers;
       options.max_consecutive_skips = max_consecutive_skips;
+      const std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
       if (w == 0) {
         options.metrics_jsonl = metrics;
         options.summary_json = summary;
+        options.fs = fs.get();
       }
       ParameterServerStrategy strategy(&client, w, shape.workers, /*resume=*/false);
       Trainer trainer(&strategy, replicas, reducer.get(), train, w == 0 ? &test : nullptr, options);

@@ -2,8 +2,6 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
@@ -21,29 +19,37 @@ std::string Json(const google::protobuf::Message& record, bool indent) {
   return out;
 }
 
-absl::Status WriteText(const std::string& path, const std::string& text, std::ios::openmode mode,
-                       const char* flag) {
-  std::ofstream out(path, mode);
-  out << text;
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", flag, " '", path, "'"));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 std::string JsonLine(const google::protobuf::Message& record) { return Json(record, false); }
 
+TrainingLog::TrainingLog(FileSystem* fs, std::string metrics_jsonl, std::string summary_json)
+    : fs_(fs), metrics_jsonl_(std::move(metrics_jsonl)), summary_json_(std::move(summary_json)) {
+  CHECK((fs_ != nullptr || (metrics_jsonl_.empty() && summary_json_.empty())) &&
+        "a training log that writes files needs a FileSystem");
+}
+
+absl::Status TrainingLog::OpenMetrics(bool afresh) {
+  auto file =
+      afresh ? fs_->NewWritableFile(metrics_jsonl_) : fs_->NewAppendableFile(metrics_jsonl_);
+  if (!file.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot write --metrics_jsonl '", metrics_jsonl_,
+                                               "': ", file.status().message()));
+  }
+  metrics_ = *std::move(file);
+  return absl::OkStatus();
+}
+
 absl::Status TrainingLog::StartAfresh() {
   if (metrics_jsonl_.empty()) return absl::OkStatus();
-  return WriteText(metrics_jsonl_, "", std::ios::trunc, "--metrics_jsonl");
+  return OpenMetrics(true);
 }
 
 void TrainingLog::Append(const google::protobuf::Message& record) {
-  if (metrics_jsonl_.empty()) return;
-  absl::Status status =
-      WriteText(metrics_jsonl_, JsonLine(record) + "\n", std::ios::app, "--metrics_jsonl");
-  if (!status.ok() && !append_failed_) {
+  if (metrics_jsonl_.empty() || append_failed_) return;
+  absl::Status status = metrics_ != nullptr ? absl::OkStatus() : OpenMetrics(false);
+  if (status.ok()) status = metrics_->Append(JsonLine(record) + "\n");
+  if (!status.ok()) {
     append_failed_ = true;
     LOG_ERROR("{}; training goes on without these metrics", status.message());
   }
@@ -51,10 +57,9 @@ void TrainingLog::Append(const google::protobuf::Message& record) {
 
 absl::Status TrainingLog::WriteSummary(const SummaryRecord& summary) {
   if (summary_json_.empty()) return absl::OkStatus();
-  if (absl::Status s =
-          WriteText(summary_json_, Json(summary, true), std::ios::trunc, "--summary_json");
-      !s.ok()) {
-    return s;
+  if (absl::Status s = WriteFile(*fs_, summary_json_, Json(summary, true)); !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write --summary_json '", summary_json_, "': ", s.message()));
   }
   LOG_INFO("summary written to {}", summary_json_);
   return absl::OkStatus();

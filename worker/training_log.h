@@ -7,9 +7,11 @@
 
 #include <google/protobuf/message.h>
 
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/file_system.h"
 #include "proto/training_log.pb.h"
 
 namespace fulcrum {
@@ -20,9 +22,10 @@ std::string JsonLine(const google::protobuf::Message& record);
 
 class TrainingLog {
  public:
-  // "" for a path: that file is not written.
-  TrainingLog(std::string metrics_jsonl, std::string summary_json)
-      : metrics_jsonl_(std::move(metrics_jsonl)), summary_json_(std::move(summary_json)) {}
+  // "" for a path: that file is not written. The files are written
+  // through `fs`, which must outlive the log (and may be null when neither
+  // is written).
+  TrainingLog(FileSystem* fs, std::string metrics_jsonl, std::string summary_json);
 
   // Empties the metrics file, for a run that starts afresh (a resumed run
   // appends to what it wrote before).
@@ -37,8 +40,13 @@ class TrainingLog {
   absl::Status WriteSummary(const SummaryRecord& summary);
 
  private:
+  // The metrics file, opened by StartAfresh or the first Append.
+  absl::Status OpenMetrics(bool afresh);
+
+  FileSystem* const fs_;
   const std::string metrics_jsonl_;
   const std::string summary_json_;
+  std::unique_ptr<WritableFile> metrics_;
   bool append_failed_ = false;  // logged once
 };
 

@@ -4,11 +4,14 @@
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <sstream>
+
+#include "common/faulty_file_system.h"
 
 namespace fulcrum {
 namespace {
@@ -26,7 +29,8 @@ std::string Read(const std::string& path) {
 // characters still make JSON that parses back to the same record.
 TEST(TrainingLogTest, OddValuesStillGiveValidJson) {
   const std::string dir = std::getenv("TEST_TMPDIR");
-  TrainingLog log(dir + "/metrics.jsonl", dir + "/summary.json");
+  FaultyFileSystem fs;
+  TrainingLog log(&fs, dir + "/metrics.jsonl", dir + "/summary.json");
   ASSERT_TRUE(log.StartAfresh().ok());
   ProgressRecord progress;
   progress.set_type("progress");
@@ -61,8 +65,37 @@ TEST(TrainingLogTest, OddValuesStillGiveValidJson) {
   EXPECT_THAT(text, HasSubstr("\"global_steps\": 374"));
 }
 
+// A resumed run appends to what it wrote before; a full disk ends the
+// metrics, logged once, and the run goes on.
+TEST(TrainingLogTest, AResumedRunAppendsAndAFullDiskStopsOnlyTheMetrics) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/resumed.jsonl";
+  FaultyFileSystem fs;
+  ProgressRecord progress;
+  progress.set_type("progress");
+  {
+    TrainingLog first(&fs, path, "");
+    ASSERT_TRUE(first.StartAfresh().ok());
+    first.Append(progress);
+  }
+  TrainingLog resumed(&fs, path, "");
+  resumed.Append(progress);
+  const auto lines = [&] {
+    const std::string text = Read(path);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  EXPECT_EQ(lines(), 2);
+  FaultyFileSystem::Faults full;
+  full.disk_full_after_bytes = 0;
+  fs.SetFaults(full);
+  resumed.Append(progress);
+  fs.SetFaults({});
+  resumed.Append(progress);  // after a failure, no more lines
+  EXPECT_EQ(lines(), 2);
+}
+
 TEST(TrainingLogTest, AnUnwritableSummaryIsNamed) {
-  TrainingLog log("", "/nonexistent-dir/summary.json");
+  FaultyFileSystem fs;
+  TrainingLog log(&fs, "", "/nonexistent-dir/summary.json");
   const absl::Status status = log.WriteSummary(SummaryRecord());
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(status.message()),

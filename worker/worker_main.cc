@@ -91,7 +91,7 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
   if (!embeddings.ok()) return embeddings.status();
   auto security = SecurityFromFlags(flags);
   if (!security.ok()) return security.status();
-  auto data = LoadData(flags, *model, is_chief);
+  auto data = LoadData(flags, *model, is_chief, *fs);
   if (!data.ok()) return data.status();
   if (absl::Status s = FitToData(data->train, &*model, &*embeddings); !s.ok()) return s;
 
@@ -125,6 +125,7 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
       model->kind == "softmax" ? model->kind : absl::StrCat(model->kind, " ", flags.hidden);
   options.embeddings = parts->embeddings.get();
   options.device_name = devices->devices[0]->name();
+  options.fs = fs.get();
   std::optional<Checkpointer> checkpointer;
   if (is_chief && !flags.checkpoint_dir.empty()) {
     CheckpointOptions checkpoint_options{flags.checkpoint_dir, flags.checkpoint_every_steps,

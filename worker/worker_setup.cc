@@ -343,7 +343,7 @@ absl::StatusOr<std::optional<EmbeddingConfig>> EmbeddingsFromFlags(const WorkerF
 }
 
 absl::StatusOr<TrainingData> LoadData(const WorkerFlags& flags, const ModelConfig& model,
-                                      bool is_chief) {
+                                      bool is_chief, FileSystem& fs) {
   DataSource source;
   source.kind = flags.dataset;
   source.data_dir = flags.data_dir;
@@ -365,11 +365,11 @@ absl::StatusOr<TrainingData> LoadData(const WorkerFlags& flags, const ModelConfi
   const auto data_error = [](const absl::Status& s) {
     return s.code() == absl::StatusCode::kInvalidArgument ? absl::DataLossError(s.message()) : s;
   };
-  auto train = LoadTrainingSet(source);
+  auto train = LoadTrainingSet(fs, source);
   if (!train.ok()) return data_error(train.status());
   TrainingData data{*std::move(train), std::nullopt};
   if (is_chief) {
-    auto test = LoadTestSet(source, data.train.feature_dim);
+    auto test = LoadTestSet(fs, source, data.train.feature_dim);
     if (!test.ok()) return data_error(test.status());
     data.test = *std::move(test);
   }

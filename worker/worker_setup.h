@@ -52,10 +52,11 @@ struct TrainingData {
   std::optional<Dataset> test;  // the chief's
 };
 
-// The training set and, for the chief, the test set. A data file that does
-// not parse is DATA_LOSS: the run's error, not the flags'.
+// The training set and, for the chief, the test set, read through `fs`. A
+// data file that does not parse is DATA_LOSS: the run's error, not the
+// flags'.
 absl::StatusOr<TrainingData> LoadData(const WorkerFlags& flags, const ModelConfig& model,
-                                      bool is_chief);
+                                      bool is_chief, FileSystem& fs);
 
 // The model's input width and the tables' fields, from the training set.
 absl::Status FitToData(const Dataset& train, ModelConfig* model,

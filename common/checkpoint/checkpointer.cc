@@ -8,23 +8,24 @@
 namespace fulcrum {
 
 Checkpointer::Checkpointer(WriteCheckpointFiles write_files, FileSystem* fs,
-                           CheckpointOptions options)
+                           CheckpointOptions options, std::function<absl::Time()> now)
     : write_files_(std::move(write_files)),
       fs_(fs),
       options_(std::move(options)),
-      last_time_(absl::Now()) {}
+      now_(std::move(now)),
+      last_time_(now_()) {}
 
 void Checkpointer::MaybeSave(int64_t step) {
   const bool by_steps = options_.every_steps > 0 && step - last_step_ >= options_.every_steps;
   const bool by_time =
-      options_.every_secs > 0 && absl::Now() - last_time_ >= absl::Seconds(options_.every_secs);
+      options_.every_secs > 0 && now_() - last_time_ >= absl::Seconds(options_.every_secs);
   if (by_steps || by_time) Save(step).IgnoreError();  // logged; training goes on
 }
 
 absl::Status Checkpointer::Save(int64_t step) {
   last_step_ = step;
-  last_time_ = absl::Now();
-  const absl::Time start = absl::Now();
+  last_time_ = now_();
+  const absl::Time start = last_time_;
   const std::string name = CheckpointDirName(step);
   absl::Status status;
   auto files = write_files_(step);
@@ -41,7 +42,7 @@ absl::Status Checkpointer::Save(int64_t step) {
     status = WriteManifest(*fs_, options_.dir, step, static_cast<int>(entries.size()), entries);
     if (status.ok()) {
       LOG_INFO("checkpoint {} complete: {} file(s), {} bytes in {}", name, entries.size(), bytes,
-               absl::FormatDuration(absl::Now() - start));
+               absl::FormatDuration(now_() - start));
       if (absl::Status s = PruneCheckpoints(*fs_, options_.dir, options_.keep); !s.ok()) {
         LOG_WARN("pruning old checkpoints: {}", s.message());
       }

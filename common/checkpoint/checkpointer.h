@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/file_system.h"
 #include "proto/ps_service.pb.h"
@@ -32,8 +33,9 @@ using WriteCheckpointFiles =
 
 class Checkpointer {
  public:
-  // `fs` outlives it.
-  Checkpointer(WriteCheckpointFiles write_files, FileSystem* fs, CheckpointOptions options);
+  // `fs` outlives it. `now` is the clock `every_secs` is measured on.
+  Checkpointer(WriteCheckpointFiles write_files, FileSystem* fs, CheckpointOptions options,
+               std::function<absl::Time()> now = absl::Now);
 
   // After a step: saves checkpoint `step` when `every_steps` steps or
   // `every_secs` seconds have passed since the last.
@@ -46,6 +48,7 @@ class Checkpointer {
   const WriteCheckpointFiles write_files_;
   FileSystem* const fs_;
   const CheckpointOptions options_;
+  const std::function<absl::Time()> now_;
   int64_t last_step_ = 0;
   absl::Time last_time_;
 };

@@ -20,10 +20,14 @@ int64_t FieldId(int field, uint64_t value, bool missing) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open the Criteo file ", path));
-  return std::unique_ptr<CriteoReader>(new CriteoReader(path, std::move(in)));
+absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(FileSystem& fs,
+                                                                 const std::string& path) {
+  auto in = LineReader::Open(fs, path);
+  if (!in.ok()) {
+    return absl::Status(in.status().code(), absl::StrCat("cannot open the Criteo file ", path, ": ",
+                                                         in.status().message()));
+  }
+  return std::unique_ptr<CriteoReader>(new CriteoReader(path, *std::move(in)));
 }
 
 absl::Status CriteoReader::ParseLine(const std::string& line, CtrExamples* out) {
@@ -65,13 +69,15 @@ absl::StatusOr<CtrExamples> CriteoReader::Next(int64_t max_examples) {
   out.num_fields = kFields;
   out.num_numeric = kNumeric;
   std::string line;
-  while (out.num_examples < max_examples && std::getline(in_, line)) {
+  while (out.num_examples < max_examples) {
+    absl::StatusOr<bool> more = in_->Next(&line);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
     ++line_;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     if (absl::Status s = ParseLine(line, &out); !s.ok()) return s;
   }
-  if (in_.bad()) return absl::DataLossError(absl::StrCat("reading ", path_, " failed"));
   return out;
 }
 

@@ -12,11 +12,11 @@
 #define FULCRUM_WORKER_DATA_CRITEO_H_
 
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/file_system.h"
 #include "worker/data/synthetic_ctr.h"
 
 namespace fulcrum {
@@ -26,8 +26,9 @@ class CriteoReader {
   static constexpr int kNumeric = 13;
   static constexpr int kFields = 26;
 
-  // NOT_FOUND naming `path` when it cannot be opened.
-  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(const std::string& path);
+  // NOT_FOUND naming `path` when it cannot be opened (through `fs`).
+  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(FileSystem& fs,
+                                                            const std::string& path);
 
   // Up to `max_examples` more examples (none at the end of the file).
   // INVALID_ARGUMENT naming the file and line of a line that is not a
@@ -35,11 +36,12 @@ class CriteoReader {
   absl::StatusOr<CtrExamples> Next(int64_t max_examples);
 
  private:
-  CriteoReader(std::string path, std::ifstream in) : path_(std::move(path)), in_(std::move(in)) {}
+  CriteoReader(std::string path, std::unique_ptr<LineReader> in)
+      : path_(std::move(path)), in_(std::move(in)) {}
   absl::Status ParseLine(const std::string& line, CtrExamples* out);
 
   const std::string path_;
-  std::ifstream in_;
+  const std::unique_ptr<LineReader> in_;
   int64_t line_ = 0;  // lines read so far
 };
 

@@ -34,7 +34,7 @@ TEST(CriteoTest, ReadsLinesInBoundedChunksWithMissingValues) {
   const std::string path =
       Write("day.tsv", {Line("1", {"3", "", "-1"}, {"68fd1e64", "", "0a519c5c"}), Line("0", {}, {}),
                         Line("0", {"0"}, {"68fd1e64"})});
-  auto reader = CriteoReader::Open(path);
+  auto reader = CriteoReader::Open(*MakeLocalFileSystem(), path);
   ASSERT_TRUE(reader.ok()) << reader.status();
   auto first = (*reader)->Next(2);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -68,13 +68,14 @@ TEST(CriteoTest, MalformedLinesAreNamedByFileAndLine) {
   };
   for (const auto& [line, what] : cases) {
     const std::string path = Write("bad.tsv", {good, line});
-    auto reader = CriteoReader::Open(path);
+    auto reader = CriteoReader::Open(*MakeLocalFileSystem(), path);
     ASSERT_TRUE(reader.ok());
     auto read = (*reader)->Next(10);
     EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << line;
     EXPECT_THAT(std::string(read.status().message()), HasSubstr(absl::StrCat(path, ":2: ", what)));
   }
-  EXPECT_EQ(CriteoReader::Open("/no/such/criteo.tsv").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(CriteoReader::Open(*MakeLocalFileSystem(), "/no/such/criteo.tsv").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -26,8 +26,8 @@ Dataset CtrDataset(const CtrExamples& examples) {
   return data;
 }
 
-absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path) {
-  auto reader = CriteoReader::Open(path);
+absl::StatusOr<Dataset> ReadCriteoFile(FileSystem& fs, const std::string& path) {
+  auto reader = CriteoReader::Open(fs, path);
   if (!reader.ok()) return reader.status();
   Dataset data;
   data.feature_dim = CriteoReader::kNumeric;

@@ -18,7 +18,7 @@ Dataset CtrDataset(const CtrExamples& examples);
 
 // A whole Criteo TSV file, read in bounded chunks; errors name the file
 // and line.
-absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path);
+absl::StatusOr<Dataset> ReadCriteoFile(FileSystem& fs, const std::string& path);
 
 }  // namespace fulcrum
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/faulty_file_system.h"
 #include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
 
@@ -35,6 +36,14 @@ std::string Labels(uint32_t n, int max_label = 3) {
   return data;
 }
 
+// The file system every read here goes through.
+FaultyFileSystem& Fs() {
+  static FaultyFileSystem* fs = new FaultyFileSystem;
+  return *fs;
+}
+
+std::string ReadWholeFile(const std::string& path) { return *ReadFile(Fs(), path); }
+
 std::string Write(const std::string& name, const std::string& bytes, bool gzip = false) {
   std::string path = TempPath(name);
   if (gzip) {
@@ -49,7 +58,7 @@ std::string Write(const std::string& name, const std::string& bytes, bool gzip =
 
 TEST(IdxTest, ReadsPlainAndGzipFiles) {
   for (bool gzip : {false, true}) {
-    auto data = ReadIdx(Write("img", Images(5), gzip), Write("lbl", Labels(5), gzip), 4);
+    auto data = ReadIdx(Fs(), Write("img", Images(5), gzip), Write("lbl", Labels(5), gzip), 4);
     ASSERT_TRUE(data.ok()) << data.status();
     EXPECT_EQ(data->num_examples, 5);
     EXPECT_EQ(data->feature_dim, 4);
@@ -58,43 +67,67 @@ TEST(IdxTest, ReadsPlainAndGzipFiles) {
   }
 }
 
+TEST(IdxTest, ReadsEveryMemberOfAGzipFile) {
+  // gzip -c a >> f; gzip -c b >> f: one file of two members, as cat makes.
+  const std::string images = Images(5);
+  const std::string first = Write("part1.gz", images.substr(0, 10), true);
+  const std::string second = Write("part2.gz", images.substr(10), true);
+  const std::string joined = ReadWholeFile(first) + ReadWholeFile(second);
+  auto data = ReadIdx(Fs(), Write("joined.gz", joined), Write("lbl", Labels(5)), 4);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->num_examples, 5);
+  EXPECT_FLOAT_EQ(data->features[19], 19 / 255.0f);
+}
+
+TEST(IdxTest, AFileThatCannotBeReadIsNamed) {
+  const std::string images = Write("img", Images(5));
+  const std::string labels = Write("lbl", Labels(5));
+  FaultyFileSystem::Faults unreadable;
+  unreadable.fail_reads = true;
+  Fs().SetFaults(unreadable);
+  const absl::Status status = ReadIdx(Fs(), images, labels, 4).status();
+  Fs().SetFaults({});
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("cannot open '" + images + "'"));
+}
+
 TEST(IdxTest, CorruptFilesAreNamedClearly) {
   const std::string labels = Write("lbl", Labels(5));
   std::string wrong_magic = Images(5);
   wrong_magic[3] = 0x01;
-  EXPECT_THAT(ReadIdx(Write("img", wrong_magic), labels, 4).status().message(),
+  EXPECT_THAT(ReadIdx(Fs(), Write("img", wrong_magic), labels, 4).status().message(),
               HasSubstr("magic 0x00000801, expected 0x00000803"));
   const std::string truncated = Images(5).substr(0, 20);
-  EXPECT_THAT(ReadIdx(Write("img", truncated), labels, 4).status().message(),
+  EXPECT_THAT(ReadIdx(Fs(), Write("img", truncated), labels, 4).status().message(),
               HasSubstr("truncated"));
-  const std::string gz = Write("img.gz", Images(5), true);
-  std::ifstream in(gz, std::ios::binary);
-  std::string compressed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto cut = ReadIdx(Write("cut.gz", compressed.substr(0, compressed.size() / 2)), labels, 4);
+  const std::string compressed = ReadWholeFile(Write("img.gz", Images(5), true));
+  auto cut = ReadIdx(Fs(), Write("cut.gz", compressed.substr(0, compressed.size() / 2)), labels, 4);
   EXPECT_FALSE(cut.ok());
   EXPECT_THAT(cut.status().message(), HasSubstr("cut.gz"));
-  EXPECT_THAT(ReadIdx(Write("img", Images(6)), labels, 4).status().message(),
+  EXPECT_THAT(ReadIdx(Fs(), Write("img", Images(6)), labels, 4).status().message(),
               HasSubstr("6 images but"));
-  EXPECT_THAT(ReadIdx(Write("img", Images(5)), Write("lbl", Labels(5, 9)), 4).status().message(),
-              HasSubstr("label 4 of example 4 is out of range [0, 4)"));
-  EXPECT_EQ(ReadIdx(TempPath("nope"), labels, 4).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      ReadIdx(Fs(), Write("img", Images(5)), Write("lbl", Labels(5, 9)), 4).status().message(),
+      HasSubstr("label 4 of example 4 is out of range [0, 4)"));
+  EXPECT_EQ(ReadIdx(Fs(), TempPath("nope"), labels, 4).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(IdxTest, MissingFashionMnistNamesTheDebianPackage) {
   DataSource source;
   source.data_dir = TempPath("empty");
-  auto data = LoadTrainingSet(source);
+  auto data = LoadTrainingSet(Fs(), source);
   EXPECT_EQ(data.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(data.status().message(), HasSubstr("apt-get install dataset-fashion-mnist"));
 }
 
 TEST(IdxTest, ReadsTheRealFashionMnist) {
   DataSource source;  // Debian's dataset-fashion-mnist, which the test script installs
-  auto train = LoadTrainingSet(source);
+  auto train = LoadTrainingSet(Fs(), source);
   ASSERT_TRUE(train.ok()) << train.status();
   EXPECT_EQ(train->num_examples, 60000);
   EXPECT_EQ(train->feature_dim, 784);
-  auto test = LoadTestSet(source, train->feature_dim);
+  auto test = LoadTestSet(Fs(), source, train->feature_dim);
   ASSERT_TRUE(test.ok()) << test.status();
   EXPECT_EQ(test->num_examples, 10000);
   std::set<int32_t> classes(train->labels.begin(), train->labels.end());
@@ -104,7 +137,7 @@ TEST(IdxTest, ReadsTheRealFashionMnist) {
 TEST(LibsvmTest, ReadsSparseLinesIntoDenseRows) {
   const std::string path =
       Write("train.libsvm", "1 1:0.5 3:2\n# a comment\n\n0 2:-1  # trailing\n2 4:1\n");
-  auto data = ReadLibsvm(path, 3);
+  auto data = ReadLibsvm(Fs(), path, 3);
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->num_examples, 3);
   EXPECT_EQ(data->feature_dim, 4);
@@ -113,13 +146,13 @@ TEST(LibsvmTest, ReadsSparseLinesIntoDenseRows) {
 }
 
 TEST(LibsvmTest, BadLinesAreNamed) {
-  EXPECT_THAT(ReadLibsvm(Write("a", "1 1:1\n7 2:1\n"), 3).status().message(),
+  EXPECT_THAT(ReadLibsvm(Fs(), Write("a", "1 1:1\n7 2:1\n"), 3).status().message(),
               HasSubstr("line 2: label '7'"));
-  EXPECT_THAT(ReadLibsvm(Write("b", "1 0:1\n"), 3).status().message(), HasSubstr("'0:1'"));
-  EXPECT_THAT(ReadLibsvm(Write("c", "1 x\n"), 3).status().message(), HasSubstr("'x'"));
-  EXPECT_THAT(ReadLibsvm(Write("d", "1 9:1\n"), 3, 4).status().message(),
+  EXPECT_THAT(ReadLibsvm(Fs(), Write("b", "1 0:1\n"), 3).status().message(), HasSubstr("'0:1'"));
+  EXPECT_THAT(ReadLibsvm(Fs(), Write("c", "1 x\n"), 3).status().message(), HasSubstr("'x'"));
+  EXPECT_THAT(ReadLibsvm(Fs(), Write("d", "1 9:1\n"), 3, 4).status().message(),
               HasSubstr("exceeds the 4 features"));
-  EXPECT_THAT(ReadLibsvm(Write("e", "\n"), 3).status().message(), HasSubstr("no examples"));
+  EXPECT_THAT(ReadLibsvm(Fs(), Write("e", "\n"), 3).status().message(), HasSubstr("no examples"));
 }
 
 Dataset Numbered(int64_t n) {

@@ -2,9 +2,7 @@
 
 #include <zlib.h>
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -18,24 +16,49 @@ namespace {
 constexpr uint32_t kIdxImagesMagic = 0x00000803;
 constexpr uint32_t kIdxLabelsMagic = 0x00000801;
 
-bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
+bool FileExists(FileSystem& fs, const std::string& path) {
+  return fs.NewRandomAccessFile(path).ok();
+}
 
-// Reads a whole file, gunzipping it if it is gzip (zlib reads plain files
-// through unchanged).
-absl::StatusOr<std::string> ReadMaybeGzip(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::unique_ptr<gzFile_s, int (*)(gzFile)> closer(file, gzclose);
-  std::string data;
-  char buffer[1 << 16];
-  int n;
-  while ((n = gzread(file, buffer, sizeof(buffer))) > 0) data.append(buffer, n);
-  int code = Z_OK;
-  const char* message = gzerror(file, &code);
-  if (n < 0 || code != Z_OK) {
-    return absl::DataLossError(absl::StrCat("'", path, "' is corrupt or truncated: ", message));
+// `data` inflated: every gzip member of it, one after the other.
+absl::StatusOr<std::string> Gunzip(const std::string& path, const std::string& data) {
+  std::string out;
+  z_stream stream{};
+  if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) {
+    return absl::InternalError("zlib: cannot start inflating");
   }
-  return data;
+  std::unique_ptr<z_stream, int (*)(z_stream*)> ender(&stream, inflateEnd);
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  stream.avail_in = static_cast<uInt>(data.size());
+  char buffer[1 << 16];
+  for (;;) {
+    stream.next_out = reinterpret_cast<Bytef*>(buffer);
+    stream.avail_out = sizeof(buffer);
+    const int code = inflate(&stream, Z_NO_FLUSH);
+    out.append(buffer, sizeof(buffer) - stream.avail_out);
+    if (code == Z_STREAM_END) {
+      if (stream.avail_in == 0) return out;
+      inflateReset(&stream);  // another member follows
+      continue;
+    }
+    if (code != Z_OK || (stream.avail_in == 0 && stream.avail_out != 0)) {
+      return absl::DataLossError(absl::StrCat(
+          "'", path,
+          "' is corrupt or truncated: ", stream.msg != nullptr ? stream.msg : "it ends early"));
+    }
+  }
+}
+
+// Reads a whole file, gunzipping it if it is gzip.
+absl::StatusOr<std::string> ReadMaybeGzip(FileSystem& fs, const std::string& path) {
+  auto data = ReadFile(fs, path);
+  if (!data.ok()) {
+    return absl::Status(data.status().code(),
+                        absl::StrCat("cannot open '", path, "': ", data.status().message()));
+  }
+  const bool gzip = data->size() >= 2 && static_cast<unsigned char>((*data)[0]) == 0x1f &&
+                    static_cast<unsigned char>((*data)[1]) == 0x8b;
+  return gzip ? Gunzip(path, *data) : data;
 }
 
 uint32_t BigEndian32(const std::string& data, size_t offset) {
@@ -71,31 +94,32 @@ absl::Status CheckIdx(const std::string& path, const std::string& data, uint32_t
   return absl::OkStatus();
 }
 
-std::string FirstExisting(const std::string& dir, const std::string& name) {
+std::string FirstExisting(FileSystem& fs, const std::string& dir, const std::string& name) {
   const std::string gz = absl::StrCat(dir, "/", name, ".gz");
-  return FileExists(gz) ? gz : absl::StrCat(dir, "/", name);
+  return FileExists(fs, gz) ? gz : absl::StrCat(dir, "/", name);
 }
 
-absl::StatusOr<Dataset> LoadIdxSplit(const DataSource& source, const std::string& prefix) {
-  const std::string images = FirstExisting(source.data_dir, prefix + "-images-idx3-ubyte");
-  const std::string labels = FirstExisting(source.data_dir, prefix + "-labels-idx1-ubyte");
-  if (!FileExists(images) || !FileExists(labels)) {
+absl::StatusOr<Dataset> LoadIdxSplit(FileSystem& fs, const DataSource& source,
+                                     const std::string& prefix) {
+  const std::string images = FirstExisting(fs, source.data_dir, prefix + "-images-idx3-ubyte");
+  const std::string labels = FirstExisting(fs, source.data_dir, prefix + "-labels-idx1-ubyte");
+  if (!FileExists(fs, images) || !FileExists(fs, labels)) {
     std::string hint = source.kind == "fashion_mnist"
                            ? " (install it with: apt-get install dataset-fashion-mnist)"
                            : "";
     return absl::NotFoundError(absl::StrCat("no ", prefix, " set in '", source.data_dir, "': need ",
                                             images, " and ", labels, hint));
   }
-  return ReadIdx(images, labels, source.num_classes);
+  return ReadIdx(fs, images, labels, source.num_classes);
 }
 
 }  // namespace
 
-absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path,
-                                int num_classes) {
-  auto images = ReadMaybeGzip(images_path);
+absl::StatusOr<Dataset> ReadIdx(FileSystem& fs, const std::string& images_path,
+                                const std::string& labels_path, int num_classes) {
+  auto images = ReadMaybeGzip(fs, images_path);
   if (!images.ok()) return images.status();
-  auto labels = ReadMaybeGzip(labels_path);
+  auto labels = ReadMaybeGzip(fs, labels_path);
   if (!labels.ok()) return labels.status();
   std::vector<uint32_t> image_dims, label_dims;
   if (auto s = CheckIdx(images_path, *images, kIdxImagesMagic, 3, &image_dims); !s.ok()) return s;
@@ -125,15 +149,22 @@ absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::strin
   return data;
 }
 
-absl::StatusOr<Dataset> ReadLibsvm(const std::string& path, int num_classes, int64_t feature_dim) {
-  std::ifstream file(path);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+absl::StatusOr<Dataset> ReadLibsvm(FileSystem& fs, const std::string& path, int num_classes,
+                                   int64_t feature_dim) {
+  auto file = LineReader::Open(fs, path);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("cannot open '", path, "': ", file.status().message()));
+  }
   std::vector<std::vector<std::pair<int64_t, float>>> rows;
   Dataset data;
   data.num_classes = num_classes;
   int64_t max_index = 0;
   std::string line;
-  for (int64_t line_no = 1; std::getline(file, line); ++line_no) {
+  for (int64_t line_no = 1;; ++line_no) {
+    absl::StatusOr<bool> more = (*file)->Next(&line);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
     absl::string_view text = line;
     if (size_t hash = text.find('#'); hash != absl::string_view::npos) text = text.substr(0, hash);
     std::vector<absl::string_view> fields = absl::StrSplit(text, ' ', absl::SkipWhitespace());
@@ -202,25 +233,28 @@ absl::Status ValidateDataSource(const DataSource& source) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Dataset> LoadTrainingSet(const DataSource& source) {
+absl::StatusOr<Dataset> LoadTrainingSet(FileSystem& fs, const DataSource& source) {
   if (absl::Status s = ValidateDataSource(source); !s.ok()) return s;
   if (source.kind == "libsvm") {
-    return ReadLibsvm(source.data_dir + "/train.libsvm", source.num_classes, source.feature_dim);
+    return ReadLibsvm(fs, source.data_dir + "/train.libsvm", source.num_classes,
+                      source.feature_dim);
   }
-  if (source.kind == "fashion_mnist" || source.kind == "idx") return LoadIdxSplit(source, "train");
-  if (source.kind == "criteo") return ReadCriteoFile(source.data_dir + "/train.txt");
+  if (source.kind == "fashion_mnist" || source.kind == "idx") {
+    return LoadIdxSplit(fs, source, "train");
+  }
+  if (source.kind == "criteo") return ReadCriteoFile(fs, source.data_dir + "/train.txt");
   return CtrDataset(Generator(source).Generate(source.ctr_train_examples, 0));  // synthetic_ctr
 }
 
-absl::StatusOr<Dataset> LoadTestSet(const DataSource& source, int64_t feature_dim) {
+absl::StatusOr<Dataset> LoadTestSet(FileSystem& fs, const DataSource& source, int64_t feature_dim) {
   absl::StatusOr<Dataset> data =
       source.kind == "libsvm"
-          ? ReadLibsvm(source.data_dir + "/test.libsvm", source.num_classes, feature_dim)
-      : source.kind == "criteo" ? ReadCriteoFile(source.data_dir + "/test.txt")
+          ? ReadLibsvm(fs, source.data_dir + "/test.libsvm", source.num_classes, feature_dim)
+      : source.kind == "criteo" ? ReadCriteoFile(fs, source.data_dir + "/test.txt")
       : source.kind == "synthetic_ctr"
           ? absl::StatusOr<Dataset>(
                 CtrDataset(Generator(source).Generate(source.ctr_test_examples, -1)))
-          : LoadIdxSplit(source, "t10k");
+          : LoadIdxSplit(fs, source, "t10k");
   if (data.ok() && data->feature_dim != feature_dim) {
     return absl::InvalidArgumentError(absl::StrCat("the test set has ", data->feature_dim,
                                                    " features, the training set ", feature_dim));

@@ -1,6 +1,7 @@
 // Training data in memory, and the readers that load it: IDX (plain or
 // gzip, as Debian's dataset-fashion-mnist installs Fashion-MNIST) and libsvm
-// text. Thread-compatible.
+// text. Every file is read through a FileSystem (common/file_system.h), so
+// tests can make reads fail. Thread-compatible.
 #ifndef FULCRUM_WORKER_DATA_DATASET_H_
 #define FULCRUM_WORKER_DATA_DATASET_H_
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_system.h"
 
 namespace fulcrum {
 
@@ -33,13 +35,13 @@ struct Dataset {
 // IDX labels file (0x00000801), each plain or gzip. Pixels are scaled to
 // [0, 1]. Errors name the file and what is wrong: missing, wrong magic,
 // truncated, counts that differ, a label >= num_classes.
-absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path,
-                                int num_classes);
+absl::StatusOr<Dataset> ReadIdx(FileSystem& fs, const std::string& images_path,
+                                const std::string& labels_path, int num_classes);
 
 // Reads libsvm text: "label index:value ..." per line, 1-based indices, `#`
 // comments. Labels must be integers in [0, num_classes). feature_dim 0 takes
 // the largest index seen. Errors name the file and line.
-absl::StatusOr<Dataset> ReadLibsvm(const std::string& path, int num_classes,
+absl::StatusOr<Dataset> ReadLibsvm(FileSystem& fs, const std::string& path, int num_classes,
                                    int64_t feature_dim = 0);
 
 // Which data set, and where.
@@ -67,8 +69,8 @@ absl::Status ValidateDataSource(const DataSource& source);
 // (labelled Criteo TSV, streamed); synthetic_ctr generates both, the test
 // split with its oracle AUC. A missing Fashion-MNIST names the Debian
 // package that provides it.
-absl::StatusOr<Dataset> LoadTrainingSet(const DataSource& source);
-absl::StatusOr<Dataset> LoadTestSet(const DataSource& source, int64_t feature_dim);
+absl::StatusOr<Dataset> LoadTrainingSet(FileSystem& fs, const DataSource& source);
+absl::StatusOr<Dataset> LoadTestSet(FileSystem& fs, const DataSource& source, int64_t feature_dim);
 
 }  // namespace fulcrum
 
