@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 SORTED = {"deps", "srcs", "hdrs", "data", "tools", "visibility", "default_visibility"}
-LIST_START = re.compile(r"^\s*(\w+) = \[$")
+LIST_START = re.compile(r"^\s*(?:package\()?(\w+) = \[$")
 ELEMENT = re.compile(r'^\s*"([^"]*)",(\s*#.*)?$')
 
 
