@@ -372,17 +372,12 @@ absl::Status DenseCalls::PullVariables(const std::vector<const VariablePlacement
       involved, "pull",
       [&](int ps, absl::Time deadline) {
         placers[ps].Reset();  // this may be a retry
-        auto pulled =
-            servers_.server(ps).Pull(pulls[ps], response_bytes[ps], deadline, &placers[ps]);
-        if (!pulled.ok()) return pulled.status();
-        responses[ps] = *std::move(pulled);
-        return absl::OkStatus();
+        return Keep(servers_.server(ps).Pull(pulls[ps], response_bytes[ps], deadline, &placers[ps]),
+                    &responses[ps]);
       },
       [&](int ps, absl::Time deadline) {
-        auto pulled = PullRecovered(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]);
-        if (!pulled.ok()) return pulled.status();
-        responses[ps] = *std::move(pulled);
-        return absl::OkStatus();
+        return Keep(PullRecovered(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]),
+                    &responses[ps]);
       },
       &recovered);
   if (!status.ok()) return status;
@@ -494,10 +489,7 @@ absl::StatusOr<PushStats> DenseCalls::PushFrom(const ConstTensorViews& gradients
   absl::Status status = servers_.ForEachServerRecovering(
       involved, "push",
       [&](int ps, absl::Time deadline) {
-        auto pushed = servers_.server(ps).Push(pushes[ps], deadline);
-        if (!pushed.ok()) return pushed.status();
-        responses[ps] = *std::move(pushed);
-        return absl::OkStatus();
+        return Keep(servers_.server(ps).Push(pushes[ps], deadline), &responses[ps]);
       },
       nullptr, &recovered);
   if (!status.ok()) return status;
@@ -552,17 +544,13 @@ absl::StatusOr<PushStats> DenseCalls::PushPullVariables(
       involved, "push-pull",
       [&](int ps, absl::Time deadline) {
         placers[ps].Reset();  // this may be a retry
-        auto pulled = servers_.server(ps).PushPull(pushes[ps], pulls[ps], response_bytes[ps],
-                                                   deadline, &placers[ps]);
-        if (!pulled.ok()) return pulled.status();
-        responses[ps] = *std::move(pulled);
-        return absl::OkStatus();
+        return Keep(servers_.server(ps).PushPull(pushes[ps], pulls[ps], response_bytes[ps],
+                                                 deadline, &placers[ps]),
+                    &responses[ps]);
       },
       [&](int ps, absl::Time deadline) {
-        auto pulled = PullRecovered(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]);
-        if (!pulled.ok()) return pulled.status();
-        responses[ps] = *std::move(pulled);
-        return absl::OkStatus();
+        return Keep(PullRecovered(ps, pulls[ps], response_bytes[ps], deadline, &placers[ps]),
+                    &responses[ps]);
       },
       &recovered);
   if (!status.ok()) {

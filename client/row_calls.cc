@@ -185,10 +185,7 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
   absl::Status status = servers_.ForEachServerRecovering(
       involved, "push rows",
       [&](int ps, absl::Time deadline) {
-        auto pushed = servers_.server(ps).PushRows(requests[ps], deadline);
-        if (!pushed.ok()) return pushed.status();
-        responses[ps] = *std::move(pushed);
-        return absl::OkStatus();
+        return Keep(servers_.server(ps).PushRows(requests[ps], deadline), &responses[ps]);
       },
       nullptr, &recovered);
   if (!status.ok()) return status;

@@ -187,10 +187,7 @@ absl::StatusOr<std::vector<HeartbeatResponse>> ServerSet::SendHeartbeat(bool fin
   request.set_finished(finished);
   std::vector<HeartbeatResponse> answers(servers_.size());
   absl::Status status = ForEveryServer("heartbeat", [&](int ps, absl::Time deadline) {
-    auto answer = servers_[ps]->Heartbeat(request, deadline);
-    if (!answer.ok()) return answer.status();
-    answers[ps] = *std::move(answer);
-    return absl::OkStatus();
+    return Keep(servers_[ps]->Heartbeat(request, deadline), &answers[ps]);
   });
   if (!status.ok()) return status;
   return answers;
@@ -208,9 +205,7 @@ void ServerSet::StartHeartbeats(absl::Duration interval) {
 absl::StatusOr<std::vector<DescribeResponse>> ServerSet::Describe() {
   std::vector<DescribeResponse> responses(servers_.size());
   absl::Status status = ForEveryServer("describe", [&](int ps, absl::Time deadline) {
-    auto described = servers_[ps]->Describe(deadline);
-    if (described.ok()) responses[ps] = *described;
-    return described.status();
+    return Keep(servers_[ps]->Describe(deadline), &responses[ps]);
   });
   if (!status.ok()) return status;
   return responses;
@@ -221,9 +216,7 @@ absl::StatusOr<std::vector<SaveCheckpointResponse>> ServerSet::SaveCheckpoint(in
   request.set_step(step);
   std::vector<SaveCheckpointResponse> responses(servers_.size());
   absl::Status status = ForEveryServer("checkpoint", [&](int ps, absl::Time deadline) {
-    auto saved = servers_[ps]->SaveCheckpoint(request, deadline);
-    if (saved.ok()) responses[ps] = *saved;
-    return saved.status();
+    return Keep(servers_[ps]->SaveCheckpoint(request, deadline), &responses[ps]);
   });
   if (!status.ok()) return status;
   return responses;

@@ -43,6 +43,15 @@ struct ShardVersions {
   int64_t min_version = 0;  // the next pull waits for this (the policy says)
 };
 
+// A call's result kept in *out: OK, or the call's error (what the calls
+// that ForEachServer fans out return).
+template <typename T>
+absl::Status Keep(absl::StatusOr<T> result, T* out) {
+  if (!result.ok()) return result.status();
+  *out = *std::move(result);
+  return absl::OkStatus();
+}
+
 // Adds the outcomes of one server's answer to a push to `stats`.
 PushStats AddPushResults(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
                          PushStats stats);
