@@ -85,14 +85,14 @@ TEST_F(GrpcPsTransportTest, SmallPullsAreUnaryAndLargeOnesStreamedBothIntoPlace)
   Create("big", 8192, -1.5f);  // 8 MiB: a stream of 4 MiB chunks
   std::vector<float> values;
   EXPECT_EQ(PullInto("small", 16, &values), 1);
-  EXPECT_EQ(values, std::vector<float>(16 * 256, 2.5f));
+  EXPECT_EQ(values, std::vector<float>(size_t{16} * 256, 2.5f));
   EXPECT_GE(PullInto("big", 8192, &values), 2);
-  EXPECT_EQ(values, std::vector<float>(8192 * 256, -1.5f));
+  EXPECT_EQ(values, std::vector<float>(size_t{8192} * 256, -1.5f));
 }
 
 TEST_F(GrpcPsTransportTest, PushesAndPushPullsApplyAndAnswer) {
   Create("w", 64, 1.0f);
-  const std::vector<float> grad(64 * 256, 0.5f);
+  const std::vector<float> grad(size_t{64} * 256, 0.5f);
   auto push = std::make_shared<OutgoingPush>();
   push->request.set_worker_id(0);
   ASSERT_TRUE(AppendShardSlices("w", 0, 0, {64, 256}, grad, DT_FLOAT, kChunkBytes,
@@ -105,13 +105,14 @@ TEST_F(GrpcPsTransportTest, PushesAndPushPullsApplyAndAnswer) {
 
   PullRequest pull;
   pull.add_shards()->set_variable("w");
-  std::vector<float> values(64 * 256);
+  std::vector<float> values(size_t{64} * 256);
   VectorPlacer placer(256, &values);
   auto both = transport_->PushPull(push, pull, values.size() * 4, Deadline(), &placer);
   ASSERT_TRUE(both.ok()) << both.status();
   ASSERT_EQ(both->push_results_size(), 1);
   EXPECT_EQ(both->push_results(0).version(), 2);
-  EXPECT_EQ(values, std::vector<float>(64 * 256, 0.0f)) << "1 - 0.5 - 0.5, read after the push";
+  EXPECT_EQ(values, std::vector<float>(size_t{64} * 256, 0.0f))
+      << "1 - 0.5 - 0.5, read after the push";
 }
 
 TEST_F(GrpcPsTransportTest, TheServersErrorsArriveWithTheirCodeAndMessage) {

@@ -70,7 +70,7 @@ TEST_F(RestoreTest, SavesAServersFileThatTheNewestRestorePointReads) {
   EXPECT_FALSE(point->adjusted);
   ASSERT_EQ(point->files.size(), 1u);
   ShardContents contents;
-  contents.values.resize(4 * 3);
+  contents.values.resize(12);  // 4 rows of 3
   ASSERT_TRUE(point->variables.at("w").Read(0, 4, &contents).ok());
   EXPECT_EQ(contents.values, std::vector<float>(12, 9.0f));
 }

@@ -39,7 +39,7 @@ TEST(OptimizerSpecTest, OutOfRangeHyperparametersNameTheField) {
   OptimizerSpec spec;
   spec.set_learning_rate(0.1f);
   EXPECT_TRUE(ValidateOptimizerSpec(spec, "variable 'w'").ok());
-  const auto error = [](OptimizerSpec s) {
+  const auto error = [](const OptimizerSpec& s) {
     return std::string(ValidateOptimizerSpec(s, "variable 'w'").message());
   };
   OptimizerSpec no_rate = spec;
