@@ -2,7 +2,9 @@
 # Runs clang-tidy (.clang-tidy says which checks, and why) over Fulcrum's C++
 # sources, two files at a time. Builds the generated headers it needs first.
 # Exits 1 listing the findings, if any, clang-tidy's own errors (a file it
-# cannot compile) among them. With file arguments, checks those.
+# cannot compile) among them. With file arguments, checks those. Files found
+# clean before, and unchanged with every header they include, are skipped
+# (a cache under ~/.cache/fulcrum-tidy; FULCRUM_TIDY_CACHE moves it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,11 +22,27 @@ if (($#)); then
 else
   mapfile -t files < <(git ls-files '*.cc' | grep -v '^third_party/')
 fi
+# A file found clean is remembered under the hash of what clang-tidy saw:
+# the file preprocessed with its comments (NOLINTs count) and every header
+# it includes, the build's paths replaced by names, the checks, and
+# clang-tidy's version. Unchanged files are not checked again; findings are
+# never remembered.
+cache=${FULCRUM_TIDY_CACHE:-$HOME/.cache/fulcrum-tidy}
+mkdir -p "$cache"
+find "$cache" -type f -mtime +30 -delete
+export cache bin tools
+
 # One file's findings; clang-tidy's own failure (a file it cannot compile,
 # a crash) is one too, never hidden.
 tidy_one() {
-  local file=$1 output rc findings
+  local file=$1 output rc findings key
   shift
+  key=$({
+    clang-tidy --version
+    cat .clang-tidy
+    clang++ -E -P -C "$file" "$@" 2>&1 | sed -e "s#$bin#BIN#g" -e "s#$tools#TOOLS#g"
+  } | sha256sum | cut -d' ' -f1)
+  [[ -e $cache/$key ]] && return
   output=$(clang-tidy --quiet "$file" -- "$@" 2>&1)
   rc=$?
   findings=$(grep -E '^[^ ].*: (warning|error): ' <<<"$output")
@@ -32,6 +50,8 @@ tidy_one() {
     echo "$findings"
   elif ((rc != 0)); then
     echo "$file: error: clang-tidy failed with status $rc: $(tail -n 3 <<<"$output" | tr '\n' ' ')"
+  else
+    touch "$cache/$key"
   fi
 }
 export -f tidy_one
