@@ -121,8 +121,12 @@ TEST_F(ServerSetTest, PushIdsAreNeverZeroAndTheClockIsTheSessions) {
 }
 
 TEST_F(ServerSetTest, AReaderHasNoLease) {
-  options_.worker_id = -1;
-  const absl::Status status = set_->Heartbeat();
+  PsClientOptions reader;
+  reader.worker_id = -1;
+  std::vector<std::unique_ptr<PsTransport>> transports;
+  transports.push_back(std::make_unique<InProcessPsTransport>(servers_[0].get()));
+  ServerSet readers(std::move(transports), reader, *policy_);
+  const absl::Status status = readers.Heartbeat();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()), HasSubstr("reads only"));
 }
