@@ -45,8 +45,9 @@ absl::StatusOr<WorkerSecurity> SecurityFromFlags(const WorkerFlags& flags) {
   auto token = ClientTokenFromFlags();
   if (!token.ok()) return token.status();
   security.token = *token;
-  // The peers' streams carry the cluster token, which every worker holds
-  // (the chief's control token is not the other workers' to check).
+  if (flags.strategy == "parameter_server") return security;
+  // The all-reduce peers' streams carry the cluster token, which every
+  // worker holds (the chief's control token is not the others' to check).
   std::string control_token;
   if (absl::Status s = ServerTokensFromFlags(&security.cluster_token, &control_token); !s.ok()) {
     return s;
