@@ -340,6 +340,7 @@ absl::Status DenseCalls::Assemble(const std::vector<const VariablePlacement*>& v
             what, state.pulled_version, version, state.pulled_version - version);
       }
       state.pulled_version = version;
+      state.restarted = false;
       step = std::min(step, state.pulled_version);
     }
   }
@@ -442,11 +443,12 @@ absl::StatusOr<DenseCalls::Pushes> DenseCalls::BuildPushes(const ConstTensorView
     const int64_t row_elems = RowElements(grad.shape);
     for (const ShardPlacement& shard : (*found)->shards) {
       auto it = shard_state_.find({name, shard.shard});
+      const int64_t computed_at =
+          it == shard_state_.end() || it->second.restarted ? 0 : it->second.pulled_version;
       Shape shard_shape = grad.shape;
       shard_shape[0] = shard.rows;
       if (absl::Status s = AppendShardSlices(
-              name, shard.shard, it == shard_state_.end() ? 0 : it->second.pulled_version,
-              shard_shape,
+              name, shard.shard, computed_at, shard_shape,
               absl::MakeConstSpan(grad.data + shard.row_offset * row_elems, shard.rows * row_elems),
               options.wire_dtype, kChunkBytes, per_ps[shard.ps]->request.mutable_gradients(),
               options.wire_dtype == DT_FLOAT ? &per_ps[shard.ps]->lent : nullptr);
@@ -573,7 +575,10 @@ absl::StatusOr<PushStats> DenseCalls::PushPullVariables(
 void DenseCalls::ForgetVersions(const std::vector<bool>& recovered) {
   for (const VariablePlacement& variable : placement_) {
     for (const ShardPlacement& shard : variable.shards) {
-      if (recovered[shard.ps]) shard_state_[{variable.spec.name(), shard.shard}].min_version = 0;
+      if (!recovered[shard.ps]) continue;
+      ShardVersions& state = shard_state_[{variable.spec.name(), shard.shard}];
+      state.min_version = 0;
+      state.restarted = true;
     }
   }
 }

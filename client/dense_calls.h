@@ -51,7 +51,9 @@ class DenseCalls {
   // The lowest version among the shards of the last pull.
   int64_t step() const { return step_; }
 
-  // Forgets the versions learned from the servers in `recovered`.
+  // Forgets the versions learned from the servers in `recovered`: the next
+  // pulls wait for none, and gradients go as computed at version 0 until
+  // their shards are pulled again (whichever call recovered the server).
   void ForgetVersions(const std::vector<bool>& recovered);
 
  private:

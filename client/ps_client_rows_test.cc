@@ -69,8 +69,8 @@ class Cluster {
   }
 
  private:
-  // The calls of tables, to whichever server i is now (the others go to
-  // the first).
+  // The calls on a client's state, to whichever server i is now (the
+  // others go to the first).
   class Indirect : public ForwardingPsTransport {
    public:
     Indirect(Cluster* cluster, int i)
@@ -88,6 +88,15 @@ class Cluster {
     absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request,
                                               absl::Time deadline) override {
       return Now().PushRows(request, deadline);
+    }
+    absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
+                                      absl::Time deadline, SlicePlacer* sink) override {
+      return Now().Pull(request, response_bytes, deadline, sink);
+    }
+    absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const OutgoingPush> push,
+                                          const PullRequest& pull, int64_t response_bytes,
+                                          absl::Time deadline, SlicePlacer* sink) override {
+      return Now().PushPull(std::move(push), pull, response_bytes, deadline, sink);
     }
 
    private:
@@ -194,6 +203,30 @@ TEST(PsClientRowsTest, ARestartedServerGetsItsTablesAgain) {
   ASSERT_TRUE(client.PullRows({{"a", ids}}, &rows).ok());
   ASSERT_EQ(cluster.server(1).Describe().tables_size(), 1);
   EXPECT_EQ(std::vector<float>(rows[0].begin(), rows[0].begin() + kWidth), Initial("a", 0));
+}
+
+// A server recovered by a row call: the next dense push, of gradients
+// computed on values the server no longer holds, is taken as computed at
+// version 0 (not refused as coming from the future), and the pull after it
+// reads what the restarted server holds.
+TEST(PsClientRowsTest, ADensePushAfterARowCallRecoveredTheServerIsNotRefused) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateVariables({TestVariable("w", {4, 2}, kServers, 1.0f)}).ok());
+  ASSERT_TRUE(client.CreateTables({Table("a")}).ok());
+  TensorMap values;
+  for (int step = 0; step < 3; ++step) {
+    auto pushed = client.PushPull({{"w", Filled({4, 2}, 0.25f)}}, {"w"}, &values);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+  }
+  cluster.Restart(1);
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(client.PullRows({{"a", {0, 1, 2, 3}}}, &rows).ok());  // recovers server 1
+  auto pushed = client.PushPull({{"w", Filled({4, 2}, 0.25f)}}, {"w"}, &values);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  // Server 1's shard, rows [2, 4), started again from the initializer.
+  EXPECT_EQ(values["w"].values[0], 1.0f - 4 * 0.25f);
+  EXPECT_EQ(values["w"].values[7], 1.0f - 0.25f);
 }
 
 }  // namespace

@@ -41,6 +41,9 @@ namespace fulcrum {
 struct ShardVersions {
   int64_t pulled_version = 0;
   int64_t min_version = 0;  // the next pull waits for this (the policy says)
+  // Its server restarted since pulled_version was read: gradients computed
+  // on those values go as computed at version 0 until the next pull.
+  bool restarted = false;
 };
 
 // A call's result kept in *out: OK, or the call's error (what the calls
