@@ -107,7 +107,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     const std::string empty;
     const std::string& initial =
         request.initial_values_size() > 0 ? request.initial_values(i) : empty;
-    const RestoredVariable* restored = checkpoints_.Find(spec.variable().name());
+    const RestoredVariable* restored = checkpoints_.Find(spec);
     if (restored != nullptr) {
       if (absl::Status s = CheckRestorable(restored->spec, spec.variable()); !s.ok()) return s;
     }

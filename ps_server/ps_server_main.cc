@@ -60,8 +60,10 @@ ABSL_FLAG(int64_t, max_memory_mb, 0,
           "RESOURCE_EXHAUSTED. 0: 80% of the machine's memory (or the container's limit).");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Where checkpoints are written and restored from, shared with the other servers and "
-          "the chief (a shared volume). On start the newest complete checkpoint is restored; "
-          "on SIGTERM/SIGINT the server writes its own final checkpoint there. \"\" = none.");
+          "the chief (a shared volume). On start the newest complete checkpoint is restored "
+          "(this server's final checkpoint in its place when newer; without one, the servers' "
+          "final checkpoints); on SIGTERM/SIGINT and at the job's end the server writes its "
+          "own final checkpoint there. \"\" = none.");
 ABSL_FLAG(bool, keep_serving_after_job_done, false,
           "Keep serving (for inspection) after the chief says the job is done; SIGTERM stops it.");
 ABSL_FLAG(int, metrics_port, -1,
@@ -213,7 +215,9 @@ int Run() {
   absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_grace_period_secs));
   if (sig == SIGUSR1) grace = std::min(grace, absl::Seconds(1));
   (*server)->Shutdown(absl::Now() + grace);
-  if (sig != SIGUSR1) ps.SaveFinalCheckpoint().IgnoreError();  // logged
+  // The job's last state, whether it ended or was stopped: what a restart
+  // or an export finds, with or without a chief that checkpoints.
+  ps.SaveFinalCheckpoint().IgnoreError();  // logged
   const DescribeResponse final_state = ps.Describe();
   for (const TableInfo& t : final_state.tables()) {
     LOG_INFO("embedding table '{}': {} rows{}, {} candidates, {} evictions, {} admissions, {}",

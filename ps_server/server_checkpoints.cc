@@ -20,57 +20,91 @@ absl::Status ServerCheckpoints::Enable(FileSystem* fs) {
   const AdjustFiles use_final = [&](CheckpointFiles* files) { return UseFinalFile(*fs, files); };
   std::vector<std::string> problems;
   auto restored = LoadRestorePoint(*fs, dir, use_final, nullptr, &problems);
-  if (!restored.ok()) {
-    // No complete checkpoint: a single server's final file alone will do.
-    restored = MakeRestorePoint({}, use_final, nullptr);
-    if (!restored.ok()) LOG_ERROR("checkpoint: {}", restored.status().message());
+  if (restored.ok()) {
+    restored_ = *std::move(restored);
+    restored_step_ = restored_.step;
+    if (restored_.adjusted) {
+      LOG_INFO("restoring this server's shards from its final checkpoint: nothing is lost");
+    } else {
+      LOG_INFO(
+          "restoring from checkpoint {} ({} variables written by {} server(s)); updates "
+          "applied after it are lost",
+          CheckpointDirName(restored_step_), restored_.variables.size(),
+          restored_.files.front()->header().num_ps());
+    }
+    return absl::OkStatus();
   }
-  if (!restored.ok() || restored->files.empty()) {
+  // No complete checkpoint: the final files the servers wrote as they were
+  // stopped, whichever of them there are (each server takes its own shards).
+  CheckpointFiles finals = FinalFiles(*fs);
+  auto regrouped = RegroupCheckpoint(finals, /*partial=*/true);
+  if (!regrouped.ok()) LOG_ERROR("checkpoint: {}", regrouped.status().message());
+  if (finals.empty() || !regrouped.ok()) {
     LOG_INFO("no complete checkpoint in {}: starting from the initializers", dir);
     return absl::OkStatus();
   }
-  restored_ = *std::move(restored);
-  restored_step_ = restored_.step;
-  if (restored_.adjusted) {
-    LOG_INFO("restoring this server's shards from its final checkpoint: nothing is lost");
-  } else {
-    LOG_INFO(
-        "restoring from checkpoint {} ({} variables written by {} server(s)); updates "
-        "applied after it are lost",
-        CheckpointDirName(restored_step_), restored_.variables.size(),
-        restored_.files.front()->header().num_ps());
-  }
+  const bool own = std::any_of(finals.begin(), finals.end(), [&](const auto& file) {
+    return file->header().ps_index() == index();
+  });
+  restored_.files = std::move(finals);
+  restored_.variables = *std::move(regrouped);
+  restored_step_ = 0;
+  LOG_INFO(
+      "no complete checkpoint in {}: restoring from the final checkpoints of {} of {} "
+      "server(s){}",
+      dir, restored_.files.size(), num_ps(),
+      own ? ", this server's among them: nothing is lost"
+          : "; this server's is missing, so its shards start from the initializers");
   return absl::OkStatus();
 }
 
 bool ServerCheckpoints::UseFinalFile(FileSystem& fs, CheckpointFiles* files) const {
-  const std::string path =
-      absl::StrCat(config_.checkpoint_dir(), "/", FinalFileName(index(), num_ps()));
-  auto final_file = CheckpointFile::Open(fs, path);
-  if (!final_file.ok()) {
-    if (final_file.status().code() != absl::StatusCode::kNotFound) {
-      LOG_ERROR("checkpoint: {}; not using it", final_file.status().message());
-    }
-    return false;
-  }
+  auto final_file = OpenFinalFile(fs, index());
+  if (final_file == nullptr) return false;
   // The final file replaces this server's part of the complete checkpoint
-  // when newer; alone, it must hold whole variables (one server).
+  // when newer.
   for (std::shared_ptr<const CheckpointFile>& file : *files) {
     const PsCheckpointHeader& header = file->header();
     if (header.ps_index() == index() && header.num_ps() == num_ps()) {
-      if (header.created_unix_ms() >= (*final_file)->header().created_unix_ms()) return false;
-      file = *std::move(final_file);
+      if (header.created_unix_ms() >= final_file->header().created_unix_ms()) return false;
+      file = std::move(final_file);
       return true;
     }
   }
-  if (!files->empty() || num_ps() != 1) return false;
-  files->push_back(*std::move(final_file));
-  return true;
+  return false;
 }
 
-const RestoredVariable* ServerCheckpoints::Find(const std::string& name) const {
-  auto it = restored_.variables.find(name);
-  return it == restored_.variables.end() ? nullptr : &it->second;
+std::shared_ptr<const CheckpointFile> ServerCheckpoints::OpenFinalFile(FileSystem& fs,
+                                                                       int ps_index) const {
+  const std::string path =
+      absl::StrCat(config_.checkpoint_dir(), "/", FinalFileName(ps_index, num_ps()));
+  auto file = CheckpointFile::Open(fs, path);
+  if (!file.ok()) {
+    if (file.status().code() != absl::StatusCode::kNotFound) {
+      LOG_ERROR("checkpoint: {}; not using it", file.status().message());
+    }
+    return nullptr;
+  }
+  return *std::move(file);
+}
+
+CheckpointFiles ServerCheckpoints::FinalFiles(FileSystem& fs) const {
+  CheckpointFiles files;
+  for (int ps = 0; ps < num_ps(); ++ps) {
+    if (auto file = OpenFinalFile(fs, ps)) files.push_back(std::move(file));
+  }
+  return files;
+}
+
+const RestoredVariable* ServerCheckpoints::Find(const ShardSpec& shard) const {
+  auto it = restored_.variables.find(shard.variable().name());
+  if (it == restored_.variables.end()) return nullptr;
+  if (!it->second.Covers(shard.row_offset(), shard.rows())) {
+    LOG_WARN("variable '{}' shard {}: not in the final checkpoints found; from its initializer",
+             shard.variable().name(), shard.shard());
+    return nullptr;
+  }
+  return &it->second;
 }
 
 absl::StatusOr<int64_t> ServerCheckpoints::RestoreTable(EmbeddingTable& table) const {

@@ -1,15 +1,16 @@
 // ServerCheckpoints: one parameter server's checkpoints. At start it
 // chooses what to restore from: the newest complete checkpoint whose files
 // regroup into whole variables, with this server's final file (written at
-// its last shutdown) in place of its own file when newer, or that final
-// file alone on a single server. Then it fills shards and tables created
-// later from it, and writes this server's file of each checkpoint and its
-// final file. Knows nothing of calls or consistency. Thread-safe once
-// enabled: Save and SaveFinal read the store as pushes change it.
+// its last shutdown) in place of its own file when newer; without a
+// complete checkpoint, the final files of the servers (those there are).
+// Then it fills shards and tables created later from it, and writes this
+// server's file of each checkpoint and its final file. Knows nothing of calls or consistency.
+// Thread-safe once enabled: Save and SaveFinal read the store as pushes change it.
 #ifndef FULCRUM_PS_SERVER_SERVER_CHECKPOINTS_H_
 #define FULCRUM_PS_SERVER_SERVER_CHECKPOINTS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -38,8 +39,9 @@ class ServerCheckpoints {
   absl::Status Enable(FileSystem* fs);
   bool enabled() const { return fs_ != nullptr; }
 
-  // The restored checkpoint's variable `name`, or null.
-  const RestoredVariable* Find(const std::string& name) const;
+  // The restored checkpoint's variable that holds every row of `shard`, or
+  // null.
+  const RestoredVariable* Find(const ShardSpec& shard) const;
   // Fills the new `table` with the rows this server owns now from every
   // file of the restored checkpoint (so the number of servers may change);
   // how many files held the table.
@@ -62,8 +64,13 @@ class ServerCheckpoints {
   int index() const { return config_.cluster().task().index(); }
   int num_ps() const { return config_.cluster().cluster().ps_size(); }
   // Puts this server's final file in place of its file in `files` when it
-  // is newer (or, on a single server, when there is none). True when it did.
+  // is newer. True when it did.
   bool UseFinalFile(FileSystem& fs, CheckpointFiles* files) const;
+  // Server `ps_index`'s final file (of this number of servers), or null
+  // when there is none or it is unreadable (logged).
+  std::shared_ptr<const CheckpointFile> OpenFinalFile(FileSystem& fs, int ps_index) const;
+  // Every server's final file there is.
+  CheckpointFiles FinalFiles(FileSystem& fs) const;
   // Adds every shard and table of the store to `writer`.
   absl::Status AddStore(CheckpointFileWriter& writer) const;
 

@@ -278,5 +278,72 @@ TEST_F(CheckpointerTest, ACheckpointThatDoesNotRegroupFallsBack) {
   EXPECT_TRUE(restarted.client->CreateVariables({Spec(2)}).ok());
 }
 
+EmbeddingTableSpec TableSpec() {
+  EmbeddingTableSpec spec;
+  spec.set_name("t");
+  spec.set_width(2);
+  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+// A job with no complete checkpoint (a Python chief that never saved one)
+// stopped by signal: every server wrote its final file, and on restart
+// they restore from those, a variable split over both servers and a
+// table's rows included.
+TEST_F(CheckpointerTest, EveryServersFinalFileRestoresWithoutAManifest) {
+  TensorMap saved;
+  std::vector<std::vector<float>> saved_rows;
+  const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6};
+  {
+    Cluster two(2, dir_, &fs_);
+    ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
+    ASSERT_TRUE(two.client->CreateTables({TableSpec()}).ok());
+    for (int step = 0; step < 2; ++step) {
+      ASSERT_TRUE(
+          two.client->Push({{"w", DenseTensor{{12, 3}, std::vector<float>(36, 1.0f)}}}).ok());
+    }
+    ASSERT_TRUE(two.client->PushRows({{"t", ids}}, {std::vector<float>(12, 0.5f)}).ok());
+    ASSERT_TRUE(two.client->Pull({}, &saved).ok());
+    ASSERT_TRUE(two.client->PullRows({{"t", ids}}, &saved_rows).ok());
+    for (auto& server : two.servers) ASSERT_TRUE(server->SaveFinalCheckpoint().ok());
+  }
+  Cluster restarted(2, dir_, &fs_);
+  ASSERT_TRUE(restarted.client->CreateVariables({Spec(2)}).ok());
+  ASSERT_TRUE(restarted.client->CreateTables({TableSpec()}).ok());
+  TensorMap restored;
+  std::vector<std::vector<float>> restored_rows;
+  ASSERT_TRUE(restarted.client->Pull({}, &restored).ok());
+  ASSERT_TRUE(restarted.client->PullRows({{"t", ids}}, &restored_rows).ok());
+  EXPECT_EQ(restored["w"].values, saved["w"].values);
+  EXPECT_EQ(restarted.client->step(), 2);
+  EXPECT_EQ(restored_rows, saved_rows);
+  EXPECT_EQ(restored_rows[0][0], -0.5f);
+}
+
+// Only server 1 wrote its final file (server 0 was killed): server 1's
+// shard comes back, server 0's starts from its initializer.
+TEST_F(CheckpointerTest, OneServersFinalFileRestoresItsOwnShards) {
+  TensorMap saved, initial;
+  {
+    Cluster two(2, dir_, &fs_);
+    ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
+    ASSERT_TRUE(two.client->Pull({}, &initial).ok());
+    ASSERT_TRUE(two.client->Push({{"w", DenseTensor{{12, 3}, std::vector<float>(36, 1.0f)}}}).ok());
+    ASSERT_TRUE(two.client->Pull({}, &saved).ok());
+    ASSERT_TRUE(two.servers[1]->SaveFinalCheckpoint().ok());
+  }
+  Cluster restarted(2, dir_, &fs_);
+  ASSERT_TRUE(restarted.client->CreateVariables({Spec(2)}).ok());
+  TensorMap restored;
+  ASSERT_TRUE(restarted.client->Pull({}, &restored).ok());
+  const std::vector<float>& got = restored["w"].values;
+  EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + 18),
+            std::vector<float>(initial["w"].values.begin(), initial["w"].values.begin() + 18));
+  EXPECT_EQ(std::vector<float>(got.begin() + 18, got.end()),
+            std::vector<float>(saved["w"].values.begin() + 18, saved["w"].values.end()));
+}
+
 }  // namespace
 }  // namespace fulcrum

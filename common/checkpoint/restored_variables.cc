@@ -34,7 +34,17 @@ absl::Status RestoredVariable::Read(int64_t first_row, int64_t rows, ShardConten
   return absl::OkStatus();
 }
 
-absl::StatusOr<RestoredVariables> RegroupCheckpoint(const CheckpointFiles& files) {
+bool RestoredVariable::Covers(int64_t first_row, int64_t rows) const {
+  int64_t next = first_row;  // the first row not yet found
+  for (const Piece& piece : pieces) {
+    const ShardSpec& spec = piece.shard->meta.spec();
+    if (spec.row_offset() > next) break;
+    next = std::max(next, spec.row_offset() + spec.rows());
+  }
+  return next >= first_row + rows;
+}
+
+absl::StatusOr<RestoredVariables> RegroupCheckpoint(const CheckpointFiles& files, bool partial) {
   RestoredVariables out;
   for (const std::shared_ptr<const CheckpointFile>& file : files) {
     for (const CheckpointShard& shard : file->shards()) {
@@ -65,16 +75,16 @@ absl::StatusOr<RestoredVariables> RegroupCheckpoint(const CheckpointFiles& files
     int64_t next_row = 0;
     for (const RestoredVariable::Piece& piece : variable.pieces) {
       const ShardSpec& spec = piece.shard->meta.spec();
-      if (spec.row_offset() != next_row) {
+      if (spec.row_offset() < next_row || (spec.row_offset() > next_row && !partial)) {
         return absl::DataLossError(
             absl::StrCat("checkpoint of variable '", name,
                          "': ", spec.row_offset() < next_row ? "row " : "rows from ",
                          std::min(next_row, spec.row_offset()),
                          spec.row_offset() < next_row ? " is held twice" : " are missing"));
       }
-      next_row += spec.rows();
+      next_row = spec.row_offset() + spec.rows();
     }
-    if (next_row != variable.spec.shape(0)) {
+    if (next_row > variable.spec.shape(0) || (next_row < variable.spec.shape(0) && !partial)) {
       return absl::DataLossError(absl::StrCat("checkpoint of variable '", name, "' holds ",
                                               next_row, " of its ", variable.spec.shape(0),
                                               " rows"));

@@ -40,14 +40,19 @@ struct RestoredVariable {
   // for them): the newest version of the shards they come from. DATA_LOSS
   // naming the file when it cannot be read.
   absl::Status Read(int64_t first_row, int64_t rows, ShardContents* out) const;
+  // Whether the pieces hold every row of [first_row, first_row + rows)
+  // (always, unless regrouped `partial`).
+  bool Covers(int64_t first_row, int64_t rows) const;
 };
 
 using RestoredVariables = std::map<std::string, RestoredVariable>;
 
 // Regroups every server's shards by variable. The shards of a variable must
 // agree on its spec and slots and tile its rows exactly once; else
-// DATA_LOSS naming the variable.
-absl::StatusOr<RestoredVariables> RegroupCheckpoint(const CheckpointFiles& files);
+// DATA_LOSS naming the variable. With `partial` (the files of some servers
+// only) rows may be missing, but none held twice.
+absl::StatusOr<RestoredVariables> RegroupCheckpoint(const CheckpointFiles& files,
+                                                    bool partial = false);
 
 // OK when a checkpointed variable can fill `wanted`: same shape, dtype and
 // optimizer (the partitioner and initializer may differ). Else
