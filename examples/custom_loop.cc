@@ -5,7 +5,7 @@
 // weights it knows, computing gradients itself and letting the servers apply
 // Adam. Start the servers, then run it as worker 0 (the chief):
 //
-//   ps_server --ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223 --task_index=0 &
+//   ps_server --ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223 --task_index=0 --insecure &
 //   custom_loop --ps_hosts=127.0.0.1:2222
 //
 // It prints the loss as it goes, says it has finished (worker 0 also tells

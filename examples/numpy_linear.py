@@ -6,7 +6,8 @@ It fits a linear regression y = X w + b to synthetic data whose true weights
 it knows (w* = sin(i), b* = 0.5), computing gradients itself and letting the
 servers apply Adam. Start a server, then run it as worker 0 (the chief):
 
-  ps_server --ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223 --task_index=0 --mode=async &
+  ps_server --ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223 --task_index=0 \\
+      --mode=async --insecure &
   python3 examples/numpy_linear.py --ps_hosts=127.0.0.1:2222
 
 It prints the loss as it goes, says it has finished (worker 0 also tells the

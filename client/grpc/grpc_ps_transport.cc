@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/grpc/plaintext_probe.h"
 #include "client/transport/parallel_ps_transport.h"
 #include "common/logging.h"
 #include "common/rpc/authorization.h"
@@ -85,7 +86,7 @@ absl::StatusOr<Response> Unary(absl::Time deadline, const std::string& token, Ca
 }  // namespace
 
 GrpcPsTransport::GrpcPsTransport(const std::string& address, const TlsFiles& tls, std::string token)
-    : address_(address), token_(std::move(token)) {
+    : address_(address), token_(std::move(token)), plaintext_(!tls.enabled()) {
   grpc::ChannelArguments args = ClientChannelArguments(kClientMaxMessageBytes);
   // gRPC would share one connection among channels with equal arguments;
   // several transports to one server are there for several connections.
@@ -118,8 +119,15 @@ absl::Status GrpcPsTransport::Convert(const grpc::Status& status) const {
   // A call that timed out without ever connecting found no server.
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
       channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to ", address_, " before the call's deadline"));
+    std::string why = absl::StrCat("cannot connect to ", address_, " before the call's deadline");
+    if (plaintext_ &&
+        ProbePlaintext(address_, absl::Milliseconds(500)) == PlaintextAnswer::kClosedAtPreface) {
+      absl::StrAppend(&why,
+                      ": it listens but closes plaintext connections, so it likely wants TLS "
+                      "(give this client the cluster's certificate, key and CA: --tls_cert, "
+                      "--tls_key and --tls_ca, or tls_cert, tls_key and tls_ca in Python)");
+    }
+    return absl::UnavailableError(why);
   }
   return FromGrpcStatus(status);
 }

@@ -64,6 +64,7 @@ class GrpcPsTransport final : public PsTransport {
 
   const std::string address_;
   const std::string token_;
+  const bool plaintext_;  // no TLS files: a failure to connect probes why
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<PsService::Stub> stub_;  // the calls without tensors
   // The calls with tensors, made on raw byte buffers (grpc::internal::

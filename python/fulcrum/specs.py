@@ -135,7 +135,9 @@ def variable(name, shape, optimizer, initializer=None, partitioner=None):
 def table(name, width, optimizer, initializer=None, max_rows=0, admit_after=0):
     """An EmbeddingTableSpec: rows of `width` floats keyed by int64 id; at
     most `max_rows` per server (0: no bound, else least recently used rows
-    go); an id is stored at its `admit_after`-th push."""
+    go); an id is stored at its `admit_after`-th push. A row never pushed
+    reads as `initializer` makes it (a function of the table and id, the
+    same on every server); without one, zeros."""
     spec = {
         "name": name,
         "width": int(width),
