@@ -205,6 +205,24 @@ TEST(PsClientRowsTest, ARestartedServerGetsItsTablesAgain) {
   EXPECT_EQ(std::vector<float>(rows[0].begin(), rows[0].begin() + kWidth), Initial("a", 0));
 }
 
+// A pull of more ids than one call may name on a server is split by the
+// client, not refused, and every row lands in its place.
+TEST(PsClientRowsTest, APullOfMoreIdsThanOneCallTakesIsSplit) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateTables({Table("a")}).ok());
+  std::vector<int64_t> ids(kServers * kMaxIdsPerRowCall + 1000);
+  for (size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<int64_t>(k);
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(client.PullRows({{"a", ids}}, &rows).ok());
+  ASSERT_EQ(rows[0].size(), ids.size() * kWidth);
+  for (size_t k : {size_t{0}, size_t{kMaxIdsPerRowCall} + 7, ids.size() - 1}) {
+    EXPECT_EQ(std::vector<float>(rows[0].begin() + k * kWidth, rows[0].begin() + (k + 1) * kWidth),
+              Initial("a", ids[k]))
+        << k;
+  }
+}
+
 // A server recovered by a row call: the next dense push, of gradients
 // computed on values the server no longer holds, is taken as computed at
 // version 0 (not refused as coming from the future), and the pull after it

@@ -1,10 +1,64 @@
 #include "client/row_calls.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/embedding.h"
 
 namespace fulcrum {
+namespace {
+
+// The most bytes of rows one pull asks a server for: well under the
+// servers' message limit (--max_message_mb, 256 MiB by default).
+constexpr int64_t kRowCallBytes = int64_t{32} << 20;
+
+// `request` cut, in order, into requests of at most kMaxIdsPerRowCall ids
+// and about kRowCallBytes of rows (at least one id each), every one naming
+// all its tables; `widths` are theirs. Itself when it fits.
+std::vector<PullRowsRequest> SplitPull(const PullRowsRequest& request,
+                                       const std::vector<int64_t>& widths) {
+  int64_t total_ids = 0, total_bytes = 0;
+  for (int i = 0; i < request.tables_size(); ++i) {
+    total_ids += request.tables(i).ids_size();
+    total_bytes += request.tables(i).ids_size() * widths[i] * static_cast<int64_t>(sizeof(float));
+  }
+  if (total_ids <= kMaxIdsPerRowCall && total_bytes <= kRowCallBytes) return {request};
+  PullRowsRequest empty = request;
+  for (TableRows& rows : *empty.mutable_tables()) rows.clear_ids();
+  std::vector<PullRowsRequest> parts = {empty};
+  int64_t ids = 0, bytes = 0;
+  for (int i = 0; i < request.tables_size(); ++i) {
+    const int64_t row_bytes = widths[i] * static_cast<int64_t>(sizeof(float));
+    for (int64_t id : request.tables(i).ids()) {
+      if (ids > 0 && (ids + 1 > kMaxIdsPerRowCall || bytes + row_bytes > kRowCallBytes)) {
+        parts.push_back(empty);
+        ids = bytes = 0;
+      }
+      parts.back().mutable_tables(i)->add_ids(id);
+      ++ids;
+      bytes += row_bytes;
+    }
+  }
+  return parts;
+}
+
+// Adds `part`'s rows, table by table, to `whole` (empty, or as many tables),
+// which keeps the lowest version of any part.
+void AppendRows(PullRowsResponse part, PullRowsResponse* whole) {
+  if (whole->tables_size() == 0) {
+    *whole = std::move(part);
+    return;
+  }
+  for (int i = 0; i < part.tables_size(); ++i) {
+    TableRows& into = *whole->mutable_tables(i);
+    into.mutable_values()->Add(part.tables(i).values().begin(), part.tables(i).values().end());
+    into.set_version(std::min(into.version(), part.tables(i).version()));
+  }
+}
+
+}  // namespace
 
 absl::Status RowCalls::CreateTables(const std::vector<EmbeddingTableSpec>& specs) {
   CreateShardsRequest request;
@@ -99,16 +153,23 @@ absl::Status RowCalls::PullRowsInto(const std::vector<TableIds>& lookups,
       involved[ps] = involved[ps] || part->ids_size() > 0;
     }
   }
+  std::vector<int64_t> widths;
+  for (const TableIds& lookup : lookups) widths.push_back(*TableWidth(lookup.table));
   std::vector<PullRowsResponse> responses(servers_.size());
-  // The answer of `ps` to `request`: as many tables as asked.
+  // The answer of `ps` to `request`, in parts when it is large: as many
+  // tables as asked.
   const auto pull = [&](int ps, const PullRowsRequest& request, absl::Time deadline) {
-    auto pulled = servers_.server(ps).PullRows(request, deadline);
-    if (!pulled.ok()) return pulled.status();
-    if (pulled->tables_size() != request.tables_size()) {
-      return absl::DataLossError(absl::StrCat("pull of rows answered ", pulled->tables_size(),
-                                              " tables of ", request.tables_size()));
+    PullRowsResponse whole;
+    for (const PullRowsRequest& part : SplitPull(request, widths)) {
+      auto pulled = servers_.server(ps).PullRows(part, deadline);
+      if (!pulled.ok()) return pulled.status();
+      if (pulled->tables_size() != part.tables_size()) {
+        return absl::DataLossError(absl::StrCat("pull of rows answered ", pulled->tables_size(),
+                                                " tables of ", part.tables_size()));
+      }
+      AppendRows(*std::move(pulled), &whole);
     }
-    responses[ps] = *std::move(pulled);
+    responses[ps] = std::move(whole);
     return absl::OkStatus();
   };
   std::vector<bool> recovered;

@@ -12,6 +12,10 @@
 
 namespace fulcrum {
 
+// Most ids one call on rows may name on one server: the servers refuse
+// more (RESOURCE_EXHAUSTED); the client splits its pulls under it.
+constexpr int64_t kMaxIdsPerRowCall = int64_t{1} << 20;
+
 // The server (of `num_servers`) that holds row `id` of any table: a fixed
 // mix of the id (splitmix64), so that placement depends on nothing but the
 // id and the number of servers, and skewed ids still spread evenly.

@@ -28,7 +28,7 @@ namespace fulcrum {
 class EmbeddingTable {
  public:
   // Most ids one request may name: past it, RESOURCE_EXHAUSTED.
-  static constexpr int64_t kMaxIdsPerRequest = int64_t{1} << 20;
+  static constexpr int64_t kMaxIdsPerRequest = kMaxIdsPerRowCall;
 
   // INVALID_ARGUMENT when `spec` is not a valid table
   // (ValidateEmbeddingTableSpec).
