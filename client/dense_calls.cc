@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/slices.h"
 
@@ -64,6 +65,14 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
           "less memory (partitioner MAX_SIZE, e.g. max_shard_bytes 4194304)",
           variable.spec.name(), static_cast<double>(largest * row_bytes) / (1 << 20));
     }
+    if (value != initial_values.end() && largest * row_bytes > kMaxInitialShardBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "initial value of '%s': a shard of %.1f MiB, more than one call carries (%d MiB); "
+          "give the variable a partitioner (MAX_SIZE, e.g. max_shard_bytes 4194304: "
+          "fulcrum.max_size(4 << 20) in Python)",
+          variable.spec.name(), static_cast<double>(largest * row_bytes) / (1 << 20),
+          kMaxInitialShardBytes >> 20));
+    }
     for (const ShardPlacement& shard : variable.shards) {
       CreateShardsRequest& request = requests[shard.ps];
       if (value != initial_values.end()) {
@@ -92,7 +101,7 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
   std::vector<uint64_t> incarnations(servers_.size(), 0);
   absl::Status status =
       servers_.ForEachServer(involved, "create variables", [&](int ps, absl::Time deadline) {
-        auto created = servers_.server(ps).CreateShards(requests[ps], deadline);
+        auto created = servers_.CreateOn(ps, requests[ps], deadline);
         if (created.ok()) {
           incarnations[ps] = created->incarnation();
           if (created->restored() > 0) {

@@ -280,6 +280,51 @@ TEST(PsClientTest, InitialValuesFromTheFirstCreatorWin) {
   EXPECT_EQ(values["b"].values, std::vector<float>(2, 7.0f));  // its initializer
 }
 
+// Refuses, as gRPC does, a CreateShards call over `max_bytes`.
+class MessageLimit : public ForwardingPsTransport {
+ public:
+  MessageLimit(ParameterServer* server, size_t max_bytes)
+      : ForwardingPsTransport(std::make_unique<InProcessPsTransport>(server)),
+        max_bytes_(max_bytes) {}
+  absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
+                                                    absl::Time deadline) override {
+    if (request.ByteSizeLong() > max_bytes_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("Sent message larger than max (", request.ByteSizeLong(), ")"));
+    }
+    return ForwardingPsTransport::CreateShards(request, deadline);
+  }
+
+ private:
+  const size_t max_bytes_;
+};
+
+// Initial values larger than one message go a few shards at a time; a
+// shard too large for any message is refused, saying what to do.
+TEST(PsClientTest, InitialValuesLargerThanOneMessageGoAFewShardsAtATime) {
+  ParameterServer server(TestServerConfig(ASYNC, 1));
+  std::vector<std::unique_ptr<PsTransport>> transports;
+  transports.push_back(std::make_unique<MessageLimit>(&server, size_t{40} << 20));
+  PsClientImpl client(std::move(transports), PsClientOptions{});
+  const Shape shape = {48, 1 << 18};  // 48 MiB in 8 shards of 6 MiB
+  std::vector<float> initial(48 << 18);
+  for (size_t i = 0; i < initial.size(); ++i) initial[i] = static_cast<float>(i % 1000);
+  ASSERT_TRUE(client
+                  .CreateVariables({TestVariable("big", shape, 8, 0.0f)},
+                                   {{"big", {shape, initial.data()}}})
+                  .ok());
+  TensorMap values;
+  ASSERT_TRUE(client.Pull({}, &values).ok());
+  EXPECT_EQ(values["big"].values, initial);
+
+  const Shape huge = {256, 1 << 18};  // one shard of 256 MiB, never touched
+  std::unique_ptr<float[]> untouched(new float[size_t{256} << 18]);
+  absl::Status refused = client.CreateVariables({TestVariable("huge", huge, 1, 0.0f)},
+                                                {{"huge", {huge, untouched.get()}}});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("give the variable a partitioner"));
+}
+
 // Fails UNAVAILABLE a number of times, then passes calls through, pulls in
 // slices of `max_slice_bytes` and changed by `mangle_pull`, if set. The
 // first `lost_push_responses` pushes reach the server and then fail

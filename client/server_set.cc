@@ -142,8 +142,60 @@ void ServerSet::RememberTables(const std::vector<EmbeddingTableSpec>& tables,
   }
 }
 
+namespace {
+
+// `request` cut, in order, into requests of at most about kCreatePartBytes
+// of initial values (a shard at least), the tables with the first.
+std::vector<CreateShardsRequest> SplitCreate(const CreateShardsRequest& request) {
+  int64_t total = 0;
+  for (const std::string& value : request.initial_values()) total += value.size();
+  if (total <= kCreatePartBytes) return {request};
+  std::vector<CreateShardsRequest> parts(1);
+  *parts[0].mutable_tables() = request.tables();
+  int64_t bytes = 0;
+  for (int i = 0; i < request.shards_size(); ++i) {
+    const int64_t size = static_cast<int64_t>(request.initial_values(i).size());
+    if (parts.back().shards_size() > 0 && bytes + size > kCreatePartBytes) {
+      parts.emplace_back();
+      bytes = 0;
+    }
+    *parts.back().add_shards() = request.shards(i);
+    *parts.back().add_initial_values() = request.initial_values(i);
+    bytes += size;
+  }
+  return parts;
+}
+
+}  // namespace
+
+absl::StatusOr<CreateShardsResponse> ServerSet::CreateOn(int ps, const CreateShardsRequest& request,
+                                                         absl::Time deadline) {
+  const std::vector<CreateShardsRequest> parts = SplitCreate(request);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    CreateShardsResponse sum;
+    bool one_incarnation = true;
+    for (const CreateShardsRequest& part : parts) {
+      auto created = servers_[ps]->CreateShards(part, deadline);
+      if (!created.ok()) return created.status();
+      if (sum.incarnation() != 0 && created->incarnation() != sum.incarnation()) {
+        one_incarnation = false;  // it restarted meanwhile: the parts before are gone
+        break;
+      }
+      sum.set_incarnation(created->incarnation());
+      sum.set_created(sum.created() + created->created());
+      sum.set_existing(sum.existing() + created->existing());
+      sum.set_restored(sum.restored() + created->restored());
+      sum.set_tables_created(sum.tables_created() + created->tables_created());
+      sum.set_tables_restored(sum.tables_restored() + created->tables_restored());
+    }
+    if (one_incarnation) return sum;
+  }
+  return absl::UnavailableError(
+      absl::StrCat("ps ", ps, " (", address(ps), ") restarted while its variables were created"));
+}
+
 absl::Status ServerSet::Recover(int ps, absl::Time deadline) {
-  auto created = servers_[ps]->CreateShards(create_requests_[ps], deadline);
+  auto created = CreateOn(ps, create_requests_[ps], deadline);
   if (!created.ok()) return created.status();
   incarnations_[ps] = created->incarnation();
   LOG_WARN("ps {} ({}) restarted: its {} shard(s) and {} table(s) are created again{}", ps,

@@ -37,6 +37,13 @@
 
 namespace fulcrum {
 
+// The most bytes of initial values one CreateShards call carries (a shard
+// with more goes alone).
+constexpr int64_t kCreatePartBytes = int64_t{32} << 20;
+// The largest initial value of one shard that a call can carry, under the
+// servers' default --max_message_mb.
+constexpr int64_t kMaxInitialShardBytes = int64_t{255} << 20;
+
 // What a client learns of a shard, or of a table's part on one server.
 struct ShardVersions {
   int64_t pulled_version = 0;
@@ -120,6 +127,14 @@ class ServerSet {
   // `incarnations` are taken where none is known.
   void RememberTables(const std::vector<EmbeddingTableSpec>& tables,
                       const std::vector<uint64_t>& incarnations);
+
+  // Creates what `request` names on server `ps`, in calls of at most about
+  // kCreatePartBytes of initial values each (a shard at a time, the tables
+  // with the first): so a model larger than one message can be made. The
+  // answers summed; one incarnation, or UNAVAILABLE if the server kept
+  // restarting between the parts.
+  absl::StatusOr<CreateShardsResponse> CreateOn(int ps, const CreateShardsRequest& request,
+                                                absl::Time deadline);
 
   // The lease and the job; see fulcrum/ps_client.h.
   absl::Status Heartbeat() { return SendHeartbeat(false).status(); }
