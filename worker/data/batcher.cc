@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <random>
 #include <utility>
 
 namespace fulcrum {
@@ -62,15 +61,9 @@ void Batcher::Produce() {
     Dealing dealing{options_.shard_index, options_.num_shards};
     if (!keep && options_.deal) dealing = options_.deal(epoch);
     first = false;
-    std::vector<int64_t> shard;
-    for (int64_t i = dealing.shard_index; i < data_.num_examples; i += dealing.num_shards) {
-      shard.push_back(i);
-    }
-    const int64_t steps =
-        StepsPerEpoch(data_.num_examples, dealing.num_shards, options_.batch_size);
-    // The same permutation on every run with this seed, a different one each epoch.
-    std::mt19937_64 gen(options_.seed * 1000003 + epoch * 7919 + dealing.shard_index);
-    std::shuffle(shard.begin(), shard.end(), gen);
+    const std::vector<int64_t> shard =
+        DealtExamples(data_.num_examples, dealing, epoch, options_.seed, options_.batch_size);
+    const int64_t steps = static_cast<int64_t>(shard.size()) / options_.batch_size;
     for (int64_t step = 0; step < steps; ++step) {
       if (epoch * steps_per_epoch_ + step < options_.skip) continue;
       std::vector<int64_t> indices(shard.begin() + step * options_.batch_size,

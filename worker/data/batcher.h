@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "worker/data/dataset.h"
+#include "worker/data/dealing.h"
 
 namespace fulcrum {
 
@@ -36,13 +37,6 @@ Batch GatherBatch(const Dataset& data, const std::vector<int64_t>& indices);
 // last may be smaller.
 std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size);
 
-// Which share of an epoch's examples a worker takes: examples i with
-// i % num_shards == shard_index.
-struct Dealing {
-  int shard_index = 0;
-  int num_shards = 1;
-};
-
 struct BatcherOptions {
   int shard_index = 0;  // this worker's first dealing
   int num_shards = 1;
@@ -56,12 +50,6 @@ struct BatcherOptions {
   // begins; none: the first dealing throughout.
   std::function<Dealing(int64_t epoch)> deal;
 };
-
-// The batches of an epoch dealt over `num_shards`: the same on every shard
-// (the remainder is dropped).
-inline int64_t StepsPerEpoch(int64_t num_examples, int num_shards, int64_t batch_size) {
-  return num_examples / num_shards / batch_size;
-}
 
 // Yields `epochs` epochs of batches. Every shard of one dealing yields the
 // same number of batches per epoch (the remainder is dropped), so

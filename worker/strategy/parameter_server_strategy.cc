@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "common/consistency_mode.h"
 #include "common/logging.h"
+#include "worker/data/dealing.h"
 
 namespace fulcrum {
 
@@ -44,33 +45,21 @@ absl::StatusOr<int> ParameterServerStrategy::Step(const TensorMap* gradients, co
 int64_t ParameterServerStrategy::step() const { return client_->step(); }
 
 Dealing ParameterServerStrategy::DealEpoch(int64_t epoch) {
-  const Dealing own{worker_, num_workers_};
   auto described = client_->Describe();
   if (!described.ok()) {
     LOG_WARN("epoch {}: cannot ask the servers who is left ({}); keeping this worker's share",
              epoch + 1, described.status().message());
-    return own;
+    return Dealing{worker_, num_workers_};
   }
-  std::vector<int> left, gone;
-  for (int w = 0; w < num_workers_; ++w) {
-    bool is_gone = w != worker_;
-    for (const DescribeResponse& server : *described) {
-      if (w >= server.workers_size()) {
-        is_gone = false;
-        break;
-      }
-      const WorkerInfo& info = server.workers(w);
-      is_gone = is_gone && !info.live() && !info.finished() && !info.awaited();
-    }
-    (is_gone ? gone : left).push_back(w);
+  std::vector<int> gone;
+  const Dealing dealing = DealOverWorkersLeft(*described, worker_, num_workers_, &gone);
+  if (!gone.empty()) {
+    LOG_WARN(
+        "epoch {}: worker(s) {} gone for good; their share of the data is re-dealt over the "
+        "{} worker(s) left",
+        epoch + 1, absl::StrJoin(gone, ", "), dealing.num_shards);
   }
-  if (gone.empty()) return own;
-  const int rank = static_cast<int>(std::find(left.begin(), left.end(), worker_) - left.begin());
-  LOG_WARN(
-      "epoch {}: worker(s) {} gone for good; their share of the data is re-dealt over the "
-      "{} worker(s) left",
-      epoch + 1, absl::StrJoin(gone, ", "), left.size());
-  return Dealing{rank, static_cast<int>(left.size())};
+  return dealing;
 }
 
 absl::StatusOr<std::vector<SaveCheckpointResponse>> ParameterServerStrategy::SaveCheckpoint(
