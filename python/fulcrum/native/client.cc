@@ -1,25 +1,12 @@
-// fulcrum._fulcrum: the native half of the Python package, a thin pybind11
-// layer over the public C++ client (fulcrum/ps_client.h). It implements no
-// protocol of its own: specs arrive as the wire contract's JSON and go
-// through protobuf's parser, calls go through PsClient.
-//
-// Zero copy: tensors are the caller's own float32 buffers, taken through
-// the buffer protocol (NumPy arrays, memoryviews) or DLPack (CPU torch
-// tensors, anything with __dlpack__), C-contiguous and never converted:
-// anything else is refused, so no call copies behind the caller's back.
-// Pulled values are written into them in place; gradients are read from
-// them. The GIL is released during every call.
-//
-// Errors are fulcrum.Error subclasses named after the gRPC status code
-// (fulcrum.Unavailable, ...), with .code (the name) and the message.
-#include <dlpack/dlpack.h>
+// fulcrum._fulcrum's client: a thin layer over the public C++ client
+// (fulcrum/ps_client.h). It implements no protocol of its own: specs
+// arrive as the wire contract's JSON and go through protobuf's parser,
+// calls go through PsClient, with the GIL released during each.
 #include <google/protobuf/util/json_util.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
-#include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -29,7 +16,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/cluster_spec.h"
@@ -38,226 +24,14 @@
 #include "common/rpc/credentials.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
+#include "python/fulcrum/native/buffers.h"
+#include "python/fulcrum/native/errors.h"
+#include "python/fulcrum/native/module.h"
 
 namespace py = pybind11;
 
-namespace fulcrum {
+namespace fulcrum::native {
 namespace {
-
-// ---- Errors --------------------------------------------------------------
-
-// A failed absl::Status on its way to Python.
-struct StatusError {
-  absl::Status status;
-};
-
-[[noreturn]] void Throw(const absl::Status& status) { throw StatusError{status}; }
-
-void ThrowIfError(const absl::Status& status) {
-  if (!status.ok()) Throw(status);
-}
-
-// fulcrum.Error and one subclass per status code, by code.
-std::map<absl::StatusCode, py::object>& ErrorClasses() {
-  static auto* classes = new std::map<absl::StatusCode, py::object>();
-  return *classes;
-}
-
-std::string CodeName(absl::StatusCode code) {
-  // absl's names, in CamelCase: "INVALID_ARGUMENT" -> "InvalidArgument".
-  const std::string upper = absl::StatusCodeToString(code);
-  std::string name;
-  bool start = true;
-  for (char c : upper) {
-    if (c == '_') {
-      start = true;
-      continue;
-    }
-    name += start ? c : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    start = false;
-  }
-  return name;
-}
-
-void RegisterErrors(py::module_& m) {
-  py::object base = py::reinterpret_steal<py::object>(
-      PyErr_NewExceptionWithDoc("fulcrum.Error",
-                                "A failed Fulcrum call: .code is the gRPC status code's name "
-                                "(\"UNAVAILABLE\", ...), str() the server's or client's message.",
-                                PyExc_RuntimeError, nullptr));
-  m.attr("Error") = base;
-  for (int c = 1; c <= 16; ++c) {
-    const auto code = static_cast<absl::StatusCode>(c);
-    const std::string name = CodeName(code);
-    py::object cls = py::reinterpret_steal<py::object>(
-        PyErr_NewException(absl::StrCat("fulcrum.", name).c_str(), base.ptr(), nullptr));
-    m.attr(name.c_str()) = cls;
-    ErrorClasses()[code] = cls;
-  }
-  ErrorClasses()[absl::StatusCode::kOk] = base;
-  // NOLINTNEXTLINE(performance-unnecessary-value-param): pybind11's signature
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const StatusError& e) {
-      auto it = ErrorClasses().find(e.status.code());
-      py::object cls =
-          it != ErrorClasses().end() ? it->second : ErrorClasses()[absl::StatusCode::kOk];
-      py::object error = cls(std::string(e.status.message()));
-      error.attr("code") = absl::StatusCodeToString(e.status.code());
-      PyErr_SetObject(cls.ptr(), error.ptr());
-    }
-  });
-}
-
-// ---- Buffers -------------------------------------------------------------
-
-// The element types tensors and ids come in.
-enum class Element { kFloat32, kInt64 };
-
-const char* ElementName(Element e) { return e == Element::kFloat32 ? "float32" : "int64"; }
-
-bool BufferFormatIs(const char* format, Element e) {
-  if (format == nullptr) return false;
-  std::string f = format;
-  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@')) f = f.substr(1);
-  if (e == Element::kFloat32) return f == "f";
-  return f == "q" || f == "l";  // with itemsize 8, checked by the caller
-}
-
-// A caller's buffer, held for one call: through the buffer protocol or
-// DLPack. Must be acquired and released with the GIL held.
-class HeldBuffer {
- public:
-  // `what` names it in errors ("variable 'w'"); `writable` for outputs.
-  HeldBuffer(const py::handle& object, Element element, bool writable, const std::string& what) {
-    if (PyObject_CheckBuffer(object.ptr())) {
-      int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
-      if (writable) flags |= PyBUF_WRITABLE;
-      if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) {
-        const std::string why = py::error_already_set().what();
-        Throw(absl::InvalidArgumentError(
-            absl::StrCat(what, ": needs a C-contiguous", writable ? ", writable " : " ",
-                         ElementName(element), " buffer (", why, ")")));
-      }
-      has_view_ = true;
-      const Py_ssize_t itemsize = element == Element::kFloat32 ? 4 : 8;
-      if (view_.itemsize != itemsize || !BufferFormatIs(view_.format, element)) {
-        const std::string format = view_.format != nullptr ? view_.format : "?";
-        Release();
-        Throw(absl::InvalidArgumentError(absl::StrCat(what, ": a buffer of format '", format,
-                                                      "'; Fulcrum takes ", ElementName(element),
-                                                      " and converts nothing")));
-      }
-      data_ = view_.buf;
-      for (int i = 0; i < view_.ndim; ++i) shape_.push_back(view_.shape[i]);
-      return;
-    }
-    if (!py::hasattr(object, "__dlpack__")) {
-      Throw(absl::InvalidArgumentError(absl::StrCat(
-          what, ": a ", py::str(py::type::of(object).attr("__name__")).cast<std::string>(),
-          "; Fulcrum takes NumPy arrays, CPU torch tensors or other objects with the buffer "
-          "protocol or __dlpack__")));
-    }
-    py::object capsule;
-    try {
-      capsule = object.attr("__dlpack__")();
-    } catch (py::error_already_set& e) {
-      const std::string why = py::str(e.value());
-      Throw(absl::InvalidArgumentError(absl::StrCat(what, ": ", why)));
-    }
-    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-    if (managed == nullptr) {
-      PyErr_Clear();
-      Throw(absl::InvalidArgumentError(absl::StrCat(what, ": __dlpack__ gave no DLPack tensor")));
-    }
-    // Ours now: the capsule must not free it again.
-    PyCapsule_SetName(capsule.ptr(), "used_dltensor");
-    managed_ = managed;
-    const DLTensor& t = managed->dl_tensor;
-    const bool type_ok = t.dtype.lanes == 1 && (element == Element::kFloat32
-                                                    ? t.dtype.code == kDLFloat && t.dtype.bits == 32
-                                                    : t.dtype.code == kDLInt && t.dtype.bits == 64);
-    if (t.device.device_type != kDLCPU) {
-      Release();
-      Throw(absl::InvalidArgumentError(
-          absl::StrCat(what, ": a tensor on device type ", t.device.device_type,
-                       "; Fulcrum reads and writes host memory (move it with .cpu())")));
-    }
-    if (!type_ok) {
-      const int code = t.dtype.code, bits = t.dtype.bits;
-      Release();
-      Throw(absl::InvalidArgumentError(
-          absl::StrCat(what, ": a DLPack tensor of type code ", code, " and ", bits,
-                       " bits; Fulcrum takes ", ElementName(element), " and converts nothing")));
-    }
-    for (int i = 0; i < t.ndim; ++i) shape_.push_back(t.shape[i]);
-    if (t.strides != nullptr) {
-      int64_t expected = 1;
-      for (int i = t.ndim - 1; i >= 0; --i) {
-        if (t.shape[i] != 1 && t.strides[i] != expected) {
-          Release();
-          Throw(absl::InvalidArgumentError(
-              absl::StrCat(what, ": not C-contiguous (call .contiguous() first)")));
-        }
-        expected *= t.shape[i];
-      }
-    }
-    data_ = static_cast<char*>(t.data) + t.byte_offset;
-  }
-
-  ~HeldBuffer() { Release(); }
-  HeldBuffer(const HeldBuffer&) = delete;
-  HeldBuffer& operator=(const HeldBuffer&) = delete;
-
-  void* data() const { return data_; }
-  const Shape& shape() const { return shape_; }
-  int64_t elements() const {
-    int64_t n = 1;
-    for (int64_t d : shape_) n *= d;
-    return n;
-  }
-
- private:
-  void Release() {
-    if (has_view_) PyBuffer_Release(&view_);
-    has_view_ = false;
-    if (managed_ != nullptr && managed_->deleter != nullptr) managed_->deleter(managed_);
-    managed_ = nullptr;
-  }
-
-  Py_buffer view_{};
-  bool has_view_ = false;
-  DLManagedTensor* managed_ = nullptr;
-  void* data_ = nullptr;
-  Shape shape_;
-};
-
-// The buffers of one call, and views of them for PsClient.
-struct HeldTensors {
-  std::vector<std::unique_ptr<HeldBuffer>> held;
-  TensorViews out;
-  ConstTensorViews in;
-};
-
-// Holds each tensor of `tensors` (float32, writable for outputs) and views
-// it by name: in `into->out` for outputs, in `into->in` for inputs. `role`
-// names them in errors ("gradient", "output").
-void Hold(const py::dict& tensors, const char* role, bool output, HeldTensors* into) {
-  for (const auto& [key, value] : tensors) {
-    const std::string name = py::str(key);
-    into->held.push_back(std::make_unique<HeldBuffer>(value, Element::kFloat32, output,
-                                                      absl::StrCat(role, " '", name, "'")));
-    const HeldBuffer& b = *into->held.back();
-    if (output) {
-      into->out[name] = TensorView{b.shape(), static_cast<float*>(b.data())};
-    } else {
-      into->in[name] = ConstTensorView{b.shape(), static_cast<const float*>(b.data())};
-    }
-  }
-}
-
-// ---- Specs ---------------------------------------------------------------
 
 template <typename Message>
 Message ParseSpec(const std::string& json, const char* what) {
@@ -291,8 +65,6 @@ py::dict StatsDict(const PushStats& s) {
   d["max_staleness"] = s.max_staleness;
   return d;
 }
-
-// ---- The client ----------------------------------------------------------
 
 // A PsClient whose calls, from any Python thread or a future, run one at a
 // time (PsClient's contract), with the GIL released.
@@ -516,8 +288,6 @@ std::unique_ptr<Client::Future> Client::PushPullAsync(const py::dict& grads, con
   return std::make_unique<Future>(this, std::move(held));
 }
 
-// ---- The cluster spec ----------------------------------------------------
-
 py::dict ResolveCluster(const std::string& cluster_spec_path, const std::string& tf_config,
                         const std::string& ps_hosts, const std::string& worker_hosts,
                         const std::string& chief_host, const std::string& task_type,
@@ -540,15 +310,11 @@ py::dict ResolveCluster(const std::string& cluster_spec_path, const std::string&
 }
 
 }  // namespace
-}  // namespace fulcrum
 
-PYBIND11_MODULE(_fulcrum, m) {
-  using fulcrum::Client;
-  m.doc() = "Fulcrum's native client (use the fulcrum package, not this module).";
-  fulcrum::RegisterErrors(m);
-  m.def("resolve_cluster", &fulcrum::ResolveCluster, py::arg("cluster_spec_path"),
-        py::arg("tf_config"), py::arg("ps_hosts"), py::arg("worker_hosts"), py::arg("chief_host"),
-        py::arg("task_type"), py::arg("task_index"));
+void RegisterClient(py::module_& m) {
+  m.def("resolve_cluster", &ResolveCluster, py::arg("cluster_spec_path"), py::arg("tf_config"),
+        py::arg("ps_hosts"), py::arg("worker_hosts"), py::arg("chief_host"), py::arg("task_type"),
+        py::arg("task_index"));
   py::class_<Client::Future>(m, "Future")
       .def("done", &Client::Future::done)
       .def("result", &Client::Future::Result, py::arg("timeout") = -1.0);
@@ -578,3 +344,5 @@ PYBIND11_MODULE(_fulcrum, m) {
       .def_property_readonly("num_servers", &Client::num_servers)
       .def_property_readonly("mode", &Client::mode);
 }
+
+}  // namespace fulcrum::native
