@@ -87,6 +87,9 @@ class PsClientImpl final : public PsClient {
   absl::Status JobDone(const std::string& reason) override { return servers_.JobDone(reason); }
   int64_t step() const override { return dense_.step(); }
   int64_t clock() const override { return servers_.clock(); }
+  int64_t ResumedBatches(int num_workers) const override {
+    return policy_->ResumedBatches(step(), num_workers);
+  }
   ConsistencyMode mode() const override { return options_.mode; }
   int num_servers() const override { return servers_.size(); }
 

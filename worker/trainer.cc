@@ -156,7 +156,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       options_.num_workers,
       StepsPerEpoch(train_.num_examples, options_.num_workers, options_.batch_size));
   Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
-                           options_.epochs, options_.seed, /*prefetch=*/4, resume,
+                           options_.epochs, options_.seed, resume,
                            [this](int64_t epoch) { return strategy_->DealEpoch(epoch); }});
   const int64_t steps_per_epoch = batcher.steps_per_epoch();
   if (steps_per_epoch == 0) {

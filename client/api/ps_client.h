@@ -228,6 +228,10 @@ class PsClient {
   virtual int64_t step() const = 0;
   // Pushes made so far: the clock SSP calls carry.
   virtual int64_t clock() const = 0;
+  // The batches each of `num_workers` workers has trained by step(), as
+  // the mode counts them: where a restarted worker resumes (sync: the
+  // global step; async and ssp: the steps shared over the workers).
+  virtual int64_t ResumedBatches(int num_workers) const = 0;
   virtual ConsistencyMode mode() const = 0;
   virtual int num_servers() const = 0;
 };

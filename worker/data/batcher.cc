@@ -36,10 +36,8 @@ std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size) {
   return batches;
 }
 
-Batcher::Batcher(const Dataset& data, BatcherOptions options)
-    : data_(data),
-      options_(std::move(options)),
-      steps_per_epoch_(StepsPerEpoch(data.num_examples, options_.num_shards, options_.batch_size)) {
+Batcher::Batcher(const Dataset& data, DealingOptions dealing, int prefetch)
+    : data_(data), prefetch_(prefetch), dealer_(data.num_examples, std::move(dealing)) {
   producer_ = std::thread([this] { Produce(); });
 }
 
@@ -52,34 +50,18 @@ Batcher::~Batcher() {
 }
 
 void Batcher::Produce() {
-  bool first = true;
-  for (int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
-    if ((epoch + 1) * steps_per_epoch_ <= options_.skip) continue;  // resumed past it
-    // The first epoch keeps the first dealing (the skip counts in it),
-    // unless the skip ends exactly where it begins.
-    const bool keep = first && (options_.skip == 0 || epoch * steps_per_epoch_ < options_.skip);
-    Dealing dealing{options_.shard_index, options_.num_shards};
-    if (!keep && options_.deal) dealing = options_.deal(epoch);
-    first = false;
-    const std::vector<int64_t> shard =
-        DealtExamples(data_.num_examples, dealing, epoch, options_.seed, options_.batch_size);
-    const int64_t steps = static_cast<int64_t>(shard.size()) / options_.batch_size;
-    for (int64_t step = 0; step < steps; ++step) {
-      if (epoch * steps_per_epoch_ + step < options_.skip) continue;
-      std::vector<int64_t> indices(shard.begin() + step * options_.batch_size,
-                                   shard.begin() + (step + 1) * options_.batch_size);
-      Batch batch = GatherBatch(data_, indices);
-      batch.epoch = epoch;
-      batch.step_in_epoch = step;
-      batch.steps_in_epoch = steps;
-      absl::MutexLock lock(&mu_);
-      auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stop_ || static_cast<int>(ready_.size()) < options_.prefetch;
-      };
-      mu_.Await(absl::Condition(&room));
-      if (stop_) return;
-      ready_.push_back(std::move(batch));
-    }
+  while (std::optional<DealtBatch> dealt = dealer_.Next()) {
+    Batch batch = GatherBatch(data_, dealt->indices);
+    batch.epoch = dealt->epoch;
+    batch.step_in_epoch = dealt->step_in_epoch;
+    batch.steps_in_epoch = dealt->steps_in_epoch;
+    absl::MutexLock lock(&mu_);
+    auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return stop_ || static_cast<int>(ready_.size()) < prefetch_;
+    };
+    mu_.Await(absl::Condition(&room));
+    if (stop_) return;
+    ready_.push_back(std::move(batch));
   }
   absl::MutexLock lock(&mu_);
   done_ = true;

@@ -37,31 +37,18 @@ Batch GatherBatch(const Dataset& data, const std::vector<int64_t>& indices);
 // last may be smaller.
 std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size);
 
-struct BatcherOptions {
-  int shard_index = 0;  // this worker's first dealing
-  int num_shards = 1;
-  int64_t batch_size = 64;
-  int64_t epochs = 1;
-  uint64_t seed = 0;
-  int prefetch = 4;  // batches made ahead
-  int64_t skip = 0;  // batches to skip first (resuming a job part-way), of the first dealing
-  // The dealing of each later epoch, asked as the epoch begins (on the
-  // prefetch thread), and of the first when `skip` ends exactly where it
-  // begins; none: the first dealing throughout.
-  std::function<Dealing(int64_t epoch)> deal;
-};
-
 // Yields `epochs` epochs of batches. Every shard of one dealing yields the
 // same number of batches per epoch (the remainder is dropped), so
 // synchronous workers stay in step. Thread-safe; `data` must outlive it.
 class Batcher {
  public:
-  Batcher(const Dataset& data, BatcherOptions options);
+  // `prefetch`: batches made ahead.
+  Batcher(const Dataset& data, DealingOptions dealing, int prefetch = 4);
   ~Batcher();
 
   // floor(num_examples / num_shards / batch_size) of the first dealing, the
   // same on every shard (Batch::steps_in_epoch tells each epoch's).
-  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t steps_per_epoch() const { return dealer_.steps_per_epoch(); }
 
   // The next batch, waiting for the prefetch thread; nothing once all epochs
   // are done.
@@ -71,8 +58,8 @@ class Batcher {
   void Produce();
 
   const Dataset& data_;
-  const BatcherOptions options_;
-  const int64_t steps_per_epoch_;
+  const int prefetch_;
+  BatchDealer dealer_;  // the producer's
 
   absl::Mutex mu_;
   std::deque<Batch> ready_ ABSL_GUARDED_BY(mu_);

@@ -167,7 +167,7 @@ Dataset Numbered(int64_t n) {
   return data;
 }
 
-std::vector<std::vector<float>> Epochs(const Dataset& data, const BatcherOptions& options) {
+std::vector<std::vector<float>> Epochs(const Dataset& data, const DealingOptions& options) {
   Batcher batcher(data, options);
   std::vector<std::vector<float>> epochs(options.epochs);
   while (auto batch = batcher.Next()) {
@@ -181,7 +181,7 @@ TEST(BatcherTest, ShardsAreDisjointEqualAndReshuffledEachEpoch) {
   const Dataset data = Numbered(103);
   std::set<float> seen;
   for (int shard = 0; shard < 3; ++shard) {
-    BatcherOptions options{shard, 3, /*batch_size=*/8, /*epochs=*/2, /*seed=*/5};
+    DealingOptions options{shard, 3, /*batch_size=*/8, /*epochs=*/2, /*seed=*/5};
     Batcher probe(data, options);
     EXPECT_EQ(probe.steps_per_epoch(), 4);  // floor(103 / 3 / 8), on every shard
     auto epochs = Epochs(data, options);
@@ -201,7 +201,7 @@ TEST(BatcherTest, ALaterEpochIsReDealtOverTheWorkersLeft) {
   const Dataset data = Numbered(96);
   std::set<float> epoch1;
   for (int shard = 0; shard < 2; ++shard) {
-    BatcherOptions options{shard, 3, /*batch_size=*/8, /*epochs=*/2, /*seed=*/5};
+    DealingOptions options{shard, 3, /*batch_size=*/8, /*epochs=*/2, /*seed=*/5};
     options.deal = [shard](int64_t epoch) {
       EXPECT_EQ(epoch, 1);  // asked only as later epochs begin
       return Dealing{shard, 2};
@@ -220,7 +220,7 @@ TEST(BatcherTest, ALaterEpochIsReDealtOverTheWorkersLeft) {
 
 TEST(BatcherTest, StopsEarlyWithoutHanging) {
   const Dataset data = Numbered(1000);
-  Batcher batcher(data, BatcherOptions{0, 1, 10, 5, 1, 2});
+  Batcher batcher(data, DealingOptions{0, 1, 10, 5, 1}, /*prefetch=*/2);
   ASSERT_TRUE(batcher.Next().has_value());
   // Destroying it with the producer blocked on a full queue must return.
 }

@@ -7,6 +7,8 @@
 #define FULCRUM_WORKER_DATA_DEALING_H_
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "proto/ps_service.pb.h"
@@ -31,6 +33,53 @@ inline int64_t StepsPerEpoch(int64_t num_examples, int num_shards, int64_t batch
 // `batch_size`. The same permutation on every run with this seed.
 std::vector<int64_t> DealtExamples(int64_t num_examples, const Dealing& dealing, int64_t epoch,
                                    uint64_t seed, int64_t batch_size);
+
+// What a worker's batches are dealt from.
+struct DealingOptions {
+  int shard_index = 0;  // this worker's first dealing
+  int num_shards = 1;
+  int64_t batch_size = 64;
+  int64_t epochs = 1;
+  uint64_t seed = 0;
+  int64_t skip = 0;  // batches to skip first (resuming a job part-way), of the first dealing
+  // The dealing of each later epoch, asked as the epoch begins, and of the
+  // first when `skip` ends exactly where it begins; none: the first
+  // dealing throughout.
+  std::function<Dealing(int64_t epoch)> deal;
+};
+
+// One batch's examples, and where it stands.
+struct DealtBatch {
+  std::vector<int64_t> indices;
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+  int64_t steps_in_epoch = 0;  // of this epoch's dealing
+};
+
+// A worker's batches of example indices, epoch by epoch: each epoch's
+// share (DealtExamples, of the dealing asked as it begins) in whole
+// batches, after the first `skip`. Every shard of one dealing gets the same
+// number of batches, so synchronous workers stay in step.
+// Thread-compatible.
+class BatchDealer {
+ public:
+  BatchDealer(int64_t num_examples, DealingOptions options);
+
+  // Batches per epoch of the first dealing.
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+  // The next batch; nothing once every epoch is done.
+  std::optional<DealtBatch> Next();
+
+ private:
+  const int64_t num_examples_;
+  const DealingOptions options_;
+  const int64_t steps_per_epoch_;
+  int64_t epoch_ = -1;  // of share_; -1 before the first
+  int64_t step_ = 0;    // the next batch of share_
+  bool first_ = true;   // no epoch begun yet
+  std::vector<int64_t> share_;
+};
 
 // The dealing of `worker` (of `num_workers`) over the workers left, as the
 // servers' answers to Describe tell: a worker the servers all hold neither

@@ -1,6 +1,6 @@
 #include "worker/strategy/parameter_server_strategy.h"
 
-#include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_join.h"
 #include "common/consistency_mode.h"
@@ -11,13 +11,7 @@ namespace fulcrum {
 
 ParameterServerStrategy::ParameterServerStrategy(PsClient* client, int worker, int num_workers,
                                                  bool resume)
-    : client_(client),
-      worker_(worker),
-      num_workers_(num_workers),
-      resume_(resume),
-      policy_(MakeClientPolicy(client->mode()).value_or(nullptr)) {
-  CHECK(policy_ != nullptr && "the client's mode has no policy");
-}
+    : client_(client), worker_(worker), num_workers_(num_workers), resume_(resume) {}
 
 std::string ParameterServerStrategy::name() const { return ConsistencyModeName(client_->mode()); }
 
@@ -26,7 +20,7 @@ absl::Status ParameterServerStrategy::Start(TensorMap* weights) {
 }
 
 int64_t ParameterServerStrategy::ResumedBatches(int num_workers, int64_t) const {
-  return resume_ ? policy_->ResumedBatches(client_->step(), num_workers) : 0;
+  return resume_ ? client_->ResumedBatches(num_workers) : 0;
 }
 
 absl::StatusOr<int> ParameterServerStrategy::Step(const TensorMap* gradients, const StepPlace&,

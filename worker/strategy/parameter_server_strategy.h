@@ -5,11 +5,11 @@
 #ifndef FULCRUM_WORKER_STRATEGY_PARAMETER_SERVER_STRATEGY_H_
 #define FULCRUM_WORKER_STRATEGY_PARAMETER_SERVER_STRATEGY_H_
 
-#include <memory>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "client/consistency/policy.h"
 #include "fulcrum/ps_client.h"
 #include "worker/strategy/strategy.h"
 
@@ -43,7 +43,6 @@ class ParameterServerStrategy final : public Strategy {
   const int worker_;
   const int num_workers_;
   const bool resume_;
-  const std::unique_ptr<ClientConsistencyPolicy> policy_;  // of the client's mode
 };
 
 }  // namespace fulcrum
