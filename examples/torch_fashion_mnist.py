@@ -148,37 +148,46 @@ def main():
             model, client, fulcrum.adam(args.learning_rate, learning_rate_scaling="SQRT")
         )
         client.await_job_start()
-        # Every worker takes the same number of steps per epoch (sync steps
-        # need them all), from its share of the same shuffle.
-        steps = len(train_x) // replicas // args.batch_size
-        start, examples = time.monotonic(), 0
+        # This worker's share of each epoch, dealt as the C++ worker deals:
+        # every worker takes the same number of steps (sync steps need them
+        # all), a worker gone for good has its share dealt over the others,
+        # and a restarted one resumes at the servers' step.
+        dealer = fulcrum.data.Dealer(
+            client, len(train_x), args.batch_size, epochs=args.epochs, seed=args.seed
+        )
+        start, examples, loss_sum = time.monotonic(), 0, 0.0
         print(
-            "%s: %d workers, mode %s, %d steps of %d per epoch"
-            % (role, replicas, client.mode, steps, args.batch_size),
+            "%s: %d workers, mode %s, %d steps of %d per epoch%s"
+            % (
+                role,
+                replicas,
+                client.mode,
+                dealer.steps_per_epoch,
+                args.batch_size,
+                ", resuming after %d" % dealer.resumed if dealer.resumed else "",
+            ),
             flush=True,
         )
-        for epoch in range(1, args.epochs + 1):
-            order = torch.from_numpy(
-                np.random.default_rng(args.seed + epoch).permutation(len(train_x))
-            )
-            mine = order[rank::replicas]
-            loss_sum = 0.0
-            for step in range(steps):
-                index = mine[step * args.batch_size : (step + 1) * args.batch_size]
-                model.zero_grad()
-                loss = F.cross_entropy(model(train_x[index]), train_y[index])
-                loss.backward()
-                replica.step()
-                loss_sum += loss.item()
-                examples += len(index)
+        for batch in dealer:
+            index = torch.from_numpy(batch.indices)
+            model.zero_grad()
+            loss = F.cross_entropy(model(train_x[index]), train_y[index])
+            loss.backward()
+            replica.step()
+            loss_sum += loss.item()
+            examples += len(index)
+            if batch.step_in_epoch + 1 < batch.steps_in_epoch:
+                continue
+            epoch = batch.epoch + 1
             rate = examples * replicas / (time.monotonic() - start)
             line = "%s: epoch %d/%d train loss %.4f, %.0f examples/s" % (
                 role,
                 epoch,
                 args.epochs,
-                loss_sum / max(steps, 1),
+                loss_sum / batch.steps_in_epoch,
                 rate,
             )
+            loss_sum = 0.0
             if client.is_chief:
                 epoch_result = evaluate(model, test_x, test_y)
                 line += ", test loss %.4f accuracy %.4f" % epoch_result

@@ -4,12 +4,14 @@
     client = fulcrum.connect(mode="sync")   # from TF_CONFIG, as the daemons
     client.create_variables([fulcrum.variable("w", (784, 10), fulcrum.adam(0.001))])
 
-fulcrum.torch wraps a torch.nn.Module (import it explicitly: it needs torch).
+fulcrum.data deals a training set over the job's workers; fulcrum.torch
+wraps a torch.nn.Module (import it explicitly: it needs torch).
 Errors are fulcrum.Error subclasses named after gRPC status codes
 (fulcrum.Unavailable, fulcrum.InvalidArgument, ...), carrying the message of
 whoever refused the call. See docs/python.md.
 """
 
+from fulcrum import data
 from fulcrum._fulcrum import (  # the error classes
     Aborted,
     AlreadyExists,
@@ -73,6 +75,7 @@ __all__ = [
     "Future",
     "PushStats",
     "connect",
+    "data",
     "adagrad",
     "adam",
     "constant",

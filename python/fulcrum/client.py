@@ -120,6 +120,12 @@ class Client:
         """Pushes made so far (the clock SSP calls carry)."""
         return self._native.clock
 
+    def resumed_batches(self):
+        """The batches each training worker has trained by `step`, as the
+        mode counts them: where a restarted worker resumes (sync: the global
+        step; async and ssp: the steps shared over the workers)."""
+        return self._native.resumed_batches(self.num_replicas)
+
     def variables(self):
         """The specs of the variables created through this client, by name."""
         return dict(self._specs)

@@ -51,7 +51,8 @@ def test_mutual_tls_lets_in_the_cas_certificates_only(servers, tmp_path):
     client.create_variables(linear_specs())
     assert client.pull()["w"].shape == (4, 3)
     # Plaintext against a TLS server: the error says what to give.
-    with pytest.raises(fulcrum.Unavailable, match="likely wants TLS .*tls_cert, tls_key and tls_ca"):
+    wants_tls = "likely wants TLS .*tls_cert, tls_key and tls_ca"
+    with pytest.raises(fulcrum.Unavailable, match=wants_tls):
         fulcrum.connect(s.hosts, retry_timeout=1.0, call_timeout=5.0)
     with pytest.raises(fulcrum.InvalidArgument, match="--tls_key is missing"):
         fulcrum.connect(s.hosts, tls_cert="%s/worker.pem" % certs, tls_ca="%s/ca.pem" % certs)

@@ -27,6 +27,7 @@
 #include "python/fulcrum/native/buffers.h"
 #include "python/fulcrum/native/errors.h"
 #include "python/fulcrum/native/module.h"
+#include "worker/data/dealing.h"
 
 namespace py = pybind11;
 
@@ -222,6 +223,19 @@ class Client {
   int64_t clock() {
     return Call([](PsClient& c) { return c.clock(); });
   }
+  int64_t ResumedBatches(int num_workers) {
+    if (num_workers < 1) Throw(absl::InvalidArgumentError("num_workers must be at least 1"));
+    return Call([&](PsClient& c) { return c.ResumedBatches(num_workers); });
+  }
+  // (shard_index, num_shards, gone): `worker`'s dealing over the workers
+  // the servers have not lost for good (DealOverWorkersLeft).
+  py::tuple DealEpoch(int worker, int num_workers) {
+    auto described = Call([](PsClient& c) { return c.Describe(); });
+    ThrowIfError(described.status());
+    std::vector<int> gone;
+    const Dealing dealing = DealOverWorkersLeft(*described, worker, num_workers, &gone);
+    return py::make_tuple(dealing.shard_index, dealing.num_shards, gone);
+  }
   int num_servers() const { return client_->num_servers(); }
   std::string mode() const { return ConsistencyModeName(client_->mode()); }
 
@@ -341,6 +355,8 @@ void RegisterClient(py::module_& m) {
       .def("start_heartbeats", &Client::StartHeartbeats)
       .def_property_readonly("step", &Client::step)
       .def_property_readonly("clock", &Client::clock)
+      .def("resumed_batches", &Client::ResumedBatches)
+      .def("deal_epoch", &Client::DealEpoch)
       .def_property_readonly("num_servers", &Client::num_servers)
       .def_property_readonly("mode", &Client::mode);
 }

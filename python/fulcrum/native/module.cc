@@ -22,4 +22,5 @@ PYBIND11_MODULE(_fulcrum, m) {
   m.doc() = "Fulcrum's native client (use the fulcrum package, not this module).";
   fulcrum::native::RegisterErrors(m);
   fulcrum::native::RegisterClient(m);
+  fulcrum::native::RegisterData(m);
 }

@@ -9,6 +9,8 @@ namespace fulcrum::native {
 
 // Client, Future and resolve_cluster (client.cc).
 void RegisterClient(pybind11::module_& m);
+// BatchDealer (data.cc).
+void RegisterData(pybind11::module_& m);
 
 }  // namespace fulcrum::native
 

@@ -1,0 +1,116 @@
+"""fulcrum.data: a training set dealt over the job's workers, as the C++
+worker deals it.
+
+    dealer = fulcrum.data.Dealer(client, len(train_x), batch_size=64, epochs=10, seed=1)
+    for batch in dealer:                 # this worker's batches, epoch by epoch
+        x, y = train_x[batch.indices], train_y[batch.indices]
+        ...
+
+Each epoch, worker r of n takes the examples i with i % n == r, shuffled by
+(seed, epoch, r) and cut into whole batches: every worker gets as many, so
+synchronous workers stay in step, and a job of the C++ worker with the same
+seed trains the same batches. As each later epoch begins the dealer asks the
+servers who is left: a worker they all hold gone for good has its share
+dealt over the others, so every example is still seen. A restarted worker
+(the chief among them) resumes where the servers' step says the job is
+(`client.resumed_batches()`), not at epoch 0.
+
+A Dealer is also a batch sampler: torch.utils.data.DataLoader(dataset,
+batch_sampler=dealer) loads its batches.
+"""
+
+import logging
+
+from fulcrum import _fulcrum
+
+
+class Batch:
+    """A batch: its example `indices` (an int64 NumPy array), its `epoch`
+    (from 0), and its place in that epoch's dealing (`step_in_epoch` of
+    `steps_in_epoch`). Iterating it (or len()) goes over its indices, as a
+    batch sampler's batch does."""
+
+    __slots__ = ("indices", "epoch", "step_in_epoch", "steps_in_epoch")
+
+    def __init__(self, indices, epoch, step_in_epoch, steps_in_epoch):
+        self.indices = indices
+        self.epoch = epoch
+        self.step_in_epoch = step_in_epoch
+        self.steps_in_epoch = steps_in_epoch
+
+    def __iter__(self):
+        return iter(self.indices.tolist())
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __repr__(self):
+        return "Batch(epoch=%d, step %d of %d, %d examples)" % (
+            self.epoch,
+            self.step_in_epoch,
+            self.steps_in_epoch,
+            len(self.indices),
+        )
+
+
+_log = logging.getLogger("fulcrum.data")
+
+
+class Dealer:
+    """This worker's batches of `num_examples` examples (indices 0 to
+    num_examples - 1), `batch_size` each, for `epochs` epochs, shuffled from
+    `seed`, dealt over the job's `client.num_replicas` training workers.
+    With `resume`, the batches the job has already trained (by the servers'
+    step, once the client has pulled) are skipped. Iterate it once."""
+
+    def __init__(self, client, num_examples, batch_size, epochs=1, seed=0, resume=True):
+        if client.worker_id < 0:
+            raise _fulcrum.InvalidArgument(
+                "a read-only client (worker_id -1) trains no share of the data"
+            )
+        self._client = client
+        self.num_workers = client.num_replicas
+        self.resumed = client.resumed_batches() if resume else 0
+        self._native = _fulcrum.BatchDealer(
+            int(num_examples),
+            client.worker_id,
+            self.num_workers,
+            int(batch_size),
+            int(epochs),
+            int(seed),
+            self.resumed,
+            self._deal,
+        )
+
+    @property
+    def steps_per_epoch(self):
+        """Batches per epoch while no worker is gone."""
+        return self._native.steps_per_epoch
+
+    def _deal(self, epoch):
+        own = self._client.worker_id, self.num_workers
+        try:
+            shard, shards, gone = self._client._native.deal_epoch(*own)
+        except _fulcrum.Error as e:
+            _log.warning(
+                "epoch %d: cannot ask the servers who is left (%s); keeping this worker's share",
+                epoch + 1,
+                e,
+            )
+            return own
+        if gone:
+            _log.warning(
+                "epoch %d: worker(s) %s gone for good; their share of the data is re-dealt "
+                "over the %d worker(s) left",
+                epoch + 1,
+                ", ".join(str(w) for w in gone),
+                shards,
+            )
+        return shard, shards
+
+    def __iter__(self):
+        while True:
+            batch = self._native.next()
+            if batch is None:
+                return
+            yield Batch(*batch)
