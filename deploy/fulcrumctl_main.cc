@@ -24,15 +24,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/checkpoint/checkpointer.h"
 #include "common/cluster_flags.h"
 #include "common/consistency_mode.h"
-#include "common/file_system.h"
 #include "common/memory_size.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/security_flags.h"
 #include "common/tensor.h"
 #include "fulcrum/grpc_ps_client.h"
+#include "fulcrum/job_checkpoints.h"
 #include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
 
@@ -196,10 +195,10 @@ int Checkpoint(const std::vector<std::string>& hosts) {
       for (const ShardInfo& s : d.shards()) step = std::max(step, s.version());
     }
   }
-  auto fs = MakeLocalFileSystem();
-  Checkpointer checkpointer([&client](int64_t at) { return client->SaveCheckpoint(at); }, fs.get(),
-                            {absl::GetFlag(FLAGS_checkpoint_dir), 0, 0, 1 << 30});
-  if (absl::Status s = checkpointer.Save(step); !s.ok()) {
+  auto checkpoints =
+      JobCheckpoints::Create(client.get(), {absl::GetFlag(FLAGS_checkpoint_dir), 0, 0, 1 << 30});
+  absl::Status s = checkpoints.ok() ? (*checkpoints)->Save(step, {}) : checkpoints.status();
+  if (!s.ok()) {
     std::cerr << "fulcrumctl: " << s.message() << "\n";
     return 1;
   }

@@ -10,6 +10,7 @@
 #include "common/checkpoint/checkpointer.h"
 #include "common/checkpoint/directory.h"
 #include "common/faulty_file_system.h"
+#include "fulcrum/job_checkpoints.h"
 #include "worker/strategy/all_reduce_strategy.h"
 
 namespace fulcrum {
@@ -343,6 +344,29 @@ TEST_F(CheckpointerTest, OneServersFinalFileRestoresItsOwnShards) {
             std::vector<float>(initial["w"].values.begin(), initial["w"].values.begin() + 18));
   EXPECT_EQ(std::vector<float>(got.begin() + 18, got.end()),
             std::vector<float>(saved["w"].values.begin() + 18, saved["w"].values.end()));
+}
+
+// The public JobCheckpoints: a chief's state saved with a checkpoint comes
+// back once the servers restored it; a fresh job has none.
+TEST_F(CheckpointerTest, JobCheckpointsKeepTheChiefsStateWithTheCheckpoint) {
+  {
+    Cluster two(2, dir_, &fs_);
+    ASSERT_TRUE(two.client->CreateVariables({Spec(2)}).ok());
+    auto checkpoints = JobCheckpoints::Create(two.client.get(), {dir_, 0, 0, 2});
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    EXPECT_EQ((*checkpoints)->RestoredState().status().code(), absl::StatusCode::kNotFound);
+    ASSERT_TRUE((*checkpoints)->Save(4, {{"epoch", "3"}, {"rng", std::string("\0\1", 2)}}).ok());
+  }
+  Cluster again(2, dir_, &fs_);
+  auto checkpoints = JobCheckpoints::Create(again.client.get(), {dir_, 0, 0, 2});
+  ASSERT_TRUE(checkpoints.ok());
+  auto state = (*checkpoints)->RestoredState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(*state, (CheckpointState{{"epoch", "3"}, {"rng", std::string("\0\1", 2)}}));
+  EXPECT_EQ(JobCheckpoints::Create(again.client.get(), {"", 0, 0, 2}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(JobCheckpoints::Create(again.client.get(), {dir_, -1, 0, 2}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

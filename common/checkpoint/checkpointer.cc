@@ -15,14 +15,18 @@ Checkpointer::Checkpointer(WriteCheckpointFiles write_files, FileSystem* fs,
       now_(std::move(now)),
       last_time_(now_()) {}
 
-void Checkpointer::MaybeSave(int64_t step) {
+bool Checkpointer::Due(int64_t step) const {
   const bool by_steps = options_.every_steps > 0 && step - last_step_ >= options_.every_steps;
   const bool by_time =
       options_.every_secs > 0 && now_() - last_time_ >= absl::Seconds(options_.every_secs);
-  if (by_steps || by_time) Save(step).IgnoreError();  // logged; training goes on
+  return by_steps || by_time;
 }
 
-absl::Status Checkpointer::Save(int64_t step) {
+void Checkpointer::MaybeSave(int64_t step) {
+  if (Due(step)) Save(step).IgnoreError();  // logged; training goes on
+}
+
+absl::Status Checkpointer::Save(int64_t step, const ChiefState& chief_state) {
   last_step_ = step;
   last_time_ = now_();
   const absl::Time start = last_time_;
@@ -39,7 +43,8 @@ absl::Status Checkpointer::Save(int64_t step) {
       entry.set_crc32(file.crc32());
       bytes += file.bytes();
     }
-    status = WriteManifest(*fs_, options_.dir, step, static_cast<int>(entries.size()), entries);
+    status = WriteManifest(*fs_, options_.dir, step, static_cast<int>(entries.size()), entries,
+                           chief_state);
     if (status.ok()) {
       LOG_INFO("checkpoint {} complete: {} file(s), {} bytes in {}", name, entries.size(), bytes,
                absl::FormatDuration(now_() - start));

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/checkpoint/directory.h"
 #include "common/file_system.h"
 #include "proto/ps_service.pb.h"
 
@@ -37,12 +38,15 @@ class Checkpointer {
   Checkpointer(WriteCheckpointFiles write_files, FileSystem* fs, CheckpointOptions options,
                std::function<absl::Time()> now = absl::Now);
 
-  // After a step: saves checkpoint `step` when `every_steps` steps or
-  // `every_secs` seconds have passed since the last.
+  // Whether `every_steps` steps or `every_secs` seconds have passed since
+  // the last checkpoint, at `step`.
+  bool Due(int64_t step) const;
+  // After a step: saves checkpoint `step` when Due.
   void MaybeSave(int64_t step);
 
-  // Saves checkpoint `step` now; the error (also logged) when it failed.
-  absl::Status Save(int64_t step);
+  // Saves checkpoint `step` now, with `chief_state` in its manifest; the
+  // error (also logged) when it failed.
+  absl::Status Save(int64_t step, const ChiefState& chief_state = {});
 
  private:
   const WriteCheckpointFiles write_files_;

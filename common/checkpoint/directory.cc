@@ -104,11 +104,12 @@ absl::StatusOr<CheckpointFiles> LoadNewestCheckpoint(
 }
 
 absl::Status WriteManifest(FileSystem& fs, const std::string& root, int64_t step, int num_ps,
-                           const std::vector<ManifestFile>& files) {
+                           const std::vector<ManifestFile>& files, const ChiefState& chief_state) {
   CheckpointManifest manifest;
   manifest.set_step(step);
   manifest.set_num_ps(num_ps);
   for (const ManifestFile& file : files) *manifest.add_files() = file;
+  manifest.mutable_chief_state()->insert(chief_state.begin(), chief_state.end());
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   auto framed = FrameMessage(manifest);
   if (!framed.ok()) return framed.status();

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,10 +57,14 @@ absl::StatusOr<CheckpointFiles> LoadNewestCheckpoint(
     const std::function<absl::Status(const CheckpointFiles&)>& accept,
     std::vector<std::string>* problems);
 
+// What a chief keeps of its own in a manifest (CheckpointManifest.chief_state).
+using ChiefState = std::map<std::string, std::string>;
+
 // The chief's second phase: writes the manifest of checkpoint `step` from
-// the servers' files, atomically.
+// the servers' files, with `chief_state`, atomically.
 absl::Status WriteManifest(FileSystem& fs, const std::string& root, int64_t step, int num_ps,
-                           const std::vector<ManifestFile>& files);
+                           const std::vector<ManifestFile>& files,
+                           const ChiefState& chief_state = {});
 
 // Removes all but the newest `keep` complete checkpoints, and any incomplete
 // checkpoint older than the newest complete one.

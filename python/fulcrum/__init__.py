@@ -31,6 +31,7 @@ from fulcrum._fulcrum import (  # the error classes
     Unimplemented,
     Unknown,
 )
+from fulcrum.checkpoints import Checkpoints
 from fulcrum.client import Client, Future, PushStats, connect
 from fulcrum.specs import (
     adagrad,
@@ -71,6 +72,7 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "Unknown",
+    "Checkpoints",
     "Client",
     "Future",
     "PushStats",

@@ -137,11 +137,12 @@ class Client:
         with the same specs. `initial_values` ({name: array}) replace the
         initializer of the shards this call creates; shards that exist already
         (or come from a checkpoint) keep theirs, so the first creator's values
-        win: let the chief pass them and the others wait_for_variables()."""
+        win: let the chief pass them and the others wait_for_variables().
+        A call names all of this client's variables: pull() and push() then
+        know those of the last call only."""
         specs = list(specs)
         self._native.create_variables([json.dumps(s) for s in specs], dict(initial_values or {}))
-        for spec in specs:
-            self._specs[spec["name"]] = spec
+        self._specs = {spec["name"]: spec for spec in specs}
 
     def create_tables(self, specs):
         """Creates embedding tables (fulcrum.table specs) on every server."""

@@ -76,3 +76,17 @@ class Replica:
         """Pulls the servers' current values into the parameters."""
         with torch.no_grad():
             self.client.pull(self._values)
+
+    def local_state(self):
+        """What this replica keeps that the servers do not: the module's
+        buffers (BatchNorm statistics), by name, for a checkpoint's state."""
+        return {"buffer:" + name: b for name, b in self.module.named_buffers()}
+
+    def load_local_state(self, state):
+        """Copies the buffers of `state` (from local_state(), as a checkpoint
+        gave it back) into the module's; entries of other names are ignored."""
+        with torch.no_grad():
+            for name, b in self.module.named_buffers():
+                saved = state.get("buffer:" + name)
+                if saved is not None:
+                    b.copy_(torch.as_tensor(saved))

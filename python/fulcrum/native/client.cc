@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "common/file_system.h"
 #include "common/rpc/credentials.h"
 #include "fulcrum/grpc_ps_client.h"
+#include "fulcrum/job_checkpoints.h"
 #include "fulcrum/ps_client.h"
 #include "python/fulcrum/native/buffers.h"
 #include "python/fulcrum/native/errors.h"
@@ -302,6 +304,43 @@ std::unique_ptr<Client::Future> Client::PushPullAsync(const py::dict& grads, con
   return std::make_unique<Future>(this, std::move(held));
 }
 
+// A chief's JobCheckpoints, whose calls go through its Client (one call at
+// a time, GIL released). State is bytes by name.
+class Checkpoints {
+ public:
+  Checkpoints(Client* client, const std::string& dir, int64_t every_steps, int64_t every_secs,
+              int keep)
+      : client_(*client) {
+    auto created = client_.Call([&](PsClient& c) {
+      return JobCheckpoints::Create(&c, {dir, every_steps, every_secs, keep});
+    });
+    ThrowIfError(created.status());
+    checkpoints_ = *std::move(created);
+  }
+
+  bool Due(int64_t step) const { return checkpoints_->Due(step); }
+
+  void Save(int64_t step, const std::map<std::string, py::bytes>& state) {
+    CheckpointState bytes;
+    for (const auto& [name, value] : state) bytes[name] = std::string(value);
+    ThrowIfError(client_.Call([&](PsClient&) { return checkpoints_->Save(step, bytes); }));
+  }
+
+  // The restored checkpoint's state ({name: bytes}), or None.
+  py::object RestoredState() {
+    auto state = client_.Call([&](PsClient&) { return checkpoints_->RestoredState(); });
+    if (state.status().code() == absl::StatusCode::kNotFound) return py::none();
+    ThrowIfError(state.status());
+    py::dict out;
+    for (const auto& [name, value] : *state) out[py::str(name)] = py::bytes(value);
+    return std::move(out);
+  }
+
+ private:
+  Client& client_;
+  std::unique_ptr<JobCheckpoints> checkpoints_;
+};
+
 py::dict ResolveCluster(const std::string& cluster_spec_path, const std::string& tf_config,
                         const std::string& ps_hosts, const std::string& worker_hosts,
                         const std::string& chief_host, const std::string& task_type,
@@ -332,6 +371,13 @@ void RegisterClient(py::module_& m) {
   py::class_<Client::Future>(m, "Future")
       .def("done", &Client::Future::done)
       .def("result", &Client::Future::Result, py::arg("timeout") = -1.0);
+  py::class_<Checkpoints>(m, "Checkpoints")
+      .def(py::init<Client*, const std::string&, int64_t, int64_t, int>(), py::arg("client"),
+           py::arg("dir"), py::arg("every_steps"), py::arg("every_secs"), py::arg("keep"),
+           py::keep_alive<1, 2>())
+      .def("due", &Checkpoints::Due)
+      .def("save", &Checkpoints::Save)
+      .def("restored_state", &Checkpoints::RestoredState);
   py::class_<Client>(m, "Client")
       .def(py::init<const std::vector<std::string>&, int, const std::string&, double, double,
                     const std::string&, int, const std::string&, const std::string&,
