@@ -74,7 +74,8 @@ ABSL_FLAG(std::string, worker_command, "",
           "spaces and found on PATH, e.g. \"python3 examples/torch_fashion_mnist.py\" (a "
           "Python worker on the fulcrum package). It gets the same TF_CONFIG and flags: "
           "--cpu_threads, --strategy, --mode, --staleness, --replicas_to_aggregate, the chief's "
-          "--summary_json, --metrics_jsonl and --checkpoint_dir when set, then those after --. "
+          "--summary_json, --metrics_jsonl and --checkpoint_dir when set, then those after --; "
+          "and the fulcrum package built under --bin_dir (python/site) ahead of PYTHONPATH. "
           "Only with --strategy=parameter_server.");
 ABSL_FLAG(bool, insecure, false,
           "Plaintext gRPC between the processes (all on 127.0.0.1) instead of mutual TLS; "
@@ -100,27 +101,29 @@ void OnSignal(int) { g_interrupted = 1; }
 struct Child {
   std::string label;  // "ps 0", "worker 2"
   std::vector<std::string> argv;
-  std::string tf_config;
+  std::vector<std::string> env;  // "NAME=value": TF_CONFIG, and more for some
   int restarts = 0;
   std::unique_ptr<fulcrum::Subprocess> process;  // stdout and stderr read as lines
   std::optional<int> status;                     // exit code, or 128 + signal
 };
 
-// Starts (or starts again) `child` with its argv and TF_CONFIG.
+// Starts (or starts again) `child` with its argv and environment.
 void Start(Child& child) {
   child.status.reset();
   child.process = std::make_unique<fulcrum::Subprocess>(
-      child.argv, fulcrum::SubprocessOptions{{"TF_CONFIG=" + child.tf_config}, true});
+      child.argv, fulcrum::SubprocessOptions{child.env, true});
   std::printf("[launcher] started %s (pid %d)\n", child.label.c_str(),
               static_cast<int>(child.process->pid()));
   std::fflush(stdout);
 }
 
-Child Spawn(const std::string& label, std::vector<std::string> argv, std::string tf_config) {
+Child Spawn(const std::string& label, std::vector<std::string> argv, const std::string& tf_config,
+            std::vector<std::string> env = {}) {
   Child child;
   child.label = label;
   child.argv = std::move(argv);
-  child.tf_config = std::move(tf_config);
+  child.env = std::move(env);
+  child.env.push_back("TF_CONFIG=" + tf_config);
   Start(child);
   return child;
 }
@@ -225,6 +228,17 @@ std::string DefaultBinDir() {
   if (path.empty()) return ".";
   path = path.substr(0, path.rfind('/'));  // .../bazel-bin/deploy
   return path.substr(0, path.rfind('/'));  // .../bazel-bin
+}
+
+// A Python --worker_command finds the fulcrum package built beside the
+// binaries (<bin>/python/site), before whatever PYTHONPATH held; none when
+// it was not built (an installed wheel serves).
+std::vector<std::string> PackagePath(const std::string& bin) {
+  const std::string site = bin + "/python/site";
+  if (!std::filesystem::exists(site + "/fulcrum/__init__.py")) return {};
+  const char* inherited = std::getenv("PYTHONPATH");
+  return {absl::StrCat("PYTHONPATH=", site, inherited != nullptr && *inherited != '\0' ? ":" : "",
+                       inherited != nullptr ? inherited : "")};
 }
 
 // A directory of this run's own (certificates, tokens), in `made`, which
@@ -434,6 +448,8 @@ int Run(const std::vector<std::string>& worker_args) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::string cpu_threads = absl::StrCat("--cpu_threads=", std::max(1, cores / num_workers));
   const size_t first_worker = children.size();
+  const std::vector<std::string> worker_env =
+      worker_command.empty() ? std::vector<std::string>{} : PackagePath(bin);
   for (int w = 0; w < num_workers; ++w) {
     std::vector<std::string> argv = worker_command;
     if (argv.empty()) argv.push_back(bin + "/worker/worker");
@@ -454,7 +470,8 @@ int Run(const std::vector<std::string>& worker_args) {
     }
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
     children.push_back(Spawn(absl::StrCat("worker ", w), argv,
-                             TaskTfConfig(ps_addresses, worker_addresses, "worker", w)));
+                             TaskTfConfig(ps_addresses, worker_addresses, "worker", w),
+                             worker_env));
   }
 
   // Run until every process has exited, one fails for good, or Ctrl-C.

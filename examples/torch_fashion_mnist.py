@@ -108,12 +108,21 @@ def parse_args():
     p.add_argument("--staleness", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--replicas_to_aggregate", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--strategy", default="parameter_server", help=argparse.SUPPRESS)
-    p.add_argument("--checkpoint_dir", default="", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--checkpoint_dir",
+        default="",
+        help="Chief: the servers' --checkpoint_dir, where it checkpoints the job.",
+    )
+    p.add_argument(
+        "--checkpoint_every_steps", type=int, default=0, help="Chief: 0 is not by steps."
+    )
+    p.add_argument(
+        "--checkpoint_every_secs", type=int, default=600, help="Chief: 0 is not by time."
+    )
+    p.add_argument("--keep_checkpoints", type=int, default=5, help="Chief: complete ones kept.")
     args = p.parse_args()
     if args.strategy != "parameter_server":
         p.error("--strategy=%s: this example trains on parameter servers" % args.strategy)
-    if args.checkpoint_dir:
-        p.error("--checkpoint_dir: this example does not checkpoint (the C++ worker does)")
     if args.insecure == bool(args.tls_cert or args.tls_key or args.tls_ca):
         p.error("give --tls_cert, --tls_key and --tls_ca (mutual TLS), or --insecure")
     if args.epochs < 1 or args.batch_size < 1:
@@ -147,6 +156,24 @@ def main():
         replica = fulcrum.torch.Replica(
             model, client, fulcrum.adam(args.learning_rate, learning_rate_scaling="SQRT")
         )
+        checkpoints, state = None, None
+        if client.is_chief and args.checkpoint_dir:
+            checkpoints = fulcrum.Checkpoints(
+                client,
+                args.checkpoint_dir,
+                every_steps=args.checkpoint_every_steps,
+                every_secs=args.checkpoint_every_secs,
+                keep=args.keep_checkpoints,
+            )
+
+            def state():
+                return {"rng": torch.get_rng_state(), **replica.local_state()}
+
+            restored = checkpoints.restored()
+            if restored:  # the servers restored a checkpoint: so does the chief
+                torch.set_rng_state(restored["rng"])
+                replica.load_local_state(restored)
+                print("chief: restored its state from the checkpoint at step %d" % client.step)
         client.await_job_start()
         # This worker's share of each epoch, dealt as the C++ worker deals:
         # every worker takes the same number of steps (sync steps need them
@@ -174,6 +201,8 @@ def main():
             loss = F.cross_entropy(model(train_x[index]), train_y[index])
             loss.backward()
             replica.step()
+            if checkpoints:
+                checkpoints.maybe_save(client.step, state)
             loss_sum += loss.item()
             examples += len(index)
             if batch.step_in_epoch + 1 < batch.steps_in_epoch:
@@ -217,6 +246,8 @@ def main():
                 % (test_accuracy, test_loss, wall),
                 flush=True,
             )
+            if checkpoints:  # the job's last state: what was evaluated, for export
+                checkpoints.save(client.step, state())
             if args.summary_json:
                 with open(args.summary_json, "w") as f:
                     json.dump(

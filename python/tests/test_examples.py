@@ -27,6 +27,10 @@ def test_numpy_linear_learns_the_true_weights(servers):
     assert s.wait_exited(timeout=30) == [0]  # the chief ended the job
 
 
+def without_pythonpath():
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def test_torch_fashion_mnist_trains_through_the_launcher(tmp_path):
     summary = tmp_path / "summary.json"
     metrics = tmp_path / "metrics.jsonl"
@@ -48,6 +52,7 @@ def test_torch_fashion_mnist_trains_through_the_launcher(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        env=without_pythonpath(),  # the launcher finds the package itself
     )
     assert done.returncode == 0, done.stdout[-4000:]
     result = json.loads(summary.read_text())
