@@ -17,7 +17,9 @@ absl::Status ServerCheckpoints::Enable(FileSystem* fs) {
   CHECK(fs_ == nullptr && !dir.empty());
   if (absl::Status s = CheckWritableDir(*fs, dir); !s.ok()) return s;
   fs_ = fs;
-  const AdjustFiles use_final = [&](CheckpointFiles* files) { return UseFinalFile(*fs, files); };
+  const AdjustFiles use_final = [&](CheckpointFiles* files) {
+    return UseNewerFinalFile(*fs, dir, index(), files);
+  };
   std::vector<std::string> problems;
   auto restored = LoadRestorePoint(*fs, dir, use_final, nullptr, &problems);
   if (restored.ok()) {
@@ -36,7 +38,7 @@ absl::Status ServerCheckpoints::Enable(FileSystem* fs) {
   }
   // No complete checkpoint: the final files the servers wrote as they were
   // stopped, whichever of them there are (each server takes its own shards).
-  CheckpointFiles finals = FinalFiles(*fs);
+  CheckpointFiles finals = FinalFiles(*fs, dir, num_ps());
   auto regrouped = RegroupCheckpoint(finals, /*partial=*/true);
   if (!regrouped.ok()) LOG_ERROR("checkpoint: {}", regrouped.status().message());
   if (finals.empty() || !regrouped.ok()) {
@@ -56,44 +58,6 @@ absl::Status ServerCheckpoints::Enable(FileSystem* fs) {
       own ? ", this server's among them: nothing is lost"
           : "; this server's is missing, so its shards start from the initializers");
   return absl::OkStatus();
-}
-
-bool ServerCheckpoints::UseFinalFile(FileSystem& fs, CheckpointFiles* files) const {
-  auto final_file = OpenFinalFile(fs, index());
-  if (final_file == nullptr) return false;
-  // The final file replaces this server's part of the complete checkpoint
-  // when newer.
-  for (std::shared_ptr<const CheckpointFile>& file : *files) {
-    const PsCheckpointHeader& header = file->header();
-    if (header.ps_index() == index() && header.num_ps() == num_ps()) {
-      if (header.created_unix_ms() >= final_file->header().created_unix_ms()) return false;
-      file = std::move(final_file);
-      return true;
-    }
-  }
-  return false;
-}
-
-std::shared_ptr<const CheckpointFile> ServerCheckpoints::OpenFinalFile(FileSystem& fs,
-                                                                       int ps_index) const {
-  const std::string path =
-      absl::StrCat(config_.checkpoint_dir(), "/", FinalFileName(ps_index, num_ps()));
-  auto file = CheckpointFile::Open(fs, path);
-  if (!file.ok()) {
-    if (file.status().code() != absl::StatusCode::kNotFound) {
-      LOG_ERROR("checkpoint: {}; not using it", file.status().message());
-    }
-    return nullptr;
-  }
-  return *std::move(file);
-}
-
-CheckpointFiles ServerCheckpoints::FinalFiles(FileSystem& fs) const {
-  CheckpointFiles files;
-  for (int ps = 0; ps < num_ps(); ++ps) {
-    if (auto file = OpenFinalFile(fs, ps)) files.push_back(std::move(file));
-  }
-  return files;
 }
 
 const RestoredVariable* ServerCheckpoints::Find(const ShardSpec& shard) const {

@@ -10,7 +10,6 @@
 #define FULCRUM_PS_SERVER_SERVER_CHECKPOINTS_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -63,14 +62,6 @@ class ServerCheckpoints {
  private:
   int index() const { return config_.cluster().task().index(); }
   int num_ps() const { return config_.cluster().cluster().ps_size(); }
-  // Puts this server's final file in place of its file in `files` when it
-  // is newer. True when it did.
-  bool UseFinalFile(FileSystem& fs, CheckpointFiles* files) const;
-  // Server `ps_index`'s final file (of this number of servers), or null
-  // when there is none or it is unreadable (logged).
-  std::shared_ptr<const CheckpointFile> OpenFinalFile(FileSystem& fs, int ps_index) const;
-  // Every server's final file there is.
-  CheckpointFiles FinalFiles(FileSystem& fs) const;
   // Adds every shard and table of the store to `writer`.
   absl::Status AddStore(CheckpointFileWriter& writer) const;
 

@@ -43,6 +43,42 @@ absl::StatusOr<RestorePoint> LoadRestorePoint(FileSystem& fs, const std::string&
   return chosen;
 }
 
+std::shared_ptr<const CheckpointFile> OpenFinalFile(FileSystem& fs, const std::string& dir,
+                                                    int ps_index, int num_ps) {
+  auto file = CheckpointFile::Open(fs, absl::StrCat(dir, "/", FinalFileName(ps_index, num_ps)));
+  if (!file.ok()) {
+    if (file.status().code() != absl::StatusCode::kNotFound) {
+      LOG_ERROR("checkpoint: {}; not using it", file.status().message());
+    }
+    return nullptr;
+  }
+  return *std::move(file);
+}
+
+CheckpointFiles FinalFiles(FileSystem& fs, const std::string& dir, int num_ps) {
+  CheckpointFiles files;
+  for (int ps = 0; ps < num_ps; ++ps) {
+    if (auto file = OpenFinalFile(fs, dir, ps, num_ps)) files.push_back(std::move(file));
+  }
+  return files;
+}
+
+bool UseNewerFinalFile(FileSystem& fs, const std::string& dir, int ps_index,
+                       CheckpointFiles* files) {
+  for (std::shared_ptr<const CheckpointFile>& file : *files) {
+    const PsCheckpointHeader& header = file->header();
+    if (header.ps_index() != ps_index) continue;
+    auto final_file = OpenFinalFile(fs, dir, ps_index, header.num_ps());
+    if (final_file == nullptr ||
+        final_file->header().created_unix_ms() <= header.created_unix_ms()) {
+      return false;
+    }
+    file = std::move(final_file);
+    return true;
+  }
+  return false;
+}
+
 absl::StatusOr<CheckpointFileWriter::Written> WriteServerFile(FileSystem& fs,
                                                               const std::string& path, int ps_index,
                                                               int num_ps, int64_t step,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,19 @@ absl::StatusOr<RestorePoint> LoadRestorePoint(FileSystem& fs, const std::string&
                                               const AdjustFiles& adjust,
                                               const AcceptVariables& accept,
                                               std::vector<std::string>* problems);
+
+// Server `ps_index`'s final file (of `num_ps` servers) in `dir`, or null
+// when there is none or it is unreadable (logged).
+std::shared_ptr<const CheckpointFile> OpenFinalFile(FileSystem& fs, const std::string& dir,
+                                                    int ps_index, int num_ps);
+
+// Every final file of `num_ps` servers there is in `dir`, in task order.
+CheckpointFiles FinalFiles(FileSystem& fs, const std::string& dir, int num_ps);
+
+// Puts server `ps_index`'s final file in place of its file in `files` (a
+// complete checkpoint of as many servers) when it is newer. True when it did.
+bool UseNewerFinalFile(FileSystem& fs, const std::string& dir, int ps_index,
+                       CheckpointFiles* files);
 
 // Adds a server's shards and tables to its file.
 using AddToFile = std::function<absl::Status(CheckpointFileWriter& writer)>;
