@@ -5,6 +5,8 @@
 //   fulcrumctl tables     --ps_hosts=h:p,...   every embedding table: rows, evictions, memory
 //   fulcrumctl checkpoint --ps_hosts=h:p,... --checkpoint_dir=DIR [--step=N]
 //   fulcrumctl stop       --ps_hosts=h:p,... [--reason=...]   job done: the servers exit 0
+//   fulcrumctl export     --checkpoint_dir=DIR --out=FILE [--format=safetensors|npz] [--step=N]
+//                         [--slots]   the trained model, as files other tools read
 //   fulcrumctl health     --address=h:p        exit 0 when SERVING (a probe for images)
 //
 // The servers come from --ps_hosts, else from the cluster spec (--cluster_spec,
@@ -20,12 +22,16 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/checkpoint/exported.h"
+#include "common/checkpoint/tensor_files.h"
 #include "common/cluster_flags.h"
 #include "common/consistency_mode.h"
+#include "common/file_system.h"
 #include "common/memory_size.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/security_flags.h"
@@ -37,9 +43,17 @@
 
 ABSL_FLAG(std::string, address, "", "health: the host:port to probe.");
 ABSL_FLAG(int, timeout_secs, 5, "Deadline of each call, in seconds.");
-ABSL_FLAG(std::string, checkpoint_dir, "", "checkpoint: the servers' --checkpoint_dir.");
-ABSL_FLAG(int64_t, step, -1, "checkpoint: its step (name); -1 takes the servers' global step.");
+ABSL_FLAG(std::string, checkpoint_dir, "", "checkpoint, export: the servers' --checkpoint_dir.");
+ABSL_FLAG(int64_t, step, -1,
+          "checkpoint: its step (name); -1 takes the servers' global step. export: the "
+          "checkpoint of this step; -1: the job's last state (the newest complete checkpoint, "
+          "with newer final files of its servers, else their final files).");
 ABSL_FLAG(std::string, reason, "stopped with fulcrumctl", "stop: the reason the servers log.");
+ABSL_FLAG(std::string, out, "", "export: the file to write.");
+ABSL_FLAG(std::string, format, "",
+          "export: safetensors or npz; empty: by --out's extension (.npz is npz, else "
+          "safetensors).");
+ABSL_FLAG(bool, slots, false, "export: the optimizer slots too (<name>.slot<k>, <table>.slots).");
 
 namespace fulcrum {
 namespace {
@@ -207,6 +221,38 @@ int Checkpoint(const std::vector<std::string>& hosts) {
   return 0;
 }
 
+int Export() {
+  const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  std::string format = absl::GetFlag(FLAGS_format);
+  if (format.empty()) format = absl::EndsWith(out, ".npz") ? "npz" : "safetensors";
+  if (dir.empty() || out.empty() || (format != "safetensors" && format != "npz")) {
+    std::cerr << "fulcrumctl: export needs --checkpoint_dir, --out and a --format of "
+                 "safetensors or npz\n";
+    return 2;
+  }
+  const absl::Time start = absl::Now();
+  auto fs = MakeLocalFileSystem();
+  auto checkpoint =
+      ExportedCheckpoint::Open(*fs, dir, {absl::GetFlag(FLAGS_step), absl::GetFlag(FLAGS_slots)});
+  absl::Status s = checkpoint.status();
+  if (s.ok()) {
+    std::cout << "exporting " << checkpoint->description() << ": " << checkpoint->tensors().size()
+              << " tensors" << std::endl;
+    s = format == "npz" ? WriteNpz(*checkpoint, *fs, out) : WriteSafetensors(*checkpoint, *fs, out);
+  }
+  if (!s.ok()) {
+    std::cerr << "fulcrumctl: export: " << s.message() << "\n";
+    return 1;
+  }
+  int64_t bytes = 0;
+  for (const ExportedTensor& tensor : checkpoint->tensors()) bytes += tensor.bytes();
+  std::cout << "wrote " << out << " (" << format << ", " << FormatBytes(bytes) << " of tensors) in "
+            << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+            << "\n";
+  return 0;
+}
+
 int Stop(const std::vector<std::string>& hosts) {
   if (absl::Status s = Client(hosts)->JobDone(absl::GetFlag(FLAGS_reason)); !s.ok()) {
     std::cerr << "fulcrumctl: " << s.message() << "\n";
@@ -228,12 +274,15 @@ int main(int argc, char** argv) {
       "  fulcrumctl tables     --ps_hosts=h:p,...\n"
       "  fulcrumctl checkpoint --ps_hosts=h:p,... --checkpoint_dir=DIR [--step=N]\n"
       "  fulcrumctl stop       --ps_hosts=h:p,... [--reason=TEXT]\n"
+      "  fulcrumctl export     --checkpoint_dir=DIR --out=FILE [--format=safetensors|npz]\n"
+      "                        [--step=N] [--slots]   (the model, for other tools)\n"
       "  fulcrumctl health     --address=h:p    (exit 0 when SERVING: a probe)\n\n"
       "The servers come from --ps_hosts, else from the cluster spec (--cluster_spec, else\n"
       "TF_CONFIG). Calls are secured with --tls_cert, --tls_key and --tls_ca (mutual TLS),\n"
       "or plaintext with --insecure.");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const std::string command = args.size() > 1 ? args[1] : "";
+  if (command == "export") return fulcrum::Export();  // files only: no servers, no TLS
   auto tls = fulcrum::TlsFilesFromFlags();
   if (!tls.ok()) {
     std::cerr << "fulcrumctl: " << tls.status().message() << "\n";
@@ -268,6 +317,7 @@ int main(int argc, char** argv) {
   if (command == "checkpoint") return fulcrum::Checkpoint(*hosts);
   if (command == "stop") return fulcrum::Stop(*hosts);
   std::cerr << "fulcrumctl: unknown command '" << command
-            << "'; one of status, variables, tables, checkpoint, stop, health (see --help)\n";
+            << "'; one of status, variables, tables, checkpoint, stop, export, health (see "
+               "--help)\n";
   return 2;
 }

@@ -56,3 +56,11 @@ for tool in kubernetes-validate==1.37.0 ruff==0.17.6 mkdocs==1.6.1; do
     "$TOOLS_VENV/bin/pip" install -q "$tool"
   fi
 done
+# safetensors, which the export tests load with beside Debian's torch
+# (python3-torch): into a directory of its own that python/tests/pytest.sh
+# puts on the system Python's path.
+TEST_SITE=/opt/fulcrum-tools/site
+if [ ! -d "$TEST_SITE/safetensors" ]; then
+  echo "installing safetensors into $TEST_SITE"
+  "$TOOLS_VENV/bin/pip" install -q --target "$TEST_SITE" safetensors==0.8.0
+fi

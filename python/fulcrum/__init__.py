@@ -31,7 +31,7 @@ from fulcrum._fulcrum import (  # the error classes
     Unimplemented,
     Unknown,
 )
-from fulcrum.checkpoints import Checkpoints
+from fulcrum.checkpoints import Checkpoints, load_checkpoint
 from fulcrum.client import Client, Future, PushStats, connect
 from fulcrum.specs import (
     adagrad,
@@ -77,6 +77,7 @@ __all__ = [
     "Future",
     "PushStats",
     "connect",
+    "load_checkpoint",
     "data",
     "adagrad",
     "adam",

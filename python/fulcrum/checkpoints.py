@@ -71,6 +71,18 @@ class Checkpoints:
         return True
 
 
+def load_checkpoint(directory, step=None, slots=False):
+    """The trained model in `directory` (the servers' --checkpoint_dir) as
+    NumPy arrays by name, as fulcrumctl export writes it: each variable by
+    its name, each table t as t.ids (int64) and t.rows ([ids, width]
+    float32); with `slots` the optimizer slots too (<name>.slot<k>,
+    t.slots). `step` picks a checkpoint; by default the job's last state
+    (the newest complete checkpoint, with its servers' newer final files,
+    else their final files). No server is needed."""
+    _, tensors = _fulcrum.load_checkpoint(str(directory), -1 if step is None else int(step), slots)
+    return tensors
+
+
 def _encode(name, value):
     """A state value as bytes: a JSON header line, then the array's bytes."""
     if type(value).__module__.startswith("torch"):

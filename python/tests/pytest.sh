@@ -7,7 +7,8 @@
 #   pytest.sh FILE...     (paths relative to the workspace)
 set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
-export PYTHONPATH="$root/python/site:$root/bench"
+# safetensors, for the export tests (scripts/install_deps.sh installs it).
+export PYTHONPATH="$root/python/site:$root/bench:/opt/fulcrum-tools/site"
 export FULCRUM_BIN_DIR="$root"
 export FULCRUM_SOURCE_DIR="$root"
 files=()

@@ -23,4 +23,5 @@ PYBIND11_MODULE(_fulcrum, m) {
   fulcrum::native::RegisterErrors(m);
   fulcrum::native::RegisterClient(m);
   fulcrum::native::RegisterData(m);
+  fulcrum::native::RegisterExport(m);
 }

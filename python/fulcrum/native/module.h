@@ -11,6 +11,8 @@ namespace fulcrum::native {
 void RegisterClient(pybind11::module_& m);
 // BatchDealer (data.cc).
 void RegisterData(pybind11::module_& m);
+// load_checkpoint (export.cc).
+void RegisterExport(pybind11::module_& m);
 
 }  // namespace fulcrum::native
 
