@@ -21,7 +21,10 @@
 #        examples/torch_fashion_mnist.py against PyTorch's
 #        DistributedDataParallel over Gloo (bench/python_bench.py);
 #   10.  a server's and a client's peak resident memory during 64 MiB
-#        push+pulls, against the state each holds (bench/memory_bench.py).
+#        push+pulls, against the state each holds (bench/memory_bench.py);
+#   11.  exporting a 1 GiB model (fulcrumctl export, safetensors and npz),
+#        against a copy of its checkpoint files, and its peak memory
+#        against the model's size (bench/export_bench.py).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +33,8 @@ quick=""
 
 command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; }
 bazel build -c opt //bench:dataplane_bench //bench:scaling_bench //bench:allreduce_bench \
-  //bench:sparse_bench //bench:client_bench //ps_server //deploy:local_cluster //python:site
+  //bench:sparse_bench //bench:client_bench //ps_server //deploy:local_cluster //deploy:fulcrumctl \
+  //python:site
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 
 work=$(mktemp -d)
@@ -89,3 +93,4 @@ python3 -c "print('allreduce_vs_tf_collective=%.2f' % (
 bench/e2e_ctr_bench.sh $quick
 PYTHONPATH="$bin/python/site" /usr/bin/python3 bench/python_bench.py --bin_dir="$bin" $quick
 /usr/bin/python3 bench/memory_bench.py --bin_dir="$bin"
+/usr/bin/python3 bench/export_bench.py --bin_dir="$bin"

@@ -57,7 +57,7 @@ ServerSet::ServerSet(std::vector<std::unique_ptr<PsTransport>> servers,
 }
 
 ServerSet::~ServerSet() {
-  stop_heartbeats_.Notify();
+  closing_.Notify();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
@@ -87,7 +87,10 @@ absl::Status ServerSet::ForEachServer(const std::vector<bool>& involved, const s
         LOG_WARN("ps {} ({}) unavailable for {}: {}; retrying for up to {}", ps, address(ps), what,
                  status.message(), absl::FormatDuration(give_up - absl::Now()));
       }
-      absl::SleepFor(backoff);  // backoff between attempts, not synchronisation
+      if (closing_.WaitForNotificationWithTimeout(backoff)) {  // the backoff, unless closing
+        results[ps] = status;
+        return;
+      }
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
   };
@@ -245,11 +248,19 @@ absl::StatusOr<std::vector<HeartbeatResponse>> ServerSet::SendHeartbeat(bool fin
   return answers;
 }
 
+absl::Status ServerSet::Finish() {
+  absl::Status status = SendHeartbeat(true).status();
+  if (status.ok()) finished_ = true;
+  return status;
+}
+
 void ServerSet::StartHeartbeats(absl::Duration interval) {
   CHECK(!heartbeat_thread_.joinable());
   heartbeat_thread_ = std::thread([this, interval] {
-    while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
-      if (absl::Status s = Heartbeat(); !s.ok()) LOG_WARN("heartbeat failed: {}", s.message());
+    while (!closing_.WaitForNotificationWithTimeout(interval) && !finished_) {
+      if (absl::Status s = Heartbeat(); !s.ok() && !closing_.HasBeenNotified()) {
+        LOG_WARN("heartbeat failed: {}", s.message());
+      }
     }
   });
 }

@@ -138,7 +138,7 @@ class ServerSet {
 
   // The lease and the job; see fulcrum/ps_client.h.
   absl::Status Heartbeat() { return SendHeartbeat(false).status(); }
-  absl::Status Finish() { return SendHeartbeat(true).status(); }
+  absl::Status Finish();
   absl::Status AwaitJobStart(const std::atomic<bool>* stop);
   void StartHeartbeats(absl::Duration interval);
   absl::StatusOr<std::vector<DescribeResponse>> Describe();
@@ -161,7 +161,9 @@ class ServerSet {
   int64_t clock_ = 0;
   std::mt19937_64 push_ids_;
 
-  absl::Notification stop_heartbeats_;
+  // Notified as the set is destroyed: heartbeats stop, retries give up.
+  absl::Notification closing_;
+  std::atomic<bool> finished_{false};  // Finish succeeded: no lease left to renew
   std::thread heartbeat_thread_;
 };
 
