@@ -226,17 +226,32 @@ class Client:
     def pull_rows(self, table, ids, out=None):
         """The rows of `ids` (int64, any order, repeats allowed) of `table`, as
         a (len(ids), width) float32 array: `out` in place, or a new one."""
-        ids = _as_ids(ids)
-        if out is None:
-            width = self._table_width(table)
-            out = np.empty((len(ids), width), dtype=np.float32)
-        self._native.pull_rows(table, ids, out)
-        return out
+        return self.pull_tables({table: ids}, None if out is None else {table: out})[table]
 
     def push_rows(self, table, ids, grads):
         """Pushes a gradient row per id ((len(ids), width) float32); a repeated
         id's rows are summed. Returns PushStats."""
-        return _stats(self._native.push_rows(table, _as_ids(ids), grads))
+        return self.push_tables({table: ids}, {table: grads})
+
+    def pull_tables(self, ids, out=None):
+        """pull_rows for several tables at once ({table: ids}), in one call
+        per server: {table: rows}, into `out` ({table: array}) in place or
+        new arrays."""
+        ids = {table: _as_ids(i) for table, i in ids.items()}
+        if out is None:
+            out = {}
+        for table, i in ids.items():
+            if table not in out:
+                out[table] = np.empty((len(i), self._table_width(table)), dtype=np.float32)
+        self._native.pull_rows(ids, out)
+        return out
+
+    def push_tables(self, ids, grads):
+        """push_rows for several tables at once ({table: ids}, {table: rows}),
+        in one call per server. Returns PushStats."""
+        return _stats(
+            self._native.push_rows({table: _as_ids(i) for table, i in ids.items()}, grads)
+        )
 
     def _table_width(self, table):
         if table not in self._tables:

@@ -168,28 +168,54 @@ class Client {
   class Future;
   std::unique_ptr<Future> PushPullAsync(const py::dict& grads, const py::dict& out);
 
-  void PullRows(const std::string& table, const py::handle& ids, const py::handle& out) {
-    HeldBuffer id_buffer(ids, Element::kInt64, false, "ids");
-    HeldBuffer out_buffer(out, Element::kFloat32, true, "output rows");
-    const auto* first = static_cast<const int64_t*>(id_buffer.data());
-    std::vector<TableIds> lookups = {{table, {first, first + id_buffer.elements()}}};
-    ThrowIfError(Call([&](PsClient& c) {
-      return c.PullRowsInto(
-          lookups, {absl::MakeSpan(static_cast<float*>(out_buffer.data()), out_buffer.elements())});
-    }));
+  // The rows of every table of `ids` ({table: int64 ids}) into `out`
+  // ({table: float32 rows}), in one call per server.
+  void PullRows(const py::dict& ids, const py::dict& out) {
+    std::vector<TableIds> lookups;
+    std::vector<std::unique_ptr<HeldBuffer>> held;
+    std::vector<absl::Span<float>> rows;
+    for (const auto& [key, value] : ids) {
+      const std::string table = py::str(key);
+      if (!out.contains(key)) {
+        Throw(absl::InvalidArgumentError(absl::StrCat("table '", table, "': ids but no output")));
+      }
+      lookups.push_back(HoldIds(table, value, &held));
+      held.push_back(std::make_unique<HeldBuffer>(out[key], Element::kFloat32, true,
+                                                  absl::StrCat("output rows of '", table, "'")));
+      rows.emplace_back(static_cast<float*>(held.back()->data()), held.back()->elements());
+    }
+    ThrowIfError(Call([&](PsClient& c) { return c.PullRowsInto(lookups, rows); }));
   }
 
-  py::dict PushRows(const std::string& table, const py::handle& ids, const py::handle& grads) {
-    HeldBuffer id_buffer(ids, Element::kInt64, false, "ids");
-    HeldBuffer grad_buffer(grads, Element::kFloat32, false, "row gradients");
-    const auto* first = static_cast<const int64_t*>(id_buffer.data());
-    std::vector<TableIds> lookups = {{table, {first, first + id_buffer.elements()}}};
-    absl::StatusOr<PushStats> stats = Call([&](PsClient& c) {
-      return c.PushRows(lookups, {absl::MakeConstSpan(static_cast<const float*>(grad_buffer.data()),
-                                                      grad_buffer.elements())});
-    });
+  // Pushes a gradient row per id of every table of `ids` ({table: ids},
+  // grads {table: rows}), in one call per server.
+  py::dict PushRows(const py::dict& ids, const py::dict& grads) {
+    std::vector<TableIds> lookups;
+    std::vector<std::unique_ptr<HeldBuffer>> held;
+    std::vector<absl::Span<const float>> rows;
+    for (const auto& [key, value] : ids) {
+      const std::string table = py::str(key);
+      if (!grads.contains(key)) {
+        Throw(
+            absl::InvalidArgumentError(absl::StrCat("table '", table, "': ids but no gradients")));
+      }
+      lookups.push_back(HoldIds(table, value, &held));
+      held.push_back(std::make_unique<HeldBuffer>(grads[key], Element::kFloat32, false,
+                                                  absl::StrCat("row gradients of '", table, "'")));
+      rows.emplace_back(static_cast<const float*>(held.back()->data()), held.back()->elements());
+    }
+    absl::StatusOr<PushStats> stats = Call([&](PsClient& c) { return c.PushRows(lookups, rows); });
     ThrowIfError(stats.status());
     return StatsDict(*stats);
+  }
+
+  // Table `table`'s lookup of the ids in `ids`, held in *held.
+  static TableIds HoldIds(const std::string& table, const py::handle& ids,
+                          std::vector<std::unique_ptr<HeldBuffer>>* held) {
+    held->push_back(std::make_unique<HeldBuffer>(ids, Element::kInt64, false,
+                                                 absl::StrCat("ids of '", table, "'")));
+    const auto* first = static_cast<const int64_t*>(held->back()->data());
+    return {table, {first, first + held->back()->elements()}};
   }
 
   std::vector<std::string> Describe() {
