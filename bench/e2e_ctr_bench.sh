@@ -5,7 +5,10 @@
 # features; Adagrad 0.1 on the tables, Adam 0.002 on the MLP; batch 256
 # per worker) on synthetic_ctr data, 2 parameter servers and 3 async
 # workers, with
-#   - Fulcrum (deploy:local_cluster), and
+#   - Fulcrum (deploy:local_cluster),
+#   - examples/torch_ctr.py through the same launcher: a PyTorch DLRM
+#     (bottom MLP of 64, the fields' rows and their pairwise dot products,
+#     top MLP of 64 and 32) on fulcrum.torch's embedding bags, and
 #   - TensorFlow's ParameterServerStrategy, the tables split over the
 #     servers (bench/tf_pss_ctr_bench.py),
 # each on the same number of examples (one pass over --examples). Each
@@ -13,7 +16,8 @@
 # true probabilities): the two draw from the same distribution, not the
 # same examples.
 # Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
-# e2e_ctr_vs_tensorflow (examples/s) and the AUC gaps.
+# e2e_ctr_vs_tensorflow (examples/s), the AUC gaps, and the PyTorch model's
+# torch_ctr_vs_cpp_ctr and torch_ctr_vs_tensorflow (examples/s).
 #   bench/e2e_ctr_bench.sh [--quick]
 #
 # How each rate is counted, as in bench/e2e_bench.sh: Fulcrum's from the
@@ -27,7 +31,8 @@ runs=3
 [ "${1:-}" = "--quick" ] && { examples=150000; runs=1; }
 
 python=$(bench/tf_venv.sh)
-bazel build -c opt //deploy:local_cluster //worker:worker //ps_server:ps_server 2>/dev/null
+bazel build -c opt //deploy:local_cluster //worker:worker //ps_server:ps_server //python:site \
+  2>/dev/null
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -46,6 +51,19 @@ print("%.1f %.4f %.4f" % (s["examples_per_sec"], s["test_auc"], s["ground_truth_
     "$work/summary.json"
 }
 
+torch_ctr() {  # "examples/s auc best_auc": examples/torch_ctr.py, the same model and data
+  "$bin/deploy/local_cluster" --insecure --num_ps=2 --num_workers=3 --mode=async \
+    --worker_command="/usr/bin/python3 examples/torch_ctr.py" \
+    --summary_json="$work/torch.json" -- --ctr_vocabulary=100000 \
+    --ctr_train_examples="$examples" --ctr_test_examples=20000 --bottom=64 --top=64,32 \
+    --embedding_dim=16 --learning_rate=0.002 --embedding_optimizer=adagrad \
+    --embedding_learning_rate=0.1 --batch_size=256 --epochs=1 --log_every_steps=100000 \
+    > "$work/torch.log" 2>&1 || { tail -20 "$work/torch.log" >&2; exit 1; }
+  python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))
+print("%.1f %.4f %.4f" % (s["examples_per_sec"], s["test_auc"], s["ground_truth_auc"]))' \
+    "$work/torch.json"
+}
+
 tensorflow() {  # "examples/s auc best_auc"
   "$python" bench/tf_pss_ctr_bench.py --num_ps=2 --num_workers=3 --batch_size=256 \
     --train_examples="$examples" --vocabulary=100000 > "$work/tf.out" 2> "$work/tf.log" ||
@@ -56,16 +74,20 @@ tensorflow() {  # "examples/s auc best_auc"
 
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-ours=() theirs=()
+ours=() torch=() theirs=()
 for run in $(seq "$runs"); do
   read -r rate auc best <<< "$(fulcrum)"
   ours+=("$rate")
+  read -r torch_rate torch_auc torch_best <<< "$(torch_ctr)"
+  torch+=("$torch_rate")
   read -r tf_rate tf_auc tf_best <<< "$(tensorflow)"
   theirs+=("$tf_rate")
   echo "run $run of $runs: fulcrum $rate examples/s AUC $auc (best $best);" \
+    "torch_ctr.py $torch_rate examples/s AUC $torch_auc;" \
     "tensorflow $tf_rate examples/s AUC $tf_auc (best $tf_best)" >&2
 done
 ours_m=$(echo "${ours[@]}" | median)
+torch_m=$(echo "${torch[@]}" | median)
 theirs_m=$(echo "${theirs[@]}" | median)
 echo "e2e_ctr_fulcrum_examples_per_sec=$ours_m"
 echo "e2e_ctr_fulcrum_test_auc=$auc"
@@ -76,3 +98,8 @@ echo "e2e_ctr_tf_ground_truth_auc=$tf_best"
 python3 -c "print('e2e_ctr_fulcrum_auc_gap=%.4f' % ($best - $auc))"
 python3 -c "print('e2e_ctr_tf_auc_gap=%.4f' % ($tf_best - $tf_auc))"
 python3 -c "print('e2e_ctr_vs_tensorflow=%.2f' % ($ours_m / $theirs_m))"
+echo "e2e_ctr_torch_examples_per_sec=$torch_m"
+echo "e2e_ctr_torch_test_auc=$torch_auc"
+python3 -c "print('e2e_ctr_torch_auc_gap=%.4f' % ($torch_best - $torch_auc))"
+python3 -c "print('torch_ctr_vs_cpp_ctr=%.2f' % ($torch_m / $ours_m))"
+python3 -c "print('torch_ctr_vs_tensorflow=%.2f' % ($torch_m / $theirs_m))"

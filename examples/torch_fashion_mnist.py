@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import fulcrum
+import fulcrum.cli
 import fulcrum.torch
 
 MEAN, STDDEV = 0.2860, 0.3530  # of Fashion-MNIST's training pixels
@@ -78,53 +79,14 @@ def evaluate(model, x, y):
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    fulcrum.cli.add_flags(p)  # --mode, TLS, tokens, checkpoints: the launcher's
     p.add_argument("--epochs", type=int, default=10, help="Passes over this worker's share.")
     p.add_argument("--batch_size", type=int, default=64, help="Examples per step per worker.")
     p.add_argument("--learning_rate", type=float, default=1e-3, help="Adam's, on the servers.")
-    p.add_argument("--seed", type=int, default=1, help="Seed of the weights and the shuffles.")
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--train_examples", type=int, default=0, help="Use the first N (0: all).")
     p.add_argument("--test_examples", type=int, default=0, help="Use the first N (0: all).")
-    p.add_argument("--summary_json", default="", help="Chief: write the run's summary here.")
-    p.add_argument("--metrics_jsonl", default="", help="Chief: a JSON line per epoch here.")
-    p.add_argument("--mode", default="sync", help="As the servers run: sync, async or ssp.")
-    p.add_argument("--cpu_threads", type=int, default=0, help="torch's threads (0: its default).")
-    p.add_argument("--wire_dtype", default="float32", help="float32, bfloat16 or float16.")
-    p.add_argument("--tls_cert", default="", help="Mutual TLS: this worker's certificate (PEM).")
-    p.add_argument("--tls_key", default="", help="Mutual TLS: its private key (PEM).")
-    p.add_argument("--tls_ca", default="", help="Mutual TLS: the cluster's CA certificate (PEM).")
-    p.add_argument("--insecure", action="store_true", help="Plaintext, without TLS.")
-    p.add_argument(
-        "--auth_token_file",
-        default="",
-        help="A file holding the cluster token, for servers that need one.",
-    )
-    p.add_argument(
-        "--control_token_file",
-        default="",
-        help="The chief's: a file holding the control token, sent instead.",
-    )
-    # Passed by the launcher; the servers enforce them.
-    p.add_argument("--staleness", type=int, default=-1, help=argparse.SUPPRESS)
-    p.add_argument("--replicas_to_aggregate", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--strategy", default="parameter_server", help=argparse.SUPPRESS)
-    p.add_argument(
-        "--checkpoint_dir",
-        default="",
-        help="Chief: the servers' --checkpoint_dir, where it checkpoints the job.",
-    )
-    p.add_argument(
-        "--checkpoint_every_steps", type=int, default=0, help="Chief: 0 is not by steps."
-    )
-    p.add_argument(
-        "--checkpoint_every_secs", type=int, default=600, help="Chief: 0 is not by time."
-    )
-    p.add_argument("--keep_checkpoints", type=int, default=5, help="Chief: complete ones kept.")
-    args = p.parse_args()
-    if args.strategy != "parameter_server":
-        p.error("--strategy=%s: this example trains on parameter servers" % args.strategy)
-    if args.insecure == bool(args.tls_cert or args.tls_key or args.tls_ca):
-        p.error("give --tls_cert, --tls_key and --tls_ca (mutual TLS), or --insecure")
+    args = fulcrum.cli.parse(p)
     if args.epochs < 1 or args.batch_size < 1:
         p.error("--epochs and --batch_size must be at least 1")
     return args
@@ -132,21 +94,9 @@ def parse_args():
 
 def main():
     args = parse_args()
-    if args.cpu_threads > 0:
-        torch.set_num_threads(args.cpu_threads)
     train_x, train_y = load(args.data_dir, "train", args.train_examples)
     test_x, test_y = load(args.data_dir, "test", args.test_examples)
-
-    token_file = args.control_token_file or args.auth_token_file
-    token = open(token_file).read().strip() if token_file else ""
-    client = fulcrum.connect(
-        mode=args.mode,
-        wire_dtype=args.wire_dtype,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_ca=args.tls_ca,
-        auth_token=token,
-    )
+    client = fulcrum.cli.connect(args)
     rank, replicas = client.worker_id, client.num_replicas
     role = "chief" if client.is_chief else "worker %d" % rank
     torch.manual_seed(args.seed)
@@ -156,15 +106,8 @@ def main():
         replica = fulcrum.torch.Replica(
             model, client, fulcrum.adam(args.learning_rate, learning_rate_scaling="SQRT")
         )
-        checkpoints, state = None, None
-        if client.is_chief and args.checkpoint_dir:
-            checkpoints = fulcrum.Checkpoints(
-                client,
-                args.checkpoint_dir,
-                every_steps=args.checkpoint_every_steps,
-                every_secs=args.checkpoint_every_secs,
-                keep=args.keep_checkpoints,
-            )
+        checkpoints = fulcrum.cli.checkpoints(client, args)
+        if checkpoints:
 
             def state():
                 return {"rng": torch.get_rng_state(), **replica.local_state()}

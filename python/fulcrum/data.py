@@ -19,6 +19,7 @@ A Dealer is also a batch sampler: torch.utils.data.DataLoader(dataset,
 batch_sampler=dealer) loads its batches.
 """
 
+import collections
 import logging
 
 from fulcrum import _fulcrum
@@ -54,6 +55,43 @@ class Batch:
 
 
 _log = logging.getLogger("fulcrum.data")
+
+Dataset = collections.namedtuple(
+    "Dataset", ["features", "labels", "ids", "num_classes", "oracle_auc"]
+)
+Dataset.__doc__ = """A data set's split as NumPy arrays: `features` (float32, [n, d]),
+`labels` (int32, [n]), `ids` (int64, [n, fields]: one categorical id per
+field; [n, 0] for dense data), `num_classes`, and `oracle_auc` (the AUC of
+the true click probabilities where the generator knows them, the test split
+of synthetic_ctr; else negative)."""
+
+
+def load(
+    kind,
+    split="train",
+    data_dir="/usr/share/datasets/fashion-mnist",
+    num_classes=10,
+    ctr_vocabulary=1000000,
+    ctr_train_examples=1000000,
+    ctr_test_examples=100000,
+    seed=0,
+):
+    """The `split` ("train" or "test") of a data set exactly as the C++
+    worker's --dataset loads it: fashion_mnist, idx or libsvm from
+    `data_dir`, criteo (labelled Criteo TSV: train.txt and test.txt in
+    `data_dir`) or synthetic_ctr (generated from `seed`, the same on every
+    worker). Errors name the file and line."""
+    d = _fulcrum.load_dataset(
+        kind,
+        split,
+        data_dir,
+        num_classes,
+        ctr_vocabulary,
+        ctr_train_examples,
+        ctr_test_examples,
+        seed,
+    )
+    return Dataset(d["features"], d["labels"], d["ids"], d["num_classes"], d["oracle_auc"])
 
 
 class Dealer:

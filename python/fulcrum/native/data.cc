@@ -1,17 +1,20 @@
-// fulcrum._fulcrum's dealing of training examples: the C++ worker's own
-// BatchDealer (worker/data/dealing.h), so that a Python job trains the
-// batches a C++ job of the same seed would.
+// fulcrum._fulcrum's data: the C++ worker's own data sets
+// (worker/data/dataset.h) and dealing of them (worker/data/dealing.h), so
+// that a Python job trains on the batches a C++ job of the same seed would.
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_system.h"
 #include "python/fulcrum/native/errors.h"
 #include "python/fulcrum/native/module.h"
+#include "worker/data/dataset.h"
 #include "worker/data/dealing.h"
 
 namespace py = pybind11;
@@ -63,9 +66,49 @@ class PyBatchDealer {
   BatchDealer dealer_;
 };
 
+// {"features", "labels", "ids", "num_classes", "oracle_auc"} of a data
+// set's split, as the C++ worker loads it (worker/data/dataset.h).
+py::dict LoadDataset(const std::string& kind, const std::string& split, const std::string& data_dir,
+                     int num_classes, int64_t ctr_vocabulary, int64_t ctr_train_examples,
+                     int64_t ctr_test_examples, uint64_t seed) {
+  if (split != "train" && split != "test") {
+    Throw(absl::InvalidArgumentError(absl::StrCat("split '", split, "': train or test")));
+  }
+  DataSource source;
+  source.kind = kind;
+  source.data_dir = data_dir;
+  source.num_classes = num_classes;
+  source.ctr_vocabulary = ctr_vocabulary;
+  source.ctr_train_examples = ctr_train_examples;
+  source.ctr_test_examples = ctr_test_examples;
+  source.seed = seed;
+  ThrowIfError(ValidateDataSource(source));
+  absl::StatusOr<Dataset> data = [&]() -> absl::StatusOr<Dataset> {
+    py::gil_scoped_release release;
+    auto fs = MakeLocalFileSystem();
+    if (split == "train") return LoadTrainingSet(*fs, source);
+    auto train = LoadTrainingSet(*fs, source);  // the test set takes its width
+    if (!train.ok()) return train.status();
+    return LoadTestSet(*fs, source, train->feature_dim);
+  }();
+  ThrowIfError(data.status());
+  py::dict out;
+  out["features"] =
+      py::array_t<float>({data->num_examples, data->feature_dim}, data->features.data());
+  out["labels"] =
+      py::array_t<int32_t>(static_cast<py::ssize_t>(data->labels.size()), data->labels.data());
+  out["ids"] = py::array_t<int64_t>({data->num_examples, data->ids_per_example}, data->ids.data());
+  out["num_classes"] = data->num_classes;
+  out["oracle_auc"] = data->oracle_auc;
+  return out;
+}
+
 }  // namespace
 
 void RegisterData(py::module_& m) {
+  m.def("load_dataset", &LoadDataset, py::arg("kind"), py::arg("split"), py::arg("data_dir"),
+        py::arg("num_classes"), py::arg("ctr_vocabulary"), py::arg("ctr_train_examples"),
+        py::arg("ctr_test_examples"), py::arg("seed"));
   py::class_<PyBatchDealer>(m, "BatchDealer")
       .def(py::init<int64_t, int, int, int64_t, int64_t, uint64_t, int64_t, py::object>(),
            py::arg("num_examples"), py::arg("shard_index"), py::arg("num_shards"),

@@ -1,0 +1,102 @@
+"""fulcrum.cli: the flags a Python worker takes from the launcher, as the C++
+worker takes them, for programs run with local_cluster --worker_command.
+
+    parser = argparse.ArgumentParser()
+    fulcrum.cli.add_flags(parser)            # --mode, TLS, tokens, checkpoints, ...
+    parser.add_argument("--epochs", type=int, default=10)
+    args = fulcrum.cli.parse(parser)          # usage errors (exit 2) for mistakes
+    client = fulcrum.cli.connect(args)        # TF_CONFIG, TLS or --insecure, the token
+    checkpoints = fulcrum.cli.checkpoints(client, args)   # the chief's, or None
+"""
+
+import argparse
+
+from fulcrum import checkpoints as _checkpoints
+from fulcrum import client as _client
+
+
+def add_flags(parser):
+    """Adds the worker's flags that a Python program honours."""
+    p = parser
+    p.add_argument("--mode", default="sync", help="As the servers run: sync, async or ssp.")
+    p.add_argument("--seed", type=int, default=1, help="Seed of the weights and the shuffles.")
+    p.add_argument("--cpu_threads", type=int, default=0, help="torch's threads (0: its default).")
+    p.add_argument("--wire_dtype", default="float32", help="float32, bfloat16 or float16.")
+    p.add_argument("--summary_json", default="", help="Chief: write the run's summary here.")
+    p.add_argument("--metrics_jsonl", default="", help="Chief: a JSON line per epoch here.")
+    p.add_argument("--tls_cert", default="", help="Mutual TLS: this worker's certificate (PEM).")
+    p.add_argument("--tls_key", default="", help="Mutual TLS: its private key (PEM).")
+    p.add_argument("--tls_ca", default="", help="Mutual TLS: the cluster's CA certificate (PEM).")
+    p.add_argument("--insecure", action="store_true", help="Plaintext, without TLS.")
+    p.add_argument(
+        "--auth_token_file",
+        default="",
+        help="A file holding the cluster token, for servers that need one.",
+    )
+    p.add_argument(
+        "--control_token_file",
+        default="",
+        help="The chief's: a file holding the control token, sent instead.",
+    )
+    p.add_argument(
+        "--checkpoint_dir",
+        default="",
+        help="Chief: the servers' --checkpoint_dir, where it checkpoints the job.",
+    )
+    p.add_argument(
+        "--checkpoint_every_steps", type=int, default=0, help="Chief: 0 is not by steps."
+    )
+    p.add_argument(
+        "--checkpoint_every_secs", type=int, default=600, help="Chief: 0 is not by time."
+    )
+    p.add_argument("--keep_checkpoints", type=int, default=5, help="Chief: complete ones kept.")
+    # Passed by the launcher; the servers enforce them.
+    p.add_argument("--staleness", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--replicas_to_aggregate", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--strategy", default="parameter_server", help=argparse.SUPPRESS)
+
+
+def parse(parser, argv=None):
+    """parser.parse_args, with the flags' mistakes as usage errors (exit 2),
+    and --cpu_threads applied."""
+    args = parser.parse_args(argv)
+    if args.strategy != "parameter_server":
+        parser.error("--strategy=%s: this program trains on parameter servers" % args.strategy)
+    if args.insecure == bool(args.tls_cert or args.tls_key or args.tls_ca):
+        parser.error("give --tls_cert, --tls_key and --tls_ca (mutual TLS), or --insecure")
+    if args.cpu_threads > 0:
+        import torch  # a torch program's threads; NumPy's follow the environment
+
+        torch.set_num_threads(args.cpu_threads)
+    return args
+
+
+def connect(args):
+    """fulcrum.connect() from TF_CONFIG, secured as the flags say."""
+    token_file = args.control_token_file or args.auth_token_file
+    token = ""
+    if token_file:
+        with open(token_file) as f:
+            token = f.read().strip()
+    return _client.connect(
+        mode=args.mode,
+        wire_dtype=args.wire_dtype,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
+        auth_token=token,
+    )
+
+
+def checkpoints(client, args):
+    """The chief's fulcrum.Checkpoints as the flags say; None for the other
+    workers or without --checkpoint_dir."""
+    if not client.is_chief or not args.checkpoint_dir:
+        return None
+    return _checkpoints.Checkpoints(
+        client,
+        args.checkpoint_dir,
+        every_steps=args.checkpoint_every_steps,
+        every_secs=args.checkpoint_every_secs,
+        keep=args.keep_checkpoints,
+    )
