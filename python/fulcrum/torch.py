@@ -36,11 +36,14 @@ gradients; step() pushes them as row pushes, then the dense parameters.
 """
 
 import collections
+import logging
 
 import torch
 import torch.nn.functional as F
 
 from fulcrum import specs as _specs
+
+_log = logging.getLogger("fulcrum.torch")
 
 
 class Replica:
@@ -51,6 +54,7 @@ class Replica:
     def __init__(self, module, client, optimizer, partitioner=None, wait_timeout=120.0):
         self.module = module
         self.client = client
+        self._warned_sparse = set()
         self._params = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         for name, p in self._params:
             if p.dtype != torch.float32 or p.device.type != "cpu":
@@ -93,6 +97,19 @@ class Replica:
             g = p.grad
             if g is None:
                 g = torch.zeros_like(p)  # a parameter this step did not reach
+            elif g.is_sparse:
+                # torch.nn.Embedding(sparse=True): pushed whole, as every
+                # dense variable is; fulcrum.torch.Embedding pushes only
+                # the rows a step touched.
+                if name not in self._warned_sparse:
+                    self._warned_sparse.add(name)
+                    _log.warning(
+                        "parameter '%s' has a sparse gradient: it is pushed whole, as a dense "
+                        "variable; fulcrum.torch.Embedding or EmbeddingBag push only the rows a "
+                        "step touches",
+                        name,
+                    )
+                g = g.to_dense()
             grads[name] = g.detach().contiguous()
         return grads
 

@@ -127,3 +127,19 @@ def test_mistakes_are_refused_saying_what(servers):
     fulcrum.torch.Replica(torch.nn.Sequential(collection), client, fulcrum.sgd(0.1))
     with pytest.raises(KeyError, match="no table serves feature"):
         collection({"b": torch.tensor([[1]])})
+
+
+def test_a_torch_embedding_with_sparse_gradients_trains_too(servers, caplog):
+    s = servers(num_ps=1)
+    client = fulcrum.connect(s.hosts)
+    torch.manual_seed(0)
+    model = torch.nn.Embedding(10, 2, sparse=True)
+    replica = fulcrum.torch.Replica(model, client, fulcrum.sgd(1.0))
+    before = model.weight.detach().clone()
+    model(torch.tensor([3, 3, 7])).sum().backward()
+    replica.step()
+    expected = before.clone()
+    expected[3] -= 2.0
+    expected[7] -= 1.0
+    assert torch.equal(model.weight.detach(), expected)
+    assert "sparse gradient: it is pushed whole" in caplog.text
