@@ -27,32 +27,38 @@ def test_numpy_linear_learns_the_true_weights(servers):
     assert s.wait_exited(timeout=30) == [0]  # the chief ended the job
 
 
-def without_pythonpath():
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def launch(name, mode, summary, *flags, worker_flags=()):
+    """examples/`name` as every worker of a launcher run (2 servers, 3
+    workers in `mode`), which finds the package itself: no PYTHONPATH."""
+    return subprocess.run(
+        [
+            binary("deploy/local_cluster"),
+            "--num_ps=2",
+            "--num_workers=3",
+            "--mode=" + mode,
+            "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
+            "--worker_command=%s %s" % (sys.executable, example(name)),
+            "--summary_json=%s" % summary,
+            *flags,
+            "--",
+            *worker_flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
 
 
 def test_torch_fashion_mnist_trains_through_the_launcher(tmp_path):
     summary = tmp_path / "summary.json"
     metrics = tmp_path / "metrics.jsonl"
-    done = subprocess.run(
-        [
-            binary("deploy/local_cluster"),
-            "--num_ps=2",
-            "--num_workers=3",
-            "--mode=sync",
-            "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
-            "--worker_command=%s %s" % (sys.executable, example("torch_fashion_mnist.py")),
-            "--summary_json=%s" % summary,
-            "--metrics_jsonl=%s" % metrics,
-            "--",
-            "--epochs=2",
-            "--train_examples=6000",
-            "--test_examples=1000",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=without_pythonpath(),  # the launcher finds the package itself
+    done = launch(
+        "torch_fashion_mnist.py",
+        "sync",
+        summary,
+        "--metrics_jsonl=%s" % metrics,
+        worker_flags=["--epochs=2", "--train_examples=6000", "--test_examples=1000"],
     )
     assert done.returncode == 0, done.stdout[-4000:]
     result = json.loads(summary.read_text())
@@ -85,24 +91,11 @@ def test_torch_example_flag_mistakes_are_usage_errors():
 
 def test_torch_ctr_learns_clicks_through_the_launcher(tmp_path):
     summary = tmp_path / "summary.json"
-    done = subprocess.run(
-        [
-            binary("deploy/local_cluster"),
-            "--num_ps=2",
-            "--num_workers=3",
-            "--mode=async",
-            "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
-            "--worker_command=%s %s" % (sys.executable, example("torch_ctr.py")),
-            "--summary_json=%s" % summary,
-            "--",
-            "--ctr_train_examples=150000",
-            "--epochs=1",
-            "--embedding_max_rows=5000",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=without_pythonpath(),
+    done = launch(
+        "torch_ctr.py",
+        "async",
+        summary,
+        worker_flags=["--ctr_train_examples=150000", "--epochs=1", "--embedding_max_rows=5000"],
     )
     assert done.returncode == 0, done.stdout[-4000:]
     result = json.loads(summary.read_text())

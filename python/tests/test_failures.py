@@ -85,6 +85,20 @@ def launch(tmp_path, *flags, worker_flags=()):
     )
 
 
+def kill_when(cluster, started, ready):
+    """Kills (-9) the process whose start the launcher printed as `started`
+    (a pattern with its pid) once a line matches `ready`; then awaits the
+    whole run, which must succeed."""
+    pid = int(cluster.wait_for(started).group(1))
+    try:
+        cluster.wait_for(ready)
+        os.kill(pid, signal.SIGKILL)
+        assert cluster.wait() == 0, cluster.text()[-4000:]
+    finally:
+        cluster.proc.kill()
+    return cluster.text()
+
+
 def accuracy(tmp_path):
     return json.loads((tmp_path / "summary.json").read_text())["test_accuracy"]
 
@@ -100,14 +114,9 @@ def test_a_killed_server_is_restarted_restores_and_the_job_completes(tmp_path):
         "--ps_args=--lease_timeout_ms=5000",
         worker_flags=["--epochs=3", "--checkpoint_every_steps=20"],
     )
-    try:
-        ps1 = int(cluster.wait_for(r"\[launcher\] started ps 1 \(pid (\d+)\)").group(1))
-        cluster.wait_for(r"checkpoint ckpt-\d+ complete")  # one to restore
-        os.kill(ps1, signal.SIGKILL)
-        assert cluster.wait() == 0, cluster.text()[-4000:]
-    finally:
-        cluster.proc.kill()
-    text = cluster.text()
+    text = kill_when(  # once there is a checkpoint to restore
+        cluster, r"\[launcher\] started ps 1 \(pid (\d+)\)", r"checkpoint ckpt-\d+ complete"
+    )
     assert "[launcher] restarting ps 1 (restart 1 of 2)" in text
     assert "restoring from checkpoint" in text
     assert "restarted: its" in text  # the workers gave it their variables again
@@ -124,14 +133,9 @@ def test_a_killed_chief_is_restarted_and_resumes(tmp_path):
         "--ps_args=--lease_timeout_ms=3000",
         worker_flags=["--epochs=3"],
     )
-    try:
-        chief = int(cluster.wait_for(r"\[launcher\] started worker 0 \(pid (\d+)\)").group(1))
-        cluster.wait_for(r"\[worker 0\] chief: epoch 1/3")
-        os.kill(chief, signal.SIGKILL)
-        assert cluster.wait() == 0, cluster.text()[-4000:]
-    finally:
-        cluster.proc.kill()
-    text = cluster.text()
+    text = kill_when(
+        cluster, r"\[launcher\] started worker 0 \(pid (\d+)\)", r"\[worker 0\] chief: epoch 1/3"
+    )
     assert "[launcher] restarting worker 0 (restart 1 of 1)" in text
     assert re.search(r"\[worker 0\] chief: .*resuming after \d+", text), text[-4000:]
     assert "chief: epoch 3/3" in text
