@@ -28,6 +28,7 @@ std::string JsonString(const std::string& text) {
   return out + "\"";
 }
 
+// `value`'s low `bytes` (at most 8) bytes, least significant first.
 void AppendLittleEndian(uint64_t value, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
@@ -123,7 +124,7 @@ absl::Status WriteNpz(const ExportedCheckpoint& checkpoint, FileSystem& fs,
     std::string local;
     AppendLittleEndian(0x04034b50, 4, &local);
     for (uint64_t field : {20, int{kFlags}, 0, 0, int{kDate}}) AppendLittleEndian(field, 2, &local);
-    AppendLittleEndian(0, 12, &local);  // CRC and sizes: in the descriptor
+    local.append(12, '\0');  // CRC and sizes: in the descriptor
     AppendLittleEndian(name.size(), 2, &local);
     AppendLittleEndian(0, 2, &local);
     local += name;
