@@ -1,6 +1,5 @@
 #include "fulcrum/job_checkpoints.h"
 
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +12,7 @@ namespace {
 
 class JobCheckpointsImpl final : public JobCheckpoints {
  public:
-  JobCheckpointsImpl(PsClient* client, JobCheckpointOptions options)
+  JobCheckpointsImpl(PsClient* client, const JobCheckpointOptions& options)
       : client_(*client),
         dir_(options.dir),
         fs_(MakeLocalFileSystem()),
@@ -53,7 +52,7 @@ class JobCheckpointsImpl final : public JobCheckpoints {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::Create(
-    PsClient* client, JobCheckpointOptions options) {
+    PsClient* client, const JobCheckpointOptions& options) {
   if (options.dir.empty()) {
     return absl::InvalidArgumentError(
         "checkpoints need a directory (the servers' --checkpoint_dir)");
@@ -63,7 +62,7 @@ absl::StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::Create(
         absl::StrCat("checkpoints every ", options.every_steps, " steps and ", options.every_secs,
                      " seconds, keeping ", options.keep, ": intervals must be >= 0 and keep >= 1"));
   }
-  return std::unique_ptr<JobCheckpoints>(new JobCheckpointsImpl(client, std::move(options)));
+  return std::unique_ptr<JobCheckpoints>(new JobCheckpointsImpl(client, options));
 }
 
 }  // namespace fulcrum

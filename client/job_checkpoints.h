@@ -36,8 +36,8 @@ class JobCheckpoints {
  public:
   // For the chief's `client`, which must outlive it. INVALID_ARGUMENT for
   // an empty dir, negative intervals or keep < 1.
-  static absl::StatusOr<std::unique_ptr<JobCheckpoints>> Create(PsClient* client,
-                                                                JobCheckpointOptions options);
+  static absl::StatusOr<std::unique_ptr<JobCheckpoints>> Create(
+      PsClient* client, const JobCheckpointOptions& options);
   virtual ~JobCheckpoints() = default;
 
   // Whether every_steps steps or every_secs seconds have passed, at `step`,

@@ -43,7 +43,7 @@ class ExportTest : public ::testing::Test {
                           w.mutable_optimizer()->set_learning_rate(1);
                           shard.mutable_spec()->set_shard(ps);
                           shard.mutable_spec()->set_num_shards(2);
-                          shard.mutable_spec()->set_row_offset(3 * ps);
+                          shard.mutable_spec()->set_row_offset(int64_t{3} * ps);
                           shard.mutable_spec()->set_rows(3);
                           shard.set_num_slots(1);
                           std::vector<float> values, slot;
