@@ -131,38 +131,29 @@ TEST_F(ServerSetTest, AReaderHasNoLease) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("reads only"));
 }
 
-// A server that is gone for good: every heartbeat is UNAVAILABLE, and
-// says when one arrives after the set began closing.
+// The heartbeats a gone server got, kept by the test (the server itself
+// goes with its set).
+struct HeartbeatCounts {
+  absl::Mutex mu;
+  int calls ABSL_GUARDED_BY(mu) = 0;
+  int after_closing ABSL_GUARDED_BY(mu) = 0;
+  bool closing ABSL_GUARDED_BY(mu) = false;
+};
+
+// A server that is gone for good: every heartbeat is UNAVAILABLE, counted.
 class GoneServer final : public ForwardingPsTransport {
  public:
-  GoneServer(ParameterServer* server, const std::atomic<bool>* closing)
-      : ForwardingPsTransport(std::make_unique<InProcessPsTransport>(server)), closing_(*closing) {}
+  GoneServer(ParameterServer* server, HeartbeatCounts* counts)
+      : ForwardingPsTransport(std::make_unique<InProcessPsTransport>(server)), counts_(*counts) {}
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest&, absl::Time) override {
-    absl::MutexLock lock(&mu_);
-    ++calls_;
-    if (closing_) ++after_closing_;
+    absl::MutexLock lock(&counts_.mu);
+    ++counts_.calls;
+    if (counts_.closing) ++counts_.after_closing;
     return absl::UnavailableError("gone");
-  }
-  int calls() {
-    absl::MutexLock lock(&mu_);
-    return calls_;
-  }
-  // Waits until `n` heartbeats arrived (for at most 30 s).
-  void AwaitCalls(int n) {
-    absl::MutexLock lock(&mu_);
-    auto arrived = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return calls_ >= n; };
-    mu_.AwaitWithTimeout(absl::Condition(&arrived), absl::Seconds(30));
-  }
-  int after_closing() {
-    absl::MutexLock lock(&mu_);
-    return after_closing_;
   }
 
  private:
-  const std::atomic<bool>& closing_;
-  absl::Mutex mu_;
-  int calls_ ABSL_GUARDED_BY(mu_) = 0;
-  int after_closing_ ABSL_GUARDED_BY(mu_) = 0;
+  HeartbeatCounts& counts_;
 };
 
 // The heartbeats' retries give up once the set is destroyed, rather than
@@ -172,18 +163,21 @@ TEST_F(ServerSetTest, ClosingGivesUpTheHeartbeatsRetries) {
   PsClientOptions options;
   options.retry_timeout = absl::Hours(1);
   options.initial_backoff = absl::Milliseconds(1);
-  std::atomic<bool> closing{false};
+  HeartbeatCounts counts;
   std::vector<std::unique_ptr<PsTransport>> transports;
-  auto gone = std::make_unique<GoneServer>(servers_[0].get(), &closing);
-  GoneServer* server = gone.get();
-  transports.push_back(std::move(gone));
+  transports.push_back(std::make_unique<GoneServer>(servers_[0].get(), &counts));
   auto set = std::make_unique<ServerSet>(std::move(transports), options, *policy_);
   set->StartHeartbeats(absl::Milliseconds(1));
-  server->AwaitCalls(3);  // retrying
-  closing = true;
+  {
+    absl::MutexLock lock(&counts.mu);
+    auto retrying = [&counts]() ABSL_SHARED_LOCKS_REQUIRED(counts.mu) { return counts.calls >= 3; };
+    counts.mu.AwaitWithTimeout(absl::Condition(&retrying), absl::Seconds(30));
+    counts.closing = true;
+  }
   set.reset();  // returns now, not in an hour
-  EXPECT_GE(server->calls(), 3);
-  EXPECT_LE(server->after_closing(), 1);  // at most the attempt in flight
+  absl::MutexLock lock(&counts.mu);
+  EXPECT_GE(counts.calls, 3);
+  EXPECT_LE(counts.after_closing, 1);  // at most the attempt in flight
 }
 
 }  // namespace
