@@ -159,8 +159,23 @@ absl::StatusOr<ExportedCheckpoint> ExportedCheckpoint::Open(FileSystem& fs, cons
 }
 
 absl::Status ExportedCheckpoint::Read(size_t i, BytesSink sink) const {
+  const ExportedTensor& tensor = tensors_[i];
+  int64_t read = 0;
+  // What the files hold must be as long as the tensor's shape says: never
+  // more reaches the sink.
+  const auto checked = [&](absl::string_view bytes) {
+    read += static_cast<int64_t>(bytes.size());
+    return read > tensor.bytes() ? absl::OkStatus() : sink(bytes);
+  };
   const Source& source = sources_[i];
-  return source.variable != nullptr ? ReadVariable(source, sink) : ReadTable(source, sink);
+  absl::Status status =
+      source.variable != nullptr ? ReadVariable(source, checked) : ReadTable(source, checked);
+  if (status.ok() && read != tensor.bytes()) {
+    return absl::DataLossError(absl::StrCat("tensor '", tensor.name, "' of ", description_, ": ",
+                                            read, " bytes read where its shape needs ",
+                                            tensor.bytes()));
+  }
+  return status;
 }
 
 absl::Status ExportedCheckpoint::ReadVariable(const Source& source, BytesSink sink) const {

@@ -55,8 +55,9 @@ class ExportedCheckpoint {
   // The tensors, variables first (by name), then tables (by name).
   const std::vector<ExportedTensor>& tensors() const { return tensors_; }
 
-  // Streams tensor `i`'s bytes to `sink`; the first error of a read or of
-  // the sink.
+  // Streams tensor `i`'s bytes to `sink`, never more than its bytes(); the
+  // first error of a read or of the sink, or DATA_LOSS when the files hold
+  // another length than its shape needs.
   absl::Status Read(size_t i, BytesSink sink) const;
 
  private:

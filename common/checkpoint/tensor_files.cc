@@ -33,26 +33,6 @@ void AppendLittleEndian(uint64_t value, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
-// Streams every tensor of `checkpoint` into `file` through `write` (which
-// may see the bytes first), checking that each is as long as it says.
-absl::Status StreamTensor(const ExportedCheckpoint& checkpoint, size_t i,
-                          absl::FunctionRef<absl::Status(absl::string_view)> write) {
-  const ExportedTensor& tensor = checkpoint.tensors()[i];
-  int64_t written = 0;
-  absl::Status status = checkpoint.Read(i, [&](absl::string_view bytes) {
-    written += static_cast<int64_t>(bytes.size());
-    if (written > tensor.bytes()) return absl::OkStatus();  // reported below
-    return write(bytes);
-  });
-  if (!status.ok()) return status;
-  if (written != tensor.bytes()) {
-    return absl::DataLossError(absl::StrCat("tensor '", tensor.name, "' of ",
-                                            checkpoint.description(), ": ", written,
-                                            " bytes read where its shape needs ", tensor.bytes()));
-  }
-  return absl::OkStatus();
-}
-
 // The .npy header of `tensor`, padded so its data starts 64-byte aligned.
 std::string NpyHeader(const ExportedTensor& tensor) {
   std::string shape = absl::StrJoin(tensor.shape, ", ");
@@ -89,8 +69,8 @@ absl::Status WriteSafetensors(const ExportedCheckpoint& checkpoint, FileSystem& 
   if (!file.ok()) return file.status();
   if (absl::Status s = (*file)->Append(length + header); !s.ok()) return s;
   for (size_t i = 0; i < checkpoint.tensors().size(); ++i) {
-    if (absl::Status s = StreamTensor(
-            checkpoint, i, [&](absl::string_view bytes) { return (*file)->Append(bytes); });
+    if (absl::Status s =
+            checkpoint.Read(i, [&](absl::string_view bytes) { return (*file)->Append(bytes); });
         !s.ok()) {
       return s;
     }
@@ -130,11 +110,11 @@ absl::Status WriteNpz(const ExportedCheckpoint& checkpoint, FileSystem& fs,
     local += name;
     uint32_t crc = Crc32(npy);
     if (absl::Status s = (*file)->Append(local + npy); !s.ok()) return s;
-    if (absl::Status s = StreamTensor(checkpoint, i,
-                                      [&](absl::string_view bytes) {
-                                        crc = Crc32(bytes, crc);
-                                        return (*file)->Append(bytes);
-                                      });
+    if (absl::Status s = checkpoint.Read(i,
+                                         [&](absl::string_view bytes) {
+                                           crc = Crc32(bytes, crc);
+                                           return (*file)->Append(bytes);
+                                         });
         !s.ok()) {
       return s;
     }
