@@ -122,9 +122,10 @@ def sizes(text):
 
 def main():
     args = parse_args()
-    load = lambda split: fulcrum.data.load(  # noqa: E731
+    load = lambda split, **width: fulcrum.data.load(  # noqa: E731
         args.dataset,
         split,
+        **width,
         data_dir=args.data_dir,
         ctr_vocabulary=args.ctr_vocabulary,
         ctr_train_examples=args.ctr_train_examples,
@@ -133,7 +134,7 @@ def main():
     )
     train = load("train")
     client = fulcrum.cli.connect(args)
-    test = load("test") if client.is_chief else None
+    test = load("test", feature_dim=train.features.shape[1]) if client.is_chief else None
     role = "chief" if client.is_chief else "worker %d" % client.worker_id
     torch.manual_seed(args.seed)
     tables = {

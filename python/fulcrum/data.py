@@ -62,8 +62,8 @@ Dataset = collections.namedtuple(
 Dataset.__doc__ = """A data set's split as NumPy arrays: `features` (float32, [n, d]),
 `labels` (int32, [n]), `ids` (int64, [n, fields]: one categorical id per
 field; [n, 0] for dense data), `num_classes`, and `oracle_auc` (the AUC of
-the true click probabilities where the generator knows them, the test split
-of synthetic_ctr; else negative)."""
+the true click probabilities where the generator knows them, synthetic_ctr;
+else negative)."""
 
 
 def load(
@@ -75,12 +75,16 @@ def load(
     ctr_train_examples=1000000,
     ctr_test_examples=100000,
     seed=0,
+    feature_dim=None,
 ):
     """The `split` ("train" or "test") of a data set exactly as the C++
     worker's --dataset loads it: fashion_mnist, idx or libsvm from
     `data_dir`, criteo (labelled Criteo TSV: train.txt and test.txt in
     `data_dir`) or synthetic_ctr (generated from `seed`, the same on every
-    worker). Errors name the file and line."""
+    worker). The test split must be as wide as the training set: give its
+    `feature_dim` (train.features.shape[1]) when you have it loaded, else
+    the training set is loaded again to learn it. Errors name the file and
+    line."""
     d = _fulcrum.load_dataset(
         kind,
         split,
@@ -90,6 +94,7 @@ def load(
         ctr_train_examples,
         ctr_test_examples,
         seed,
+        -1 if feature_dim is None else int(feature_dim),
     )
     return Dataset(d["features"], d["labels"], d["ids"], d["num_classes"], d["oracle_auc"])
 

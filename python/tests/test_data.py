@@ -95,3 +95,18 @@ def test_a_read_only_client_or_bad_sizes_are_refused(servers):
         fulcrum.data.Dealer(fulcrum.connect(s.hosts, worker_id=-1), 10, 2)
     with pytest.raises(fulcrum.InvalidArgument, match="batch size 0"):
         fulcrum.data.Dealer(fulcrum.connect(s.hosts), 10, 0)
+
+
+def test_load_gives_the_c_plus_plus_workers_data():
+    sizes = dict(ctr_vocabulary=1000, ctr_train_examples=300, ctr_test_examples=200, seed=4)
+    train = fulcrum.data.load("synthetic_ctr", "train", **sizes)
+    assert train.features.shape == (300, 13) and train.ids.shape == (300, 26)
+    assert set(np.unique(train.labels)) <= {0, 1} and 0.5 < train.oracle_auc <= 1.0
+    test = fulcrum.data.load("synthetic_ctr", "test", feature_dim=13, **sizes)
+    assert test.features.shape == (200, 13) and 0.5 < test.oracle_auc <= 1.0
+    again = fulcrum.data.load("synthetic_ctr", "test", **sizes)  # learns the width itself
+    assert np.array_equal(again.ids, test.ids)  # seeded: the same everywhere
+    with pytest.raises(fulcrum.InvalidArgument, match="13 features, the training set 5"):
+        fulcrum.data.load("synthetic_ctr", "test", feature_dim=5, **sizes)
+    with pytest.raises(fulcrum.InvalidArgument, match="train or test"):
+        fulcrum.data.load("synthetic_ctr", "validation", **sizes)

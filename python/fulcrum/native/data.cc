@@ -67,10 +67,12 @@ class PyBatchDealer {
 };
 
 // {"features", "labels", "ids", "num_classes", "oracle_auc"} of a data
-// set's split, as the C++ worker loads it (worker/data/dataset.h).
+// set's split, as the C++ worker loads it (worker/data/dataset.h). The test
+// split must have the training set's `feature_dim`; < 0 loads the
+// training set to learn it.
 py::dict LoadDataset(const std::string& kind, const std::string& split, const std::string& data_dir,
                      int num_classes, int64_t ctr_vocabulary, int64_t ctr_train_examples,
-                     int64_t ctr_test_examples, uint64_t seed) {
+                     int64_t ctr_test_examples, uint64_t seed, int64_t feature_dim) {
   if (split != "train" && split != "test") {
     Throw(absl::InvalidArgumentError(absl::StrCat("split '", split, "': train or test")));
   }
@@ -87,9 +89,12 @@ py::dict LoadDataset(const std::string& kind, const std::string& split, const st
     py::gil_scoped_release release;
     auto fs = MakeLocalFileSystem();
     if (split == "train") return LoadTrainingSet(*fs, source);
-    auto train = LoadTrainingSet(*fs, source);  // the test set takes its width
-    if (!train.ok()) return train.status();
-    return LoadTestSet(*fs, source, train->feature_dim);
+    if (feature_dim < 0) {
+      auto train = LoadTrainingSet(*fs, source);  // the test set takes its width
+      if (!train.ok()) return train.status();
+      feature_dim = train->feature_dim;
+    }
+    return LoadTestSet(*fs, source, feature_dim);
   }();
   ThrowIfError(data.status());
   py::dict out;
@@ -108,7 +113,7 @@ py::dict LoadDataset(const std::string& kind, const std::string& split, const st
 void RegisterData(py::module_& m) {
   m.def("load_dataset", &LoadDataset, py::arg("kind"), py::arg("split"), py::arg("data_dir"),
         py::arg("num_classes"), py::arg("ctr_vocabulary"), py::arg("ctr_train_examples"),
-        py::arg("ctr_test_examples"), py::arg("seed"));
+        py::arg("ctr_test_examples"), py::arg("seed"), py::arg("feature_dim"));
   py::class_<PyBatchDealer>(m, "BatchDealer")
       .def(py::init<int64_t, int, int, int64_t, int64_t, uint64_t, int64_t, py::object>(),
            py::arg("num_examples"), py::arg("shard_index"), py::arg("num_shards"),
