@@ -81,23 +81,25 @@ std::vector<CheckpointInfo> ListCompleteCheckpoints(FileSystem& fs, const std::s
   return out;
 }
 
+absl::StatusOr<CheckpointFiles> OpenCheckpointFiles(FileSystem& fs, const CheckpointInfo& info) {
+  CheckpointFiles files;
+  for (const ManifestFile& entry : info.manifest.files()) {
+    auto file = CheckpointFile::Open(fs, absl::StrCat(info.dir, "/", entry.name()), &entry);
+    if (!file.ok()) return file.status();
+    files.push_back(*std::move(file));
+  }
+  return files;
+}
+
 absl::StatusOr<CheckpointFiles> LoadNewestCheckpoint(
     FileSystem& fs, const std::string& root,
     const std::function<absl::Status(const CheckpointFiles&)>& accept,
     std::vector<std::string>* problems) {
   for (const CheckpointInfo& info : ListCompleteCheckpoints(fs, root, problems)) {
-    CheckpointFiles files;
-    absl::Status status;
-    for (const ManifestFile& entry : info.manifest.files()) {
-      auto file = CheckpointFile::Open(fs, absl::StrCat(info.dir, "/", entry.name()), &entry);
-      if (!file.ok()) {
-        status = file.status();
-        break;
-      }
-      files.push_back(*std::move(file));
-    }
-    if (status.ok()) status = accept(files);
-    if (status.ok()) return files;
+    absl::StatusOr<CheckpointFiles> files = OpenCheckpointFiles(fs, info);
+    absl::Status status = files.status();
+    if (status.ok()) status = accept(*files);
+    if (status.ok()) return *std::move(files);
     problems->push_back(absl::StrCat(status.message(), "; falling back to an older checkpoint"));
   }
   return absl::NotFoundError(absl::StrCat("no complete checkpoint in '", root, "'"));

@@ -47,6 +47,10 @@ std::vector<CheckpointInfo> ListCompleteCheckpoints(FileSystem& fs, const std::s
 // The servers' files of a checkpoint, opened and verified.
 using CheckpointFiles = std::vector<std::shared_ptr<const CheckpointFile>>;
 
+// The files `info`'s manifest lists, each opened and verified against its
+// entry; the first that fails says why (DATA_LOSS naming it).
+absl::StatusOr<CheckpointFiles> OpenCheckpointFiles(FileSystem& fs, const CheckpointInfo& info);
+
 // Every server's file of the newest complete checkpoint whose files all
 // verify against its manifest and that `accept` accepts (the caller's
 // check that it can use them); older checkpoints are tried when a newer

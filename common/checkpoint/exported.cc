@@ -28,13 +28,9 @@ absl::StatusOr<RestorePoint> OpenStep(FileSystem& fs, const std::string& dir, in
   std::vector<std::string> problems;
   for (const CheckpointInfo& info : ListCompleteCheckpoints(fs, dir, &problems)) {
     if (info.step != step) continue;
-    CheckpointFiles files;
-    for (const ManifestFile& entry : info.manifest.files()) {
-      auto file = CheckpointFile::Open(fs, absl::StrCat(info.dir, "/", entry.name()), &entry);
-      if (!file.ok()) return file.status();
-      files.push_back(*std::move(file));
-    }
-    auto point = MakeRestorePoint(std::move(files), nullptr, nullptr);
+    auto files = OpenCheckpointFiles(fs, info);
+    if (!files.ok()) return files.status();
+    auto point = MakeRestorePoint(*std::move(files), nullptr, nullptr);
     if (point.ok())
       *description = Describe(*point, absl::StrCat("checkpoint ", CheckpointDirName(step)));
     return point;
