@@ -38,19 +38,18 @@ absl::Status ServerCheckpoints::Enable(FileSystem* fs) {
   }
   // No complete checkpoint: the final files the servers wrote as they were
   // stopped, whichever of them there are (each server takes its own shards).
-  CheckpointFiles finals = FinalFiles(*fs, dir, num_ps());
-  auto regrouped = RegroupCheckpoint(finals, /*partial=*/true);
-  if (!regrouped.ok()) LOG_ERROR("checkpoint: {}", regrouped.status().message());
-  if (finals.empty() || !regrouped.ok()) {
+  auto finals = MakeRestorePoint(FinalFiles(*fs, dir, num_ps()), nullptr, nullptr,
+                                 /*partial=*/true);
+  if (!finals.ok()) LOG_ERROR("checkpoint: {}", finals.status().message());
+  if (!finals.ok() || finals->files.empty()) {
     LOG_INFO("no complete checkpoint in {}: starting from the initializers", dir);
     return absl::OkStatus();
   }
-  const bool own = std::any_of(finals.begin(), finals.end(), [&](const auto& file) {
+  const bool own = std::any_of(finals->files.begin(), finals->files.end(), [&](const auto& file) {
     return file->header().ps_index() == index();
   });
-  restored_.files = std::move(finals);
-  restored_.variables = *std::move(regrouped);
-  restored_step_ = 0;
+  restored_ = *std::move(finals);
+  restored_step_ = restored_.step;  // 0: final files carry no step
   LOG_INFO(
       "no complete checkpoint in {}: restoring from the final checkpoints of {} of {} "
       "server(s){}",

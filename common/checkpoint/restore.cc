@@ -10,10 +10,10 @@
 namespace fulcrum {
 
 absl::StatusOr<RestorePoint> MakeRestorePoint(CheckpointFiles files, const AdjustFiles& adjust,
-                                              const AcceptVariables& accept) {
+                                              const AcceptVariables& accept, bool partial) {
   RestorePoint point;
   point.adjusted = adjust && adjust(&files);
-  auto regrouped = RegroupCheckpoint(files);
+  auto regrouped = RegroupCheckpoint(files, partial);
   if (!regrouped.ok()) return regrouped.status();
   if (accept) {
     if (absl::Status s = accept(*regrouped); !s.ok()) return s;

@@ -35,9 +35,10 @@ using AdjustFiles = std::function<bool(CheckpointFiles* files)>;
 using AcceptVariables = std::function<absl::Status(const RestoredVariables& variables)>;
 
 // `files`, after `adjust` (when given), regrouped into variables that
-// `accept` (when given) takes.
+// `accept` (when given) takes; `partial` as RegroupCheckpoint takes it (the
+// files of some servers only).
 absl::StatusOr<RestorePoint> MakeRestorePoint(CheckpointFiles files, const AdjustFiles& adjust,
-                                              const AcceptVariables& accept);
+                                              const AcceptVariables& accept, bool partial = false);
 
 // The newest complete checkpoint under `root` that MakeRestorePoint makes a
 // restore point of, falling back past those with missing, truncated or
