@@ -80,6 +80,11 @@ class PsClientImpl final : public PsClient {
   }
   absl::Status Finish() override { return servers_.Finish(); }
   void StartHeartbeats(absl::Duration interval) override { servers_.StartHeartbeats(interval); }
+  absl::Status ReadTable(
+      const std::string& table, bool slots,
+      absl::FunctionRef<absl::Status(const ReadRowsResponse& page)> visit) override {
+    return rows_.ReadTable(table, slots, visit);
+  }
   absl::StatusOr<std::vector<DescribeResponse>> Describe() override { return servers_.Describe(); }
   absl::StatusOr<std::vector<SaveCheckpointResponse>> SaveCheckpoint(int64_t step) override {
     return servers_.SaveCheckpoint(step);

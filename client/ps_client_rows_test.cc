@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -92,6 +94,13 @@ class Cluster {
     absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
                                       absl::Time deadline, SlicePlacer* sink) override {
       return Now().Pull(request, response_bytes, deadline, sink);
+    }
+    // Pages of at most 5 rows, so that a table takes several.
+    absl::StatusOr<ReadRowsResponse> ReadRows(const ReadRowsRequest& request,
+                                              absl::Time deadline) override {
+      ReadRowsRequest small = request;
+      small.set_max_rows(5);
+      return Now().ReadRows(small, deadline);
     }
     absl::StatusOr<PullResponse> PushPull(std::shared_ptr<const OutgoingPush> push,
                                           const PullRequest& pull, int64_t response_bytes,
@@ -207,12 +216,18 @@ TEST(PsClientRowsTest, ARestartedServerGetsItsTablesAgain) {
 
 // A pull of more ids than one call may name on a server is split by the
 // client, not refused, and every row lands in its place.
+// More ids than one call takes on each server: 0, 1, 2, ...
+std::vector<int64_t> IdsPastOneCall() {
+  std::vector<int64_t> ids(kServers * kMaxIdsPerRowCall + 1000);
+  for (size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<int64_t>(k);
+  return ids;
+}
+
 TEST(PsClientRowsTest, APullOfMoreIdsThanOneCallTakesIsSplit) {
   Cluster cluster(ASYNC, 1);
   PsClient& client = cluster.client(0);
   ASSERT_TRUE(client.CreateTables({Table("a")}).ok());
-  std::vector<int64_t> ids(kServers * kMaxIdsPerRowCall + 1000);
-  for (size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<int64_t>(k);
+  const std::vector<int64_t> ids = IdsPastOneCall();
   std::vector<std::vector<float>> rows;
   ASSERT_TRUE(client.PullRows({{"a", ids}}, &rows).ok());
   ASSERT_EQ(rows[0].size(), ids.size() * kWidth);
@@ -221,6 +236,75 @@ TEST(PsClientRowsTest, APullOfMoreIdsThanOneCallTakesIsSplit) {
               Initial("a", ids[k]))
         << k;
   }
+}
+
+// A push of more ids than one call takes goes in parts that apply as one
+// push: one sync step, every id updated once.
+TEST(PsClientRowsTest, APushOfMoreIdsThanOneCallTakesAppliesAsOne) {
+  Cluster cluster(SYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateTables({Table("a")}).ok());
+  const std::vector<int64_t> ids = IdsPastOneCall();
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(client.PullRows({{"a", ids}}, &rows).ok());
+  auto stats = client.PushRows({{"a", ids}}, {std::vector<float>(ids.size() * kWidth, 0.5f)});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->applied, kServers);  // one table, one push on each server
+  for (int i = 0; i < kServers; ++i) {
+    ASSERT_EQ(cluster.server(i).Describe().tables(0).version(), 1);
+    EXPECT_GT(cluster.server(i).Describe().tables(0).rows(), kMaxIdsPerRowCall);
+  }
+  ASSERT_TRUE(client.PullRows({{"a", {0, ids.back()}}}, &rows).ok());
+  for (int j = 0; j < kWidth; ++j) {
+    EXPECT_FLOAT_EQ(rows[0][j], Initial("a", 0)[j] - 0.5f);
+    EXPECT_FLOAT_EQ(rows[0][kWidth + j], Initial("a", ids.back())[j] - 0.5f);
+  }
+}
+
+// A table read whole: every stored row once, from the server that holds it,
+// as a pull reads it; pages follow one another; a server that restarts
+// during the read ends it.
+TEST(PsClientRowsTest, ReadTableGivesEveryStoredRowOnce) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateTables({Table("a")}).ok());
+  std::vector<int64_t> ids;
+  for (int64_t id = 0; id < 23; ++id) ids.push_back(id * 104729);
+  ASSERT_TRUE(client.PushRows({{"a", ids}}, {std::vector<float>(ids.size() * kWidth, 1.0f)}).ok());
+  std::map<int64_t, std::vector<float>> read;
+  int pages = 0, server = 0;  // the servers come in task order
+  absl::Status s = client.ReadTable("a", false, [&](const ReadRowsResponse& page) {
+    ++pages;
+    EXPECT_LE(page.ids_size(), 5);
+    if (page.ids_size() > 0) server = std::max(server, EmbeddingOwner(page.ids(0), kServers));
+    for (int k = 0; k < page.ids_size(); ++k) {
+      EXPECT_EQ(EmbeddingOwner(page.ids(k), kServers), server) << page.ids(k);
+      EXPECT_TRUE(
+          read.emplace(page.ids(k), std::vector<float>(page.values().begin() + k * kWidth,
+                                                       page.values().begin() + (k + 1) * kWidth))
+              .second);
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(read.size(), ids.size());
+  EXPECT_GE(pages, 5);
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(client.PullRows({{"a", ids}}, &rows).ok());
+  for (size_t k = 0; k < ids.size(); ++k) {
+    EXPECT_EQ(read[ids[k]],
+              std::vector<float>(rows[0].begin() + k * kWidth, rows[0].begin() + (k + 1) * kWidth));
+  }
+
+  s = client.ReadTable("a", false, [&](const ReadRowsResponse&) {
+    cluster.Restart(1);
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_EQ(
+      client.ReadTable("nope", false, [](const ReadRowsResponse&) { return absl::OkStatus(); })
+          .code(),
+      absl::StatusCode::kNotFound);
 }
 
 // A server recovered by a row call: the next dense push, of gradients

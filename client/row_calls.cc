@@ -6,12 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/embedding.h"
+#include "common/row_push.h"
 
 namespace fulcrum {
 namespace {
 
-// The most bytes of rows one pull asks a server for: well under the
-// servers' message limit (--max_message_mb, 256 MiB by default).
+// The most bytes of rows one pull asks a server for, and one message of a
+// push carries: well under the servers' message limit (--max_message_mb,
+// 256 MiB by default).
 constexpr int64_t kRowCallBytes = int64_t{32} << 20;
 
 // `request` cut, in order, into requests of at most kMaxIdsPerRowCall ids
@@ -246,7 +248,12 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
   absl::Status status = servers_.ForEachServerRecovering(
       involved, "push rows",
       [&](int ps, absl::Time deadline) {
-        return Keep(servers_.server(ps).PushRows(requests[ps], deadline), &responses[ps]);
+        // One message, or a stream of parts that applies as one push.
+        std::vector<PushRowsRequest> parts =
+            SplitRowPush(requests[ps], kMaxIdsPerRowCall, kRowCallBytes);
+        return Keep(parts.empty() ? servers_.server(ps).PushRows(requests[ps], deadline)
+                                  : servers_.server(ps).PushRowsInParts(parts, deadline),
+                    &responses[ps]);
       },
       nullptr, &recovered);
   if (!status.ok()) return status;
@@ -269,6 +276,34 @@ void RowCalls::ForgetVersions(const std::vector<bool>& recovered) {
   for (auto& [key, state] : table_state_) {
     if (recovered[key.second]) state = ShardVersions();
   }
+}
+
+absl::Status RowCalls::ReadTable(
+    const std::string& table, bool slots,
+    absl::FunctionRef<absl::Status(const ReadRowsResponse& page)> visit) {
+  for (int ps = 0; ps < servers_.size(); ++ps) {
+    std::vector<bool> involved(servers_.size(), false);
+    involved[ps] = true;
+    ReadRowsRequest request;
+    request.set_table(table);
+    request.set_slots(slots);
+    request.set_incarnation(servers_.incarnation(ps));
+    for (bool more = true; more;) {
+      ReadRowsResponse page;
+      absl::Status s = servers_.ForEachServer(
+          involved, absl::StrCat("read of table '", table, "'"),
+          [&](int server, absl::Time deadline) {
+            return Keep(servers_.server(server).ReadRows(request, deadline), &page);
+          });
+      if (!s.ok()) return s;
+      if (absl::Status v = visit(page); !v.ok()) return v;
+      // The server's start the dump began on: a restart since is ABORTED.
+      request.set_incarnation(page.incarnation());
+      more = page.next() < page.rows() && page.ids_size() > 0;
+      request.set_start(page.next());
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fulcrum

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "client/row_routing.h"
@@ -39,6 +40,9 @@ class RowCalls {
                             const std::vector<absl::Span<float>>& out);
   absl::StatusOr<PushStats> PushRows(const std::vector<TableIds>& lookups,
                                      const std::vector<absl::Span<const float>>& grads);
+
+  absl::Status ReadTable(const std::string& table, bool slots,
+                         absl::FunctionRef<absl::Status(const ReadRowsResponse& page)> visit);
 
   // The tables created through this client.
   std::vector<EmbeddingTableSpec> TableSpecs() const;

@@ -224,9 +224,9 @@ int Checkpoint(const std::vector<std::string>& hosts) {
 int Export() {
   const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir);
   const std::string out = absl::GetFlag(FLAGS_out);
-  std::string format = absl::GetFlag(FLAGS_format);
-  if (format.empty()) format = absl::EndsWith(out, ".npz") ? "npz" : "safetensors";
-  if (dir.empty() || out.empty() || (format != "safetensors" && format != "npz")) {
+  absl::StatusOr<TensorFileFormat> format =
+      ChooseTensorFileFormat(absl::GetFlag(FLAGS_format), out);
+  if (dir.empty() || out.empty() || !format.ok()) {
     std::cerr << "fulcrumctl: export needs --checkpoint_dir, --out and a --format of "
                  "safetensors or npz\n";
     return 2;
@@ -239,7 +239,7 @@ int Export() {
   if (s.ok()) {
     std::cout << "exporting " << checkpoint->description() << ": " << checkpoint->tensors().size()
               << " tensors" << std::endl;
-    s = format == "npz" ? WriteNpz(*checkpoint, *fs, out) : WriteSafetensors(*checkpoint, *fs, out);
+    s = WriteTensorFile(*checkpoint, *format, *fs, out);
   }
   if (!s.ok()) {
     std::cerr << "fulcrumctl: export: " << s.message() << "\n";
@@ -247,7 +247,8 @@ int Export() {
   }
   int64_t bytes = 0;
   for (const ExportedTensor& tensor : checkpoint->tensors()) bytes += tensor.bytes();
-  std::cout << "wrote " << out << " (" << format << ", " << FormatBytes(bytes) << " of tensors) in "
+  std::cout << "wrote " << out << " (" << TensorFileFormatName(*format) << ", "
+            << FormatBytes(bytes) << " of tensors) in "
             << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
             << "\n";
   return 0;

@@ -73,6 +73,13 @@ void Call(ParameterServer& ps, const PsCall& call) {
     case PsCall::kPushRows:
       (void)ps.PushRows(call.push_rows());
       break;
+    case PsCall::kPushRowsParts:
+      (void)ps.PushRows(std::vector<PushRowsRequest>(call.push_rows_parts().parts().begin(),
+                                                     call.push_rows_parts().parts().end()));
+      break;
+    case PsCall::kReadRows:
+      (void)ps.ReadRows(call.read_rows());
+      break;
     case PsCall::kHeartbeat:
       (void)ps.Heartbeat(call.heartbeat());
       break;

@@ -11,6 +11,7 @@
 #include "common/embedding.h"
 #include "common/logging.h"
 #include "common/memory_size.h"
+#include "common/row_push.h"
 #include "common/tensor.h"
 
 namespace fulcrum {
@@ -170,6 +171,19 @@ absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest
     for (const ShardPushResult& result : response->results()) RecordOutcome(result);
   }
   return response;
+}
+
+absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(std::vector<PushRowsRequest> parts) {
+  absl::StatusOr<PushRowsRequest> merged = MergeRowPush(std::move(parts));
+  if (!merged.ok()) return merged.status();
+  return PushRows(*merged);
+}
+
+absl::StatusOr<ReadRowsResponse> ParameterServer::ReadRows(const ReadRowsRequest& request) const {
+  if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
+  absl::StatusOr<ReadRowsResponse> page = tables_.Read(request);
+  if (page.ok()) page->set_incarnation(incarnation_);
+  return page;
 }
 
 absl::StatusOr<PullResponse> ParameterServer::Pull(const PullRequest& request, absl::Time deadline,

@@ -160,6 +160,13 @@ class ParameterServer {
   // Row gradients (TableCalls::Push), after the caller's checks as for
   // PullRows; the outcomes are counted.
   absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request);
+  // The same for one push in parts (a PushRowsStream), merged first
+  // (MergeRowPush): parts that are not of one push change nothing.
+  absl::StatusOr<PushRowsResponse> PushRows(std::vector<PushRowsRequest> parts);
+
+  // A page of a table's stored rows (TableCalls::Read); ABORTED for
+  // another incarnation, as for a pull.
+  absl::StatusOr<ReadRowsResponse> ReadRows(const ReadRowsRequest& request) const;
 
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
 

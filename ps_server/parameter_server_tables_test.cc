@@ -103,6 +103,63 @@ TEST(ParameterServerTablesTest, AsyncPushesApplyAtOnceAndDescribeCountsRows) {
   EXPECT_GT(d.memory_bytes(), 0);
 }
 
+// A table is read page by page, stored rows only, with their slots when
+// asked; reading waits for nothing and refuses what it cannot serve.
+TEST(ParameterServerTablesTest, ReadRowsPagesThroughTheStoredRows) {
+  ParameterServer ps(Config(ASYNC, 1));
+  EmbeddingTableSpec adagrad = Table();
+  adagrad.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  CreateTable(ps, adagrad);
+  ASSERT_TRUE(PushRows(ps, 0, Rows({7, 3, 5}, {1, 1, 2, 2, 3, 3})).ok());
+  EXPECT_EQ(PullRows(ps, {100}).size(), 2u);  // a pull stores nothing
+  ReadRowsRequest request;
+  request.set_table("emb");
+  request.set_max_rows(2);
+  request.set_slots(true);
+  std::vector<int64_t> ids;
+  std::vector<float> values, slots;
+  for (int pages = 1;; ++pages) {
+    auto page = ps.ReadRows(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_EQ(page->rows(), 3);
+    EXPECT_EQ(page->width(), kWidth);
+    EXPECT_EQ(page->num_slots(), 1);
+    EXPECT_EQ(page->incarnation(), ps.Describe().incarnation());
+    ids.insert(ids.end(), page->ids().begin(), page->ids().end());
+    values.insert(values.end(), page->values().begin(), page->values().end());
+    slots.insert(slots.end(), page->slots().begin(), page->slots().end());
+    request.set_start(page->next());
+    if (page->next() == page->rows()) {
+      EXPECT_EQ(pages, 2);
+      break;
+    }
+  }
+  EXPECT_EQ(ids, (std::vector<int64_t>{7, 3, 5}));
+  ASSERT_EQ(values.size(), 6u);
+  EXPECT_LT(values[2], 0.0f);   // id 3 took its gradient
+  EXPECT_EQ(slots.size(), 6u);  // Adagrad's accumulator: the squares added
+  EXPECT_GT(slots[4], slots[0]);
+
+  ReadRowsRequest unknown;
+  unknown.set_table("nope");
+  EXPECT_EQ(ps.ReadRows(unknown).status().code(), absl::StatusCode::kNotFound);
+  ReadRowsRequest negative;
+  negative.set_table("emb");
+  negative.set_start(-1);
+  EXPECT_THAT(ps.ReadRows(negative).status().message(), HasSubstr("must be >= 0"));
+  ReadRowsRequest other_start;
+  other_start.set_table("emb");
+  other_start.set_incarnation(ps.Describe().incarnation() + 1);
+  EXPECT_EQ(ps.ReadRows(other_start).status().code(), absl::StatusCode::kAborted);
+  ReadRowsRequest past_the_end;
+  past_the_end.set_table("emb");
+  past_the_end.set_start(99);
+  auto empty = ps.ReadRows(past_the_end);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->ids_size(), 0);
+  EXPECT_EQ(empty->next(), 3);
+}
+
 // Sync: a step applies once both workers pushed, each id averaged over the
 // workers that pushed it; a pull for the next version waits for it.
 TEST(ParameterServerTablesTest, SyncAveragesEachIdOverTheStepsPushers) {
@@ -175,9 +232,14 @@ TEST(ParameterServerTablesTest, BadRequestsChangeNothing) {
     EXPECT_EQ(pushed.status().code(), c.code) << c.says;
     EXPECT_THAT(pushed.status().message(), HasSubstr(c.says));
   }
-  std::vector<int64_t> many(EmbeddingTable::kMaxIdsPerRequest + 1, 0);
+  std::vector<int64_t> many(EmbeddingTable::kMaxIdsPerPush + 1, 0);
   for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>(i);
   EXPECT_EQ(PushRows(ps, 0, Rows(many)).status().code(), absl::StatusCode::kResourceExhausted);
+  many.resize(EmbeddingTable::kMaxIdsPerRequest + 1);  // a pull takes fewer
+  PullRowsRequest pull;
+  *pull.add_tables() = Rows(many);
+  EXPECT_EQ(ps.PullRows(pull, absl::Now() + absl::Seconds(10)).status().code(),
+            absl::StatusCode::kResourceExhausted);
   PushRowsRequest anonymous;
   *anonymous.add_tables() = Rows({1}, {1, 1});
   EXPECT_EQ(ps.PushRows(anonymous).status().code(), absl::StatusCode::kInvalidArgument);

@@ -8,14 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bazel build //proto/... //client/api/... //client/grpc:grpc_ps_client //client:job_checkpoints \
+bazel build //proto/... //client/api/... //client/grpc:grpc_ps_client //client:job_checkpoints //client:live_export \
   >/dev/null 2>&1
 bin=$(bazel info bazel-bin 2>/dev/null)
 tools=$(bazel info output_base 2>/dev/null)/external/bazel_tools  # the runfiles library
 flags=(-std=c++17 -I. "-I$bin" -isystem "$tools" "-I$bin/client/api/_virtual_includes/tensor"
        "-I$bin/client/api/_virtual_includes/ps_client"
        "-I$bin/client/grpc/_virtual_includes/grpc_ps_client"
-       "-I$bin/client/_virtual_includes/job_checkpoints" -I/usr/local/cuda/include
+       "-I$bin/client/_virtual_includes/job_checkpoints"
+       "-I$bin/client/_virtual_includes/live_export" -I/usr/local/cuda/include
        -isystem /usr/include/python3.11
        -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL)
 

@@ -55,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -164,6 +165,19 @@ class PsClient {
   // not, so that the step completes.
   virtual absl::StatusOr<PushStats> PushRows(const std::vector<TableIds>& lookups,
                                              const std::vector<absl::Span<const float>>& grads) = 0;
+
+  // Every row the servers store of `table`, as they are (a dump, not a
+  // lookup: nothing waits, unseen ids are not made up, the order of use is
+  // kept): each server's, page after page, given to `visit` as it comes
+  // (ids, values, with `slots` the optimizer's slots; ReadRowsResponse).
+  // Each id lives on one server, so no id comes twice. A page is read at
+  // one moment and rows stored or evicted while the dump runs may be
+  // missed: read after the last step for an exact copy. NOT_FOUND when a
+  // server lacks the table; ABORTED when one restarts during the dump;
+  // visit's first error ends it. Any client, read-only ones too.
+  virtual absl::Status ReadTable(
+      const std::string& table, bool slots,
+      absl::FunctionRef<absl::Status(const ReadRowsResponse& page)> visit) = 0;
 
   // Pulls the named variables (all when `names` is empty) into `out`. The
   // values are read into `out` as they arrive, so after an error its

@@ -246,6 +246,29 @@ absl::StatusOr<PullRowsResponse> GrpcPsTransport::PullRows(const PullRowsRequest
       [this](const grpc::Status& s) { return Convert(s); });
 }
 
+absl::StatusOr<PushRowsResponse> GrpcPsTransport::PushRowsInParts(
+    const std::vector<PushRowsRequest>& parts, absl::Time deadline) {
+  grpc::ClientContext context;
+  Prepare(deadline, token_, &context);
+  PushRowsResponse response;
+  std::unique_ptr<grpc::ClientWriter<PushRowsRequest>> writer(
+      stub_->PushRowsStream(&context, &response));
+  for (const PushRowsRequest& part : parts) {
+    if (!writer->Write(part)) break;  // Finish says why
+  }
+  writer->WritesDone();
+  if (absl::Status s = Convert(writer->Finish()); !s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<ReadRowsResponse> GrpcPsTransport::ReadRows(const ReadRowsRequest& request,
+                                                           absl::Time deadline) {
+  return Unary<ReadRowsResponse>(
+      deadline, token_,
+      [&](auto* context, auto* response) { return stub_->ReadRows(context, request, response); },
+      [this](const grpc::Status& s) { return Convert(s); });
+}
+
 absl::StatusOr<PushRowsResponse> GrpcPsTransport::PushRows(const PushRowsRequest& request,
                                                            absl::Time deadline) {
   return Unary<PushRowsResponse>(

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_test_util.h"
 #include "common/loopback.h"
+#include "common/row_push.h"
 #include "common/slices.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 
@@ -113,6 +114,45 @@ TEST_F(GrpcPsTransportTest, PushesAndPushPullsApplyAndAnswer) {
   EXPECT_EQ(both->push_results(0).version(), 2);
   EXPECT_EQ(values, std::vector<float>(size_t{64} * 256, 0.0f))
       << "1 - 0.5 - 0.5, read after the push";
+}
+
+// A push of rows in parts streams and applies as one push; a page of the
+// table reads them back; parts of two pushes are refused, changing nothing.
+TEST_F(GrpcPsTransportTest, RowPushesInPartsApplyAsOneAndReadBack) {
+  CreateShardsRequest create;
+  EmbeddingTableSpec& table = *create.add_tables();
+  table.set_name("t");
+  table.set_width(2);
+  table.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  table.mutable_optimizer()->set_learning_rate(1.0f);
+  ASSERT_TRUE(transport_->CreateShards(create, Deadline()).ok());
+  PushRowsRequest push;
+  push.set_worker_id(0);
+  push.set_push_id(1);
+  TableRows& rows = *push.add_tables();
+  rows.set_table("t");
+  for (int64_t id = 0; id < 10; ++id) {
+    rows.add_ids(id);
+    rows.add_values(1.0f);
+    rows.add_values(2.0f);
+  }
+  std::vector<PushRowsRequest> parts = SplitRowPush(push, 3, 1 << 20);
+  ASSERT_EQ(parts.size(), 4u);
+  auto pushed = transport_->PushRowsInParts(parts, Deadline());
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  ASSERT_EQ(pushed->results_size(), 1);
+  EXPECT_EQ(pushed->results(0).version(), 1);  // one step for the four parts
+  parts[2].set_push_id(2);
+  EXPECT_THAT(transport_->PushRowsInParts(parts, Deadline()).status().message(),
+              HasSubstr("not of the same push"));
+
+  ReadRowsRequest read;
+  read.set_table("t");
+  auto page = transport_->ReadRows(read, Deadline());
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->ids_size(), 10);
+  EXPECT_EQ(std::vector<float>(page->values().begin(), page->values().begin() + 2),
+            (std::vector<float>{-1.0f, -2.0f}));  // pushed once
 }
 
 TEST_F(GrpcPsTransportTest, TheServersErrorsArriveWithTheirCodeAndMessage) {

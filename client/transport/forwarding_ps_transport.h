@@ -41,6 +41,14 @@ class ForwardingPsTransport : public PsTransport {
                                             absl::Time deadline) override {
     return inner_->PushRows(request, deadline);
   }
+  absl::StatusOr<PushRowsResponse> PushRowsInParts(const std::vector<PushRowsRequest>& parts,
+                                                   absl::Time deadline) override {
+    return inner_->PushRowsInParts(parts, deadline);
+  }
+  absl::StatusOr<ReadRowsResponse> ReadRows(const ReadRowsRequest& request,
+                                            absl::Time deadline) override {
+    return inner_->ReadRows(request, deadline);
+  }
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override {
     return inner_->Heartbeat(request, deadline);

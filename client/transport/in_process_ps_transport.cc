@@ -86,6 +86,16 @@ absl::StatusOr<PushRowsResponse> InProcessPsTransport::PushRows(const PushRowsRe
   return ps_->PushRows(request);
 }
 
+absl::StatusOr<PushRowsResponse> InProcessPsTransport::PushRowsInParts(
+    const std::vector<PushRowsRequest>& parts, absl::Time) {
+  return ps_->PushRows(parts);
+}
+
+absl::StatusOr<ReadRowsResponse> InProcessPsTransport::ReadRows(const ReadRowsRequest& request,
+                                                                absl::Time) {
+  return ps_->ReadRows(request);
+}
+
 absl::StatusOr<DescribeResponse> InProcessPsTransport::Describe(absl::Time) {
   return ps_->Describe();
 }

@@ -32,6 +32,10 @@ class InProcessPsTransport final : public PsTransport {
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,
                                               absl::Time deadline) override;
   absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override;
+  absl::StatusOr<PushRowsResponse> PushRowsInParts(const std::vector<PushRowsRequest>& parts,
+                                                   absl::Time deadline) override;
+  absl::StatusOr<ReadRowsResponse> ReadRows(const ReadRowsRequest& request,
+                                            absl::Time deadline) override;
   absl::StatusOr<PullRowsResponse> PullRows(const PullRowsRequest& request,
                                             absl::Time deadline) override;
   absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request,

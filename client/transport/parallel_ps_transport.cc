@@ -169,6 +169,16 @@ absl::StatusOr<PushRowsResponse> ParallelPsTransport::PushRows(const PushRowsReq
   return lanes_[0]->PushRows(request, deadline);
 }
 
+absl::StatusOr<PushRowsResponse> ParallelPsTransport::PushRowsInParts(
+    const std::vector<PushRowsRequest>& parts, absl::Time deadline) {
+  return lanes_[0]->PushRowsInParts(parts, deadline);
+}
+
+absl::StatusOr<ReadRowsResponse> ParallelPsTransport::ReadRows(const ReadRowsRequest& request,
+                                                               absl::Time deadline) {
+  return lanes_[0]->ReadRows(request, deadline);
+}
+
 absl::StatusOr<DescribeResponse> ParallelPsTransport::Describe(absl::Time deadline) {
   return lanes_[0]->Describe(deadline);
 }

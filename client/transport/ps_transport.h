@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -55,6 +56,14 @@ class PsTransport {
   virtual absl::StatusOr<PullRowsResponse> PullRows(const PullRowsRequest& request,
                                                     absl::Time deadline) = 0;
   virtual absl::StatusOr<PushRowsResponse> PushRows(const PushRowsRequest& request,
+                                                    absl::Time deadline) = 0;
+
+  // One push of rows in several parts (SplitRowPush), applied as one.
+  virtual absl::StatusOr<PushRowsResponse> PushRowsInParts(
+      const std::vector<PushRowsRequest>& parts, absl::Time deadline) = 0;
+
+  // A page of a table's stored rows: a dump, not a lookup.
+  virtual absl::StatusOr<ReadRowsResponse> ReadRows(const ReadRowsRequest& request,
                                                     absl::Time deadline) = 0;
 
   virtual absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request,

@@ -132,7 +132,7 @@ TEST_F(ExportTest, SafetensorsAndNpzFilesAreLaidOutAsTheirFormatsSay) {
   auto checkpoint = ExportedCheckpoint::Open(*fs_, root_, {});
   ASSERT_TRUE(checkpoint.ok());
   const std::string safetensors = root_ + "/model.safetensors";
-  ASSERT_TRUE(WriteSafetensors(*checkpoint, *fs_, safetensors).ok());
+  ASSERT_TRUE(WriteTensorFile(*checkpoint, TensorFileFormat::kSafetensors, *fs_, safetensors).ok());
   const std::string file = *ReadFile(*fs_, safetensors);
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, file.data(), 8);
@@ -147,12 +147,47 @@ TEST_F(ExportTest, SafetensorsAndNpzFilesAreLaidOutAsTheirFormatsSay) {
             (std::vector<int64_t>{1, 2, 11, 12}));
 
   const std::string npz = root_ + "/model.npz";
-  ASSERT_TRUE(WriteNpz(*checkpoint, *fs_, npz).ok());
+  ASSERT_TRUE(WriteTensorFile(*checkpoint, TensorFileFormat::kNpz, *fs_, npz).ok());
   const std::string zip = *ReadFile(*fs_, npz);
   EXPECT_EQ(zip.substr(0, 4), std::string("PK\3\4"));
   EXPECT_THAT(zip, HasSubstr("w.npy\x93NUMPY"));
   EXPECT_THAT(zip, HasSubstr("{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }"));
   EXPECT_EQ(zip.substr(zip.size() - 22, 4), std::string("PK\5\6"));  // the end record
+}
+
+// A source that gives a tensor fewer or more bytes than its shape holds
+// makes no file; formats are named or taken from the extension.
+TEST_F(ExportTest, ASourceOfTheWrongLengthMakesNoFile) {
+  class Short final : public TensorSource {
+   public:
+    explicit Short(int64_t bytes) : bytes_(bytes) {}
+    const std::string& description() const override { return description_; }
+    const std::vector<ExportedTensor>& tensors() const override { return tensors_; }
+    absl::Status Read(size_t, BytesSink sink) const override {
+      return sink(std::string(static_cast<size_t>(bytes_), '\0'));
+    }
+
+   private:
+    const int64_t bytes_;
+    const std::string description_ = "a test";
+    const std::vector<ExportedTensor> tensors_ = {{"w", false, {3}}};
+  };
+  for (const int64_t bytes : {8, 16}) {
+    for (const TensorFileFormat format : {TensorFileFormat::kSafetensors, TensorFileFormat::kNpz}) {
+      const std::string path = absl::StrCat(root_, "/short-", bytes);
+      const absl::Status s = WriteTensorFile(Short(bytes), format, *fs_, path);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+      EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("'w' came as ", bytes, " bytes")));
+    }
+  }
+  EXPECT_TRUE(WriteTensorFile(Short(12), TensorFileFormat::kNpz, *fs_, root_ + "/ok.npz").ok());
+  EXPECT_THAT(*fs_->ListDir(root_), ::testing::ElementsAre("ok.npz"));  // nothing half-made
+
+  EXPECT_EQ(*ChooseTensorFileFormat("", "m.npz"), TensorFileFormat::kNpz);
+  EXPECT_EQ(*ChooseTensorFileFormat("", "m.bin"), TensorFileFormat::kSafetensors);
+  EXPECT_EQ(*ChooseTensorFileFormat("npz", "m.safetensors"), TensorFileFormat::kNpz);
+  EXPECT_THAT(ChooseTensorFileFormat("onnx", "m").status().message(),
+              HasSubstr("'onnx': one of safetensors or npz"));
 }
 
 }  // namespace

@@ -102,12 +102,6 @@ absl::StatusOr<RestorePoint> OpenLast(FileSystem& fs, const std::string& dir,
 
 }  // namespace
 
-int64_t ExportedTensor::bytes() const {
-  int64_t elements = 1;
-  for (int64_t d : shape) elements *= d;
-  return elements * (int64 ? 8 : 4);
-}
-
 absl::StatusOr<ExportedCheckpoint> ExportedCheckpoint::Open(FileSystem& fs, const std::string& dir,
                                                             const ExportOptions& options) {
   ExportedCheckpoint out;

@@ -15,24 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "common/checkpoint/restore.h"
+#include "common/checkpoint/tensor_source.h"
 #include "common/file_system.h"
 #include "common/tensor.h"
 
 namespace fulcrum {
-
-struct ExportedTensor {
-  std::string name;
-  bool int64 = false;  // int64 ids; else float32
-  Shape shape;
-  int64_t bytes() const;
-};
-
-// Receives a tensor's bytes in order (little-endian, row-major).
-using BytesSink = absl::FunctionRef<absl::Status(absl::string_view bytes)>;
 
 struct ExportOptions {
   // The checkpoint of this step; -1: the job's last state (the newest
@@ -42,7 +31,7 @@ struct ExportOptions {
   bool slots = false;  // the optimizer slots too
 };
 
-class ExportedCheckpoint {
+class ExportedCheckpoint final : public TensorSource {
  public:
   // Opens the checkpoint `options` names under `dir`: NOT_FOUND when there
   // is none, DATA_LOSS naming a file that is truncated or corrupt or
@@ -50,15 +39,12 @@ class ExportedCheckpoint {
   static absl::StatusOr<ExportedCheckpoint> Open(FileSystem& fs, const std::string& dir,
                                                  const ExportOptions& options);
 
-  // What was opened, for messages: "checkpoint ckpt-000000000120 (2 files)".
-  const std::string& description() const { return description_; }
-  // The tensors, variables first (by name), then tables (by name).
-  const std::vector<ExportedTensor>& tensors() const { return tensors_; }
-
-  // Streams tensor `i`'s bytes to `sink`, never more than its bytes(); the
-  // first error of a read or of the sink, or DATA_LOSS when the files hold
-  // another length than its shape needs.
-  absl::Status Read(size_t i, BytesSink sink) const;
+  // What was opened: "checkpoint ckpt-000000000120 (2 files)".
+  const std::string& description() const override { return description_; }
+  const std::vector<ExportedTensor>& tensors() const override { return tensors_; }
+  // DATA_LOSS when the files hold another length than the tensor's shape
+  // needs.
+  absl::Status Read(size_t i, BytesSink sink) const override;
 
  private:
   // Where a tensor's bytes come from.

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint/file.h"
@@ -47,9 +48,24 @@ std::string NpyHeader(const ExportedTensor& tensor) {
   return header + dict;
 }
 
-}  // namespace
+// Tensor `i` of `source`, its bytes to `sink`: INTERNAL when they are not
+// its shape's.
+absl::Status ReadExactly(const TensorSource& source, size_t i, BytesSink sink) {
+  int64_t bytes = 0;
+  absl::Status s = source.Read(i, [&](absl::string_view piece) {
+    bytes += static_cast<int64_t>(piece.size());
+    return bytes > source.tensors()[i].bytes() ? absl::OkStatus() : sink(piece);
+  });
+  if (!s.ok()) return s;
+  if (bytes != source.tensors()[i].bytes()) {
+    return absl::InternalError(absl::StrCat("'", source.tensors()[i].name, "' came as ", bytes,
+                                            " bytes where its shape holds ",
+                                            source.tensors()[i].bytes()));
+  }
+  return absl::OkStatus();
+}
 
-absl::Status WriteSafetensors(const ExportedCheckpoint& checkpoint, FileSystem& fs,
+absl::Status WriteSafetensors(const TensorSource& checkpoint, FileSystem& fs,
                               const std::string& path) {
   std::string header = absl::StrCat("{\"__metadata__\":{\"format\":\"pt\",\"exported_from\":",
                                     JsonString(checkpoint.description()), "}");
@@ -69,8 +85,8 @@ absl::Status WriteSafetensors(const ExportedCheckpoint& checkpoint, FileSystem& 
   if (!file.ok()) return file.status();
   if (absl::Status s = (*file)->Append(length + header); !s.ok()) return s;
   for (size_t i = 0; i < checkpoint.tensors().size(); ++i) {
-    if (absl::Status s =
-            checkpoint.Read(i, [&](absl::string_view bytes) { return (*file)->Append(bytes); });
+    if (absl::Status s = ReadExactly(
+            checkpoint, i, [&](absl::string_view bytes) { return (*file)->Append(bytes); });
         !s.ok()) {
       return s;
     }
@@ -78,8 +94,7 @@ absl::Status WriteSafetensors(const ExportedCheckpoint& checkpoint, FileSystem& 
   return (*file)->Commit();
 }
 
-absl::Status WriteNpz(const ExportedCheckpoint& checkpoint, FileSystem& fs,
-                      const std::string& path) {
+absl::Status WriteNpz(const TensorSource& checkpoint, FileSystem& fs, const std::string& path) {
   constexpr uint64_t kZip32 = 0xffffffffu;
   constexpr uint16_t kFlags = 0x0808;  // sizes and CRC after the data; UTF-8 names
   constexpr uint16_t kDate = 0x21;     // 1980-01-01
@@ -110,11 +125,11 @@ absl::Status WriteNpz(const ExportedCheckpoint& checkpoint, FileSystem& fs,
     local += name;
     uint32_t crc = Crc32(npy);
     if (absl::Status s = (*file)->Append(local + npy); !s.ok()) return s;
-    if (absl::Status s = checkpoint.Read(i,
-                                         [&](absl::string_view bytes) {
-                                           crc = Crc32(bytes, crc);
-                                           return (*file)->Append(bytes);
-                                         });
+    if (absl::Status s = ReadExactly(checkpoint, i,
+                                     [&](absl::string_view bytes) {
+                                       crc = Crc32(bytes, crc);
+                                       return (*file)->Append(bytes);
+                                     });
         !s.ok()) {
       return s;
     }
@@ -147,6 +162,28 @@ absl::Status WriteNpz(const ExportedCheckpoint& checkpoint, FileSystem& fs,
   AppendLittleEndian(0, 2, &end);  // no comment
   if (absl::Status s = (*file)->Append(central + end); !s.ok()) return s;
   return (*file)->Commit();
+}
+
+}  // namespace
+
+absl::StatusOr<TensorFileFormat> ChooseTensorFileFormat(const std::string& name,
+                                                        const std::string& path) {
+  if (name == "safetensors") return TensorFileFormat::kSafetensors;
+  if (name == "npz") return TensorFileFormat::kNpz;
+  if (name.empty()) {
+    return absl::EndsWith(path, ".npz") ? TensorFileFormat::kNpz : TensorFileFormat::kSafetensors;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("format '", name, "': one of safetensors or npz"));
+}
+
+const char* TensorFileFormatName(TensorFileFormat format) {
+  return format == TensorFileFormat::kNpz ? "npz" : "safetensors";
+}
+
+absl::Status WriteTensorFile(const TensorSource& source, TensorFileFormat format, FileSystem& fs,
+                             const std::string& path) {
+  return format == TensorFileFormat::kNpz ? WriteNpz(source, fs, path)
+                                          : WriteSafetensors(source, fs, path);
 }
 
 }  // namespace fulcrum

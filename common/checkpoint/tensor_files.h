@@ -1,6 +1,5 @@
-// An exported checkpoint (exported.h) written as a file other tools read,
-// streamed a few MiB at a time, atomically (a reader never sees half a
-// file):
+// Named tensors (tensor_source.h: a checkpoint's, live servers') written as a file other tools
+// read, streamed a few MiB at a time, atomically (a reader never sees half a file):
 //  - safetensors (https://huggingface.co/docs/safetensors): an 8-byte
 //    little-endian header length, a JSON header naming each tensor's dtype
 //    (F32, I64), shape and byte range, then the bytes. PyTorch users load it
@@ -15,16 +14,25 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/checkpoint/exported.h"
+#include "absl/status/statusor.h"
+#include "common/checkpoint/tensor_source.h"
 #include "common/file_system.h"
 
 namespace fulcrum {
 
-absl::Status WriteSafetensors(const ExportedCheckpoint& checkpoint, FileSystem& fs,
-                              const std::string& path);
+enum class TensorFileFormat { kSafetensors, kNpz };
 
-absl::Status WriteNpz(const ExportedCheckpoint& checkpoint, FileSystem& fs,
-                      const std::string& path);
+// The format `name` says ("safetensors", "npz"); when empty, by `path`'s
+// extension (.npz is npz, else safetensors). INVALID_ARGUMENT for another
+// name.
+absl::StatusOr<TensorFileFormat> ChooseTensorFileFormat(const std::string& name,
+                                                        const std::string& path);
+const char* TensorFileFormatName(TensorFileFormat format);
+
+// Writes `source`'s tensors to `path` in `format`; INTERNAL when the source
+// gives a tensor another length than its shape (the file is not made).
+absl::Status WriteTensorFile(const TensorSource& source, TensorFileFormat format, FileSystem& fs,
+                             const std::string& path);
 
 }  // namespace fulcrum
 

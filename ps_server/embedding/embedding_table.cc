@@ -42,11 +42,11 @@ EmbeddingTable::EmbeddingTable(const EmbeddingTableSpec& spec)
 }
 
 absl::Status EmbeddingTable::CheckIds(absl::Span<const int64_t> ids, size_t floats,
-                                      const char* what) const {
-  if (static_cast<int64_t>(ids.size()) > kMaxIdsPerRequest) {
+                                      const char* what, int64_t max_ids) const {
+  if (static_cast<int64_t>(ids.size()) > max_ids) {
     return absl::ResourceExhaustedError(absl::StrCat("embedding table '", spec_.name(),
                                                      "': ", ids.size(), " ids in one ", what,
-                                                     ", past the limit of ", kMaxIdsPerRequest));
+                                                     ", past the limit of ", max_ids));
   }
   if (floats != ids.size() * static_cast<size_t>(spec_.width())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -57,7 +57,7 @@ absl::Status EmbeddingTable::CheckIds(absl::Span<const int64_t> ids, size_t floa
 }
 
 absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> out) {
-  if (absl::Status s = CheckIds(ids, out.size(), "pull"); !s.ok()) return s;
+  if (absl::Status s = CheckIds(ids, out.size(), "pull", kMaxIdsPerRequest); !s.ok()) return s;
   const int64_t width = spec_.width();
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -71,9 +71,30 @@ absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<floa
   return absl::OkStatus();
 }
 
+void EmbeddingTable::Read(int64_t start, int64_t max_rows, bool slots,
+                          ReadRowsResponse* out) const {
+  const int64_t width = spec_.width();
+  const int num_slots = NumSlots(spec_.optimizer());
+  out->set_width(width);
+  out->set_num_slots(slots ? num_slots : 0);
+  absl::MutexLock lock(&mu_);
+  out->set_rows(store_.size());
+  start = std::clamp<int64_t>(start, 0, store_.size());
+  const int64_t count = std::min(std::max<int64_t>(max_rows, 0), store_.size() - start);
+  out->mutable_ids()->Reserve(count);
+  out->mutable_values()->Reserve(count * width);
+  if (slots) out->mutable_slots()->Reserve(count * width * num_slots);
+  store_.ForEachRowAt(start, count, [&](int64_t id, absl::Span<const float> row) {
+    out->add_ids(id);
+    out->mutable_values()->Add(row.begin(), row.begin() + width);
+    if (slots) out->mutable_slots()->Add(row.begin() + width, row.end());
+  });
+  out->set_next(start + count);
+}
+
 absl::Status EmbeddingTable::CheckPush(absl::Span<const int64_t> ids,
                                        absl::Span<const float> grads) const {
-  if (absl::Status s = CheckIds(ids, grads.size(), "push"); !s.ok()) return s;
+  if (absl::Status s = CheckIds(ids, grads.size(), "push", kMaxIdsPerPush); !s.ok()) return s;
   const int64_t width = spec_.width();
   absl::flat_hash_set<int64_t> seen;
   seen.reserve(ids.size());

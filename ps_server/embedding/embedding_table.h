@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "common/checkpoint/file.h"
 #include "common/embedding.h"
+#include "common/row_push.h"
 #include "proto/ps_service.pb.h"
 #include "proto/tensor.pb.h"
 #include "ps_server/embedding/row_store.h"
@@ -27,8 +28,10 @@ namespace fulcrum {
 
 class EmbeddingTable {
  public:
-  // Most ids one request may name: past it, RESOURCE_EXHAUSTED.
+  // Most ids one pull may name, and one push (in all its parts): past
+  // them, RESOURCE_EXHAUSTED.
   static constexpr int64_t kMaxIdsPerRequest = kMaxIdsPerRowCall;
+  static constexpr int64_t kMaxIdsPerPush = kMaxIdsPerRowPush;
 
   // INVALID_ARGUMENT when `spec` is not a valid table
   // (ValidateEmbeddingTableSpec).
@@ -41,10 +44,16 @@ class EmbeddingTable {
   // as they are, the others their initial rows (nothing is stored).
   absl::Status Pull(absl::Span<const int64_t> ids, absl::Span<float> out);
 
+  // Up to `max_rows` stored rows from position `start` of the store's
+  // order (RowStore::ForEachRowAt) into `out`: ids, values, with `slots`
+  // the slots, and where the next page starts.
+  void Read(int64_t start, int64_t max_rows, bool slots, ReadRowsResponse* out) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Checks a push of `grads` (ids.size() x width floats, one row gradient
   // per id) for `ids`: INVALID_ARGUMENT for a size that does not fit, a
   // repeated id or a gradient that is not finite, naming it;
-  // RESOURCE_EXHAUSTED past kMaxIdsPerRequest. Push and Accumulate check
+  // RESOURCE_EXHAUSTED past kMaxIdsPerPush. Push and Accumulate check
   // the same, and on an error change nothing.
   absl::Status CheckPush(absl::Span<const int64_t> ids, absl::Span<const float> grads) const;
 
@@ -108,7 +117,8 @@ class EmbeddingTable {
 
  private:
   explicit EmbeddingTable(const EmbeddingTableSpec& spec);
-  absl::Status CheckIds(absl::Span<const int64_t> ids, size_t floats, const char* what) const;
+  absl::Status CheckIds(absl::Span<const int64_t> ids, size_t floats, const char* what,
+                        int64_t max_ids) const;
   // Applies `grads` (each the mean of its id's gradients) as one step that
   // averaged `averaged` workers' pushes.
   void ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads, int averaged)

@@ -103,6 +103,15 @@ void RowStore::ForEachRow(
   }
 }
 
+void RowStore::ForEachRowAt(
+    int64_t start, int64_t count,
+    absl::FunctionRef<void(int64_t id, absl::Span<const float> row)> visit) const {
+  const int64_t end = std::min(size(), start + std::max<int64_t>(count, 0));
+  for (int64_t row = std::max<int64_t>(start, 0); row < end; ++row) {
+    visit(ids_[row], absl::MakeConstSpan(RowData(static_cast<int32_t>(row)), row_floats_));
+  }
+}
+
 void RowStore::ForEachCandidate(absl::FunctionRef<void(int64_t id, uint32_t touches)> visit) const {
   for (const auto& [id, touches] : candidates_) visit(id, touches);
 }

@@ -66,6 +66,11 @@ class RowStore {
   // back in this order restores the order of use (without max_rows, in
   // the order they were stored: nothing is evicted, so use is not kept).
   void ForEachRow(absl::FunctionRef<void(int64_t id, absl::Span<const float> row)> visit) const;
+  // The stored rows at positions [start, start + count) of the store's
+  // own order (which only evictions change, each in place), for reading a
+  // table page by page; the order of use is kept.
+  void ForEachRowAt(int64_t start, int64_t count,
+                    absl::FunctionRef<void(int64_t id, absl::Span<const float> row)> visit) const;
   // Every candidate and its touches.
   void ForEachCandidate(absl::FunctionRef<void(int64_t id, uint32_t touches)> visit) const;
 

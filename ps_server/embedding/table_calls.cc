@@ -6,17 +6,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/embedding.h"
+#include "common/optimizer/optimizer.h"
 
 namespace fulcrum {
 
-absl::StatusOr<EmbeddingTable*> TableCalls::FindRows(const TableRows& rows,
+absl::StatusOr<EmbeddingTable*> TableCalls::FindRows(const TableRows& rows, int64_t max_ids,
                                                      int64_t* ids_so_far) const {
   absl::StatusOr<EmbeddingTable*> table = store_.FindTable(rows.table());
   if (!table.ok()) return table.status();
   *ids_so_far += rows.ids_size();
-  if (*ids_so_far > EmbeddingTable::kMaxIdsPerRequest) {
+  if (*ids_so_far > max_ids) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("a request names over ", EmbeddingTable::kMaxIdsPerRequest, " ids; split it"));
+        absl::StrCat("a request names over ", max_ids, " ids; split it"));
   }
   // A server outside a cluster spec (tests, tools) holds every id.
   const int index = config_.cluster().task().index();
@@ -40,7 +41,7 @@ absl::StatusOr<PullRowsResponse> TableCalls::Pull(const PullRowsRequest& request
   std::vector<EmbeddingTable*> tables;
   int64_t ids = 0, bytes = 0;
   for (const TableRows& rows : request.tables()) {
-    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, &ids);
+    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, EmbeddingTable::kMaxIdsPerRequest, &ids);
     if (!table.ok()) return table.status();
     tables.push_back(*table);
     bytes += rows.ids_size() * (*table)->spec().width() * static_cast<int64_t>(sizeof(float));
@@ -75,7 +76,7 @@ absl::StatusOr<PushRowsResponse> TableCalls::Push(const PushRowsRequest& request
   std::vector<std::pair<const EmbeddingTable*, int64_t>> growth;
   int64_t ids = 0;
   for (const TableRows& rows : request.tables()) {
-    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, &ids);
+    absl::StatusOr<EmbeddingTable*> table = FindRows(rows, EmbeddingTable::kMaxIdsPerPush, &ids);
     if (!table.ok()) return table.status();
     if (std::find(tables.begin(), tables.end(), *table) != tables.end()) {
       return absl::InvalidArgumentError(
@@ -95,6 +96,29 @@ absl::StatusOr<PushRowsResponse> TableCalls::Push(const PushRowsRequest& request
     result->set_shard(config_.cluster().task().index());
     *response.add_results() = *std::move(result);
   }
+  return response;
+}
+
+absl::StatusOr<ReadRowsResponse> TableCalls::Read(const ReadRowsRequest& request) const {
+  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(request.table());
+  if (!table.ok()) return table.status();
+  if (request.start() < 0 || request.max_rows() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("read of table '", request.table(), "': start ",
+                                                   request.start(), " and max_rows ",
+                                                   request.max_rows(), " must be >= 0"));
+  }
+  const EmbeddingTableSpec& spec = (*table)->spec();
+  const int64_t row_bytes = static_cast<int64_t>(sizeof(int64_t)) +
+                            spec.width() *
+                                (1 + (request.slots() ? NumSlots(spec.optimizer()) : 0)) *
+                                static_cast<int64_t>(sizeof(float));
+  // A page's bytes are well inside the largest message (the encoding's own
+  // bytes on top).
+  int64_t max_rows = std::clamp<int64_t>(config_.max_message_bytes() / 2 / row_bytes, 1,
+                                         EmbeddingTable::kMaxIdsPerRequest);
+  if (request.max_rows() > 0) max_rows = std::min(max_rows, request.max_rows());
+  ReadRowsResponse response;
+  (*table)->Read(request.start(), max_rows, request.slots(), &response);
   return response;
 }
 

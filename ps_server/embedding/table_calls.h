@@ -38,10 +38,17 @@ class TableCalls {
   // nothing changes.
   absl::StatusOr<PushRowsResponse> Push(const PushRowsRequest& request, int worker);
 
+  // A page of a table's stored rows (ReadRowsRequest), at most
+  // kMaxIdsPerRequest and what fits max_message_bytes; NOT_FOUND for a
+  // table this server lacks, INVALID_ARGUMENT for a negative start or
+  // max_rows.
+  absl::StatusOr<ReadRowsResponse> Read(const ReadRowsRequest& request) const;
+
  private:
   // A table of `request` and its ids, checked: the table exists, each id
-  // is this server's, the request names at most kMaxIdsPerRequest ids.
-  absl::StatusOr<EmbeddingTable*> FindRows(const TableRows& rows, int64_t* ids_so_far) const;
+  // is this server's, the request names at most `max_ids` ids so far.
+  absl::StatusOr<EmbeddingTable*> FindRows(const TableRows& rows, int64_t max_ids,
+                                           int64_t* ids_so_far) const;
 
   const PsServerConfig& config_;
   VariableStore& store_;

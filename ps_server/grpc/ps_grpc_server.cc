@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/row_push.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/options.h"
 #include "common/rpc/tensor_bytes.h"
@@ -199,6 +200,47 @@ class PsGrpcServer::Service final
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
     if (metrics_ != nullptr) metrics_->AddPushedBytes(RowBytes(request->tables()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PushRowsStream(grpc::ServerContext* context,
+                              grpc::ServerReader<PushRowsRequest>* reader,
+                              PushRowsResponse* response) override {
+    RpcTimer timer(metrics_, "PushRowsStream");
+    if (grpc::Status s = Allow(*context, false, "PushRowsStream"); !s.ok()) return s;
+    // A peer's parts are bounded as they arrive: at most the ids one push
+    // may carry, and their gradients within a few of the largest messages.
+    const int64_t max_bytes = 4 * ps_->config().max_message_bytes();
+    std::vector<PushRowsRequest> parts;
+    int64_t ids = 0, bytes = 0, pushed = 0;
+    for (PushRowsRequest part; reader->Read(&part);) {
+      pushed += RowBytes(part.tables());
+      for (const TableRows& rows : part.tables()) {
+        ids += rows.ids_size();
+        bytes += rows.ids_size() * static_cast<int64_t>(sizeof(int64_t)) +
+                 rows.values_size() * static_cast<int64_t>(sizeof(float));
+      }
+      if (ids > kMaxIdsPerRowPush || bytes > max_bytes) {
+        return ToGrpcStatus(absl::ResourceExhaustedError(
+            absl::StrCat("a push of rows over ", kMaxIdsPerRowPush, " ids or ", max_bytes,
+                         " bytes: push fewer rows a step")));
+      }
+      parts.push_back(std::move(part));
+    }
+    auto result = ps_->PushRows(std::move(parts));
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(pushed);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReadRows(grpc::ServerContext* context, const ReadRowsRequest* request,
+                        ReadRowsResponse* response) override {
+    RpcTimer timer(metrics_, "ReadRows");
+    if (grpc::Status s = Allow(*context, false, "ReadRows"); !s.ok()) return s;
+    auto result = ps_->ReadRows(*request);
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
     return grpc::Status::OK;
   }
 

@@ -253,6 +253,41 @@ class Client:
             self._native.push_rows({table: _as_ids(i) for table, i in ids.items()}, grads)
         )
 
+    def tables(self):
+        """Every embedding table on the servers, by name: {"width", "rows",
+        "optimizer", "max_rows", "evictions", ...}, rows and counts summed
+        over the servers (what `fulcrumctl tables` prints)."""
+        out = {}
+        for server in self.describe():
+            for t in server.get("tables", []):
+                sums = out.setdefault(
+                    t["name"], {"width": int(t["width"]), "optimizer": t["optimizer"]}
+                )
+                for key in ("rows", "max_rows", "candidates", "evictions", "admissions"):
+                    sums[key] = sums.get(key, 0) + int(t.get(key, 0))
+        return out
+
+    def read_table(self, table, slots=False):
+        """Every row the servers store of `table`, as (ids, rows): int64 [n]
+        and float32 [n, width], in no particular order, each id once; with
+        `slots`, (ids, rows, slots) with the optimizer's per-row slots
+        ([n, slots x width]). Ids never pushed are not stored (they read as
+        their initial rows). The whole table comes into memory: for tables
+        larger than that, export() streams. Read after the last step for an
+        exact copy: rows stored or evicted meanwhile may be missed."""
+        ids, rows, slot_rows = self._native.read_table(str(table), bool(slots))
+        return (ids, rows, slot_rows) if slots else (ids, rows)
+
+    def export(self, path, format=None):
+        """Writes the trained model the servers hold to `path` as safetensors
+        (or npz: format="npz", or a .npz path), the names and layout of
+        `fulcrumctl export`: each variable by name, each table t as t.ids
+        and t.rows. Variables are pulled one at a time and tables streamed,
+        so memory holds the largest variable. The variables must have been
+        created through this client (the chief's). Returns {"format",
+        "tensors", "bytes"}."""
+        return self._native.export(str(path), format or "")
+
     def _table_width(self, table):
         if table not in self._tables:
             raise _fulcrum.NotFound("embedding table '%s' was not created by this client" % table)

@@ -1,6 +1,7 @@
 """The trained model, taken out: a module trained through fulcrum.torch is
-exported (fulcrumctl export, fulcrum.load_checkpoint) and loaded into a fresh
-module in plain PyTorch, bit for bit; tables come out as ids and rows."""
+exported (fulcrumctl export, fulcrum.load_checkpoint, or client.export from
+the live servers) and loaded into a fresh module in plain PyTorch, bit for
+bit; tables come out as ids and rows, and can be listed and read whole."""
 
 import subprocess
 
@@ -71,6 +72,49 @@ def test_an_exported_model_loads_into_plain_pytorch_bit_for_bit(servers, tmp_pat
     order = loaded["emb.ids"].argsort()
     assert loaded["emb.ids"][order].tolist() == [5, 1000000007]
     assert torch.equal(loaded["emb.rows"][order], torch.full((2, 2), -1.0))
+
+
+def test_live_servers_export_what_they_hold_and_tables_read_whole(servers, tmp_path):
+    s = servers(mode="sync", num_ps=2)
+    torch.manual_seed(0)
+    model = Net()
+    x, y = torch.randn(64, 4), torch.randint(0, 3, (64,))
+    ids = np.arange(0, 3000 * 7919, 7919, dtype=np.int64)  # over both servers
+    with fulcrum.connect(s.hosts, mode="sync") as client:
+        replica = fulcrum.torch.Replica(model, client, fulcrum.adam(0.01))
+        client.create_tables([fulcrum.table("emb", 3, fulcrum.adagrad(0.5))])
+        for step in range(5):
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            client.pull_rows("emb", ids[step::2])  # sync: the step they are computed at
+            client.push_rows("emb", ids[step::2], np.ones((len(ids[step::2]), 3), np.float32))
+            replica.step()
+        replica.pull()
+        listed = client.tables()
+        assert listed["emb"]["rows"] == len(ids) and listed["emb"]["width"] == 3
+        table_ids, rows, slots = client.read_table("emb", slots=True)
+        assert sorted(table_ids.tolist()) == ids.tolist()
+        assert rows.shape == (len(ids), 3) and slots.shape == (len(ids), 3)
+        assert np.array_equal(rows, client.pull_rows("emb", table_ids))
+        summary = client.export(tmp_path / "live.safetensors")
+        assert summary["format"] == "safetensors" and summary["tensors"] == 6
+        client.export(tmp_path / "live.npz")
+        with pytest.raises(fulcrum.NotFound, match="'nope'"):
+            client.read_table("nope")
+        with pytest.raises(fulcrum.InvalidArgument, match="one of safetensors or npz"):
+            client.export(tmp_path / "x", format="onnx")
+    loaded = safetensors.torch.load_file(str(tmp_path / "live.safetensors"))
+    fresh = Net()
+    fresh.load_state_dict({k: v for k, v in loaded.items() if not k.startswith("emb.")})
+    for name, p in model.named_parameters():
+        assert torch.equal(dict(fresh.named_parameters())[name], p), name
+    order = np.argsort(table_ids)
+    exported_order = loaded["emb.ids"].argsort()
+    assert torch.equal(loaded["emb.ids"][exported_order], torch.from_numpy(table_ids[order]))
+    assert torch.equal(loaded["emb.rows"][exported_order], torch.from_numpy(rows[order]))
+    arrays = np.load(tmp_path / "live.npz")
+    assert sorted(arrays.files) == sorted(loaded)
+    assert np.array_equal(arrays["fc1.weight"], loaded["fc1.weight"].numpy())
 
 
 def test_npz_load_checkpoint_and_slots_hold_the_same(servers, tmp_path):

@@ -3,6 +3,7 @@
 // arrive as the wire contract's JSON and go through protobuf's parser,
 // calls go through PsClient, with the GIL released during each.
 #include <google/protobuf/util/json_util.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -25,6 +26,7 @@
 #include "common/rpc/credentials.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/job_checkpoints.h"
+#include "fulcrum/live_export.h"
 #include "fulcrum/ps_client.h"
 #include "python/fulcrum/native/buffers.h"
 #include "python/fulcrum/native/errors.h"
@@ -226,6 +228,43 @@ class Client {
     return out;
   }
 
+  // (ids, rows, slots or None) of every row the servers store of `table`.
+  py::tuple ReadTable(const std::string& table, bool slots) {
+    std::vector<int64_t> ids;
+    std::vector<float> values, slot_values;
+    int64_t width = 0, row_slots = 0;
+    ThrowIfError(Call([&](PsClient& c) {
+      return c.ReadTable(table, slots, [&](const ReadRowsResponse& page) {
+        width = page.width();
+        row_slots = page.num_slots();
+        ids.insert(ids.end(), page.ids().begin(), page.ids().end());
+        values.insert(values.end(), page.values().begin(), page.values().end());
+        slot_values.insert(slot_values.end(), page.slots().begin(), page.slots().end());
+        return absl::OkStatus();
+      });
+    }));
+    const auto rows = static_cast<py::ssize_t>(ids.size());
+    py::array_t<int64_t> id_array(rows, ids.data());
+    py::array_t<float> row_array({rows, static_cast<py::ssize_t>(width)}, values.data());
+    py::object slot_array = py::none();
+    if (slots) {
+      slot_array = py::array_t<float>({rows, static_cast<py::ssize_t>(width * row_slots)},
+                                      slot_values.data());
+    }
+    return py::make_tuple(id_array, row_array, slot_array);
+  }
+
+  // The servers' model written to `path` (ExportLive): {format, tensors, bytes}.
+  py::dict Export(const std::string& path, const std::string& format) {
+    auto summary = Call([&](PsClient& c) { return ExportLive(c, {path, format}); });
+    ThrowIfError(summary.status());
+    py::dict out;
+    out["format"] = summary->format;
+    out["tensors"] = summary->tensors;
+    out["bytes"] = summary->bytes;
+    return out;
+  }
+
   void Heartbeat() {
     ThrowIfError(Call([](PsClient& c) { return c.Heartbeat(); }));
   }
@@ -419,6 +458,8 @@ void RegisterClient(py::module_& m) {
       .def("push_pull_async", &Client::PushPullAsync, py::keep_alive<0, 1>())
       .def("pull_rows", &Client::PullRows)
       .def("push_rows", &Client::PushRows)
+      .def("read_table", &Client::ReadTable, py::arg("table"), py::arg("slots"))
+      .def("export", &Client::Export, py::arg("path"), py::arg("format"))
       .def("describe", &Client::Describe)
       .def("heartbeat", &Client::Heartbeat)
       .def("await_job_start", &Client::AwaitJobStart)
