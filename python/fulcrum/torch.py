@@ -15,7 +15,9 @@ servers' values. step() pushes each parameter's .grad (zeros for a parameter
 that got none) straight from the tensor and pulls the new values straight
 into the parameters, in one round trip per server: no copies in Python.
 Parameters must be float32 CPU tensors. Buffers (BatchNorm statistics) stay
-local to each replica.
+local to each replica. The weight of a torch.nn.Embedding or EmbeddingBag
+with sparse=True is a table of the servers, not a dense variable: its sparse
+gradient is pushed as rows, and each forward pulls the rows it uses.
 
 Embeddings: fulcrum.torch.Embedding, EmbeddingBag and EmbeddingBagCollection
 are modules whose weights are Fulcrum tables, keyed by any int64 id >= 0 (no
@@ -36,14 +38,11 @@ gradients; step() pushes them as row pushes, then the dense parameters.
 """
 
 import collections
-import logging
 
 import torch
 import torch.nn.functional as F
 
 from fulcrum import specs as _specs
-
-_log = logging.getLogger("fulcrum.torch")
 
 
 class Replica:
@@ -54,8 +53,21 @@ class Replica:
     def __init__(self, module, client, optimizer, partitioner=None, wait_timeout=120.0):
         self.module = module
         self.client = client
-        self._warned_sparse = set()
-        self._params = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        # torch.nn.Embedding and EmbeddingBag with sparse=True: their weights
+        # are tables of the servers, rows pulled as a forward needs them.
+        self._sparse = [
+            _SparseWeight(self, path, m)
+            for path, m in module.named_modules()
+            if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))
+            and m.sparse
+            and m.weight.requires_grad
+        ]
+        sparse_weights = {id(w.module.weight) for w in self._sparse}
+        self._params = [
+            (name, p)
+            for name, p in module.named_parameters()
+            if p.requires_grad and id(p) not in sparse_weights
+        ]
         for name, p in self._params:
             if p.dtype != torch.float32 or p.device.type != "cpu":
                 raise TypeError(
@@ -65,7 +77,7 @@ class Replica:
         # Tables of the embedding modules, created on every server by every
         # worker (idempotent), named by their place in the module.
         self._tables = [m for m in module.modules() if isinstance(m, _Tables)]
-        table_specs = []
+        table_specs = [w.spec(optimizer) for w in self._sparse]
         for path, m in module.named_modules():
             if isinstance(m, _Tables):
                 table_specs += m._bind(self, path, optimizer)
@@ -97,19 +109,6 @@ class Replica:
             g = p.grad
             if g is None:
                 g = torch.zeros_like(p)  # a parameter this step did not reach
-            elif g.is_sparse:
-                # torch.nn.Embedding(sparse=True): pushed whole, as every
-                # dense variable is; fulcrum.torch.Embedding pushes only
-                # the rows a step touched.
-                if name not in self._warned_sparse:
-                    self._warned_sparse.add(name)
-                    _log.warning(
-                        "parameter '%s' has a sparse gradient: it is pushed whole, as a dense "
-                        "variable; fulcrum.torch.Embedding or EmbeddingBag push only the rows a "
-                        "step touches",
-                        name,
-                    )
-                g = g.to_dense()
             grads[name] = g.detach().contiguous()
         return grads
 
@@ -123,6 +122,10 @@ class Replica:
             for m in self._tables:
                 for table, (i, g) in m._take_gradients().items():
                     ids[table], grads[table] = i, g
+            for w in self._sparse:
+                taken = w.take_gradient()
+                if taken is not None:
+                    ids[w.table], grads[w.table] = taken
             if ids:
                 self.client.push_tables(ids, grads)
             if not self._params:
@@ -147,6 +150,58 @@ class Replica:
                 saved = state.get("buffer:" + name)
                 if saved is not None:
                     b.copy_(torch.as_tensor(saved))
+
+
+class _SparseWeight:
+    """The weight of a torch.nn.Embedding or EmbeddingBag with sparse=True,
+    kept as a Fulcrum table named as the parameter ("emb.weight"), ids its
+    row numbers: before each forward the rows of the batch's ids are pulled
+    into the module's weight, and step() pushes the rows of its sparse
+    gradient, as fulcrum.torch.Embedding does. The rows start as the table's
+    initializer makes them, N(0, 1) as torch initialises nn.Embedding, not
+    as the module's weight held them."""
+
+    def __init__(self, replica, path, module):
+        self.table = (path + "." if path else "") + "weight"
+        if module.padding_idx is not None or module.max_norm is not None:
+            raise ValueError(
+                "'%s': a sparse embedding with padding_idx or max_norm changes rows the "
+                "servers hold; use fulcrum.torch.Embedding or EmbeddingBag (with "
+                "per_sample_weights for padding) instead" % self.table
+            )
+        self.module = module
+        self._client = replica.client
+        module.register_forward_pre_hook(self._pull)
+
+    def spec(self, optimizer):
+        return _specs.table(
+            self.table,
+            self.module.embedding_dim,
+            optimizer,
+            initializer=_specs.random_normal(0.0, 1.0),
+        )
+
+    def _pull(self, module, args):
+        with torch.no_grad():
+            unique = torch.unique(torch.as_tensor(args[0]).long())
+            if unique.numel() == 0:
+                return
+            if int(unique[0]) < 0 or int(unique[-1]) >= module.num_embeddings:
+                raise IndexError(
+                    "'%s': ids must lie in [0, %d)" % (self.table, module.num_embeddings)
+                )
+            rows = self._client.pull_rows(self.table, unique.numpy())
+            module.weight[unique] = torch.from_numpy(rows)
+
+    def take_gradient(self):
+        """(ids, rows) of the weight's sparse gradient, or None without one."""
+        g = self.module.weight.grad
+        if g is None:
+            return None
+        if not g.is_sparse:
+            raise TypeError("'%s': the gradient of a sparse embedding came dense" % self.table)
+        g = g.coalesce()
+        return g.indices()[0].contiguous().numpy(), g.values().contiguous().numpy()
 
 
 EmbeddingBagConfig = collections.namedtuple(

@@ -129,17 +129,47 @@ def test_mistakes_are_refused_saying_what(servers):
         collection({"b": torch.tensor([[1]])})
 
 
-def test_a_torch_embedding_with_sparse_gradients_trains_too(servers, caplog):
-    s = servers(num_ps=1)
-    client = fulcrum.connect(s.hosts)
+class SparseModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 2, sparse=True)
+        self.head = torch.nn.Linear(2, 1)
+
+    def forward(self, ids):
+        return self.head(self.emb(ids))
+
+
+def test_a_torch_embedding_with_sparse_gradients_is_a_table_pushed_by_row(servers):
+    s = servers(num_ps=2, workers=2)
     torch.manual_seed(0)
-    model = torch.nn.Embedding(10, 2, sparse=True)
-    replica = fulcrum.torch.Replica(model, client, fulcrum.sgd(1.0))
-    before = model.weight.detach().clone()
+    chief = fulcrum.connect(s.hosts, worker_id=0)
+    model = SparseModel()
+    replica = fulcrum.torch.Replica(model, chief, fulcrum.sgd(1.0))
+    described = chief.describe()
+    assert sorted(sh["variable"] for d in described for sh in d.get("shards", [])) == [
+        "head.bias",
+        "head.weight",
+    ]  # the embedding's weight is no dense variable
+    initial = chief.pull_rows("emb.weight", [3, 7])  # N(0, 1), as torch initialises it
     model(torch.tensor([3, 3, 7])).sum().backward()
+    assert torch.equal(model.emb.weight[[3, 7]].detach(), torch.from_numpy(initial))
+    grad_rows = model.head.weight.detach().clone().numpy()[0]
     replica.step()
-    expected = before.clone()
-    expected[3] -= 2.0
-    expected[7] -= 1.0
-    assert torch.equal(model.weight.detach(), expected)
-    assert "sparse gradient: it is pushed whole" in caplog.text
+    after = chief.pull_rows("emb.weight", [3, 7])
+    np.testing.assert_allclose(after, initial - np.stack([2 * grad_rows, grad_rows]), rtol=1e-6)
+    assert chief.tables()["emb.weight"]["rows"] == 2  # only the rows pushed are stored
+
+    # Another worker's module, initialised otherwise, reads the servers' rows.
+    torch.manual_seed(1)
+    other = SparseModel()
+    fulcrum.torch.Replica(other, fulcrum.connect(s.hosts, worker_id=1), fulcrum.sgd(1.0))
+    with torch.no_grad():
+        other(torch.tensor([7, 3]))
+    assert torch.equal(other.emb.weight[[3, 7]], torch.from_numpy(after))
+
+    with pytest.raises(ValueError, match="padding_idx or max_norm"):
+        fulcrum.torch.Replica(
+            torch.nn.Embedding(5, 2, sparse=True, padding_idx=0), chief, fulcrum.sgd(1.0)
+        )
+    with pytest.raises(IndexError, match=r"ids must lie in \[0, 50\)"):
+        model(torch.tensor([50]))
