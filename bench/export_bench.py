@@ -4,7 +4,10 @@ fulcrumctl export takes to write it as safetensors and as npz, against a
 plain copy of the same checkpoint files (export_*_vs_file_copy: the disk's
 own pace is the floor), and its peak resident memory against the model's
 size (export_*_peak_rss_vs_model; target <= 1.2: it streams the tensors a
-few MiB at a time rather than building the file in memory).
+few MiB at a time rather than building the file in memory). Also
+client.export from the live servers against pulling every variable once
+(live_export_vs_pull: the wire's pace is the floor), and how much it added
+to the client's peak memory (live_export_added_peak_rss_vs_model).
 
 Two servers hold the model (variables of 64 MiB in 4 MiB shards, SGD: no
 slots); the job's end has each write its final checkpoint file, which is
@@ -15,6 +18,7 @@ what is exported.
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -62,11 +66,28 @@ def main():
             )
             for i in range(max(1, args.mib // 64))
         ]
+        model_mib = 64.0 * len(variables)
         with fulcrum.connect(hosts) as client:
             client.create_variables(variables)
+            # The export first, so that the pulls' arrays are not in its peak.
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+            live = os.path.join(work, "live.safetensors")
+            start = time.monotonic()
+            client.export(live)
+            live_s = time.monotonic() - start
+            added = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0 - before
+            os.remove(live)
+            start = time.monotonic()
+            for v in variables:
+                client.pull(names=[v["name"]])
+            pull_s = time.monotonic() - start
+        print("pull_all_%dMiB_s=%.2f" % (model_mib, pull_s))
+        print("live_export_safetensors_%dMiB_s=%.2f" % (model_mib, live_s))
+        print("live_export_vs_pull=%.2f" % (live_s / pull_s))
+        print("live_export_added_peak_rss_MiB=%.0f" % max(added, 0.0))
+        print("live_export_added_peak_rss_vs_model=%.3f" % (max(added, 0.0) / model_mib))
         for proc, _ in servers:
             proc.wait(timeout=600)  # job done: each writes its final file
-        model_mib = 64.0 * len(variables)
 
         start = time.monotonic()
         copy = os.path.join(work, "copy")
