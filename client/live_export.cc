@@ -1,10 +1,13 @@
 #include "fulcrum/live_export.h"
 
-#include <algorithm>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -26,14 +29,23 @@ absl::Status SinkInPieces(absl::string_view bytes, BytesSink sink) {
   return absl::OkStatus();
 }
 
-// A table's column, spooled to an anonymous temporary file (gone when
-// closed) until the tensor file is written.
+// A table's column, spooled to a temporary file in `dir` (where the tensor
+// file goes, so where there is room for it), unlinked at once: gone when
+// closed, whatever happens.
 class Spool {
  public:
-  static absl::StatusOr<std::unique_ptr<Spool>> Create() {
-    std::FILE* file = std::tmpfile();
+  static absl::StatusOr<std::unique_ptr<Spool>> Create(const std::string& dir) {
+    std::string path = dir + "/.fulcrum-export-spool-XXXXXX";
+    const int fd = mkstemp(path.data());
+    if (fd < 0) {
+      return absl::InternalError(absl::StrCat(
+          "cannot make a file in ", dir, " to spool a table's rows in: ", std::strerror(errno)));
+    }
+    unlink(path.c_str());
+    std::FILE* file = fdopen(fd, "w+b");
     if (file == nullptr) {
-      return absl::InternalError("cannot make a temporary file to spool a table's rows in");
+      close(fd);
+      return absl::InternalError("cannot open the file a table's rows are spooled in");
     }
     return std::unique_ptr<Spool>(new Spool(file));
   }
@@ -44,7 +56,7 @@ class Spool {
   absl::Status Append(const void* data, size_t bytes) {
     if (std::fwrite(data, 1, bytes, file_) != bytes) {
       return absl::ResourceExhaustedError(
-          "cannot spool a table's rows to a temporary file (is the temporary directory full?)");
+          "cannot spool a table's rows beside the export (is its file system full?)");
     }
     return absl::OkStatus();
   }
@@ -77,10 +89,11 @@ class Spool {
 // opened) as named tensors.
 class LiveModel final : public TensorSource {
  public:
-  static absl::StatusOr<std::unique_ptr<LiveModel>> Open(PsClient& client) {
+  // Tables are spooled in `dir`.
+  static absl::StatusOr<std::unique_ptr<LiveModel>> Open(PsClient& client, const std::string& dir) {
     absl::StatusOr<std::vector<DescribeResponse>> described = client.Describe();
     if (!described.ok()) return described.status();
-    auto model = std::unique_ptr<LiveModel>(new LiveModel(client));
+    auto model = std::unique_ptr<LiveModel>(new LiveModel(client, dir));
     model->description_ = absl::StrCat("live model of ", described->size(), " server(s)");
     if (absl::Status s = model->AddVariables(*described); !s.ok()) return s;
     std::map<std::string, int64_t> tables;  // name -> width
@@ -108,7 +121,7 @@ class LiveModel final : public TensorSource {
   }
 
  private:
-  explicit LiveModel(PsClient& client) : client_(client) {}
+  LiveModel(PsClient& client, std::string dir) : client_(client), dir_(std::move(dir)) {}
 
   // Each variable's shape: its shards' rows one after another.
   absl::Status AddVariables(const std::vector<DescribeResponse>& described) {
@@ -144,9 +157,9 @@ class LiveModel final : public TensorSource {
   // Reads every row of table `name` into spools for "<name>.ids" and
   // "<name>.rows".
   absl::Status AddTable(const std::string& name, int64_t width) {
-    absl::StatusOr<std::unique_ptr<Spool>> ids = Spool::Create();
+    absl::StatusOr<std::unique_ptr<Spool>> ids = Spool::Create(dir_);
     if (!ids.ok()) return ids.status();
-    absl::StatusOr<std::unique_ptr<Spool>> rows = Spool::Create();
+    absl::StatusOr<std::unique_ptr<Spool>> rows = Spool::Create(dir_);
     if (!rows.ok()) return rows.status();
     int64_t count = 0;
     absl::Status read = client_.ReadTable(name, false, [&](const ReadRowsResponse& page) {
@@ -171,6 +184,7 @@ class LiveModel final : public TensorSource {
   }
 
   PsClient& client_;
+  const std::string dir_;
   std::string description_;
   std::vector<ExportedTensor> tensors_;  // variables first, then two per table
   std::vector<std::string> variables_;
@@ -183,7 +197,9 @@ absl::StatusOr<LiveExportSummary> ExportLive(PsClient& client, const LiveExportO
   absl::StatusOr<TensorFileFormat> format = ChooseTensorFileFormat(options.format, options.path);
   if (!format.ok()) return format.status();
   if (options.path.empty()) return absl::InvalidArgumentError("export: no file to write given");
-  absl::StatusOr<std::unique_ptr<LiveModel>> model = LiveModel::Open(client);
+  const size_t slash = options.path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : options.path.substr(0, slash + 1);
+  absl::StatusOr<std::unique_ptr<LiveModel>> model = LiveModel::Open(client, dir);
   if (!model.ok()) return model.status();
   auto fs = MakeLocalFileSystem();
   if (absl::Status s = WriteTensorFile(**model, *format, *fs, options.path); !s.ok()) return s;

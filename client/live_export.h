@@ -6,8 +6,8 @@
 // PsClient of their own (the Python package's client.export).
 //
 // Variables are pulled one at a time, so memory holds the largest of them;
-// tables are read page by page into a temporary file first (the file's
-// header needs their row counts), so memory holds a page. The values are
+// tables are read page by page into a temporary file beside `path` first
+// (the file's header needs their row counts), so memory holds a page. The values are
 // those of the moment each is read: export after the last step (before
 // JobDone) for the trained model, or take a checkpoint for a consistent one
 // mid-training.
