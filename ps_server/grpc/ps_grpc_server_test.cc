@@ -128,6 +128,21 @@ TEST_F(PsGrpcServerTest, RefusesAndCountsCallsWithoutTheToken) {
   EXPECT_EQ(stub_->JobDone(&control, done, &done_response).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(Refused("JobDone"), 1);
+
+  // The new table calls are data calls, guarded as the others.
+  grpc::ClientContext read_context;
+  ReadRowsRequest read;
+  read.set_table("t");
+  ReadRowsResponse page;
+  EXPECT_EQ(stub_->ReadRows(&read_context, read, &page).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Refused("ReadRows"), 1);
+  grpc::ClientContext stream_context;
+  PushRowsResponse pushed;
+  auto writer = stub_->PushRowsStream(&stream_context, &pushed);
+  writer->WritesDone();
+  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Refused("PushRowsStream"), 1);
 }
 
 }  // namespace
