@@ -8,7 +8,11 @@ servers apply Adam. Start a server, then run it as worker 0 (the chief):
 
   ps_server --ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223 --task_index=0 \\
       --mode=async --insecure &
-  python3 examples/numpy_linear.py --ps_hosts=127.0.0.1:2222
+  python3 examples/numpy_linear.py --ps_hosts=127.0.0.1:2222 --insecure
+
+It takes the worker's cluster and security flags (fulcrum.cli): TF_CONFIG
+or the host flags, as the container image's entrypoint gives them
+(`fulcrum-entrypoint python-chief /usr/local/share/fulcrum/examples/numpy_linear.py`).
 
 It prints the loss as it goes, says it has finished (worker 0 also tells the
 servers the job is done) and exits 0 when the weights it learned are within
@@ -21,15 +25,13 @@ import sys
 import numpy as np
 
 import fulcrum
+import fulcrum.cli
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--ps_hosts", default="127.0.0.1:2222", help="Comma-separated host:port of the servers."
-    )
-    parser.add_argument("--mode", default="async", help="The servers' mode: async, sync or ssp.")
-    parser.add_argument("--worker_id", type=int, default=0, help="This worker's replica id.")
+    fulcrum.cli.add_flags(parser)  # the cluster, --mode, TLS or --insecure, tokens
+    parser.set_defaults(mode="async")
     parser.add_argument("--steps", type=int, default=300, help="Training steps.")
     parser.add_argument("--features", type=int, default=64, help="Features of the problem.")
     parser.add_argument(
@@ -38,10 +40,10 @@ def main():
         default=0.05,
         help="Largest error in any learned weight for success.",
     )
-    args = parser.parse_args()
+    args = fulcrum.cli.parse(parser)
     n, batch = args.features, 32
 
-    with fulcrum.connect(args.ps_hosts, worker_id=args.worker_id, mode=args.mode) as client:
+    with fulcrum.cli.connect(args) as client:
         adam = fulcrum.adam(0.05)
         client.create_variables(
             [
@@ -49,7 +51,7 @@ def main():
                 fulcrum.variable("b", (1,), adam),
             ]
         )  # zeros: the default initializer
-        rng = np.random.default_rng(7 + args.worker_id)
+        rng = np.random.default_rng(7 + client.worker_id)
         true_w = np.sin(np.arange(n, dtype=np.float32))
         true_b = 0.5
         weights = client.pull()

@@ -3,14 +3,15 @@
 # Run as root on Debian 12. Safe to run again: it installs nothing twice.
 #
 #   scripts/install_deps.sh            # building, testing, the demo
-#   scripts/install_deps.sh --build    # building the daemons only (the image)
+#   scripts/install_deps.sh --build    # building the daemons and the package only (the image)
 set -euo pipefail
 
-# What building the daemons needs.
+# What building the daemons and the Python package's extension needs.
 PACKAGES=(
   bazel-bootstrap bazel-rules-java bazel-platforms g++ python3
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev libspdlog-dev libfmt-dev libopenblas-dev zlib1g-dev prometheus-cpp-dev
+  python3-dev pybind11-dev libdlpack-dev
 )
 build_only=false
 case "${1:-}" in
@@ -23,8 +24,8 @@ if ! $build_only; then
   PACKAGES+=(
     python3-venv clang-format clang clang-tidy libclang-rt-14-dev libgtest-dev libgmock-dev
     dataset-fashion-mnist iproute2 nftables docker.io docker-compose debootstrap openssl
-    # The Python package (python/): its extension, tests, examples and benchmark.
-    python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
+    # The Python package's tests, examples and benchmark.
+    python3-numpy python3-torch python3-pytest
     # The scripts' linter.
     shellcheck
   )

@@ -4,7 +4,9 @@
 # libraries and that it runs as non-root, brings up deploy/docker-compose.yml
 # and checks that every container exits 0 and the chief's test accuracy; then
 # runs the cluster again, kills a parameter server mid-training, starts it
-# again, and checks that the job completes; then the all-reduce variant
+# again, and checks that the job completes; then the same cluster with
+# Python workers (deploy/docker-compose.python.yml: the image's package and
+# examples/numpy_linear.py); then the all-reduce variant
 # (deploy/docker-compose.all-reduce.yml: no servers) the same way. Last, it makes the GPU bundle
 # (scripts/gpu_bundle.sh) and runs its CPU part in a bare debian:12
 # container as a non-root user: the bundle needs nothing the image has not.
@@ -18,7 +20,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-CHECKS=(image ldd compose kill_and_start compose_all_reduce gpu_bundle_cpu)
+CHECKS=(image ldd compose kill_and_start compose_python compose_all_reduce gpu_bundle_cpu)
 # The bars sit below what single runs measure (0.882-0.889 clean, 0.879-0.885
 # with a server killed: sync steps sum gradients in arrival order, so runs
 # differ in the third decimal) and above what a worker training alone
@@ -113,7 +115,8 @@ else
 fi
 
 missing=$(docker run --rm --entrypoint /bin/sh fulcrum:latest -c \
-  'for b in /usr/local/bin/ps_server /usr/local/bin/worker /usr/local/bin/fulcrumctl; do
+  'for b in /usr/local/bin/ps_server /usr/local/bin/worker /usr/local/bin/fulcrumctl \
+            /usr/local/lib/fulcrum/python/fulcrum/_fulcrum.so; do
      ldd "$b" | sed -n "s|^|$b: |; /not found/p"
    done; id -u' 2>&1)
 ran=$?
@@ -232,6 +235,22 @@ if [ -n "$killed" ]; then
 else
   "${compose[@]}" logs --tail 30 >&2 2>&1
   report kill_and_start FAILED "the chief wrote no checkpoint to kill ps-1 after"
+fi
+
+log "Python run: the same cluster, its chief and workers examples/numpy_linear.py"
+log "(deploy/docker-compose.python.yml), sync, mutual TLS"
+compose=(docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.python.yml
+         -p "$project")
+start=$(date +%s)
+python_learned() {
+  logged "$("${compose[@]}" ps -q chief)" "final max weight error" ||
+    echo "the Python chief did not finish training"
+  logged "$("${compose[@]}" ps -q ps-0)" "(mutual TLS)" || echo "ps-0 did not serve mutual TLS"
+}
+if up; then
+  judge compose_python 0 python_learned  # each program exits 0 only within its tolerance
+else
+  report compose_python FAILED "docker-compose up failed"
 fi
 
 log "all-reduce run: a chief and 2 workers, no servers (deploy/docker-compose.all-reduce.yml);"

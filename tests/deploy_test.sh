@@ -13,12 +13,14 @@ failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 # Stand-in daemons that print what they were started with.
-for name in ps_server worker fulcrumctl; do
+for name in ps_server worker fulcrumctl python3; do
   # shellcheck disable=SC2016  # the stand-in expands $TF_CONFIG when it runs
   printf '#!/bin/sh\necho "%s $TF_CONFIG $*"\n' "$name" > "$tmp/$name"
   chmod +x "$tmp/$name"
 done
-run() { env -i PATH=/usr/bin:/bin FULCRUM_BIN_DIR="$tmp" "$@" 2>/dev/null; }
+run() {
+  env -i PATH=/usr/bin:/bin FULCRUM_BIN_DIR="$tmp" FULCRUM_PYTHON="$tmp/python3" "$@" 2>/dev/null
+}
 
 out=$(run FULCRUM_PS_HOSTS=ps-0:2222,ps-1:2222 FULCRUM_WORKER_HOSTS=w-0:2222 \
   FULCRUM_TASK_INDEX=1 sh "$entrypoint" ps --mode=sync)
@@ -57,6 +59,18 @@ out=$(run FULCRUM_TLS_DIR=/certs FULCRUM_TLS_ROLE=ps sh "$entrypoint" fulcrumctl
 [ "$out" = 'fulcrumctl  --tls_cert=/certs/ps.pem --tls_key=/certs/ps.key --tls_ca=/certs/ca.pem health --address=localhost:2222' ] ||
   fail "a probe with the server's certificate: $out"
 
+# A Python program as the chief or a worker: the program first, then the
+# cluster and the role's TLS files as a worker daemon gets them.
+out=$(run FULCRUM_PS_HOSTS=p:1 FULCRUM_WORKER_HOSTS=w:1 FULCRUM_CHIEF_HOST=c:1 FULCRUM_TLS_DIR=/certs \
+  FULCRUM_TASK_INDEX=0 sh "$entrypoint" python-chief /x/numpy_linear.py --steps=5)
+expected='python3  /x/numpy_linear.py --ps_hosts=p:1 --worker_hosts=w:1 --chief_host=c:1 --task_type=chief --task_index=0 --tls_cert=/certs/chief.pem --tls_key=/certs/chief.key --tls_ca=/certs/ca.pem --steps=5'
+[ "$out" = "$expected" ] || fail "python chief: $out"
+out=$(run TF_CONFIG='{}' sh "$entrypoint" python-worker /x/p.py)
+[ "$out" = 'python3 {} /x/p.py' ] || fail "python worker with TF_CONFIG: $out"
+if run TF_CONFIG='{}' sh "$entrypoint" python-worker >/dev/null; then
+  fail "a python role without its program accepted"
+fi
+
 if run FULCRUM_PS_HOSTS=p:1 sh "$entrypoint" evaluator-x >/dev/null; then fail "bad role accepted"; fi
 if run sh "$entrypoint" ps >/dev/null; then fail "no cluster accepted"; fi
 
@@ -65,6 +79,8 @@ compose=$root/deploy/docker-compose.yml
 docker-compose -f "$compose" config -q || fail "docker-compose.yml does not validate"
 docker-compose -f "$compose" -f "$root/deploy/docker-compose.gpu.yml" config -q ||
   fail "docker-compose.gpu.yml does not validate"
+docker-compose -f "$compose" -f "$root/deploy/docker-compose.python.yml" config -q ||
+  fail "docker-compose.python.yml does not validate"
 docker-compose -f "$root/deploy/docker-compose.all-reduce.yml" config -q ||
   fail "docker-compose.all-reduce.yml does not validate"
 sed 's/condition: service_healthy/condition: whenever/' "$compose" > "$tmp/broken.yml"

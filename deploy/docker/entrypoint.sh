@@ -1,5 +1,10 @@
 #!/bin/sh
 # fulcrum-entrypoint ROLE [FLAGS...]: runs a Fulcrum daemon in a container.
+# fulcrum-entrypoint python-chief|python-worker PROGRAM [FLAGS...]: runs a
+# Python training program (PROGRAM.py, with the fulcrum package) as the
+# chief or a worker, given the cluster and TLS flags as a worker daemon is
+# (programs built on fulcrum.cli take them: the image's examples under
+# /usr/local/share/fulcrum/examples do).
 #
 #   ROLE  ps | worker | chief | fulcrumctl
 #
@@ -24,9 +29,22 @@ set -eu
 bin_dir=${FULCRUM_BIN_DIR:-/usr/local/bin}
 role=${1:-}
 [ $# -gt 0 ] && shift
+task_type=$role
+program=""
+case "$role" in
+  python-chief | python-worker)
+    task_type=${role#python-}
+    if [ $# -eq 0 ]; then
+      echo "fulcrum-entrypoint: $role needs the Python program to run" >&2
+      exit 2
+    fi
+    program=$1
+    shift
+    ;;
+esac
 
 if [ -n "${FULCRUM_TLS_DIR:-}" ]; then
-  cert=${FULCRUM_TLS_ROLE:-$role}
+  cert=${FULCRUM_TLS_ROLE:-$task_type}
   set -- "--tls_cert=$FULCRUM_TLS_DIR/$cert.pem" "--tls_key=$FULCRUM_TLS_DIR/$cert.key" \
     "--tls_ca=$FULCRUM_TLS_DIR/ca.pem" "$@"
 fi
@@ -34,9 +52,11 @@ fi
 case "$role" in
   ps) binary="$bin_dir/ps_server" ;;
   worker | chief) binary="$bin_dir/worker" ;;
+  python-chief | python-worker) binary=${FULCRUM_PYTHON:-python3} ;;
   fulcrumctl) exec "$bin_dir/fulcrumctl" "$@" ;;
   *)
-    echo "fulcrum-entrypoint: role '$role' is not one of ps, worker, chief, fulcrumctl" >&2
+    echo "fulcrum-entrypoint: role '$role' is not one of ps, worker, chief, python-chief," \
+      "python-worker, fulcrumctl" >&2
     exit 2
     ;;
 esac
@@ -60,9 +80,12 @@ if [ -z "${TF_CONFIG:-}" ]; then
   # The daemon builds its cluster spec from its cluster flags
   # (common/cluster_flags.h) as from TF_CONFIG.
   set -- "--ps_hosts=${FULCRUM_PS_HOSTS:-}" "--worker_hosts=${FULCRUM_WORKER_HOSTS:-}" \
-    "--chief_host=${FULCRUM_CHIEF_HOST:-}" "--task_type=$role" "--task_index=$index" "$@"
-  echo "fulcrum-entrypoint: $role with $*" >&2
+    "--chief_host=${FULCRUM_CHIEF_HOST:-}" "--task_type=$task_type" "--task_index=$index" "$@"
+  echo "fulcrum-entrypoint: $role $program with $*" >&2
 else
-  echo "fulcrum-entrypoint: $role with TF_CONFIG=$TF_CONFIG" >&2
+  echo "fulcrum-entrypoint: $role $program with TF_CONFIG=$TF_CONFIG" >&2
+fi
+if [ -n "$program" ]; then
+  exec "$binary" "$program" "$@"
 fi
 exec "$binary" "$@"

@@ -18,6 +18,14 @@ from fulcrum import client as _client
 def add_flags(parser):
     """Adds the worker's flags that a Python program honours."""
     p = parser
+    # The cluster, as the daemons take it (the container image's entrypoint
+    # gives these); without them, TF_CONFIG (the launcher's).
+    p.add_argument("--cluster_spec", default="", help="A TF_CONFIG JSON file of the cluster.")
+    p.add_argument("--ps_hosts", default="", help="Comma-separated host:port of the servers.")
+    p.add_argument("--worker_hosts", default="", help="Comma-separated host:port of the workers.")
+    p.add_argument("--chief_host", default="", help="host:port of the chief, if any.")
+    p.add_argument("--task_type", default="", help="chief or worker (default worker).")
+    p.add_argument("--task_index", type=int, default=0, help="This task's index of its type.")
     p.add_argument("--mode", default="sync", help="As the servers run: sync, async or ssp.")
     p.add_argument("--seed", type=int, default=1, help="Seed of the weights and the shuffles.")
     p.add_argument("--cpu_threads", type=int, default=0, help="torch's threads (0: its default).")
@@ -72,13 +80,28 @@ def parse(parser, argv=None):
 
 
 def connect(args):
-    """fulcrum.connect() from TF_CONFIG, secured as the flags say."""
+    """fulcrum.connect() from the cluster flags (--cluster_spec; the host
+    flags; --ps_hosts alone with --task_index as the worker id), else
+    TF_CONFIG, secured as the flags say."""
     token_file = args.control_token_file or args.auth_token_file
     token = ""
     if token_file:
         with open(token_file) as f:
             token = f.read().strip()
+    hosts = args.worker_hosts or args.chief_host
+    if args.ps_hosts and not hosts and not args.cluster_spec:
+        cluster = {"ps_hosts": args.ps_hosts, "worker_id": args.task_index}  # the simple form
+    else:
+        cluster = {
+            "ps_hosts": args.ps_hosts or None,
+            "cluster_spec": args.cluster_spec or None,
+            "worker_hosts": args.worker_hosts if hosts else None,
+            "chief_host": args.chief_host if hosts else None,
+            "task_type": args.task_type or None,
+            "task_index": args.task_index,
+        }
     return _client.connect(
+        **cluster,
         mode=args.mode,
         wire_dtype=args.wire_dtype,
         tls_cert=args.tls_cert,

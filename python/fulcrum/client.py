@@ -368,10 +368,16 @@ def connect(
     tls_key=None,
     tls_ca=None,
     auth_token=None,
+    worker_hosts=None,
+    chief_host=None,
+    task_type=None,
+    task_index=0,
 ):
     """Connects to the parameter servers, found as the daemons find them:
     `ps_hosts` ("h:p,h:p" or a list) with `worker_id` (default 0, the chief;
     -1 reads only) and `num_replicas` (default 1); else the TF_CONFIG JSON file `cluster_spec`; else
+    the daemons' host flags (`ps_hosts` with `worker_hosts` and/or
+    `chief_host`, `task_type` default "worker", `task_index`); else
     `tf_config` (JSON text), else the TF_CONFIG environment variable. The
     worker id is then the task's replica id (the chief is 0; an evaluator
     reads only). With `check_mode`, every server must run `mode` (this waits
@@ -380,7 +386,8 @@ def connect(
     without, plaintext. `auth_token` (the token itself, not its file) goes
     with every call, for servers that need one. See docs/python.md
     and "Security"."""
-    if ps_hosts is not None:
+    host_flags = worker_hosts is not None or chief_host is not None
+    if ps_hosts is not None and not host_flags and not cluster_spec:
         addresses = _hosts(ps_hosts)
         replica = 0 if worker_id is None else worker_id
         replicas = 1 if num_replicas is None else num_replicas
@@ -388,11 +395,11 @@ def connect(
         resolved = _fulcrum.resolve_cluster(
             cluster_spec or "",
             tf_config if tf_config is not None else os.environ.get("TF_CONFIG", ""),
-            "",
-            "",
-            "",
-            "",
-            0,
+            ",".join(_hosts(ps_hosts)) if host_flags and ps_hosts is not None else "",
+            ",".join(_hosts(worker_hosts)) if worker_hosts else "",
+            chief_host or "",
+            (task_type or "worker") if host_flags else "",
+            int(task_index),
         )
         addresses = resolved["ps"]
         replicas = resolved["num_replicas"] if num_replicas is None else num_replicas

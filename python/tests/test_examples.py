@@ -17,7 +17,7 @@ def example(name):
 def test_numpy_linear_learns_the_true_weights(servers):
     s = servers(num_ps=1)
     done = subprocess.run(
-        [sys.executable, example("numpy_linear.py"), "--ps_hosts=" + s.hosts],
+        [sys.executable, example("numpy_linear.py"), "--ps_hosts=" + s.hosts, "--insecure"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -25,6 +25,27 @@ def test_numpy_linear_learns_the_true_weights(servers):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "step 0 loss" in done.stdout and "final max weight error" in done.stdout
     assert s.wait_exited(timeout=30) == [0]  # the chief ended the job
+
+
+def test_numpy_linear_takes_the_daemons_host_flags_as_a_chief_and_a_worker(servers):
+    """As the container image's entrypoint runs it: the host flags, sync."""
+    s = servers(mode="sync", num_ps=1, workers=2)
+    hosts = ["--ps_hosts=" + s.hosts, "--chief_host=127.0.0.1:1", "--worker_hosts=127.0.0.1:2"]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, example("numpy_linear.py"), "--mode=sync", "--insecure"]
+            + hosts
+            + ["--task_type=" + task, "--task_index=0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for task in ("chief", "worker")
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
+    assert "final max weight error" in outputs[0]
+    assert s.wait_exited(timeout=30) == [0]
 
 
 def launch(name, mode, summary, *flags, worker_flags=()):
