@@ -16,36 +16,6 @@ namespace {
 // 256 MiB by default).
 constexpr int64_t kRowCallBytes = int64_t{32} << 20;
 
-// `request` cut, in order, into requests of at most kMaxIdsPerRowCall ids
-// and about kRowCallBytes of rows (at least one id each), every one naming
-// all its tables; `widths` are theirs. Itself when it fits.
-std::vector<PullRowsRequest> SplitPull(const PullRowsRequest& request,
-                                       const std::vector<int64_t>& widths) {
-  int64_t total_ids = 0, total_bytes = 0;
-  for (int i = 0; i < request.tables_size(); ++i) {
-    total_ids += request.tables(i).ids_size();
-    total_bytes += request.tables(i).ids_size() * widths[i] * static_cast<int64_t>(sizeof(float));
-  }
-  if (total_ids <= kMaxIdsPerRowCall && total_bytes <= kRowCallBytes) return {request};
-  PullRowsRequest empty = request;
-  for (TableRows& rows : *empty.mutable_tables()) rows.clear_ids();
-  std::vector<PullRowsRequest> parts = {empty};
-  int64_t ids = 0, bytes = 0;
-  for (int i = 0; i < request.tables_size(); ++i) {
-    const int64_t row_bytes = widths[i] * static_cast<int64_t>(sizeof(float));
-    for (int64_t id : request.tables(i).ids()) {
-      if (ids > 0 && (ids + 1 > kMaxIdsPerRowCall || bytes + row_bytes > kRowCallBytes)) {
-        parts.push_back(empty);
-        ids = bytes = 0;
-      }
-      parts.back().mutable_tables(i)->add_ids(id);
-      ++ids;
-      bytes += row_bytes;
-    }
-  }
-  return parts;
-}
-
 // Adds `part`'s rows, table by table, to `whole` (empty, or as many tables),
 // which keeps the lowest version of any part.
 void AppendRows(PullRowsResponse part, PullRowsResponse* whole) {
@@ -162,7 +132,10 @@ absl::Status RowCalls::PullRowsInto(const std::vector<TableIds>& lookups,
   // tables as asked.
   const auto pull = [&](int ps, const PullRowsRequest& request, absl::Time deadline) {
     PullRowsResponse whole;
-    for (const PullRowsRequest& part : SplitPull(request, widths)) {
+    std::vector<PullRowsRequest> parts =
+        SplitRowPull(request, widths, kMaxIdsPerRowCall, kRowCallBytes);
+    if (parts.empty()) parts.push_back(request);  // it fits
+    for (const PullRowsRequest& part : parts) {
       auto pulled = servers_.server(ps).PullRows(part, deadline);
       if (!pulled.ok()) return pulled.status();
       if (pulled->tables_size() != part.tables_size()) {
