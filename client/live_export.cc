@@ -197,9 +197,7 @@ absl::StatusOr<LiveExportSummary> ExportLive(PsClient& client, const LiveExportO
   absl::StatusOr<TensorFileFormat> format = ChooseTensorFileFormat(options.format, options.path);
   if (!format.ok()) return format.status();
   if (options.path.empty()) return absl::InvalidArgumentError("export: no file to write given");
-  const size_t slash = options.path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : options.path.substr(0, slash + 1);
-  absl::StatusOr<std::unique_ptr<LiveModel>> model = LiveModel::Open(client, dir);
+  absl::StatusOr<std::unique_ptr<LiveModel>> model = LiveModel::Open(client, DirName(options.path));
   if (!model.ok()) return model.status();
   auto fs = MakeLocalFileSystem();
   if (absl::Status s = WriteTensorFile(**model, *format, *fs, options.path); !s.ok()) return s;
