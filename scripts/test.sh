@@ -15,6 +15,13 @@ cd "$(dirname "$0")/.." || exit 1
 
 scripts/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
+# Each phase's minutes, in CI's log: where the suite's time goes.
+phase_start=$SECONDS
+phase_done() {
+  echo "test.sh: $1 took $(((SECONDS - phase_start) / 60)) min $(((SECONDS - phase_start) % 60)) s"
+  phase_start=$SECONDS
+}
+
 # The tests whose code a peer's bytes reach: parsers, the server, its
 # checkpoints, the client and its transports, real servers under attack.
 SANITIZED=(//common/... //ps_server/... //client/... //worker/collective/... //worker/strategy/...
@@ -27,11 +34,14 @@ trap 'rm -f "$log" "$asan_log"' EXIT
 bazel test --keep_going //... 2>&1 | tee "$log"
 bazel_rc=${PIPESTATUS[0]}
 testlogs=$(bazel info bazel-testlogs 2>/dev/null)
+phase_done "the build and the tests"
 bazel test --config=asan --keep_going "${SANITIZED[@]}" 2>&1 | tee "$asan_log"
 asan_rc=${PIPESTATUS[0]}
 asan_testlogs=$(bazel info --config=asan bazel-testlogs 2>/dev/null)
+phase_done "the sanitizers' build and tests"
 # The fuzzers, a few seconds each (their own lines, one per target).
 scripts/fuzz.sh 2>&1 | tee -a "$log"
+phase_done "the fuzzers"
 
 # Source checks, each counted as one test case.
 check() {
@@ -48,9 +58,11 @@ check header_guards scripts/check_header_guards.sh
 check python_lint sh -c "git ls-files '*.py' | xargs $ruff check -q"
 check python_format sh -c "git ls-files '*.py' | xargs $ruff format --check -q"
 check docs scripts/build_docs.sh
-bazel shutdown
+phase_done "the source checks"
 # The image and the compose cluster (its own lines; SKIPPED counts neither way).
 tests/container_test.sh 2>&1 | tee -a "$log"
+phase_done "the image and the compose runs"
+bazel shutdown  # no server left behind
 
 python3 scripts/summarize_tests.py "$log" "$testlogs" "$asan_log" "$asan_testlogs"
 summary_rc=$?
