@@ -83,7 +83,9 @@ HeldBuffer::HeldBuffer(const py::handle& object, Element element, bool writable,
                                                   ElementName(element), " and converts nothing")));
   }
   for (int i = 0; i < t.ndim; ++i) shape_.push_back(t.shape[i]);
-  if (t.strides != nullptr) {
+  // A tensor of no elements has nothing to lay out (torch gives it strides
+  // of its own making).
+  if (t.strides != nullptr && elements() > 0) {
     int64_t expected = 1;
     for (int i = t.ndim - 1; i >= 0; --i) {
       if (t.shape[i] != 1 && t.strides[i] != expected) {
