@@ -95,6 +95,13 @@ def test_non_float32_parameters_are_refused(servers):
         fulcrum.torch.Replica(model, fulcrum.connect(s.hosts), fulcrum.sgd(0.1))
 
 
+def test_parameters_on_a_device_other_than_the_cpu_or_cuda_are_refused(servers):
+    s = servers()
+    model = torch.nn.Linear(2, 2, device="meta")
+    with pytest.raises(TypeError, match="weight' is torch.float32 on meta.*CPU or a CUDA"):
+        fulcrum.torch.Replica(model, fulcrum.connect(s.hosts), fulcrum.sgd(0.1))
+
+
 def test_sync_replicas_step_together_and_match_the_servers(servers):
     s = servers(mode="sync", workers=2)
     models = [Net(seed=1), Net(seed=2)]

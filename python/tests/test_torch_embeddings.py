@@ -109,6 +109,75 @@ def test_a_collection_looks_every_field_up_at_once_and_pushes_in_the_step(server
     assert np.allclose(client.pull_rows("0.item", [10]), before["item"][0] - 1.0)
 
 
+# Ids that leave room for the table in their top bits (one sort), and one
+# that does not (sorted by table, then id).
+@pytest.mark.parametrize("big", [1000, 2**62 + 5])
+def test_a_collection_of_tables_of_two_widths_and_poolings_matches_torch_table_by_table(
+    servers, big
+):
+    """Tables of one width share one lookup and one pooling call: the same
+    ids in several tables stay apart, and each table gets its own rows'
+    gradients, as separate torch.nn.EmbeddingBags would."""
+    s = servers(num_ps=2)
+    client = fulcrum.connect(s.hosts)
+    configs = [
+        fulcrum.torch.EmbeddingBagConfig("a", 2),
+        fulcrum.torch.EmbeddingBagConfig("b", 2, pooling="mean"),
+        fulcrum.torch.EmbeddingBagConfig("c", 3),
+        fulcrum.torch.EmbeddingBagConfig("d", 2),
+    ]
+    collection = fulcrum.torch.EmbeddingBagCollection(configs, optimizer=fulcrum.sgd(1.0))
+    model = torch.nn.Sequential(collection)
+    replica = fulcrum.torch.Replica(model, client, fulcrum.sgd(1.0))
+    features = {
+        "a": torch.tensor([[7, 8], [big, 7]]),
+        "b": torch.tensor([[7, 7], [8, 9]]),
+        "c": (torch.tensor([7, big, 3]), torch.tensor([0, 1, 1])),  # an empty bag
+        "d": torch.tensor([[8, 7], [7, 7]]),
+    }
+    flat = {f: (v[0] if isinstance(v, tuple) else v).reshape(-1) for f, v in features.items()}
+    reference, renumber = {}, {}
+    for c in configs:
+        unique = np.unique(flat[c.name].numpy())
+        renumber[c.name] = {int(u): i for i, u in enumerate(unique)}
+        reference[c.name] = torch.nn.EmbeddingBag(len(unique), c.embedding_dim, mode=c.pooling)
+        with torch.no_grad():
+            rows = client.pull_rows("0." + c.name, unique)
+            reference[c.name].weight.copy_(torch.from_numpy(rows))
+    before = {c.name: client.pull_rows("0." + c.name, flat[c.name].numpy()) for c in configs}
+    pooled = collection(features)
+    weights = {f: torch.arange(1.0, 1.0 + p.numel()).reshape(p.shape) for f, p in pooled.items()}
+    sum((p * weights[f]).sum() for f, p in pooled.items()).backward()
+    replica.step()
+    for name, value in features.items():
+        ids, offsets = value if isinstance(value, tuple) else (value, None)
+        local = torch.tensor([renumber[name][int(i)] for i in ids.reshape(-1)]).reshape(ids.shape)
+        expected = reference[name](local, offsets)
+        assert torch.allclose(pooled[name], expected), name
+        (expected * weights[name]).sum().backward()
+        grad = reference[name].weight.grad[local.reshape(-1)].numpy()
+        after = client.pull_rows("0." + name, flat[name].numpy())
+        assert np.allclose(after, before[name] - grad, atol=1e-6), name
+
+
+def test_a_lookup_with_no_ids_pools_empty_bags_and_steps(servers):
+    """A batch that leaves a field, or every field, without ids (the last
+    short batch of a filtered data set) is no error."""
+    s = servers(num_ps=1)
+    client = fulcrum.connect(s.hosts)
+    collection = fulcrum.torch.EmbeddingBagCollection(
+        [fulcrum.torch.EmbeddingBagConfig("a", 2), fulcrum.torch.EmbeddingBagConfig("b", 2)]
+    )
+    replica = fulcrum.torch.Replica(torch.nn.Sequential(collection), client, fulcrum.sgd(1.0))
+    none = torch.zeros(0, 1, dtype=torch.int64)
+    for features in ({"a": none, "b": none}, {"a": none, "b": torch.tensor([[4], [4]])}):
+        pooled = collection(features)
+        assert pooled["a"].shape == (0, 2) and pooled["b"].shape == (len(features["b"]), 2)
+        sum(p.sum() for p in pooled.values()).backward()
+        replica.step()
+    assert client.tables()["0.b"]["rows"] == 1
+
+
 def test_mistakes_are_refused_saying_what(servers):
     lone = fulcrum.torch.EmbeddingBag(2)
     with pytest.raises(RuntimeError, match="not in a fulcrum.torch.Replica"):
@@ -127,6 +196,8 @@ def test_mistakes_are_refused_saying_what(servers):
     fulcrum.torch.Replica(torch.nn.Sequential(collection), client, fulcrum.sgd(0.1))
     with pytest.raises(KeyError, match="no table serves feature"):
         collection({"b": torch.tensor([[1]])})
+    with pytest.raises(ValueError, match="feature 'a': ids of shape \\(3,\\); give a 2-D"):
+        collection({"a": torch.tensor([1, 2, 3])})
 
 
 class SparseModel(torch.nn.Module):
