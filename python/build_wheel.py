@@ -58,6 +58,7 @@ def main():
             "Requires-Dist: numpy",
             "Provides-Extra: torch",
             'Requires-Dist: torch; extra == "torch"',
+            'Requires-Dist: threadpoolctl; extra == "torch"',
             "",
             "The native extension links Debian 12's libgrpc++, libprotobuf and libabsl.",
             "",

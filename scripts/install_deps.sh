@@ -25,7 +25,7 @@ if ! $build_only; then
     python3-venv clang-format clang clang-tidy libclang-rt-14-dev libgtest-dev libgmock-dev
     dataset-fashion-mnist iproute2 nftables docker.io docker-compose debootstrap openssl
     # The Python package's tests, examples and benchmark.
-    python3-numpy python3-torch python3-pytest
+    python3-numpy python3-torch python3-pytest python3-threadpoolctl
     # The scripts' linter.
     shellcheck
   )

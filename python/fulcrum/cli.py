@@ -10,6 +10,7 @@ worker takes them, for programs run with local_cluster --worker_command.
 """
 
 import argparse
+import sys
 
 from fulcrum import checkpoints as _checkpoints
 from fulcrum import client as _client
@@ -28,7 +29,9 @@ def add_flags(parser):
     p.add_argument("--task_index", type=int, default=0, help="This task's index of its type.")
     p.add_argument("--mode", default="sync", help="As the servers run: sync, async or ssp.")
     p.add_argument("--seed", type=int, default=1, help="Seed of the weights and the shuffles.")
-    p.add_argument("--cpu_threads", type=int, default=0, help="torch's threads (0: its default).")
+    p.add_argument(
+        "--cpu_threads", type=int, default=0, help="torch's and BLAS's threads (0: theirs)."
+    )
     p.add_argument("--wire_dtype", default="float32", help="float32, bfloat16 or float16.")
     p.add_argument("--summary_json", default="", help="Chief: write the run's summary here.")
     p.add_argument("--metrics_jsonl", default="", help="Chief: a JSON line per epoch here.")
@@ -73,10 +76,31 @@ def parse(parser, argv=None):
     if args.insecure == bool(args.tls_cert or args.tls_key or args.tls_ca):
         parser.error("give --tls_cert, --tls_key and --tls_ca (mutual TLS), or --insecure")
     if args.cpu_threads > 0:
-        import torch  # a torch program's threads; NumPy's follow the environment
-
-        torch.set_num_threads(args.cpu_threads)
+        limit_threads(args.cpu_threads)
     return args
+
+
+def limit_threads(n):
+    """Gives torch's operators and the BLAS library (OpenBLAS, which NumPy
+    and Debian's torch share, and whose pool torch.set_num_threads does not
+    size) `n` threads each. Idle BLAS threads spin: a torch worker left with
+    OpenBLAS's default pool burnt twice the CPU per step (17.5 ms against
+    8.2 for torch_ctr.py's step on 2 cores), which workers sharing a
+    machine take from each other."""
+    import torch
+
+    torch.set_num_threads(n)
+    try:
+        import threadpoolctl
+    except ImportError:
+        print(
+            "fulcrum: --cpu_threads=%d: threadpoolctl is not installed, so the BLAS "
+            "library keeps its own threads (pip install threadpoolctl, or apt-get install "
+            "python3-threadpoolctl)" % n,
+            file=sys.stderr,
+        )
+        return
+    threadpoolctl.threadpool_limits(n, user_api="blas")
 
 
 def connect(args):
