@@ -4,8 +4,9 @@
 A bottom MLP over the numeric features, an embedding bag per categorical
 field (fulcrum.torch.EmbeddingBagCollection: tables on the servers, keyed by
 the raw ids, one row call per server per step for all fields), the pairwise
-dot products of the bottom's output and the fields' rows, and a top MLP to
-the click's logit. The data is the C++ worker's: synthetic_ctr (generated,
+dot products of the bottom's output and the fields' rows (--interaction=cat:
+the two side by side, as the C++ CTR model has them), and a top MLP to the
+click's logit. The data is the C++ worker's: synthetic_ctr (generated,
 with the test split's best possible AUC known) or labelled Criteo TSV files
 (train.txt, test.txt in --data_dir). The chief reports the test AUC after
 every epoch. Run it through the launcher:
@@ -34,23 +35,43 @@ def mlp(sizes):
 
 
 class Dlrm(torch.nn.Module):
-    def __init__(self, num_numeric, num_fields, dim, bottom, top, tables):
+    """interaction "dot": DLRM's, the top MLP over the bottom's output and
+    the pairwise dot products of it and the fields' rows; "cat": the top
+    MLP over the bottom's output (the numeric features themselves without
+    a bottom) and the rows side by side, as the C++ CTR model has it."""
+
+    def __init__(self, num_numeric, num_fields, dim, bottom, top, tables, interaction="dot"):
         super().__init__()
         self.fields = ["field_%d" % i for i in range(num_fields)]
-        self.bottom = torch.nn.Sequential(mlp([num_numeric, *bottom, dim]), torch.nn.ReLU())
+        self.interaction = interaction
+        if interaction == "dot":
+            bottom = [*bottom, dim]  # the dots need the rows' width
+        self.bottom = (
+            torch.nn.Sequential(mlp([num_numeric, *bottom]), torch.nn.ReLU())
+            if bottom
+            else torch.nn.Identity()
+        )
         self.embeddings = fulcrum.torch.EmbeddingBagCollection(
             [fulcrum.torch.EmbeddingBagConfig(f, dim, **tables["config"]) for f in self.fields],
             optimizer=tables["optimizer"],
         )
-        n = num_fields + 1
-        self.pairs = torch.triu_indices(n, n, 1)
-        self.top = mlp([dim + self.pairs.shape[1], *top, 1])
+        width = bottom[-1] if bottom else num_numeric
+        if interaction == "dot":
+            n = num_fields + 1
+            pairs = torch.triu_indices(n, n, 1)
+            self.pairs = pairs[0] * n + pairs[1]  # in the flattened [n, n] products
+            self.top = mlp([width + len(self.pairs), *top, 1])
+        else:
+            self.top = mlp([width + num_fields * dim, *top, 1])
 
     def forward(self, numeric, ids):
         x = self.bottom(numeric)
         pooled = self.embeddings({f: ids[:, i : i + 1] for i, f in enumerate(self.fields)})
-        z = torch.stack([x] + [pooled[f] for f in self.fields], 1)  # [batch, fields + 1, dim]
-        dots = torch.bmm(z, z.transpose(1, 2))[:, self.pairs[0], self.pairs[1]]
+        rows = [pooled[f] for f in self.fields]
+        if self.interaction == "cat":
+            return self.top(torch.cat([x, *rows], 1)).squeeze(1)
+        z = torch.stack([x, *rows], 1)  # [batch, fields + 1, dim]
+        dots = torch.bmm(z, z.transpose(1, 2)).flatten(1).index_select(1, self.pairs)
         return self.top(torch.cat([x, dots], 1)).squeeze(1)
 
 
@@ -100,11 +121,19 @@ def parse_args():
     p.add_argument("--embedding_max_rows", type=int, default=0, help="Per server; 0: no bound.")
     p.add_argument("--embedding_admit_after", type=int, default=0)
     p.add_argument("--bottom", default="64", help="The bottom MLP's hidden sizes.")
+    p.add_argument(
+        "--interaction",
+        default="dot",
+        help="dot (DLRM's pairwise dot products) or cat (the rows side by side, as the C++ "
+        "CTR model: with --bottom= it is that model).",
+    )
     p.add_argument("--top", default="64,32", help="The top MLP's hidden sizes.")
     p.add_argument("--log_every_steps", type=int, default=200)
     args = fulcrum.cli.parse(p)
     if args.dataset not in ("synthetic_ctr", "criteo"):
         p.error("--dataset=%s: synthetic_ctr or criteo" % args.dataset)
+    if args.interaction not in ("dot", "cat"):
+        p.error("--interaction=%s: dot or cat" % args.interaction)
     optimizers = {"adagrad": fulcrum.adagrad, "adam": fulcrum.adam, "ftrl": fulcrum.ftrl}
     optimizers["sgd"] = fulcrum.sgd
     if args.embedding_optimizer not in optimizers:
@@ -148,6 +177,7 @@ def main():
         sizes(args.bottom),
         sizes(args.top),
         tables,
+        args.interaction,
     )
     features, ids = torch.from_numpy(train.features), torch.from_numpy(train.ids)
     labels = torch.from_numpy(train.labels.astype(np.float32))
@@ -233,6 +263,7 @@ def main():
                             "wall_seconds": wall,
                             "batch_size": args.batch_size,
                             "model": "torch_dlrm",
+                            "interaction": args.interaction,
                         },
                         f,
                         indent=2,

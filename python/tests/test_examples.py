@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import binary
 
 SOURCE = os.environ.get("FULCRUM_SOURCE_DIR", ".")
@@ -110,13 +111,20 @@ def test_torch_example_flag_mistakes_are_usage_errors():
     assert done.returncode == 2 and "trains on parameter servers" in done.stderr
 
 
-def test_torch_ctr_learns_clicks_through_the_launcher(tmp_path):
+# DLRM's dot products, and the C++ CTR model's rows side by side.
+@pytest.mark.parametrize("interaction", [["--interaction=dot"], ["--interaction=cat", "--bottom="]])
+def test_torch_ctr_learns_clicks_through_the_launcher(tmp_path, interaction):
     summary = tmp_path / "summary.json"
     done = launch(
         "torch_ctr.py",
         "async",
         summary,
-        worker_flags=["--ctr_train_examples=150000", "--epochs=1", "--embedding_max_rows=5000"],
+        worker_flags=[
+            "--ctr_train_examples=150000",
+            "--epochs=1",
+            "--embedding_max_rows=5000",
+            *interaction,
+        ],
     )
     assert done.returncode == 0, done.stdout[-4000:]
     result = json.loads(summary.read_text())
