@@ -81,15 +81,16 @@ def parse(parser, argv=None):
 
 
 def limit_threads(n):
-    """Gives torch's operators and the BLAS library (OpenBLAS, which NumPy
-    and Debian's torch share, and whose pool torch.set_num_threads does not
-    size) `n` threads each. Idle BLAS threads spin: a torch worker left with
-    OpenBLAS's default pool burnt twice the CPU per step (17.5 ms against
-    8.2 for torch_ctr.py's step on 2 cores), which workers sharing a
-    machine take from each other."""
-    import torch
-
-    torch.set_num_threads(n)
+    """Gives torch's operators (in a program that has imported torch) and
+    the BLAS library (OpenBLAS, which NumPy and Debian's torch share, and
+    whose pool torch.set_num_threads does not size) `n` threads each. Idle
+    BLAS threads spin: a torch worker left with OpenBLAS's default pool
+    burnt twice the CPU per step (17.5 ms against 8.2 for torch_ctr.py's
+    step on 2 cores), which workers sharing a machine take from each
+    other."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
     try:
         import threadpoolctl
     except ImportError:

@@ -4,6 +4,7 @@ errors, embedding tables and membership."""
 import json
 import os
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -289,3 +290,30 @@ def test_a_worker_that_raises_does_not_say_finished(servers):
     reader = fulcrum.connect(s.hosts, worker_id=-1)
     worker1 = reader.describe()[0]["workers"][1]
     assert worker1["seen"] and not worker1["finished"]
+
+
+def test_cpu_threads_sizes_torchs_pool_and_the_blas_librarys():
+    """--cpu_threads reaches OpenBLAS's own threads (NumPy's and Debian's
+    torch's), which torch.set_num_threads leaves alone; a program that has
+    not imported torch is not made to."""
+    check = """
+import sys, numpy, threadpoolctl
+import fulcrum.cli
+with_torch = sys.argv[1] == "torch"
+if with_torch:
+    import torch
+fulcrum.cli.limit_threads(1)
+blas = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+assert blas and set(blas) == {1}, blas
+assert ("torch" in sys.modules) == with_torch
+if with_torch:
+    assert torch.get_num_threads() == 1
+"""
+    for program in ("numpy", "torch"):
+        done = subprocess.run(
+            [sys.executable, "-c", check, program],
+            env=dict(os.environ, OPENBLAS_NUM_THREADS="2"),
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
