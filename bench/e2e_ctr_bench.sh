@@ -6,9 +6,11 @@
 # per worker) on synthetic_ctr data, 2 parameter servers and 3 async
 # workers, with
 #   - Fulcrum (deploy:local_cluster),
-#   - examples/torch_ctr.py through the same launcher: a PyTorch DLRM
-#     (bottom MLP of 64, the fields' rows and their pairwise dot products,
-#     top MLP of 64 and 32) on fulcrum.torch's embedding bags, and
+#   - examples/torch_ctr.py through the same launcher on fulcrum.torch's
+#     embedding bags: the C++ model's architecture (--interaction=cat
+#     --bottom=: the numeric features and the fields' rows side by side
+#     into the MLP of 64 and 32), and DLRM's (a bottom MLP of 64, the
+#     pairwise dot products of its output and the rows, the same top), and
 #   - TensorFlow's ParameterServerStrategy, the tables split over the
 #     servers (bench/tf_pss_ctr_bench.py),
 # each on the same number of examples (one pass over --examples). Each
@@ -17,7 +19,8 @@
 # same examples.
 # Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
 # e2e_ctr_vs_tensorflow (examples/s), the AUC gaps, and the PyTorch model's
-# torch_ctr_vs_cpp_ctr and torch_ctr_vs_tensorflow (examples/s).
+# torch_ctr_vs_cpp_ctr and torch_ctr_vs_tensorflow (examples/s; the same
+# architecture as the C++ model's) and torch_dlrm_vs_cpp_ctr.
 #   bench/e2e_ctr_bench.sh [--quick]
 #
 # How each rate is counted, as in bench/e2e_bench.sh: Fulcrum's from the
@@ -51,11 +54,11 @@ print("%.1f %.4f %.4f" % (s["examples_per_sec"], s["test_auc"], s["ground_truth_
     "$work/summary.json"
 }
 
-torch_ctr() {  # "examples/s auc best_auc": examples/torch_ctr.py, the same model and data
+torch_ctr() {  # "examples/s auc best_auc": examples/torch_ctr.py on the same data; $@: its model
   "$bin/deploy/local_cluster" --insecure --num_ps=2 --num_workers=3 --mode=async \
     --worker_command="/usr/bin/python3 examples/torch_ctr.py" \
-    --summary_json="$work/torch.json" -- --ctr_vocabulary=100000 \
-    --ctr_train_examples="$examples" --ctr_test_examples=20000 --bottom=64 --top=64,32 \
+    --summary_json="$work/torch.json" -- "$@" --ctr_vocabulary=100000 \
+    --ctr_train_examples="$examples" --ctr_test_examples=20000 --top=64,32 \
     --embedding_dim=16 --learning_rate=0.002 --embedding_optimizer=adagrad \
     --embedding_learning_rate=0.1 --batch_size=256 --epochs=1 --log_every_steps=100000 \
     > "$work/torch.log" 2>&1 || { tail -20 "$work/torch.log" >&2; exit 1; }
@@ -74,20 +77,23 @@ tensorflow() {  # "examples/s auc best_auc"
 
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-ours=() torch=() theirs=()
+ours=() torch=() dlrm=() theirs=()
 for run in $(seq "$runs"); do
   read -r rate auc best <<< "$(fulcrum)"
   ours+=("$rate")
-  read -r torch_rate torch_auc torch_best <<< "$(torch_ctr)"
+  read -r torch_rate torch_auc torch_best <<< "$(torch_ctr --interaction=cat --bottom=)"
   torch+=("$torch_rate")
+  read -r dlrm_rate dlrm_auc _ <<< "$(torch_ctr --interaction=dot --bottom=64)"
+  dlrm+=("$dlrm_rate")
   read -r tf_rate tf_auc tf_best <<< "$(tensorflow)"
   theirs+=("$tf_rate")
   echo "run $run of $runs: fulcrum $rate examples/s AUC $auc (best $best);" \
-    "torch_ctr.py $torch_rate examples/s AUC $torch_auc;" \
+    "torch_ctr.py $torch_rate examples/s AUC $torch_auc, as DLRM $dlrm_rate AUC $dlrm_auc;" \
     "tensorflow $tf_rate examples/s AUC $tf_auc (best $tf_best)" >&2
 done
 ours_m=$(echo "${ours[@]}" | median)
 torch_m=$(echo "${torch[@]}" | median)
+dlrm_m=$(echo "${dlrm[@]}" | median)
 theirs_m=$(echo "${theirs[@]}" | median)
 echo "e2e_ctr_fulcrum_examples_per_sec=$ours_m"
 echo "e2e_ctr_fulcrum_test_auc=$auc"
@@ -103,3 +109,6 @@ echo "e2e_ctr_torch_test_auc=$torch_auc"
 python3 -c "print('e2e_ctr_torch_auc_gap=%.4f' % ($torch_best - $torch_auc))"
 python3 -c "print('torch_ctr_vs_cpp_ctr=%.2f' % ($torch_m / $ours_m))"
 python3 -c "print('torch_ctr_vs_tensorflow=%.2f' % ($torch_m / $theirs_m))"
+echo "e2e_ctr_torch_dlrm_examples_per_sec=$dlrm_m"
+echo "e2e_ctr_torch_dlrm_test_auc=$dlrm_auc"
+python3 -c "print('torch_dlrm_vs_cpp_ctr=%.2f' % ($dlrm_m / $ours_m))"

@@ -16,7 +16,9 @@
 #        and push of the same bytes, and a million rows' memory against
 #        their raw floats (bench:sparse_bench);
 #   8.   the CTR model end to end against TensorFlow's
-#        ParameterServerStrategy on the same model (bench/e2e_ctr_bench.sh);
+#        ParameterServerStrategy on the same model, and examples/torch_ctr.py
+#        (the same model, and DLRM's) against both: torch_ctr_vs_cpp_ctr,
+#        torch_ctr_vs_tensorflow (bench/e2e_ctr_bench.sh);
 #   9.   the Python client against the C++ client on the same server, and
 #        examples/torch_fashion_mnist.py against PyTorch's
 #        DistributedDataParallel over Gloo (bench/python_bench.py);

@@ -573,9 +573,10 @@ class EmbeddingBagCollection(_Tables):
             fixed = {tuple(requests[k][1].shape) for k in members}
             if all(bag_offsets[k] is None for k in members) and len(fixed) == 1:
                 bags, size = next(iter(fixed))  # every feature's bags: one size
-                device = requests[members[0]][1].device
-                offsets = torch.arange(len(members) * bags, device=device) * size
-                counts = [bags] * len(members)
+                counts, offsets = [bags] * len(members), None  # None: bags of one id
+                if size != 1:
+                    device = requests[members[0]][1].device
+                    offsets = torch.arange(len(members) * bags, device=device) * size
             else:
                 offsets, counts, start = [], [], 0
                 for k in members:
@@ -587,7 +588,11 @@ class EmbeddingBagCollection(_Tables):
                     start += ids.numel()
                 offsets = torch.cat(offsets)
             inverse = _cat([looked_up[k][0] for k in members])
-            pooled = F.embedding_bag(inverse, looked_up[members[0]][1], offsets, mode=mode)
+            w = looked_up[members[0]][1]
+            if offsets is None:  # bags of one id: their rows (a backward with no sort)
+                pooled = w.index_select(0, inverse)
+            else:
+                pooled = F.embedding_bag(inverse, w, offsets, mode=mode)
             for k, part in zip(members, pooled.split(counts), strict=True):
                 out[names[k]] = part
         return out
