@@ -137,7 +137,7 @@ class WireParser {
         if (!ReadBytes(&bytes) || !response->add_push_results()->ParseFromString(bytes)) {
           return false;
         }
-      } else if (!WireFormatLite::SkipField(in_, tag)) {
+      } else if (!Skip(tag)) {
         return false;
       }
     }
@@ -156,7 +156,7 @@ class WireParser {
           out->emplace_back();
           slice_received_ = &out->back();
           if (!Nested([&] { return Slice(slice); })) return false;
-        } else if (!WireFormatLite::SkipField(in_, tag, &rest_out)) {
+        } else if (!Skip(tag, &rest_out)) {
           return false;
         }
       }
@@ -173,7 +173,7 @@ class WireParser {
       while (const uint32_t tag = NextTag()) {
         if (tag == Tag(PushPullRequest::kPushFieldNumber, kBytes)) {
           if (!Nested([&] { return Push(message->mutable_push(), out); })) return false;
-        } else if (!WireFormatLite::SkipField(in_, tag, &rest_out)) {
+        } else if (!Skip(tag, &rest_out)) {
           return false;
         }
       }
@@ -199,11 +199,62 @@ class WireParser {
     return tag != 0 && valid ? tag : 0;
   }
 
+  // A length, as protobuf's parser takes one: a varint of at most 5 bytes
+  // up to INT_MAX. (CodedInputStream::ReadVarint32 reads up to 10 and keeps
+  // the low 32 bits, so a longer one would pass with another value.)
   bool ReadLength(int* length) {
-    uint32_t value = 0;
-    if (!in_->ReadVarint32(&value) || value > INT_MAX) return false;
+    const int before = in_->CurrentPosition();
+    uint64_t value = 0;
+    if (!in_->ReadVarint64(&value) || in_->CurrentPosition() - before > kMaxVarint32Bytes ||
+        value > INT_MAX) {
+      return false;
+    }
     *length = static_cast<int>(value);
     return true;
+  }
+
+  // Skips the field `tag` began, as protobuf's parser does (copying it to
+  // `out`, if given). Not WireFormatLite::SkipField: it reads lengths with
+  // ReadVarint32, which ReadLength says why not to.
+  bool Skip(uint32_t tag, CodedOutputStream* out = nullptr) {
+    switch (WireFormatLite::GetTagWireType(tag)) {
+      case kBytes: {
+        int length = 0;
+        std::string bytes;
+        if (!ReadLength(&length) || !in_->ReadString(&bytes, length)) return false;
+        if (out != nullptr) {
+          out->WriteTag(tag);
+          out->WriteVarint32(static_cast<uint32_t>(length));
+          out->WriteString(bytes);
+        }
+        return true;
+      }
+      case WireFormatLite::WIRETYPE_START_GROUP: {
+        // Its fields, to the END_GROUP of its number, nested no deeper
+        // than protobuf's default recursion limit.
+        if (group_depth_ >= kMaxGroupDepth) return false;
+        ++group_depth_;
+        if (out != nullptr) out->WriteTag(tag);
+        const uint32_t end =
+            Tag(WireFormatLite::GetTagFieldNumber(tag), WireFormatLite::WIRETYPE_END_GROUP);
+        bool ok = false;
+        while (const uint32_t inner = NextTag()) {
+          if (inner == end) {
+            if (out != nullptr) out->WriteTag(inner);
+            ok = true;
+            break;
+          }
+          if (!Skip(inner, out)) break;
+        }
+        --group_depth_;
+        return ok;
+      }
+      case WireFormatLite::WIRETYPE_END_GROUP:
+        return false;  // one that no START_GROUP began
+      default:         // varints and fixed widths: SkipField reads them as protobuf does
+        return out != nullptr ? WireFormatLite::SkipField(in_, tag, out)
+                              : WireFormatLite::SkipField(in_, tag);
+    }
   }
   bool ReadBytes(std::string* out) {
     int length = 0;
@@ -260,7 +311,7 @@ class WireParser {
       } else if (tag == Tag(ShardSlice::kTensorFieldNumber, kBytes)) {
         ok = Nested([&] { return Tensor(slice, &placed); });
       } else {
-        ok = WireFormatLite::SkipField(in_, tag);
+        ok = Skip(tag);
       }
       if (!ok) return false;
     }
@@ -308,7 +359,7 @@ class WireParser {
           ok = in_->ReadString(tensor->mutable_data(), length);
         }
       } else {
-        ok = WireFormatLite::SkipField(in_, tag);
+        ok = Skip(tag);
       }
       if (!ok) return false;
     }
@@ -354,6 +405,9 @@ class WireParser {
     return true;
   }
 
+  // Protobuf's default recursion limit, for groups skipped within groups.
+  static constexpr int kMaxGroupDepth = 100;
+  int group_depth_ = 0;
   CodedInputStream* const in_;
   SlicePlacer* const placer_ = nullptr;              // null: nothing is placed
   const std::shared_ptr<ReceivedMessage> received_;  // null: nothing is left in place
