@@ -107,7 +107,7 @@ runtime_context() {  # DIR: a build context of the runtime stage over this build
     return 1
   fi
   deploy/docker/gather.sh "$(bazel info bazel-bin 2>/dev/null)" "$ctx/out" || return 1
-  mkdir -p "$ctx/out/cuda" "$ctx/deploy/docker"
+  mkdir -p "$ctx/deploy/docker"
   cp deploy/docker/entrypoint.sh "$ctx/deploy/docker/"
   { echo "FROM scratch AS build"
     echo "COPY out/ /out/"

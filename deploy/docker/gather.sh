@@ -2,7 +2,8 @@
 # Gathers what the image carries from a Bazel output tree into OUT_DIR,
 # laid out as the Dockerfile's runtime stage copies it: bin/ (ps_server,
 # worker, fulcrumctl, stripped), python/fulcrum/ (the package, its
-# extension stripped) and examples/ (the Python examples). The Dockerfile's
+# extension stripped), examples/ (the Python examples) and cuda/, empty
+# (the build stage adds CUDA's libraries where it has them). The Dockerfile's
 # build stage runs it after its bazel build; tests/container_test.sh runs it
 # on this checkout's own build.
 #
@@ -14,7 +15,7 @@ if (($# != 2)); then
 fi
 bin=$1
 out=$2
-mkdir -p "$out/bin" "$out/python" "$out/examples"
+mkdir -p "$out/bin" "$out/python" "$out/examples" "$out/cuda"
 cp "$bin/ps_server/ps_server" "$bin/worker/worker" "$bin/deploy/fulcrumctl" "$out/bin/"
 cp -r "$bin/python/site/fulcrum" "$out/python/"
 chmod -R u+w "$out/bin" "$out/python"
