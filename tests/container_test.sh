@@ -98,7 +98,10 @@ fi
 # binaries, as Bazel here has built them for the tests, in place of its
 # build stage, which compiles them again (11 minutes on 2 cores):
 # everything the image carries and does is the same, bar the compiler's -c
-# opt. FULCRUM_IMAGE_FROM_SOURCE=1 builds the whole Dockerfile, as a user does.
+# opt and, where this machine has the CUDA toolkit, a worker built with its
+# CUDA backend (which finds no GPU in the container, says so and trains on
+# the CPU, as the build stage's worker does). FULCRUM_IMAGE_FROM_SOURCE=1
+# builds the whole Dockerfile, as a user does.
 runtime_context() {  # DIR: a build context of the runtime stage over this build's outputs
   local ctx=$1 out
   if ! out=$(bazel build //ps_server:ps_server //worker:worker //deploy:fulcrumctl //python:site 2>&1)
