@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -75,6 +77,9 @@ ABSL_FLAG(std::string, worker_command, "",
           "Python worker on the fulcrum package). It gets the same TF_CONFIG and flags: "
           "--cpu_threads, --strategy, --mode, --staleness, --replicas_to_aggregate, the chief's "
           "--summary_json, --metrics_jsonl and --checkpoint_dir when set, then those after --; "
+          "the launcher's among them also as FULCRUM_<FLAG> environment variables "
+          "(FULCRUM_TLS_CERT, FULCRUM_INSECURE=1, FULCRUM_AUTH_TOKEN_FILE, ...), which "
+          "fulcrum.connect() reads; "
           "and the fulcrum package built under --bin_dir (python/site) ahead of PYTHONPATH. "
           "Only with --strategy=parameter_server.");
 ABSL_FLAG(bool, insecure, false,
@@ -239,6 +244,24 @@ std::vector<std::string> PackagePath(const std::string& bin) {
   const char* inherited = std::getenv("PYTHONPATH");
   return {absl::StrCat("PYTHONPATH=", site, inherited != nullptr && *inherited != '\0' ? ":" : "",
                        inherited != nullptr ? inherited : "")};
+}
+
+// The flags a --worker_command gets, also as its environment: "--tls_cert=F"
+// as FULCRUM_TLS_CERT=F, "--insecure" as FULCRUM_INSECURE=1, so a program
+// that parses no flags (fulcrum.connect(), fulcrum.tensorflow) finds its
+// security settings, mode and the chief's files all the same.
+std::vector<std::string> FlagsAsEnvironment(const std::vector<std::string>& flags) {
+  std::vector<std::string> env;
+  for (const std::string& flag : flags) {
+    if (!absl::StartsWith(flag, "--")) continue;
+    const size_t equals = flag.find('=');
+    std::string name = flag.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    env.push_back(absl::StrCat("FULCRUM_", name, "=",
+                               equals == std::string::npos ? "1" : flag.substr(equals + 1)));
+  }
+  return env;
 }
 
 // A directory of this run's own (certificates, tokens), in `made`, which
@@ -468,10 +491,17 @@ int Run(const std::vector<std::string>& worker_args) {
         argv.push_back("--metrics_jsonl=" + absl::GetFlag(FLAGS_metrics_jsonl));
       }
     }
+    std::vector<std::string> env = worker_env;
+    if (!worker_command.empty()) {
+      const std::vector<std::string> launcher_flags(argv.begin() + worker_command.size(),
+                                                    argv.end());
+      for (std::string& variable : FlagsAsEnvironment(launcher_flags)) {
+        env.push_back(std::move(variable));
+      }
+    }
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
     children.push_back(Spawn(absl::StrCat("worker ", w), argv,
-                             TaskTfConfig(ps_addresses, worker_addresses, "worker", w),
-                             worker_env));
+                             TaskTfConfig(ps_addresses, worker_addresses, "worker", w), env));
   }
 
   // Run until every process has exited, one fails for good, or Ctrl-C.

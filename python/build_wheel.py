@@ -42,7 +42,12 @@ def main():
     package = os.path.join(args.site, "fulcrum")
     with open(os.path.join(package, "__init__.py")) as f:
         version = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
-    files = sorted(n for n in os.listdir(package) if n.endswith(".py") or n == "_fulcrum.so")
+    files = sorted(
+        os.path.relpath(os.path.join(d, n), package)
+        for d, _, names in os.walk(package)
+        for n in names
+        if n.endswith(".py") or n == "_fulcrum.so"
+    )
     if "_fulcrum.so" not in files:
         sys.exit("build_wheel: %s has no _fulcrum.so; bazel build //python:site first" % package)
     dist_info = "fulcrum-%s.dist-info" % version
@@ -59,6 +64,8 @@ def main():
             "Provides-Extra: torch",
             'Requires-Dist: torch; extra == "torch"',
             'Requires-Dist: threadpoolctl; extra == "torch"',
+            "Provides-Extra: tensorflow",
+            'Requires-Dist: tensorflow-cpu>=2.17; extra == "tensorflow"',
             "",
             "The native extension links Debian 12's libgrpc++, libprotobuf and libabsl.",
             "",

@@ -88,9 +88,14 @@ class Client:
 
     # -- Context manager -----------------------------------------------------
     def __enter__(self):
+        self.start_heartbeats()
+        return self
+
+    def start_heartbeats(self):
+        """Keeps this worker's lease with the servers from now on (a thread
+        sends heartbeats; none for a read-only client)."""
         if self.worker_id >= 0:
             self._native.start_heartbeats(self._heartbeat_interval)
-        return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None or self.worker_id < 0:
@@ -343,6 +348,49 @@ def _as_ids(ids):
     return np.ascontiguousarray(ids, dtype=np.int64)
 
 
+_ENVIRONMENT = (
+    "mode",
+    "tls_cert",
+    "tls_key",
+    "tls_ca",
+    "insecure",
+    "checkpoint_dir",
+    "cpu_threads",
+)
+
+
+def environment(environ=None):
+    """What the launcher (local_cluster --worker_command) and the container
+    image's entrypoint tell a program through its environment, as its
+    flags tell a daemon: {"mode", "tls_cert", "tls_key", "tls_ca",
+    "insecure", "checkpoint_dir", "cpu_threads", "auth_token"} for each
+    FULCRUM_<NAME> set, the token read from FULCRUM_CONTROL_TOKEN_FILE (the
+    chief's) or else FULCRUM_AUTH_TOKEN_FILE. A TLS setting given in part
+    is an InvalidArgument: it never falls back to plaintext."""
+    environ = os.environ if environ is None else environ
+    env = {}
+    for name in _ENVIRONMENT:
+        value = environ.get("FULCRUM_" + name.upper(), "")
+        if value:
+            env[name] = value
+    tls = [name for name in ("tls_cert", "tls_key", "tls_ca") if name in env]
+    if tls and len(tls) != 3:
+        raise _fulcrum.InvalidArgument(
+            "FULCRUM_TLS_CERT, FULCRUM_TLS_KEY and FULCRUM_TLS_CA go together; only %s is set"
+            % ", ".join("FULCRUM_" + name.upper() for name in tls)
+        )
+    if tls and "insecure" in env:
+        raise _fulcrum.InvalidArgument("FULCRUM_INSECURE and FULCRUM_TLS_* are both set")
+    token_file = environ.get("FULCRUM_CONTROL_TOKEN_FILE") or environ.get("FULCRUM_AUTH_TOKEN_FILE")
+    if token_file:
+        try:
+            with open(token_file) as f:
+                env["auth_token"] = f.read().strip()
+        except OSError as e:
+            raise _fulcrum.InvalidArgument("cannot read the token file %s: %s" % (token_file, e))
+    return env
+
+
 def _hosts(value):
     if isinstance(value, str):
         return [h for h in value.split(",") if h]
@@ -354,7 +402,7 @@ def connect(
     *,
     worker_id=None,
     num_replicas=None,
-    mode="async",
+    mode=None,
     cluster_spec=None,
     tf_config=None,
     call_timeout=60.0,
@@ -380,12 +428,22 @@ def connect(
     `chief_host`, `task_type` default "worker", `task_index`); else
     `tf_config` (JSON text), else the TF_CONFIG environment variable. The
     worker id is then the task's replica id (the chief is 0; an evaluator
-    reads only). With `check_mode`, every server must run `mode` (this waits
-    for them, within retry_timeout). With `tls_cert`, `tls_key` and `tls_ca`
-    (PEM files, as the daemons' flags take them), calls are mutual TLS;
-    without, plaintext. `auth_token` (the token itself, not its file) goes
-    with every call, for servers that need one. See docs/python.md
-    and "Security"."""
+    reads only). `mode` ("sync", "async" or "ssp") defaults to the servers'
+    own; with `check_mode`, every server must run it (this waits for them,
+    within retry_timeout). With `tls_cert`, `tls_key` and `tls_ca` (PEM
+    files, as the daemons' flags take them), calls are mutual TLS;
+    `auth_token` (the token itself, not its file) goes with every call, for
+    servers that need one. Security settings not given are those of the
+    environment the launcher and the container image's entrypoint set
+    (environment()): a program run by them needs no flags. Without any,
+    plaintext. See docs/python.md and "Security"."""
+    env = environment()
+    if mode is None:
+        mode = env.get("mode")
+    if tls_cert is None and tls_key is None and tls_ca is None:
+        tls_cert, tls_key, tls_ca = env.get("tls_cert"), env.get("tls_key"), env.get("tls_ca")
+    if auth_token is None:
+        auth_token = env.get("auth_token")
     host_flags = worker_hosts is not None or chief_host is not None
     if ps_hosts is not None and not host_flags and not cluster_spec:
         addresses = _hosts(ps_hosts)
@@ -412,19 +470,27 @@ def connect(
             raise _fulcrum.InvalidArgument(
                 "the cluster spec lists no parameter servers (cluster.ps)"
             )
-    native = _fulcrum.Client(
-        addresses,
-        int(replica),
-        mode,
-        float(call_timeout),
-        float(retry_timeout),
-        wire_dtype,
-        int(channels_per_server),
-        tls_cert or "",
-        tls_key or "",
-        tls_ca or "",
-        auth_token or "",
-    )
+
+    def native_client(mode):
+        return _fulcrum.Client(
+            addresses,
+            int(replica),
+            mode,
+            float(call_timeout),
+            float(retry_timeout),
+            wire_dtype,
+            int(channels_per_server),
+            tls_cert or "",
+            tls_key or "",
+            tls_ca or "",
+            auth_token or "",
+        )
+
+    native = native_client(mode or "async")
+    if mode is None:  # the servers' own, as the first of them says
+        runs = json.loads(native.describe()[0]).get("mode", "").lower()
+        if runs and runs != native.mode:
+            native = native_client(runs)
     client = Client(
         native,
         worker_id=int(replica),

@@ -99,6 +99,32 @@ def load(
     return Dataset(d["features"], d["labels"], d["ids"], d["num_classes"], d["oracle_auc"])
 
 
+def share(client, num_workers, epoch):
+    """This worker's share of `epoch` (from 0) as (shard, shards): it takes
+    the examples i with i % shards == shard. The servers say who is gone for
+    good, whose shares are dealt over the others; when they cannot be
+    asked, the worker keeps its own share (worker_id, num_workers)."""
+    own = client.worker_id, num_workers
+    try:
+        shard, shards, gone = client._native.deal_epoch(*own)
+    except _fulcrum.Error as e:
+        _log.warning(
+            "epoch %d: cannot ask the servers who is left (%s); keeping this worker's share",
+            epoch + 1,
+            e,
+        )
+        return own
+    if gone:
+        _log.warning(
+            "epoch %d: worker(s) %s gone for good; their share of the data is re-dealt "
+            "over the %d worker(s) left",
+            epoch + 1,
+            ", ".join(str(w) for w in gone),
+            shards,
+        )
+    return shard, shards
+
+
 class Dealer:
     """This worker's batches of `num_examples` examples (indices 0 to
     num_examples - 1), `batch_size` each, for `epochs` epochs, shuffled from
@@ -131,25 +157,7 @@ class Dealer:
         return self._native.steps_per_epoch
 
     def _deal(self, epoch):
-        own = self._client.worker_id, self.num_workers
-        try:
-            shard, shards, gone = self._client._native.deal_epoch(*own)
-        except _fulcrum.Error as e:
-            _log.warning(
-                "epoch %d: cannot ask the servers who is left (%s); keeping this worker's share",
-                epoch + 1,
-                e,
-            )
-            return own
-        if gone:
-            _log.warning(
-                "epoch %d: worker(s) %s gone for good; their share of the data is re-dealt "
-                "over the %d worker(s) left",
-                epoch + 1,
-                ", ".join(str(w) for w in gone),
-                shards,
-            )
-        return shard, shards
+        return share(self._client, self.num_workers, epoch)
 
     def __iter__(self):
         while True:
