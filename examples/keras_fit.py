@@ -64,7 +64,7 @@ with strategy.scope():
 
 model.fit(train_dataset, epochs=args.epochs, verbose=2)
 eval_loss, eval_acc = model.evaluate(test_dataset, verbose=0)
-print("Eval loss: {}, Eval accuracy: {}".format(eval_loss, eval_acc), flush=True)
+print(f"Eval loss: {eval_loss}, Eval accuracy: {eval_acc}", flush=True)
 # Not in the guide: the chief's result, for the tests and the benchmark.
 if os.environ.get("FULCRUM_SUMMARY_JSON"):
     with open(os.environ["FULCRUM_SUMMARY_JSON"], "w") as f:

@@ -102,7 +102,7 @@ def train_step(inputs):
         predictions = model(images, training=True)
         loss = compute_loss(labels, predictions, model.losses)
     gradients = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+    optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # noqa: B905 (the guide's)
     train_accuracy.update_state(labels, predictions)
     return loss
 

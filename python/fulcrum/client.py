@@ -387,7 +387,9 @@ def environment(environ=None):
             with open(token_file) as f:
                 env["auth_token"] = f.read().strip()
         except OSError as e:
-            raise _fulcrum.InvalidArgument("cannot read the token file %s: %s" % (token_file, e))
+            raise _fulcrum.InvalidArgument(
+                "cannot read the token file %s: %s" % (token_file, e)
+            ) from None
     return env
 
 

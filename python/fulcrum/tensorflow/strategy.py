@@ -151,7 +151,7 @@ class ParameterServerStrategy:
         )
 
     def _apply(self, optimizer, spec, grads, variables):
-        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        pairs = [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None]
         if not pairs:
             return
         variables = [v for _, v in pairs]
@@ -164,13 +164,14 @@ class ParameterServerStrategy:
             stateful=True,
             name="fulcrum_push_pull",
         )
-        for variable, value in zip(variables, values):
+        for variable, value in zip(variables, values, strict=True):
             variable.assign(tf.ensure_shape(value, variable.shape))
         optimizer.iterations.assign_add(1)
 
     def _push_pull(self, names, gradients):
         grads = {
-            name: np.ascontiguousarray(g, dtype=np.float32) for name, g in zip(names, gradients)
+            name: np.ascontiguousarray(g, dtype=np.float32)
+            for name, g in zip(names, gradients, strict=True)
         }
         out = {name: np.empty(grads[name].shape, np.float32) for name in names}
         self._client.push_pull(grads, out)
