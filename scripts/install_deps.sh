@@ -65,3 +65,8 @@ if [ ! -d "$TEST_SITE/safetensors" ]; then
   echo "installing safetensors into $TEST_SITE"
   "$TOOLS_VENV/bin/pip" install -q --target "$TEST_SITE" safetensors==0.8.0
 fi
+# TensorFlow (tensorflow-cpu from PyPI) in a virtual environment of its
+# own, for fulcrum.tensorflow's tests and the TensorFlow baselines, with
+# pytest beside it.
+tf_python=$("$(dirname "$0")/../bench/tf_venv.sh")
+"$tf_python" -c "import pytest" 2>/dev/null || "${tf_python%/python}/pip" install -q pytest==9.2.0

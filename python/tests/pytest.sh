@@ -4,8 +4,16 @@
 # from the runfiles and the daemons beside it. Cases go to Bazel's test.xml,
 # so scripts/summarize_tests.py counts each one.
 #
-#   pytest.sh FILE...     (paths relative to the workspace)
+#   pytest.sh [--python=PATH] FILE...     (paths relative to the workspace)
+#
+# --python: another interpreter with pytest (the TensorFlow tests run with
+# the virtual environment bench/tf_venv.sh makes).
 set -euo pipefail
+python=/usr/bin/python3
+if [[ "${1:-}" == --python=* ]]; then
+  python=${1#--python=}
+  shift
+fi
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 # safetensors, for the export tests (scripts/install_deps.sh installs it).
 export PYTHONPATH="$root/python/site:$root/bench:/opt/fulcrum-tools/site"
@@ -14,5 +22,5 @@ export FULCRUM_SOURCE_DIR="$root"
 files=()
 for f in "$@"; do files+=("$root/$f"); done
 cd "${TEST_TMPDIR}"
-exec /usr/bin/python3 -m pytest -q -p no:cacheprovider --junitxml="${XML_OUTPUT_FILE}" \
+exec "$python" -m pytest -q -p no:cacheprovider --junitxml="${XML_OUTPUT_FILE}" \
   -o junit_family=xunit1 "${files[@]}"

@@ -59,6 +59,7 @@ class ParameterServerStrategy:
         self._variables = {}  # name -> the variable
         self._epochs = 0  # distributed datasets' iterations begun
         self._checkpoints = None
+        self._finished = False
         if self._client.is_chief and "checkpoint_dir" in env:
             self._checkpoints = _checkpoints.Checkpoints(
                 self._client,
@@ -164,6 +165,8 @@ class ParameterServerStrategy:
             stateful=True,
             name="fulcrum_push_pull",
         )
+        if not isinstance(values, (list, tuple)):
+            values = [values]  # numpy_function's one output comes alone
         for variable, value in zip(variables, values, strict=True):
             variable.assign(tf.ensure_shape(value, variable.shape))
         optimizer.iterations.assign_add(1)
@@ -229,19 +232,30 @@ class ParameterServerStrategy:
             self._variables[name].assign(value)
 
     # -- The job's end -------------------------------------------------------
-    def _finish(self, crashed):
+    def finish(self):
+        """Tells the servers this worker has finished training (the chief:
+        after a last checkpoint, that the job is done, so the servers exit).
+        A program that returns cleanly does this at exit by itself; once:
+        later calls do nothing."""
+        if self._finished:
+            return
+        self._finished = True
+        client = self._client
+        client.finish()
+        if client.is_chief:
+            if self._checkpoints is not None:
+                self._checkpoints.save(client.step, {})
+            client.job_done("the chief's TensorFlow program finished")
+
+    def _at_exit(self, crashed):
         if crashed:
             return  # the lease lapses: the servers judge this worker dead
-        client = self._client
         try:
-            client.finish()
-            if client.is_chief:
-                if self._checkpoints is not None:
-                    self._checkpoints.save(client.step, {})
-                client.job_done("the chief's TensorFlow program finished")
+            self.finish()
         except _fulcrum.Error as e:
             print(
-                "fulcrum: could not tell the servers this worker finished: %s" % e, file=sys.stderr
+                "fulcrum: could not tell the servers this worker finished: %s" % e,
+                file=sys.stderr,
             )
 
 
@@ -317,5 +331,5 @@ def _watch_exit(strategy):
             previous(kind, value, tb)
 
         sys.excepthook = excepthook
-        atexit.register(lambda: [s._finish(bool(_crashed)) for s in _strategies])
+        atexit.register(lambda: [s._at_exit(bool(_crashed)) for s in _strategies])
     _strategies.append(strategy)

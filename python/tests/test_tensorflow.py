@@ -1,0 +1,215 @@
+"""fulcrum.tensorflow against real servers and through the launcher, run with
+the TensorFlow virtual environment's Python (bench/tf_venv.sh)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import binary
+
+import fulcrum
+import fulcrum.tensorflow
+from fulcrum.tensorflow import data as tf_data
+
+SOURCE = os.environ.get("FULCRUM_SOURCE_DIR", ".")
+
+
+@pytest.mark.parametrize(
+    "optimizer, kind, fields",
+    [
+        (lambda: keras.optimizers.SGD(0.1), "SGD", {"learning_rate": 0.1}),
+        (
+            lambda: keras.optimizers.SGD(0.1, momentum=0.8, nesterov=True),
+            "MOMENTUM",
+            {"momentum": 0.8, "nesterov": True},
+        ),
+        (
+            lambda: keras.optimizers.Adam(0.002, beta_1=0.8, epsilon=1e-6),
+            "ADAM",
+            {"learning_rate": 0.002, "beta1": 0.8, "beta2": 0.999, "epsilon": 1e-6},
+        ),
+        (
+            lambda: keras.optimizers.Adagrad(0.05),
+            "ADAGRAD",
+            {"initial_accumulator_value": 0.1, "epsilon": 1e-7},
+        ),
+        (
+            lambda: keras.optimizers.Ftrl(0.05, l1_regularization_strength=0.01, beta=0.5),
+            "FTRL",
+            {"l1": 0.01, "l2": 0.0, "ftrl_beta": 0.5},
+        ),
+    ],
+)
+def test_keras_optimizers_map_to_the_servers_with_their_hyperparameters(optimizer, kind, fields):
+    spec = fulcrum.tensorflow.server_optimizer(optimizer())
+    assert spec["kind"] == kind
+    for name, value in fields.items():
+        assert spec[name] == pytest.approx(value), name
+
+
+@pytest.mark.parametrize(
+    "optimizer, named",
+    [
+        (lambda: keras.optimizers.AdamW(0.001), "weight_decay"),
+        (lambda: keras.optimizers.RMSprop(0.001), "do not implement it"),
+        (lambda: keras.optimizers.Adam(0.001, clipnorm=1.0), "clipnorm"),
+        (lambda: keras.optimizers.SGD(0.1, global_clipnorm=1.0), "global_clipnorm"),
+        (lambda: keras.optimizers.Adam(0.001, use_ema=True), "use_ema"),
+        (lambda: keras.optimizers.Adam(0.001, amsgrad=True), "amsgrad"),
+        (
+            lambda: keras.optimizers.SGD(
+                keras.optimizers.schedules.ExponentialDecay(0.1, 100, 0.9)
+            ),
+            "learning-rate schedule",
+        ),
+        (lambda: keras.optimizers.Ftrl(0.1, learning_rate_power=-0.3), "learning_rate_power"),
+    ],
+)
+def test_what_the_servers_would_not_honour_is_refused_by_name(optimizer, named):
+    with pytest.raises(ValueError) as e:
+        fulcrum.tensorflow.server_optimizer(optimizer())
+    assert named in str(e.value) and "Adam, Adagrad and Ftrl" in str(e.value)
+
+
+def test_shares_of_a_dataset_are_disjoint_and_as_long_as_each_other():
+    batches = tf.data.Dataset.range(100).batch(10)  # 10 batches over 3 workers
+    shares = [list(tf_data.take_share(batches, r, 3).as_numpy_iterator()) for r in range(3)]
+    assert [len(s) for s in shares] == [3, 3, 3]
+    seen = np.concatenate([b for s in shares for b in s])
+    assert len(seen) == len(set(seen.tolist())) == 90
+    x, y = tf_data.share_for_fit((1, 3), np.arange(10), np.arange(10) * 2)
+    assert x.tolist() == [1, 4, 7] and y.tolist() == [2, 8, 14]
+
+
+def test_apply_gradients_eagerly_and_in_a_tf_function_update_the_servers(servers):
+    s = servers(num_ps=2)
+    strategy = fulcrum.tensorflow.ParameterServerStrategy(ps_hosts=s.hosts)
+    with strategy.scope():
+        w = tf.Variable(np.arange(6, dtype=np.float32).reshape(3, 2), name="w")
+        optimizer = keras.optimizers.SGD(0.5)
+    grad = tf.ones((3, 2))
+    optimizer.apply_gradients([(grad, w)])
+    expected = np.arange(6, dtype=np.float32).reshape(3, 2) - 0.5
+    np.testing.assert_allclose(w.numpy(), expected)
+
+    @tf.function
+    def step(g):
+        strategy.run(lambda: optimizer.apply_gradients([(g, w)]))
+
+    step(grad * 2)
+    expected -= 1.0
+    np.testing.assert_allclose(w.numpy(), expected)
+    np.testing.assert_allclose(strategy.client.pull()["w"], expected)  # the servers' value
+    assert int(optimizer.iterations.numpy()) == 2
+    # A plain tf.keras Embedding's sparse gradient is pushed dense.
+    with strategy.scope():
+        layer = keras.layers.Embedding(4, 2)
+        layer.build((None,))
+        sgd = keras.optimizers.SGD(1.0)
+    before = layer.embeddings.numpy().copy()
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(tf.constant([1, 1, 3])))
+    sgd.apply_gradients(
+        zip(tape.gradient(loss, [layer.embeddings]), [layer.embeddings], strict=True)
+    )
+    moved = before - layer.embeddings.numpy()
+    np.testing.assert_allclose(moved, [[0, 0], [2, 2], [0, 0], [1, 1]])
+    strategy.finish()
+    assert s.wait_exited(timeout=30) == [0, 0]  # the chief ended the job
+
+
+PROGRAM = textwrap.dedent(
+    """
+    import sys, keras, numpy as np, tensorflow as tf, fulcrum.tensorflow
+    strategy = fulcrum.tensorflow.ParameterServerStrategy(ps_hosts=sys.argv[1])
+    with strategy.scope():
+        v = tf.Variable(np.zeros(4, np.float32), name="v")
+        opt = keras.optimizers.SGD(1.0)
+    opt.apply_gradients([(tf.ones(4), v)])
+    if sys.argv[2] == "crash":
+        raise RuntimeError("the program fails")
+    """
+)
+
+
+@pytest.mark.parametrize("ending", ["clean", "crash"])
+def test_a_clean_exit_ends_the_job_and_a_crash_lets_the_lease_lapse(servers, tmp_path, ending):
+    s = servers(num_ps=1, flags=["--lease_timeout_ms=60000"])
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    done = subprocess.run(
+        [sys.executable, str(script), s.hosts, ending], capture_output=True, text=True, timeout=120
+    )
+    if ending == "clean":
+        assert done.returncode == 0, done.stderr
+        assert s.wait_exited(timeout=30) == [0]  # the chief said the job is done
+        return
+    assert done.returncode == 1 and "the program fails" in done.stderr
+    reader = fulcrum.connect(s.hosts, worker_id=-1)
+    (worker,) = reader.describe()[0]["workers"]
+    assert not worker.get("finished") and s.procs[0].poll() is None
+
+
+def test_the_environment_gives_the_security_settings_and_never_half_of_tls(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    env = fulcrum.client.environment(
+        {"FULCRUM_INSECURE": "1", "FULCRUM_AUTH_TOKEN_FILE": str(token), "FULCRUM_MODE": "sync"}
+    )
+    assert env == {"insecure": "1", "auth_token": "secret", "mode": "sync"}
+    with pytest.raises(fulcrum.InvalidArgument, match="FULCRUM_TLS_KEY"):
+        fulcrum.client.environment({"FULCRUM_TLS_CERT": "c.pem", "FULCRUM_TLS_CA": "ca.pem"})
+
+
+def launch(program, summary, *flags, mode="sync", worker_flags=()):
+    return subprocess.run(
+        [
+            binary("deploy/local_cluster"),
+            "--num_ps=2",
+            "--num_workers=3",
+            "--mode=" + mode,
+            "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
+            "--worker_command=%s %s" % (sys.executable, os.path.join(SOURCE, "examples", program)),
+            "--summary_json=%s" % summary,
+            *flags,
+            "--",
+            "--train_examples=6000",
+            "--test_examples=1000",
+            *worker_flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+
+
+def test_the_guides_custom_loop_trains_through_the_launcher_over_tls(tmp_path):
+    summary = tmp_path / "summary.json"
+    done = launch("tf_custom_loop.py", summary, worker_flags=["--epochs=2"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for w in range(3):
+        assert "[worker %d] Epoch 2, Loss:" % w in done.stdout
+    # Sync steps: every replica ends with the servers' same values.
+    finals = {
+        line.split()[-1] for line in done.stdout.splitlines() if "final test accuracy" in line
+    }
+    assert len(finals) == 1, done.stdout[-2000:]
+    assert json.loads(summary.read_text())["test_accuracy"] > 0.7
+    assert "mutual TLS" in done.stdout
+
+
+def test_keras_fit_trains_each_workers_share_through_the_launcher(tmp_path):
+    summary = tmp_path / "summary.json"
+    done = launch("keras_fit.py", summary, "--insecure", worker_flags=["--epochs=2"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # 6000 examples in batches of 64: 93 whole batches, 31 for each worker.
+    for w in range(3):
+        assert "[worker %d] 31/31" % w in done.stdout, done.stdout[-3000:]
+    assert json.loads(summary.read_text())["test_accuracy"] > 0.7
