@@ -25,7 +25,8 @@ manifests give a program: no flags to parse. TensorFlow (tensorflow-cpu
 does not need it, this module does. See docs/tensorflow.md.
 """
 
+from fulcrum.tensorflow.layers import Embedding
 from fulcrum.tensorflow.optimizers import server_optimizer
 from fulcrum.tensorflow.strategy import ParameterServerStrategy
 
-__all__ = ["ParameterServerStrategy", "server_optimizer"]
+__all__ = ["Embedding", "ParameterServerStrategy", "server_optimizer"]

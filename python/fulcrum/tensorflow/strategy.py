@@ -60,6 +60,9 @@ class ParameterServerStrategy:
         self._epochs = 0  # distributed datasets' iterations begun
         self._checkpoints = None
         self._finished = False
+        self._adopted = []  # the servers' optimizer specs of the adopted Keras optimizers
+        self._table_anchors = set()  # id() of fulcrum.tensorflow.Embedding's anchors
+        self._row_gradients = {}  # table -> [(ids, rows)] handed since the last push
         if self._client.is_chief and "checkpoint_dir" in env:
             self._checkpoints = _checkpoints.Checkpoints(
                 self._client,
@@ -133,6 +136,7 @@ class ParameterServerStrategy:
         apply its updates on the servers, or raises ValueError."""
         spec = _optimizers.server_optimizer(optimizer)
         _owners[optimizer] = self
+        self._adopted.append(spec)
 
         def apply(opt, grads, trainable_variables=None):
             if trainable_variables is None:
@@ -151,9 +155,36 @@ class ParameterServerStrategy:
             optimizer, "apply_gradients", types.MethodType(apply_gradients, optimizer)
         )
 
+    def _table_optimizer(self, table):
+        if not self._adopted:
+            raise ValueError(
+                "table '%s': give its optimizer (fulcrum.adagrad(...)), or create the Keras "
+                "optimizer under the scope before the layer's first call" % table
+            )
+        return self._adopted[-1]
+
+    def _hand_rows(self, table, ids, rows):
+        """An Embedding's gradient rows, pushed by the next apply."""
+        self._row_gradients.setdefault(table, []).append((ids.copy(), rows.copy()))
+        return np.int64(len(ids))
+
+    def _push_rows(self):
+        if not self._row_gradients:
+            return
+        handed, self._row_gradients = self._row_gradients, {}
+        ids = {t: np.concatenate([i for i, _ in parts]) for t, parts in handed.items()}
+        rows = {t: np.concatenate([g for _, g in parts]) for t, parts in handed.items()}
+        self._client.push_tables(ids, rows)
+
     def _apply(self, optimizer, spec, grads, variables):
-        pairs = [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None]
-        if not pairs:
+        pairs = [
+            (g, v)
+            for g, v in zip(grads, variables, strict=True)
+            if g is not None and id(v) not in self._table_anchors
+        ]
+        if not pairs:  # only tables' rows (or nothing) to push
+            tf.numpy_function(lambda: np.int64(self._push_rows() or 0), [], tf.int64, stateful=True)
+            optimizer.iterations.assign_add(1)
             return
         variables = [v for _, v in pairs]
         names = self._bind(spec, variables)
@@ -177,6 +208,7 @@ class ParameterServerStrategy:
             for name, g in zip(names, gradients, strict=True)
         }
         out = {name: np.empty(grads[name].shape, np.float32) for name in names}
+        self._push_rows()
         self._client.push_pull(grads, out)
         if self._checkpoints is not None:
             self._checkpoints.maybe_save(self._client.step, dict)
@@ -257,6 +289,14 @@ class ParameterServerStrategy:
                 "fulcrum: could not tell the servers this worker finished: %s" % e,
                 file=sys.stderr,
             )
+
+
+def current(what):
+    """The strategy whose scope() is open (the innermost); a ValueError
+    saying that `what` needs one otherwise."""
+    if not _open_scopes:
+        raise ValueError("create %s under a fulcrum.tensorflow strategy's scope()" % what)
+    return _open_scopes[-1]
 
 
 def _limit_threads(n):
