@@ -5,7 +5,8 @@ fulcrum.tensorflow.Embedding tables, trained with Model.fit.
 The 26 categorical fields' ids (63-bit keys, each field's its own) go into
 one table on the servers, keyed by the ids themselves (no vocabulary, no
 hashing), whose rows sparse Adagrad updates there; the rows, side by side with the 13
-numeric features, feed an MLP to the click's logit, which Adam trains. The
+numeric features, feed an MLP (64-32) to the click's logit, which Adam
+trains: the C++ CTR model's architecture and hyperparameters. The
 data is the C++ worker's synthetic_ctr, whose test split's best possible
 AUC is known: the chief prints its AUC against it. Run it through the
 launcher:
@@ -26,12 +27,15 @@ import fulcrum.data
 import fulcrum.tensorflow
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("--epochs", type=int, default=1)
+parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--batch_size", type=int, default=256)
 parser.add_argument("--dim", type=int, default=16, help="Each field's row width.")
-parser.add_argument("--train_examples", type=int, default=300000)
-parser.add_argument("--test_examples", type=int, default=50000)
-parser.add_argument("--vocabulary", type=int, default=100000, help="Ids per field.")
+parser.add_argument("--train_examples", type=int, default=2000000)
+parser.add_argument("--test_examples", type=int, default=100000)
+parser.add_argument("--vocabulary", type=int, default=1000000, help="Ids per field.")
+parser.add_argument(
+    "--admit_after", type=int, default=4, help="Store an id at its N-th push (the table's)."
+)
 args, _ = parser.parse_known_args()  # the launcher's flags are not this program's
 
 strategy = fulcrum.tensorflow.ParameterServerStrategy()
@@ -59,7 +63,7 @@ with strategy.scope():
     logit = tf.keras.layers.Dense(1)(x)
     model = tf.keras.Model([numeric, ids], logit)
     model.compile(
-        optimizer=tf.keras.optimizers.Adam(0.001),
+        optimizer=tf.keras.optimizers.Adam(0.002),
         loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
         metrics=[tf.keras.metrics.AUC(from_logits=True, name="auc")],
     )

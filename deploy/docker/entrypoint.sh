@@ -24,6 +24,10 @@
 # role's with FULCRUM_TLS_ROLE, as a server's health probe uses the
 # server's own) and ca.pem go to the daemon as --tls_cert, --tls_key and
 # --tls_ca. Without it, FLAGS must choose: the --tls_* flags, or --insecure.
+# A Python program also gets the TLS files, its task type and its index
+# as FULCRUM_TLS_CERT, FULCRUM_TLS_KEY, FULCRUM_TLS_CA, FULCRUM_TASK_TYPE and
+# FULCRUM_TASK_INDEX, which fulcrum.connect() reads with FULCRUM_PS_HOSTS
+# and the others: a program that parses no flags finds the cluster.
 set -eu
 
 bin_dir=${FULCRUM_BIN_DIR:-/usr/local/bin}
@@ -47,6 +51,10 @@ if [ -n "${FULCRUM_TLS_DIR:-}" ]; then
   cert=${FULCRUM_TLS_ROLE:-$task_type}
   set -- "--tls_cert=$FULCRUM_TLS_DIR/$cert.pem" "--tls_key=$FULCRUM_TLS_DIR/$cert.key" \
     "--tls_ca=$FULCRUM_TLS_DIR/ca.pem" "$@"
+  # A Python program that parses no flags (fulcrum.connect(),
+  # fulcrum.tensorflow) reads them from its environment.
+  export FULCRUM_TLS_CERT="$FULCRUM_TLS_DIR/$cert.pem" FULCRUM_TLS_KEY="$FULCRUM_TLS_DIR/$cert.key"
+  export FULCRUM_TLS_CA="$FULCRUM_TLS_DIR/ca.pem"
 fi
 
 case "$role" in
@@ -81,6 +89,7 @@ if [ -z "${TF_CONFIG:-}" ]; then
   # (common/cluster_flags.h) as from TF_CONFIG.
   set -- "--ps_hosts=${FULCRUM_PS_HOSTS:-}" "--worker_hosts=${FULCRUM_WORKER_HOSTS:-}" \
     "--chief_host=${FULCRUM_CHIEF_HOST:-}" "--task_type=$task_type" "--task_index=$index" "$@"
+  export FULCRUM_TASK_TYPE="$task_type" FULCRUM_TASK_INDEX="$index"
   echo "fulcrum-entrypoint: $role $program with $*" >&2
 else
   echo "fulcrum-entrypoint: $role $program with TF_CONFIG=$TF_CONFIG" >&2

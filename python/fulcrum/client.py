@@ -356,6 +356,11 @@ _ENVIRONMENT = (
     "insecure",
     "checkpoint_dir",
     "cpu_threads",
+    "ps_hosts",
+    "worker_hosts",
+    "chief_host",
+    "task_type",
+    "task_index",
 )
 
 
@@ -363,9 +368,12 @@ def environment(environ=None):
     """What the launcher (local_cluster --worker_command) and the container
     image's entrypoint tell a program through its environment, as its
     flags tell a daemon: {"mode", "tls_cert", "tls_key", "tls_ca",
-    "insecure", "checkpoint_dir", "cpu_threads", "auth_token"} for each
-    FULCRUM_<NAME> set, the token read from FULCRUM_CONTROL_TOKEN_FILE (the
-    chief's) or else FULCRUM_AUTH_TOKEN_FILE. A TLS setting given in part
+    "insecure", "checkpoint_dir", "cpu_threads", "auth_token"} and, where
+    there is no TF_CONFIG, the cluster as the entrypoint takes it
+    {"ps_hosts", "worker_hosts", "chief_host", "task_type", "task_index"},
+    for each FULCRUM_<NAME> set; the token is read from
+    FULCRUM_CONTROL_TOKEN_FILE (the chief's) or else
+    FULCRUM_AUTH_TOKEN_FILE. A TLS setting given in part
     is an InvalidArgument: it never falls back to plaintext."""
     environ = os.environ if environ is None else environ
     env = {}
@@ -440,6 +448,14 @@ def connect(
     (environment()): a program run by them needs no flags. Without any,
     plaintext. See docs/python.md and "Security"."""
     env = environment()
+    cluster_given = ps_hosts or cluster_spec or tf_config or os.environ.get("TF_CONFIG")
+    if not cluster_given and "ps_hosts" in env:  # the container image's entrypoint
+        ps_hosts, worker_hosts, chief_host = (
+            env["ps_hosts"],
+            env.get("worker_hosts", ""),
+            env.get("chief_host", ""),
+        )
+        task_type, task_index = env.get("task_type", "worker"), int(env.get("task_index", 0))
     if mode is None:
         mode = env.get("mode")
     if tls_cert is None and tls_key is None and tls_ca is None:

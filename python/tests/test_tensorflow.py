@@ -201,6 +201,22 @@ def test_the_environment_gives_the_security_settings_and_never_half_of_tls(tmp_p
         fulcrum.client.environment({"FULCRUM_TLS_CERT": "c.pem", "FULCRUM_TLS_CA": "ca.pem"})
 
 
+def test_the_container_entrypoints_environment_gives_the_cluster(servers, monkeypatch):
+    s = servers(mode="sync", num_ps=2, workers=2)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for name, value in {
+        "FULCRUM_PS_HOSTS": s.hosts,
+        "FULCRUM_WORKER_HOSTS": "127.0.0.1:1",
+        "FULCRUM_CHIEF_HOST": "127.0.0.1:2",
+        "FULCRUM_TASK_TYPE": "worker",
+        "FULCRUM_TASK_INDEX": "0",
+    }.items():
+        monkeypatch.setenv(name, value)
+    client = fulcrum.connect()  # no arguments: the environment's cluster, the servers' mode
+    assert (client.worker_id, client.num_replicas, client.mode) == (1, 2, "sync")
+    assert client.addresses == s.hosts.split(",")
+
+
 def launch(program, summary, *flags, mode="sync", worker_flags=(), data=None):
     return subprocess.run(
         [
