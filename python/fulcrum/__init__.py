@@ -11,7 +11,7 @@ Errors are fulcrum.Error subclasses named after gRPC status codes
 whoever refused the call. See docs/python.md.
 """
 
-from fulcrum import data
+from fulcrum import collective, data
 from fulcrum._fulcrum import (  # the error classes
     Aborted,
     AlreadyExists,
@@ -78,6 +78,7 @@ __all__ = [
     "PushStats",
     "connect",
     "load_checkpoint",
+    "collective",
     "data",
     "adagrad",
     "adam",

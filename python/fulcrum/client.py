@@ -407,6 +407,47 @@ def _hosts(value):
     return list(value)
 
 
+def resolve_cluster(
+    cluster_spec=None,
+    tf_config=None,
+    *,
+    ps_hosts=None,
+    worker_hosts=None,
+    chief_host=None,
+    task_type=None,
+    task_index=0,
+):
+    """The cluster as the daemons resolve it: from the host flags' values
+    (`ps_hosts` with `worker_hosts` and/or `chief_host`, `task_type`
+    default "worker", `task_index`), else the TF_CONFIG JSON file
+    `cluster_spec`, else `tf_config` (JSON text), else the TF_CONFIG
+    environment variable, else the container entrypoint's FULCRUM_PS_HOSTS,
+    FULCRUM_WORKER_HOSTS, FULCRUM_CHIEF_HOST, FULCRUM_TASK_TYPE and
+    FULCRUM_TASK_INDEX. Returns {"ps": [addresses], "replicas": [the
+    training replicas' addresses, the chief first], "num_replicas",
+    "replica_id" (None for a task that trains no share), "task_type",
+    "task_index"}; InvalidArgument naming what is wrong."""
+    host_flags = worker_hosts is not None or chief_host is not None
+    if tf_config is None:
+        tf_config = os.environ.get("TF_CONFIG", "")
+    if not (host_flags or cluster_spec or tf_config):
+        env = environment()
+        if "ps_hosts" in env or "worker_hosts" in env:  # the container image's entrypoint
+            ps_hosts, worker_hosts = env.get("ps_hosts", ""), env.get("worker_hosts", "")
+            chief_host = env.get("chief_host", "")
+            task_type, task_index = env.get("task_type"), int(env.get("task_index", 0))
+            host_flags = True
+    return _fulcrum.resolve_cluster(
+        cluster_spec or "",
+        tf_config,
+        ",".join(_hosts(ps_hosts)) if host_flags and ps_hosts else "",
+        ",".join(_hosts(worker_hosts)) if worker_hosts else "",
+        chief_host or "",
+        (task_type or "worker") if host_flags else "",
+        int(task_index),
+    )
+
+
 def connect(
     ps_hosts=None,
     *,
@@ -448,14 +489,6 @@ def connect(
     (environment()): a program run by them needs no flags. Without any,
     plaintext. See docs/python.md and "Security"."""
     env = environment()
-    cluster_given = ps_hosts or cluster_spec or tf_config or os.environ.get("TF_CONFIG")
-    if not cluster_given and "ps_hosts" in env:  # the container image's entrypoint
-        ps_hosts, worker_hosts, chief_host = (
-            env["ps_hosts"],
-            env.get("worker_hosts", ""),
-            env.get("chief_host", ""),
-        )
-        task_type, task_index = env.get("task_type", "worker"), int(env.get("task_index", 0))
     if mode is None:
         mode = env.get("mode")
     if tls_cert is None and tls_key is None and tls_ca is None:
@@ -468,14 +501,14 @@ def connect(
         replica = 0 if worker_id is None else worker_id
         replicas = 1 if num_replicas is None else num_replicas
     else:
-        resolved = _fulcrum.resolve_cluster(
-            cluster_spec or "",
-            tf_config if tf_config is not None else os.environ.get("TF_CONFIG", ""),
-            ",".join(_hosts(ps_hosts)) if host_flags and ps_hosts is not None else "",
-            ",".join(_hosts(worker_hosts)) if worker_hosts else "",
-            chief_host or "",
-            (task_type or "worker") if host_flags else "",
-            int(task_index),
+        resolved = resolve_cluster(
+            cluster_spec,
+            tf_config,
+            ps_hosts=ps_hosts,
+            worker_hosts=worker_hosts,
+            chief_host=chief_host,
+            task_type=task_type,
+            task_index=task_index,
         )
         addresses = resolved["ps"]
         replicas = resolved["num_replicas"] if num_replicas is None else num_replicas

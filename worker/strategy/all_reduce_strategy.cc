@@ -90,7 +90,18 @@ absl::Status AllReduceStrategy::Restore() {
     LOG_INFO("no complete checkpoint in {}: starting from the initializers",
              options_.checkpoint_dir);
   }
-  for (Variable& v : variables_) InitializeRows(v.spec, 0, Rows(v.spec), absl::MakeSpan(v.values));
+  for (Variable& v : variables_) {
+    auto given = options_.initial_values.find(v.spec.name());
+    if (given == options_.initial_values.end()) {
+      InitializeRows(v.spec, 0, Rows(v.spec), absl::MakeSpan(v.values));
+    } else if (given->second.values.size() != v.values.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("initial value of '", v.spec.name(), "': ", given->second.values.size(),
+                       " elements where ", v.values.size(), " were expected"));
+    } else {
+      v.values = given->second.values;
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -65,6 +65,10 @@ struct AllReduceStrategyOptions {
   // one from ("" = none); `fs` is needed with it.
   std::string checkpoint_dir;
   FileSystem* fs = nullptr;
+  // The chief's: values that replace the initializers of the variables
+  // they name when no checkpoint is restored (a Python program's own
+  // initial variables); each must have its variable's element count.
+  TensorMap initial_values;
 };
 
 class AllReduceStrategy final : public Strategy {

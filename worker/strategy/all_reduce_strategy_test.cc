@@ -324,6 +324,34 @@ TEST(AllReduceStrategyTest, EveryRankStartsFromTheChiefsVariables) {
   }
 }
 
+// A program's own initial values (the chief's) replace the initializers
+// of the variables they name, on every rank; a value of the wrong size is
+// refused.
+TEST(AllReduceStrategyTest, TheChiefsInitialValuesReplaceTheInitializers) {
+  std::vector<TensorMap> weights(3);
+  RunRanks(3, [&](PeerLinks& links) {
+    AllReduceStrategyOptions options;
+    // The others' values are not used: the chief's are broadcast.
+    options.initial_values["bias"] = DenseTensor{{3}, {1.0f, 2.0f, links.rank() + 3.0f}};
+    AllReduceStrategy strategy(&links, Specs(), options);
+    ASSERT_TRUE(strategy.Start(&weights[links.rank()]).ok());
+  });
+  std::vector<float> kernel(15);
+  InitializeRows(Specs()[0], 0, 5, absl::MakeSpan(kernel));
+  for (const TensorMap& w : weights) {
+    EXPECT_EQ(w.at("bias").values, (std::vector<float>{1.0f, 2.0f, 3.0f}));
+    EXPECT_EQ(w.at("kernel").values, kernel);
+  }
+  SoloLinks solo;
+  AllReduceStrategyOptions wrong;
+  wrong.initial_values["bias"] = DenseTensor{{2}, {1.0f, 2.0f}};
+  AllReduceStrategy strategy(&solo, Specs(), wrong);
+  TensorMap out;
+  const absl::Status started = strategy.Start(&out);
+  EXPECT_EQ(started.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(started.message(), HasSubstr("initial value of 'bias': 2 elements where 3"));
+}
+
 // A worker started with another model is told so, not left to corrupt
 // the others' all-reduce.
 TEST(AllReduceStrategyTest, AWorkerWithAnotherModelIsRefused) {

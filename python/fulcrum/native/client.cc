@@ -30,6 +30,7 @@
 #include "fulcrum/ps_client.h"
 #include "python/fulcrum/native/buffers.h"
 #include "python/fulcrum/native/errors.h"
+#include "python/fulcrum/native/json.h"
 #include "python/fulcrum/native/module.h"
 #include "worker/data/dealing.h"
 
@@ -37,19 +38,6 @@ namespace py = pybind11;
 
 namespace fulcrum::native {
 namespace {
-
-template <typename Message>
-Message ParseSpec(const std::string& json, const char* what) {
-  Message message;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
-  auto status = google::protobuf::util::JsonStringToMessage(json, &message, options);
-  if (!status.ok()) {
-    Throw(absl::InvalidArgumentError(
-        absl::StrCat(what, " ", json, ": ", std::string(status.message()))));
-  }
-  return message;
-}
 
 std::string ToJson(const google::protobuf::Message& message) {
   std::string json;
@@ -422,6 +410,7 @@ py::dict ResolveCluster(const std::string& cluster_spec_path, const std::string&
   out["task_type"] = config->task().type();
   out["task_index"] = config->task().index();
   out["num_replicas"] = NumReplicas(config->cluster());
+  out["replicas"] = ReplicaAddresses(config->cluster());  // by replica id: the chief first
   absl::StatusOr<int> replica = ReplicaId(*config);
   out["replica_id"] = replica.ok() ? py::object(py::int_(*replica)) : py::object(py::none());
   return out;

@@ -22,6 +22,7 @@ PYBIND11_MODULE(_fulcrum, m) {
   m.doc() = "Fulcrum's native client (use the fulcrum package, not this module).";
   fulcrum::native::RegisterErrors(m);
   fulcrum::native::RegisterClient(m);
+  fulcrum::native::RegisterCollective(m);
   fulcrum::native::RegisterData(m);
   fulcrum::native::RegisterExport(m);
 }

@@ -9,6 +9,9 @@ namespace fulcrum::native {
 
 // Client, Future and resolve_cluster (client.cc).
 void RegisterClient(pybind11::module_& m);
+
+// fulcrum._fulcrum.Collective: the all-reduce group (collective.cc).
+void RegisterCollective(pybind11::module_& m);
 // BatchDealer (data.cc).
 void RegisterData(pybind11::module_& m);
 // load_checkpoint (export.cc).

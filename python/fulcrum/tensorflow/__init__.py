@@ -17,7 +17,9 @@ servers, with the one line of TensorFlow's distribution guide changed.
         loss = strategy.reduce(tf.distribute.ReduceOp.SUM,
                                strategy.run(train_step, args=(x,)), axis=None)
 
-Model.compile under the scope, then Model.fit, trains the same way. The
+Model.compile under the scope, then Model.fit, trains the same way.
+fulcrum.tensorflow.MultiWorkerMirroredStrategy() trains the same programs
+by all-reduce among the workers, with no servers (fulcrum.collective). The
 cluster and its security settings come from TF_CONFIG and the environment
 that local_cluster --worker_command, the container image and the Kubernetes
 manifests give a program: no flags to parse. TensorFlow (tensorflow-cpu
@@ -26,7 +28,13 @@ does not need it, this module does. See docs/tensorflow.md.
 """
 
 from fulcrum.tensorflow.layers import Embedding
+from fulcrum.tensorflow.mirrored import MultiWorkerMirroredStrategy
 from fulcrum.tensorflow.optimizers import server_optimizer
-from fulcrum.tensorflow.strategy import ParameterServerStrategy
+from fulcrum.tensorflow.parameter_server import ParameterServerStrategy
 
-__all__ = ["Embedding", "ParameterServerStrategy", "server_optimizer"]
+__all__ = [
+    "Embedding",
+    "MultiWorkerMirroredStrategy",
+    "ParameterServerStrategy",
+    "server_optimizer",
+]

@@ -8,28 +8,62 @@ import tensorflow as tf
 
 class DistributedDataset:
     """What experimental_distribute_dataset and
-    distribute_datasets_from_function return: iterating it begins an epoch,
-    over this worker's share of that epoch (`share()` gives (shard, shards),
-    asked of the servers each epoch so that a worker gone for good has its
-    share dealt over the others)."""
+    distribute_datasets_from_function return. Iterating it begins an epoch,
+    over this worker's share of that epoch, which the strategy deals
+    (asking the cluster each epoch, so that a worker gone for good has its
+    share dealt over the others).
 
-    def __init__(self, share, dataset=None, dataset_fn=None):
-        self._share = share
+    A restarted worker resumes where the job is: once an apply_gradients
+    has run between two of its batches, the dataset is known to feed
+    training, and its epochs skip the batches this worker trained before it
+    (re)started (the strategy's _resumed; known for datasets of known
+    length). A dataset that feeds no training (a test set) skips none."""
+
+    def __init__(self, strategy, dataset=None, dataset_fn=None):
+        self._strategy = strategy
         self._dataset = dataset
         self._dataset_fn = dataset_fn
+        self._training = None  # unknown until an apply is seen between batches
+        self._resumed = None  # the batches to skip over the epochs, once known
 
     def _epoch(self):
-        shard, shards = self._share()
+        (shard, shards), epoch = self._strategy._share()
         if self._dataset_fn is not None:
-            return self._dataset_fn(
+            dataset = self._dataset_fn(
                 tf.distribute.InputContext(
                     num_input_pipelines=shards, input_pipeline_id=shard, num_replicas_in_sync=1
                 )
             )
-        return take_share(self._dataset, shard, shards)
+        else:
+            dataset = take_share(self._dataset, shard, shards)
+        return dataset, epoch
 
     def __iter__(self):
-        return iter(self._epoch())
+        dataset, epoch = self._epoch()
+        steps = int(dataset.cardinality())
+        batches = iter(dataset)
+        position = 0
+        applied = None
+        while True:
+            if self._training is None and applied is not None:
+                self._training = self._strategy._applied != applied
+            if self._training and self._resumed is None and steps >= 0:
+                self._resumed = self._strategy._resumed(steps) or 0
+            if self._training and self._resumed:
+                # Batches of this epoch the job trained before this worker
+                # (re)started.
+                target = min(self._resumed - epoch * steps, steps)
+                for _ in range(position, target):
+                    next(batches, None)
+                position = max(position, target)
+            if steps >= 0 and position >= steps:
+                return
+            batch = next(batches, None)
+            if batch is None:
+                return
+            position += 1
+            applied = self._strategy._applied
+            yield batch
 
     @property
     def element_spec(self):

@@ -42,6 +42,11 @@ class Embedding(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self._strategy = _strategy.current("fulcrum.tensorflow.Embedding")
+        if not self._strategy.tables:
+            raise ValueError(
+                "fulcrum.tensorflow.Embedding keeps its rows on parameter servers: use it "
+                "under ParameterServerStrategy, not %s" % type(self._strategy).__name__
+            )
         self.output_dim = int(output_dim)
         self.table = table or self.name
         self._optimizer = optimizer

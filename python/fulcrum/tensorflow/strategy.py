@@ -1,5 +1,5 @@
-"""fulcrum.tensorflow.ParameterServerStrategy: the tf.distribute strategy API
-over Fulcrum's parameter servers. See the package's docstring."""
+"""The tf.distribute strategy API that fulcrum.tensorflow's strategies share,
+and its hooks into Keras. See the package's docstring."""
 
 import atexit
 import contextlib
@@ -13,9 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from fulcrum import _fulcrum
-from fulcrum import checkpoints as _checkpoints
 from fulcrum import client as _client
-from fulcrum import data as _dealing
 from fulcrum import specs as _specs
 from fulcrum.tensorflow import data as _data
 from fulcrum.tensorflow import optimizers as _optimizers
@@ -25,50 +23,32 @@ _owners = weakref.WeakKeyDictionary()  # Keras optimizer -> its strategy
 _constructing = threading.local()  # depth of Keras optimizer __init__ calls
 
 
-class ParameterServerStrategy:
-    """Trains the program's Keras models and tf.Variables on Fulcrum's
-    parameter servers: a stand-in for tf.distribute strategies.
+class Strategy:
+    """What fulcrum.tensorflow's strategies share: the tf.distribute API the
+    guide uses, Keras optimizers adopted under scope(), variables bound at
+    their optimizer's first apply_gradients, datasets dealt over the
+    workers, and the job's end. A subclass says where the variables live:
+    _create(new) makes them there and loads their first values into them,
+    _exchange(names, gradients) applies a step's gradients and returns the
+    new values, _deal(epoch) gives a share of the data, _resumed(steps)
+    the batches this worker trained before it (re)started, and _end() what
+    a clean exit tells the cluster."""
 
-    The cluster is found as the daemons find it (TF_CONFIG, else
-    `cluster_spec`, a TF_CONFIG JSON file, else `ps_hosts` with
-    `worker_id`), and the security settings from the environment the
-    launcher and the container image set (fulcrum.environment()); `mode`
-    defaults to the servers'. `partitioner` (fulcrum.min_size(...),
-    fixed_shards, max_size) splits large variables over the servers.
-    Other keyword arguments go to fulcrum.connect().
+    tables = False  # whether fulcrum.tensorflow.Embedding layers can live here
 
-    Each process is one replica (num_replicas_in_sync is 1, as in
-    TensorFlow's ParameterServerStrategy): its batches are its own, and in
-    sync mode the servers apply the mean of the step's gradients over the
-    workers. A Keras optimizer created under scope() runs on the servers;
-    its apply_gradients pushes the gradients and pulls the new values into
-    the variables, in one round trip per server. When the program ends
-    cleanly its worker tells the servers it has finished (the chief also
-    that the job is done); a program that dies lets its lease lapse.
-    """
-
-    def __init__(self, mode=None, partitioner=None, *, cluster_spec=None, client=None, **connect):
+    def __init__(self, partitioner=None):
         env = _client.environment()
         if "cpu_threads" in env:
             _limit_threads(int(env["cpu_threads"]))
-        self._client = client or _client.connect(mode=mode, cluster_spec=cluster_spec, **connect)
-        self._client.start_heartbeats()
+        self._env = env
         self._partitioner = partitioner
         self._specs = {}  # variable name -> its spec
-        self._names = {}  # id(variable) -> its name on the servers
+        self._names = {}  # id(variable) -> its name
         self._variables = {}  # name -> the variable
         self._epochs = 0  # distributed datasets' iterations begun
-        self._checkpoints = None
+        self._applied = 0  # steps applied by this process
         self._finished = False
         self._adopted = []  # the servers' optimizer specs of the adopted Keras optimizers
-        self._table_anchors = set()  # id() of fulcrum.tensorflow.Embedding's anchors
-        self._row_gradients = {}  # table -> [(ids, rows)] handed since the last push
-        if self._client.is_chief and "checkpoint_dir" in env:
-            self._checkpoints = _checkpoints.Checkpoints(
-                self._client,
-                env["checkpoint_dir"],
-                every_secs=int(env.get("checkpoint_every_secs", 600)),
-            )
         _install_hooks()
         _watch_exit(self)
 
@@ -76,19 +56,15 @@ class ParameterServerStrategy:
     @property
     def num_replicas_in_sync(self):
         """1: each worker's batches are its own step (TensorFlow's
-        ParameterServerStrategy says the same)."""
+        ParameterServerStrategy says the same); the workers' gradients of a
+        step are averaged."""
         return 1
-
-    @property
-    def client(self):
-        """The fulcrum.Client this strategy trains through."""
-        return self._client
 
     @contextlib.contextmanager
     def scope(self):
-        """Keras optimizers (and so Model.compile's) created inside run on
-        the servers; Model.fit of a model compiled with one deals its data
-        over the workers."""
+        """Keras optimizers (and so Model.compile's) created inside apply
+        their updates through this strategy; Model.fit of a model compiled
+        with one deals its data over the workers."""
         _open_scopes.append(self)
         try:
             yield self
@@ -105,35 +81,37 @@ class ParameterServerStrategy:
         """`value` reduced over this process's replicas (one: it is this
         worker's own value, not a sum over the cluster's workers), and along
         `axis` if given, by SUM or MEAN."""
-        op = getattr(reduce_op, "value", reduce_op)
-        if str(op).upper() not in ("SUM", "MEAN"):
+        op = str(getattr(reduce_op, "value", reduce_op)).upper()
+        if op not in ("SUM", "MEAN"):
             raise ValueError("reduce_op must be tf.distribute.ReduceOp.SUM or MEAN, not %r" % op)
         if axis is None:
             return value
-        if str(op).upper() == "SUM":
+        if op == "SUM":
             return tf.reduce_sum(value, axis=axis)
         return tf.reduce_mean(value, axis=axis)
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """This worker's share of `dataset` (a tf.data.Dataset of batches):
         each epoch (each iteration) worker r of n takes the batches i with
-        i % n == r, as many as every other worker, re-dealt when the servers
-        hold a worker gone for good."""
-        return _data.DistributedDataset(self._share, dataset=dataset)
+        i % n == r, as many as every other worker, re-dealt when a worker
+        is gone for good; a restarted worker's training dataset resumes
+        where the job is."""
+        return _data.DistributedDataset(self, dataset=dataset)
 
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         """dataset_fn(tf.distribute.InputContext) makes this worker's
         dataset; it is called again each epoch with the share of that epoch."""
-        return _data.DistributedDataset(self._share, dataset_fn=dataset_fn)
+        return _data.DistributedDataset(self, dataset_fn=dataset_fn)
 
     def _share(self):
+        """The share (shard, shards) of the next epoch begun, and its number."""
         epoch, self._epochs = self._epochs, self._epochs + 1
-        return _dealing.share(self._client, self._client.num_replicas, epoch)
+        return self._deal(epoch), epoch
 
-    # -- The servers' side of a Keras optimizer ------------------------------
+    # -- Keras optimizers --------------------------------------------------
     def _adopt(self, optimizer):
         """Makes `optimizer` (a Keras optimizer just created under scope())
-        apply its updates on the servers, or raises ValueError."""
+        apply its updates through this strategy, or raises ValueError."""
         spec = _optimizers.server_optimizer(optimizer)
         _owners[optimizer] = self
         self._adopted.append(spec)
@@ -141,7 +119,7 @@ class ParameterServerStrategy:
         def apply(opt, grads, trainable_variables=None):
             if trainable_variables is None:
                 raise ValueError(
-                    "%s runs on Fulcrum's servers: pass the variables with the gradients" % opt.name
+                    "%s runs on Fulcrum: pass the variables with the gradients" % opt.name
                 )
             self._apply(opt, spec, grads, trainable_variables)
 
@@ -155,46 +133,25 @@ class ParameterServerStrategy:
             optimizer, "apply_gradients", types.MethodType(apply_gradients, optimizer)
         )
 
-    def _table_optimizer(self, table):
-        if not self._adopted:
-            raise ValueError(
-                "table '%s': give its optimizer (fulcrum.adagrad(...)), or create the Keras "
-                "optimizer under the scope before the layer's first call" % table
-            )
-        return self._adopted[-1]
-
-    def _hand_rows(self, table, ids, rows):
-        """An Embedding's gradient rows, pushed by the next apply."""
-        self._row_gradients.setdefault(table, []).append((ids.copy(), rows.copy()))
-        return np.int64(len(ids))
-
-    def _push_rows(self):
-        if not self._row_gradients:
-            return
-        handed, self._row_gradients = self._row_gradients, {}
-        ids = {t: np.concatenate([i for i, _ in parts]) for t, parts in handed.items()}
-        rows = {t: np.concatenate([g for _, g in parts]) for t, parts in handed.items()}
-        self._client.push_tables(ids, rows)
+    def _dense(self, grads, variables):
+        """The (gradient, variable) pairs that go to _exchange."""
+        return [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None]
 
     def _apply(self, optimizer, spec, grads, variables):
-        pairs = [
-            (g, v)
-            for g, v in zip(grads, variables, strict=True)
-            if g is not None and id(v) not in self._table_anchors
-        ]
-        if not pairs:  # only tables' rows (or nothing) to push
-            tf.numpy_function(lambda: np.int64(self._push_rows() or 0), [], tf.int64, stateful=True)
+        pairs = self._dense(grads, variables)
+        if not pairs:  # nothing dense: only what _exchange sends anyway
+            tf.numpy_function(lambda: self._step([], []), [], [], stateful=True)
             optimizer.iterations.assign_add(1)
             return
         variables = [v for _, v in pairs]
         names = self._bind(spec, variables)
         gradients = [tf.convert_to_tensor(g, dtype=tf.float32) for g, _ in pairs]
         values = tf.numpy_function(
-            lambda *g: self._push_pull(names, g),
+            lambda *g: self._step(names, g),
             gradients,
             [tf.float32] * len(names),
             stateful=True,
-            name="fulcrum_push_pull",
+            name="fulcrum_step",
         )
         if not isinstance(values, (list, tuple)):
             values = [values]  # numpy_function's one output comes alone
@@ -202,30 +159,25 @@ class ParameterServerStrategy:
             variable.assign(tf.ensure_shape(value, variable.shape))
         optimizer.iterations.assign_add(1)
 
-    def _push_pull(self, names, gradients):
+    def _step(self, names, gradients):
         grads = {
             name: np.ascontiguousarray(g, dtype=np.float32)
             for name, g in zip(names, gradients, strict=True)
         }
-        out = {name: np.empty(grads[name].shape, np.float32) for name in names}
-        self._push_rows()
-        self._client.push_pull(grads, out)
-        if self._checkpoints is not None:
-            self._checkpoints.maybe_save(self._client.step, dict)
-        return [out[name] for name in names]
+        values = self._exchange(names, grads)
+        self._applied += 1
+        return values
 
     def _bind(self, spec, variables):
-        """The servers' names of `variables`, creating those new to them on
-        the servers: with the chief's values, which every worker then pulls."""
+        """The names of `variables`, making those new to this strategy
+        (_create): the chief's values are every worker's first."""
         names, new = [], []
         for v in variables:
             name = self._names.get(id(v))
             if name is None:
                 name = self._name_of(v)
                 if tf.as_dtype(v.dtype) != tf.float32:
-                    raise TypeError(
-                        "variable '%s' is %s; Fulcrum's servers hold float32" % (name, v.dtype)
-                    )
+                    raise TypeError("variable '%s' is %s; Fulcrum holds float32" % (name, v.dtype))
                 self._names[id(v)] = name
                 self._variables[name] = v
                 self._specs[name] = _specs.variable(
@@ -247,47 +199,34 @@ class ParameterServerStrategy:
             unique, n = "%s_%d" % (name, n), n + 1
         return unique
 
-    def _create(self, new):
-        client, specs = self._client, list(self._specs.values())
-        if client.is_chief:
-            initial = {
-                name: np.ascontiguousarray(self._variables[name].numpy(), dtype=np.float32)
-                for name in new
-            }
-            client.create_variables(specs, initial_values=initial)
-        else:
-            client.wait_for_variables(new, timeout=120.0)
-            client.create_variables(specs)
-        # Every replica starts from the servers' values: the chief's, or
-        # those of a checkpoint the servers restored.
-        for name, value in client.pull(names=new).items():
+    def _initial_values(self, names):
+        return {
+            name: np.ascontiguousarray(self._variables[name].numpy(), dtype=np.float32)
+            for name in names
+        }
+
+    def _load(self, values):
+        for name, value in values.items():
             self._variables[name].assign(value)
 
     # -- The job's end -------------------------------------------------------
     def finish(self):
-        """Tells the servers this worker has finished training (the chief:
-        after a last checkpoint, that the job is done, so the servers exit).
-        A program that returns cleanly does this at exit by itself; once:
-        later calls do nothing."""
-        if self._finished:
-            return
-        self._finished = True
-        client = self._client
-        client.finish()
-        if client.is_chief:
-            if self._checkpoints is not None:
-                self._checkpoints.save(client.step, {})
-            client.job_done("the chief's TensorFlow program finished")
+        """Tells the cluster this worker has finished training (with
+        parameter servers, the chief also says the job is done, so they
+        exit). A program that returns cleanly does this at exit by itself;
+        once: later calls do nothing."""
+        if not self._finished:
+            self._finished = True
+            self._end()
 
     def _at_exit(self, crashed):
         if crashed:
-            return  # the lease lapses: the servers judge this worker dead
+            return  # the lease lapses: the cluster judges this worker dead
         try:
             self.finish()
         except _fulcrum.Error as e:
             print(
-                "fulcrum: could not tell the servers this worker finished: %s" % e,
-                file=sys.stderr,
+                "fulcrum: could not tell the cluster this worker finished: %s" % e, file=sys.stderr
             )
 
 
@@ -348,7 +287,8 @@ def _distributing_fit(fit):
     def distributed_fit(model, x=None, y=None, *args, **kwargs):
         strategy = _owners.get(getattr(model, "optimizer", None))
         if strategy is not None:
-            x, y = _data.share_for_fit(strategy._share(), x, y)
+            share, _ = strategy._share()
+            x, y = _data.share_for_fit(share, x, y)
         return fit(model, x, y, *args, **kwargs)
 
     distributed_fit.__wrapped__ = fit
