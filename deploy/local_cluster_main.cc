@@ -81,7 +81,9 @@ ABSL_FLAG(std::string, worker_command, "",
           "(FULCRUM_TLS_CERT, FULCRUM_INSECURE=1, FULCRUM_AUTH_TOKEN_FILE, ...), which "
           "fulcrum.connect() reads; "
           "and the fulcrum package built under --bin_dir (python/site) ahead of PYTHONPATH. "
-          "Only with --strategy=parameter_server.");
+          "With --strategy=multi_worker_mirrored, also --bind_host: the program serves its "
+          "peers at its TF_CONFIG address (fulcrum.tensorflow.MultiWorkerMirroredStrategy, "
+          "fulcrum.collective).");
 ABSL_FLAG(bool, insecure, false,
           "Plaintext gRPC between the processes (all on 127.0.0.1) instead of mutual TLS; "
           "calls are still authenticated, with tokens made for the run (--auth_token_file, "
@@ -376,13 +378,6 @@ int Run(const std::vector<std::string>& worker_args) {
   }
   const std::vector<std::string> worker_command =
       absl::StrSplit(absl::GetFlag(FLAGS_worker_command), ' ', absl::SkipWhitespace());
-  if (!worker_command.empty() && all_reduce) {
-    std::fprintf(stderr,
-                 "local_cluster: --worker_command runs parameter-server workers; it does not "
-                 "go with --strategy=%s\n",
-                 strategy.c_str());
-    return 2;
-  }
   std::string bin = absl::GetFlag(FLAGS_bin_dir);
   if (bin.empty()) bin = DefaultBinDir();
   std::string run_dir;  // certificates or tokens made for the run, removed at exit

@@ -76,11 +76,11 @@ start = time.monotonic()
 model.fit(train_dataset, epochs=args.epochs, verbose=2)
 wall = time.monotonic() - start
 
-if strategy.client.is_chief:
+if strategy.is_chief:
     logits = model.predict((test.features, test.ids), batch_size=4096, verbose=0)
     auc = tf.keras.metrics.AUC(from_logits=True)
     auc.update_state(test.labels, logits[:, 0])
-    workers = strategy.client.num_replicas
+    workers = strategy.num_workers
     steps = len(train_dataset) // workers  # each worker's share, in whole batches
     result = {
         "test_auc": float(auc.result()),

@@ -9,6 +9,11 @@ the launcher:
   local_cluster --num_ps=2 --num_workers=3 --mode=sync \\
       --worker_command="python3 examples/keras_fit.py" -- --epochs=5
 
+or by all-reduce, with no servers:
+
+  local_cluster --num_ps=0 --num_workers=3 --strategy=multi_worker_mirrored \\
+      --worker_command="python3 examples/keras_fit.py" -- --epochs=5
+
 --epochs, --train_examples and --test_examples size the run; the launcher's
 own flags are ignored.
 """
@@ -31,7 +36,9 @@ parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
 args, _ = parser.parse_known_args()  # the launcher's flags are not this program's
 
 # The only line changed from the guide: tf.distribute.MirroredStrategy().
-strategy = fulcrum.tensorflow.ParameterServerStrategy()
+# from_environment() is the launcher's --strategy: ParameterServerStrategy()
+# by default, MultiWorkerMirroredStrategy() with multi_worker_mirrored.
+strategy = fulcrum.tensorflow.from_environment()
 
 train, test = (
     fulcrum.data.load("fashion_mnist", split, data_dir=args.data_dir) for split in ("train", "test")
@@ -71,7 +78,7 @@ print(f"Eval loss: {eval_loss}, Eval accuracy: {eval_acc}", flush=True)
 # Not in the guide: the chief's result, for the tests and the benchmark.
 if os.environ.get("FULCRUM_SUMMARY_JSON"):
     with open(os.environ["FULCRUM_SUMMARY_JSON"], "w") as f:
-        workers = strategy.client.num_replicas
+        workers = strategy.num_workers
         steps = len(train_dataset) // workers  # each worker's share, in whole batches
         rate = steps * BATCH_SIZE * workers * args.epochs / wall
         json.dump({"test_accuracy": eval_acc, "test_loss": eval_loss, "examples_per_sec": rate}, f)

@@ -12,6 +12,11 @@ TF_CONFIG and security settings:
   local_cluster --num_ps=2 --num_workers=3 --mode=sync \\
       --worker_command="python3 examples/tf_custom_loop.py" -- --epochs=5
 
+or by all-reduce, with no servers:
+
+  local_cluster --num_ps=0 --num_workers=3 --strategy=multi_worker_mirrored \\
+      --worker_command="python3 examples/tf_custom_loop.py" -- --epochs=5
+
 Fashion-MNIST is read from Debian's dataset-fashion-mnist package (the guide
 downloads it with tf.keras.datasets). --epochs, --train_examples and
 --test_examples size the run; the launcher's own flags are ignored.
@@ -34,7 +39,9 @@ parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
 args, _ = parser.parse_known_args()  # the launcher's flags are not this program's
 
 # The only line changed from the guide: tf.distribute.MirroredStrategy().
-strategy = fulcrum.tensorflow.ParameterServerStrategy()
+# from_environment() is the launcher's --strategy: ParameterServerStrategy()
+# by default, MultiWorkerMirroredStrategy() with multi_worker_mirrored.
+strategy = fulcrum.tensorflow.from_environment()
 
 train, test = (
     fulcrum.data.load("fashion_mnist", split, data_dir=args.data_dir) for split in ("train", "test")

@@ -356,6 +356,11 @@ _ENVIRONMENT = (
     "insecure",
     "checkpoint_dir",
     "cpu_threads",
+    "strategy",
+    "bind_host",
+    "collective_timeout_secs",
+    "checkpoint_every_steps",
+    "checkpoint_every_secs",
     "ps_hosts",
     "worker_hosts",
     "chief_host",
@@ -368,12 +373,12 @@ def environment(environ=None):
     """What the launcher (local_cluster --worker_command) and the container
     image's entrypoint tell a program through its environment, as its
     flags tell a daemon: {"mode", "tls_cert", "tls_key", "tls_ca",
-    "insecure", "checkpoint_dir", "cpu_threads", "auth_token"} and, where
-    there is no TF_CONFIG, the cluster as the entrypoint takes it
+    "insecure", "checkpoint_dir", "cpu_threads", "strategy", ...} and,
+    where there is no TF_CONFIG, the cluster as the entrypoint takes it
     {"ps_hosts", "worker_hosts", "chief_host", "task_type", "task_index"},
-    for each FULCRUM_<NAME> set; the token is read from
-    FULCRUM_CONTROL_TOKEN_FILE (the chief's) or else
-    FULCRUM_AUTH_TOKEN_FILE. A TLS setting given in part
+    for each FULCRUM_<NAME> set; "auth_token" (the cluster's) read from
+    FULCRUM_AUTH_TOKEN_FILE and "control_token" (the chief's) from
+    FULCRUM_CONTROL_TOKEN_FILE. A TLS setting given in part
     is an InvalidArgument: it never falls back to plaintext."""
     environ = os.environ if environ is None else environ
     env = {}
@@ -389,15 +394,16 @@ def environment(environ=None):
         )
     if tls and "insecure" in env:
         raise _fulcrum.InvalidArgument("FULCRUM_INSECURE and FULCRUM_TLS_* are both set")
-    token_file = environ.get("FULCRUM_CONTROL_TOKEN_FILE") or environ.get("FULCRUM_AUTH_TOKEN_FILE")
-    if token_file:
-        try:
-            with open(token_file) as f:
-                env["auth_token"] = f.read().strip()
-        except OSError as e:
-            raise _fulcrum.InvalidArgument(
-                "cannot read the token file %s: %s" % (token_file, e)
-            ) from None
+    for name in ("auth_token", "control_token"):
+        token_file = environ.get("FULCRUM_%s_FILE" % name.upper())
+        if token_file:
+            try:
+                with open(token_file) as f:
+                    env[name] = f.read().strip()
+            except OSError as e:
+                raise _fulcrum.InvalidArgument(
+                    "cannot read the token file %s: %s" % (token_file, e)
+                ) from None
     return env
 
 
@@ -493,8 +499,8 @@ def connect(
         mode = env.get("mode")
     if tls_cert is None and tls_key is None and tls_ca is None:
         tls_cert, tls_key, tls_ca = env.get("tls_cert"), env.get("tls_key"), env.get("tls_ca")
-    if auth_token is None:
-        auth_token = env.get("auth_token")
+    if auth_token is None:  # the chief's control token, which servers take for both
+        auth_token = env.get("control_token") or env.get("auth_token")
     host_flags = worker_hosts is not None or chief_host is not None
     if ps_hosts is not None and not host_flags and not cluster_spec:
         addresses = _hosts(ps_hosts)

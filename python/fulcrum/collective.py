@@ -49,7 +49,7 @@ class Group:
         cluster_spec=None,
         tf_config=None,
         bind_host=None,
-        timeout=60.0,
+        timeout=None,
         startup_timeout=600.0,
         epochs=1 << 40,
     ):
@@ -69,7 +69,7 @@ class Group:
             self.peers,
             bind_host or env.get("bind_host", "0.0.0.0"),
             [json.dumps(spec) for spec in variables],
-            float(timeout),
+            float(timeout or env.get("collective_timeout_secs", 60)),
             float(startup_timeout),
             int(epochs),
             env.get("tls_cert", ""),

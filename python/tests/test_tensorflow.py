@@ -3,9 +3,12 @@ the TensorFlow virtual environment's Python (bench/tf_venv.sh)."""
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import keras
 import numpy as np
@@ -193,10 +196,22 @@ def test_a_clean_exit_ends_the_job_and_a_crash_lets_the_lease_lapse(servers, tmp
 def test_the_environment_gives_the_security_settings_and_never_half_of_tls(tmp_path):
     token = tmp_path / "token"
     token.write_text("secret\n")
+    control = tmp_path / "control"
+    control.write_text("chief's\n")
     env = fulcrum.client.environment(
-        {"FULCRUM_INSECURE": "1", "FULCRUM_AUTH_TOKEN_FILE": str(token), "FULCRUM_MODE": "sync"}
+        {
+            "FULCRUM_INSECURE": "1",
+            "FULCRUM_AUTH_TOKEN_FILE": str(token),
+            "FULCRUM_CONTROL_TOKEN_FILE": str(control),
+            "FULCRUM_MODE": "sync",
+        }
     )
-    assert env == {"insecure": "1", "auth_token": "secret", "mode": "sync"}
+    assert env == {
+        "insecure": "1",
+        "auth_token": "secret",
+        "control_token": "chief's",
+        "mode": "sync",
+    }
     with pytest.raises(fulcrum.InvalidArgument, match="FULCRUM_TLS_KEY"):
         fulcrum.client.environment({"FULCRUM_TLS_CERT": "c.pem", "FULCRUM_TLS_CA": "ca.pem"})
 
@@ -275,3 +290,80 @@ def test_a_keras_ctr_model_trains_its_fields_in_a_table_through_the_launcher(tmp
     assert result["test_auc"] > 0.75, result
     rows = int(done.stdout.split("chief: table rows ")[1].split()[0])
     assert rows > 10000  # ids of 26 fields, stored on the servers
+
+
+def launcher_argv(program, summary, *flags):
+    return [
+        binary("deploy/local_cluster"),
+        "--num_workers=3",
+        "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
+        "--worker_command=%s %s" % (sys.executable, os.path.join(SOURCE, "examples", program)),
+        "--summary_json=%s" % summary,
+        *flags,
+    ]
+
+
+@pytest.mark.parametrize("program", ["tf_custom_loop.py", "keras_fit.py"])
+def test_the_guides_programs_train_by_all_reduce(tmp_path, program):
+    summary = tmp_path / "summary.json"
+    done = subprocess.run(
+        launcher_argv(program, summary, "--num_ps=0", "--strategy=multi_worker_mirrored")
+        + ["--", "--train_examples=6000", "--test_examples=1000", "--epochs=2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "multi_worker_mirrored" in done.stdout
+    assert json.loads(summary.read_text())["test_accuracy"] > 0.7
+
+
+def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path):
+    """kill -9 one of three all-reduce workers mid-run: the others go on
+    without it; the launcher restarts it and it rejoins the group."""
+    summary = tmp_path / "summary.json"
+    launcher = subprocess.Popen(
+        launcher_argv(
+            "tf_custom_loop.py",
+            summary,
+            "--num_ps=0",
+            "--strategy=multi_worker_mirrored",
+            "--insecure",
+            "--max_restarts=1",
+        )
+        + ["--", "--train_examples=12000", "--test_examples=1000", "--epochs=4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # The survivors notice the lost worker within 5 s, not the default 60.
+        env={
+            **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+            "FULCRUM_COLLECTIVE_TIMEOUT_SECS": "5",
+        },
+    )
+    lines, victim, killed = [], None, False
+    deadline = time.monotonic() + 600
+    try:
+        for line in launcher.stdout:
+            lines.append(line)
+            started = re.match(r"\[launcher\] started worker 2 \(pid (\d+)\)", line)
+            if started and victim is None:
+                victim = int(started.group(1))
+            if not killed and line.startswith("[worker 2] Epoch 1,"):
+                os.kill(victim, signal.SIGKILL)
+                killed = True
+            assert time.monotonic() < deadline, "".join(lines[-50:])
+        code = launcher.wait(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    out = "".join(lines)
+    assert killed and code == 0, out[-4000:]
+    assert len(re.findall(r"started worker 2 \(pid", out)) == 2  # restarted
+    assert "rank(s) 2 joined" in out  # the group took it back
+    # Every replica ends bit-identical, the restarted one among them.
+    finals = re.findall(r"\[worker (\d)\] final test accuracy (\S+)", out)
+    assert sorted(w for w, _ in finals) == ["0", "1", "2"] and len({a for _, a in finals}) == 1
+    assert json.loads(summary.read_text())["test_accuracy"] > 0.7

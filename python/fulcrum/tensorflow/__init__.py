@@ -32,8 +32,30 @@ from fulcrum.tensorflow.mirrored import MultiWorkerMirroredStrategy
 from fulcrum.tensorflow.optimizers import server_optimizer
 from fulcrum.tensorflow.parameter_server import ParameterServerStrategy
 
+
+def from_environment(**kwargs):
+    """The strategy the launcher (--strategy) or the deployment chose, as
+    $FULCRUM_STRATEGY says: ParameterServerStrategy (parameter_server, the
+    default) or MultiWorkerMirroredStrategy (multi_worker_mirrored), made
+    with `kwargs`. One line that runs a program under either."""
+    from fulcrum import client
+
+    name = client.environment().get("strategy", "parameter_server")
+    strategies = {
+        "parameter_server": ParameterServerStrategy,
+        "multi_worker_mirrored": MultiWorkerMirroredStrategy,
+    }
+    if name not in strategies:
+        raise ValueError(
+            "FULCRUM_STRATEGY=%s: one of %s (mirrored, one worker's local replicas, is the "
+            "C++ worker's)" % (name, ", ".join(strategies))
+        )
+    return strategies[name](**kwargs)
+
+
 __all__ = [
     "Embedding",
+    "from_environment",
     "MultiWorkerMirroredStrategy",
     "ParameterServerStrategy",
     "server_optimizer",

@@ -25,9 +25,11 @@ class DistributedDataset:
         self._dataset_fn = dataset_fn
         self._training = None  # unknown until an apply is seen between batches
         self._resumed = None  # the batches to skip over the epochs, once known
+        self._epochs = 0  # iterations begun
 
     def _epoch(self):
-        (shard, shards), epoch = self._strategy._share()
+        epoch, self._epochs = self._epochs, self._epochs + 1
+        shard, shards = self._strategy._deal(epoch)
         if self._dataset_fn is not None:
             dataset = self._dataset_fn(
                 tf.distribute.InputContext(
@@ -63,6 +65,8 @@ class DistributedDataset:
                 return
             position += 1
             applied = self._strategy._applied
+            if self._training is not False:
+                self._strategy._place = (epoch, position == steps)
             yield batch
 
     @property
@@ -80,6 +84,20 @@ def take_share(dataset, shard, shards):
     if length >= 0:
         mine = mine.take(length // shards)
     return mine
+
+
+def steps_of(x, batch_size):
+    """Batches per epoch of Model.fit's `x` (a dataset of known length, or
+    arrays in batches of `batch_size`); None when unknown."""
+    if isinstance(x, tf.data.Dataset):
+        length = int(x.cardinality())
+        return length if length > 0 else None
+    first = x
+    while isinstance(first, (list, tuple, dict)) and first:
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    if isinstance(first, (np.ndarray, tf.Tensor)) and batch_size:
+        return -(-len(first) // batch_size) or None
+    return None
 
 
 def share_for_fit(share, x, y):

@@ -32,6 +32,7 @@ class MultiWorkerMirroredStrategy(_strategy.Strategy):
         self._cluster_spec = cluster_spec
         self._group_options = group
         self._group = None
+        self._joined = None
         cluster = _client.resolve_cluster(cluster_spec)
         self._rank_and_size = cluster["replica_id"], cluster["num_replicas"]
 
@@ -39,6 +40,9 @@ class MultiWorkerMirroredStrategy(_strategy.Strategy):
     def group(self):
         """The fulcrum.collective.Group (None before the first step)."""
         return self._group
+
+    def _worker(self):
+        return self._rank_and_size
 
     def _deal(self, epoch):
         if self._group is None:
@@ -63,10 +67,18 @@ class MultiWorkerMirroredStrategy(_strategy.Strategy):
         out = {name: np.empty(self._specs[name]["shape"], np.float32) for name in new}
         self._group.start(self._initial_values(new), out)
         self._load(out)
+        # A worker that joined a running group took part, with no
+        # gradients, until the group reached the first epoch dealt over it;
+        # the batch that made it join belongs to no step of its share.
+        self._joined = out if self._group.step_count > 0 else None
 
     def _exchange(self, names, grads):
+        if self._joined is not None:
+            values, self._joined = self._joined, None
+            return [values[name] for name in names]
         out = {name: np.empty(grads[name].shape, np.float32) for name in names}
-        self._group.step(grads, out, epoch=max(self._epochs - 1, 0))
+        epoch, ends_epoch = self._step_place()
+        self._group.step(grads, out, epoch=epoch, ends_epoch=ends_epoch)
         return [out[name] for name in names]
 
     def _end(self):

@@ -66,6 +66,9 @@ class ParameterServerStrategy(_strategy.Strategy):
         """The fulcrum.Client this strategy trains through."""
         return self._client
 
+    def _worker(self):
+        return self._client.worker_id, self._client.num_replicas
+
     def _deal(self, epoch):
         return _dealing.share(self._client, self._client.num_replicas, epoch)
 
@@ -105,12 +108,9 @@ class ParameterServerStrategy(_strategy.Strategy):
             client.job_done("the chief's TensorFlow program finished")
 
     # -- Embedding tables ----------------------------------------------------
-    def _dense(self, grads, variables):
-        # An Embedding's anchor carries no gradient of its own: its rows go
-        # as row pushes.
-        return [
-            (g, v) for g, v in super()._dense(grads, variables) if id(v) not in self._table_anchors
-        ]
+    def _trained(self, variables):
+        # An Embedding's anchor is not kept: its rows go as row pushes.
+        return [v for v in variables if id(v) not in self._table_anchors]
 
     def _table_optimizer(self, table):
         if not self._adopted:

@@ -20,6 +20,7 @@ from fulcrum.tensorflow import optimizers as _optimizers
 
 _open_scopes = []  # strategies whose scope() is open, innermost last
 _owners = weakref.WeakKeyDictionary()  # Keras optimizer -> its strategy
+_specs_of = weakref.WeakKeyDictionary()  # Keras optimizer -> its fulcrum optimizer spec
 _constructing = threading.local()  # depth of Keras optimizer __init__ calls
 
 
@@ -31,8 +32,9 @@ class Strategy:
     _create(new) makes them there and loads their first values into them,
     _exchange(names, gradients) applies a step's gradients and returns the
     new values, _deal(epoch) gives a share of the data, _resumed(steps)
-    the batches this worker trained before it (re)started, and _end() what
-    a clean exit tells the cluster."""
+    the batches this worker trained before it (re)started, _worker() this
+    worker's (id, the number of workers), and _end() what a clean exit
+    tells the cluster."""
 
     tables = False  # whether fulcrum.tensorflow.Embedding layers can live here
 
@@ -45,7 +47,11 @@ class Strategy:
         self._specs = {}  # variable name -> its spec
         self._names = {}  # id(variable) -> its name
         self._variables = {}  # name -> the variable
-        self._epochs = 0  # distributed datasets' iterations begun
+        # Where the batch of the next step lies: (epoch, whether it ends the
+        # epoch), as the training data's iteration says (an all-reduce
+        # group's joiner learns from it where its data begins).
+        self._place = (0, False)
+        self._fit_steps = None  # Model.fit's (first step, steps per epoch)
         self._applied = 0  # steps applied by this process
         self._finished = False
         self._adopted = []  # the servers' optimizer specs of the adopted Keras optimizers
@@ -59,6 +65,20 @@ class Strategy:
         ParameterServerStrategy says the same); the workers' gradients of a
         step are averaged."""
         return 1
+
+    @property
+    def worker_id(self):
+        """This worker's replica id: the chief is 0."""
+        return self._worker()[0]
+
+    @property
+    def num_workers(self):
+        """The job's training workers, the chief included."""
+        return self._worker()[1]
+
+    @property
+    def is_chief(self):
+        return self.worker_id == 0
 
     @contextlib.contextmanager
     def scope(self):
@@ -103,10 +123,13 @@ class Strategy:
         dataset; it is called again each epoch with the share of that epoch."""
         return _data.DistributedDataset(self, dataset_fn=dataset_fn)
 
-    def _share(self):
-        """The share (shard, shards) of the next epoch begun, and its number."""
-        epoch, self._epochs = self._epochs, self._epochs + 1
-        return self._deal(epoch), epoch
+    def _step_place(self):
+        """(epoch, ends_epoch) of the step being applied."""
+        if self._fit_steps is None:
+            return self._place
+        first, steps = self._fit_steps
+        done = self._applied - first
+        return done // steps, (done + 1) % steps == 0
 
     # -- Keras optimizers --------------------------------------------------
     def _adopt(self, optimizer):
@@ -114,6 +137,7 @@ class Strategy:
         apply its updates through this strategy, or raises ValueError."""
         spec = _optimizers.server_optimizer(optimizer)
         _owners[optimizer] = self
+        _specs_of[optimizer] = spec
         self._adopted.append(spec)
 
         def apply(opt, grads, trainable_variables=None):
@@ -133,9 +157,16 @@ class Strategy:
             optimizer, "apply_gradients", types.MethodType(apply_gradients, optimizer)
         )
 
+    def _trained(self, variables):
+        """Those of `variables` whose values this strategy keeps."""
+        return list(variables)
+
     def _dense(self, grads, variables):
         """The (gradient, variable) pairs that go to _exchange."""
-        return [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None]
+        kept = {id(v) for v in self._trained(variables)}
+        return [
+            (g, v) for g, v in zip(grads, variables, strict=True) if g is not None and id(v) in kept
+        ]
 
     def _apply(self, optimizer, spec, grads, variables):
         pairs = self._dense(grads, variables)
@@ -283,13 +314,31 @@ def _adopting(init):
     return __init__
 
 
+def _owners_spec(optimizer):
+    return _specs_of[optimizer]
+
+
 def _distributing_fit(fit):
     def distributed_fit(model, x=None, y=None, *args, **kwargs):
         strategy = _owners.get(getattr(model, "optimizer", None))
-        if strategy is not None:
-            share, _ = strategy._share()
-            x, y = _data.share_for_fit(share, x, y)
-        return fit(model, x, y, *args, **kwargs)
+        if strategy is None:
+            return fit(model, x, y, *args, **kwargs)
+        x, y = _data.share_for_fit(strategy._deal(0), x, y)
+        steps = _data.steps_of(x, kwargs.get("batch_size") or (32 if y is not None else None))
+        if steps and model.built and model.trainable_variables:
+            # Bound before fit begins, so that a restarted worker knows
+            # where the job is and resumes at that epoch.
+            spec = _owners_spec(model.optimizer)
+            with tf.init_scope():
+                strategy._bind(spec, strategy._trained(model.trainable_variables))
+            resumed = strategy._resumed(steps) or 0
+            if resumed and "initial_epoch" not in kwargs:
+                kwargs["initial_epoch"] = min(resumed // steps, kwargs.get("epochs", 1))
+        strategy._fit_steps = (strategy._applied, steps) if steps else None
+        try:
+            return fit(model, x, y, *args, **kwargs)
+        finally:
+            strategy._fit_steps = None
 
     distributed_fit.__wrapped__ = fit
     distributed_fit.__doc__ = fit.__doc__
