@@ -8,12 +8,16 @@
 #   - the same model with TensorFlow's ParameterServerStrategy and
 #     ClusterCoordinator (bench/tf_pss_bench.py), 2 servers and 2 workers;
 #   - the same job on Fulcrum's C++ worker: what the Keras program costs;
+#   - keras_fit.py under fulcrum.tensorflow's MultiWorkerMirroredStrategy,
+#     2 workers and no servers, against TensorFlow's
+#     MultiWorkerMirroredStrategy (bench/tf_mwms_bench.py) on the same model;
 #   - examples/keras_ctr.py (26 fields in one fulcrum.tensorflow.Embedding
 #     table, MLP 64-32, batch 256) against TensorFlow's parameter-server CTR
 #     baseline (bench/tf_pss_ctr_bench.py), 2 servers and 3 async workers
 #     on the same synthetic_ctr data.
 # Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
-# keras_pss_vs_tensorflow, keras_pss_vs_cpp_worker and keras_ctr_vs_tensorflow.
+# keras_pss_vs_tensorflow, keras_pss_vs_cpp_worker, keras_mwms_vs_tensorflow
+# and keras_ctr_vs_tensorflow.
 #   bench/keras_bench.sh [--quick]
 #
 # Rates: Fulcrum's are the chief's (its whole batches times the workers,
@@ -53,6 +57,18 @@ keras_fit() {
   summary "$work/keras.json" examples_per_sec test_accuracy
 }
 
+keras_mwms() {
+  launch keras-mwms --num_ps=0 --num_workers=2 --strategy=multi_worker_mirrored \
+    --worker_command="$python examples/keras_fit.py" -- --epochs=1
+  summary "$work/keras-mwms.json" examples_per_sec test_accuracy
+}
+
+tf_mwms() {
+  "$python" bench/tf_mwms_bench.py --num_workers=2 --batch_size=64 --steps=468 \
+    > "$work/tf-mwms.out" 2> "$work/tf-mwms.log" || { tail -20 "$work/tf-mwms.log" >&2; exit 1; }
+  sed -n 's/^tf_mwms_examples_per_sec=//p; s/^tf_mwms_test_accuracy=//p' "$work/tf-mwms.out" | xargs
+}
+
 cpp_worker() {
   launch cpp --num_ps=2 --num_workers=2 --mode=async -- --model=mlp --hidden=256,128 \
     --optimizer=adam --learning_rate=0.001 --batch_size=64 --epochs=1 --log_every_steps=100000
@@ -82,19 +98,24 @@ tf_ctr() {
 
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-keras=() cpp=() tf=() kctr=() tctr=()
+keras=() cpp=() tf=() kmw=() tmw=() kctr=() tctr=()
 for run in $(seq "$runs"); do
   read -r rate keras_acc <<< "$(keras_fit)"; keras+=("$rate")
   read -r rate cpp_acc <<< "$(cpp_worker)"; cpp+=("$rate")
   read -r rate tf_acc <<< "$(tf_pss)"; tf+=("$rate")
+  read -r rate kmw_acc <<< "$(keras_mwms)"; kmw+=("$rate")
+  read -r rate tmw_acc <<< "$(tf_mwms)"; tmw+=("$rate")
   read -r rate kctr_auc kctr_best <<< "$(keras_ctr)"; kctr+=("$rate")
   read -r rate tctr_auc tctr_best <<< "$(tf_ctr)"; tctr+=("$rate")
   echo "run $run of $runs: keras_fit.py ${keras[-1]} examples/s, C++ worker ${cpp[-1]}," \
-    "TensorFlow PSS ${tf[-1]}; keras_ctr.py ${kctr[-1]}, TensorFlow ${tctr[-1]}" >&2
+    "TensorFlow PSS ${tf[-1]}; all-reduce ${kmw[-1]}, TensorFlow MWMS ${tmw[-1]};" \
+    "keras_ctr.py ${kctr[-1]}, TensorFlow ${tctr[-1]}" >&2
 done
 keras_m=$(echo "${keras[@]}" | median)
 cpp_m=$(echo "${cpp[@]}" | median)
 tf_m=$(echo "${tf[@]}" | median)
+kmw_m=$(echo "${kmw[@]}" | median)
+tmw_m=$(echo "${tmw[@]}" | median)
 kctr_m=$(echo "${kctr[@]}" | median)
 tctr_m=$(echo "${tctr[@]}" | median)
 echo "keras_pss_examples_per_sec=$keras_m"
@@ -103,6 +124,10 @@ echo "keras_cpp_worker_examples_per_sec=$cpp_m"
 echo "keras_cpp_worker_test_accuracy=$cpp_acc"
 echo "keras_tf_pss_examples_per_sec=$tf_m"
 echo "keras_tf_pss_test_accuracy=$tf_acc"
+echo "keras_mwms_examples_per_sec=$kmw_m"
+echo "keras_mwms_test_accuracy=$kmw_acc"
+echo "keras_tf_mwms_examples_per_sec=$tmw_m"
+echo "keras_tf_mwms_test_accuracy=$tmw_acc"
 echo "keras_ctr_examples_per_sec=$kctr_m"
 echo "keras_ctr_test_auc=$kctr_auc"
 echo "keras_ctr_ground_truth_auc=$kctr_best"
@@ -111,4 +136,5 @@ echo "keras_tf_ctr_test_auc=$tctr_auc"
 echo "keras_tf_ctr_ground_truth_auc=$tctr_best"
 python3 -c "print('keras_pss_vs_tensorflow=%.2f' % ($keras_m / $tf_m))"
 python3 -c "print('keras_pss_vs_cpp_worker=%.2f' % ($keras_m / $cpp_m))"
+python3 -c "print('keras_mwms_vs_tensorflow=%.2f' % ($kmw_m / $tmw_m))"
 python3 -c "print('keras_ctr_vs_tensorflow=%.2f' % ($kctr_m / $tctr_m))"

@@ -19,6 +19,10 @@
 #        ParameterServerStrategy on the same model, and examples/torch_ctr.py
 #        (the same model, and DLRM's) against both: torch_ctr_vs_cpp_ctr,
 #        torch_ctr_vs_tensorflow (bench/e2e_ctr_bench.sh);
+#   8b.  Keras programs on fulcrum.tensorflow's strategies against
+#        TensorFlow's own on the same models: keras_pss_vs_tensorflow,
+#        keras_mwms_vs_tensorflow, keras_ctr_vs_tensorflow, and against the
+#        C++ worker (bench/keras_bench.sh);
 #   9.   the Python client against the C++ client on the same server, and
 #        examples/torch_fashion_mnist.py against PyTorch's
 #        DistributedDataParallel over Gloo (bench/python_bench.py);
@@ -93,6 +97,7 @@ python3 -c "print('allreduce_vs_tf_collective=%.2f' % (
     float('${tf#*=}') * 1000 / float('$(sed -n 's/^allreduce_64MiB_n4_p50_us=//p' <<< "$out")')))"
 "$bin/bench/sparse_bench" $quick 2>/dev/null | grep -v "\] \[info\] "
 bench/e2e_ctr_bench.sh $quick
+bench/keras_bench.sh $quick
 PYTHONPATH="$bin/python/site" /usr/bin/python3 bench/python_bench.py --bin_dir="$bin" $quick
 /usr/bin/python3 bench/memory_bench.py --bin_dir="$bin"
 /usr/bin/python3 bench/export_bench.py --bin_dir="$bin"

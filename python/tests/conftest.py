@@ -7,11 +7,52 @@ starts the servers).
 """
 
 import os
+import subprocess
+import sys
 
 import pytest
 from local_server import start_server  # bench/local_server.py
 
 BIN_DIR = os.environ.get("FULCRUM_BIN_DIR", "bazel-bin")
+
+
+SOURCE = os.environ.get("FULCRUM_SOURCE_DIR", ".")
+
+
+def example(name):
+    return os.path.join(SOURCE, "examples", name)
+
+
+def launcher_env(**extra):
+    """The environment of a launcher run: the test's, without its
+    PYTHONPATH (the launcher gives its workers the package itself)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(extra)
+    return env
+
+
+def launcher_argv(program, summary, *flags):
+    """local_cluster running examples/`program`, with this test's Python,
+    as every worker, the chief writing its summary to `summary`; `flags`
+    go to the launcher (those after "--" to the program)."""
+    return [
+        binary("deploy/local_cluster"),
+        "--bin_dir=" + BIN_DIR,
+        "--worker_command=%s %s" % (sys.executable, example(program)),
+        "--summary_json=%s" % summary,
+        *flags,
+    ]
+
+
+def launch(program, summary, *flags):
+    """launcher_argv run to its end, within 10 minutes."""
+    return subprocess.run(
+        launcher_argv(program, summary, *flags),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=launcher_env(),
+    )
 
 
 def binary(path):

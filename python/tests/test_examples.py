@@ -1,18 +1,12 @@
 """The examples, run as users run them, on small data."""
 
 import json
-import os
 import subprocess
 import sys
 
+import conftest
 import pytest
-from conftest import binary
-
-SOURCE = os.environ.get("FULCRUM_SOURCE_DIR", ".")
-
-
-def example(name):
-    return os.path.join(SOURCE, "examples", name)
+from conftest import example
 
 
 def test_numpy_linear_learns_the_true_weights(servers):
@@ -52,23 +46,15 @@ def test_numpy_linear_takes_the_daemons_host_flags_as_a_chief_and_a_worker(serve
 def launch(name, mode, summary, *flags, worker_flags=()):
     """examples/`name` as every worker of a launcher run (2 servers, 3
     workers in `mode`), which finds the package itself: no PYTHONPATH."""
-    return subprocess.run(
-        [
-            binary("deploy/local_cluster"),
-            "--num_ps=2",
-            "--num_workers=3",
-            "--mode=" + mode,
-            "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
-            "--worker_command=%s %s" % (sys.executable, example(name)),
-            "--summary_json=%s" % summary,
-            *flags,
-            "--",
-            *worker_flags,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    return conftest.launch(
+        name,
+        summary,
+        "--num_ps=2",
+        "--num_workers=3",
+        "--mode=" + mode,
+        *flags,
+        "--",
+        *worker_flags,
     )
 
 

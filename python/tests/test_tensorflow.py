@@ -10,17 +10,15 @@ import sys
 import textwrap
 import time
 
+import conftest
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import binary
 
 import fulcrum
 import fulcrum.tensorflow
 from fulcrum.tensorflow import data as tf_data
-
-SOURCE = os.environ.get("FULCRUM_SOURCE_DIR", ".")
 
 
 @pytest.mark.parametrize(
@@ -233,24 +231,17 @@ def test_the_container_entrypoints_environment_gives_the_cluster(servers, monkey
 
 
 def launch(program, summary, *flags, mode="sync", worker_flags=(), data=None):
-    return subprocess.run(
-        [
-            binary("deploy/local_cluster"),
-            "--num_ps=2",
-            "--num_workers=3",
-            "--mode=" + mode,
-            "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
-            "--worker_command=%s %s" % (sys.executable, os.path.join(SOURCE, "examples", program)),
-            "--summary_json=%s" % summary,
-            *flags,
-            "--",
-            *(data or ["--train_examples=6000", "--test_examples=1000"]),
-            *worker_flags,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    """examples/`program` on 2 servers and 3 workers in `mode`, on small data."""
+    return conftest.launch(
+        program,
+        summary,
+        "--num_ps=2",
+        "--num_workers=3",
+        "--mode=" + mode,
+        *flags,
+        "--",
+        *(data or ["--train_examples=6000", "--test_examples=1000"]),
+        *worker_flags,
     )
 
 
@@ -292,27 +283,19 @@ def test_a_keras_ctr_model_trains_its_fields_in_a_table_through_the_launcher(tmp
     assert rows > 10000  # ids of 26 fields, stored on the servers
 
 
-def launcher_argv(program, summary, *flags):
-    return [
-        binary("deploy/local_cluster"),
-        "--num_workers=3",
-        "--bin_dir=" + os.environ.get("FULCRUM_BIN_DIR", "bazel-bin"),
-        "--worker_command=%s %s" % (sys.executable, os.path.join(SOURCE, "examples", program)),
-        "--summary_json=%s" % summary,
-        *flags,
-    ]
-
-
 @pytest.mark.parametrize("program", ["tf_custom_loop.py", "keras_fit.py"])
 def test_the_guides_programs_train_by_all_reduce(tmp_path, program):
     summary = tmp_path / "summary.json"
-    done = subprocess.run(
-        launcher_argv(program, summary, "--num_ps=0", "--strategy=multi_worker_mirrored")
-        + ["--", "--train_examples=6000", "--test_examples=1000", "--epochs=2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    done = conftest.launch(
+        program,
+        summary,
+        "--num_ps=0",
+        "--strategy=multi_worker_mirrored",
+        "--num_workers=3",
+        "--",
+        "--train_examples=6000",
+        "--test_examples=1000",
+        "--epochs=2",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "multi_worker_mirrored" in done.stdout
@@ -324,9 +307,10 @@ def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path):
     without it; the launcher restarts it and it rejoins the group."""
     summary = tmp_path / "summary.json"
     launcher = subprocess.Popen(
-        launcher_argv(
+        conftest.launcher_argv(
             "tf_custom_loop.py",
             summary,
+            "--num_workers=3",
             "--num_ps=0",
             "--strategy=multi_worker_mirrored",
             "--insecure",
@@ -337,10 +321,7 @@ def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
         # The survivors notice the lost worker within 5 s, not the default 60.
-        env={
-            **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-            "FULCRUM_COLLECTIVE_TIMEOUT_SECS": "5",
-        },
+        env=conftest.launcher_env(FULCRUM_COLLECTIVE_TIMEOUT_SECS="5"),
     )
     lines, victim, killed = [], None, False
     deadline = time.monotonic() + 600
