@@ -20,9 +20,10 @@
 # and keras_ctr_vs_tensorflow.
 #   bench/keras_bench.sh [--quick]
 #
-# Rates: Fulcrum's are the chief's (its whole batches times the workers,
-# over its Model.fit's wall time); TensorFlow's count the steps scheduled
-# after a warm-up, over their wall time.
+# Rates: the Keras programs' are the chief's (fulcrum.tensorflow.Throughput:
+# its batches after the first 10, which trace the step, times the workers,
+# over their wall time); TensorFlow's count the steps scheduled after a
+# warm-up, over their wall time; the C++ worker's is its whole run's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=3

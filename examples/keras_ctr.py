@@ -18,7 +18,6 @@ launcher:
 import argparse
 import json
 import os
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -72,20 +71,17 @@ with strategy.scope():
 train_dataset = tf.data.Dataset.from_tensor_slices(
     ((train.features, train.ids), train.labels.astype(np.float32))
 ).batch(args.batch_size)
-start = time.monotonic()
-model.fit(train_dataset, epochs=args.epochs, verbose=2)
-wall = time.monotonic() - start
+throughput = fulcrum.tensorflow.Throughput(args.batch_size, strategy.num_workers)
+model.fit(train_dataset, epochs=args.epochs, verbose=2, callbacks=[throughput])
 
 if strategy.is_chief:
     logits = model.predict((test.features, test.ids), batch_size=4096, verbose=0)
     auc = tf.keras.metrics.AUC(from_logits=True)
     auc.update_state(test.labels, logits[:, 0])
-    workers = strategy.num_workers
-    steps = len(train_dataset) // workers  # each worker's share, in whole batches
     result = {
         "test_auc": float(auc.result()),
         "ground_truth_auc": float(test.oracle_auc),
-        "examples_per_sec": steps * args.batch_size * workers * args.epochs / wall,
+        "examples_per_sec": throughput.examples_per_sec,
     }
     print("chief: test AUC %(test_auc).4f (ground truth %(ground_truth_auc).4f)" % result)
     print("chief: table rows %s" % strategy.client.tables()["fields"]["rows"], flush=True)

@@ -27,6 +27,7 @@ manifests give a program: no flags to parse. TensorFlow (tensorflow-cpu
 does not need it, this module does. See docs/tensorflow.md.
 """
 
+from fulcrum.tensorflow.callbacks import Throughput
 from fulcrum.tensorflow.layers import Embedding
 from fulcrum.tensorflow.mirrored import MultiWorkerMirroredStrategy
 from fulcrum.tensorflow.optimizers import server_optimizer
@@ -59,4 +60,5 @@ __all__ = [
     "MultiWorkerMirroredStrategy",
     "ParameterServerStrategy",
     "server_optimizer",
+    "Throughput",
 ]
