@@ -262,8 +262,17 @@ def test_the_guides_custom_loop_trains_through_the_launcher_over_tls(tmp_path):
 
 def test_keras_fit_trains_each_workers_share_through_the_launcher(tmp_path):
     summary = tmp_path / "summary.json"
-    done = launch("keras_fit.py", summary, "--insecure", worker_flags=["--epochs=2"])
+    checkpoints = tmp_path / "checkpoints"
+    done = launch(
+        "keras_fit.py",
+        summary,
+        "--insecure",
+        "--checkpoint_dir=%s" % checkpoints,
+        worker_flags=["--epochs=2"],
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # The chief checkpointed the job's last state in Fulcrum's format.
+    assert list(checkpoints.glob("ckpt-*/MANIFEST")), done.stdout[-3000:]
     # 6000 examples in batches of 64: 93 whole batches, 31 for each worker.
     for w in range(3):
         assert "[worker %d] 31/31" % w in done.stdout, done.stdout[-3000:]
@@ -302,26 +311,11 @@ def test_the_guides_programs_train_by_all_reduce(tmp_path, program):
     assert json.loads(summary.read_text())["test_accuracy"] > 0.7
 
 
-def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path):
-    """kill -9 one of three all-reduce workers mid-run: the others go on
-    without it; the launcher restarts it and it rejoins the group."""
-    summary = tmp_path / "summary.json"
+def run_killing_worker_2(argv, env):
+    """Runs the launcher `argv`, kills -9 worker 2 once it has printed its
+    first epoch, and returns (the launcher's exit code, its output)."""
     launcher = subprocess.Popen(
-        conftest.launcher_argv(
-            "tf_custom_loop.py",
-            summary,
-            "--num_workers=3",
-            "--num_ps=0",
-            "--strategy=multi_worker_mirrored",
-            "--insecure",
-            "--max_restarts=1",
-        )
-        + ["--", "--train_examples=12000", "--test_examples=1000", "--epochs=4"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        # The survivors notice the lost worker within 5 s, not the default 60.
-        env=conftest.launcher_env(FULCRUM_COLLECTIVE_TIMEOUT_SECS="5"),
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
     lines, victim, killed = [], None, False
     deadline = time.monotonic() + 600
@@ -341,10 +335,66 @@ def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path):
             launcher.kill()
             launcher.wait()
     out = "".join(lines)
-    assert killed and code == 0, out[-4000:]
-    assert len(re.findall(r"started worker 2 \(pid", out)) == 2  # restarted
+    assert killed, out[-4000:]
+    assert len(re.findall(r"started worker 2 \(pid", out)) == 2, out[-4000:]  # restarted
+    return code, out
+
+
+def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path):
+    """kill -9 one of three all-reduce workers mid-run: the others go on
+    without it; the launcher restarts it and it rejoins the group."""
+    summary = tmp_path / "summary.json"
+    argv = conftest.launcher_argv(
+        "tf_custom_loop.py",
+        summary,
+        "--num_workers=3",
+        "--num_ps=0",
+        "--strategy=multi_worker_mirrored",
+        "--insecure",
+        "--max_restarts=1",
+        "--",
+        "--train_examples=12000",
+        "--test_examples=1000",
+        "--epochs=4",
+    )
+    # The survivors notice the lost worker within 5 s, not the default 60.
+    code, out = run_killing_worker_2(
+        argv, conftest.launcher_env(FULCRUM_COLLECTIVE_TIMEOUT_SECS="5")
+    )
+    assert code == 0, out[-4000:]
     assert "rank(s) 2 joined" in out  # the group took it back
     # Every replica ends bit-identical, the restarted one among them.
     finals = re.findall(r"\[worker (\d)\] final test accuracy (\S+)", out)
     assert sorted(w for w, _ in finals) == ["0", "1", "2"] and len({a for _, a in finals}) == 1
+    assert json.loads(summary.read_text())["test_accuracy"] > 0.7
+
+
+def test_a_restarted_parameter_server_worker_resumes_where_the_job_is(tmp_path):
+    """kill -9 a sync worker of the custom loop after its first epoch: the
+    launcher restarts it, it starts from the servers' values, and its
+    training data resumes at the job's step, not at the first epoch."""
+    summary = tmp_path / "summary.json"
+    argv = conftest.launcher_argv(
+        "tf_custom_loop.py",
+        summary,
+        "--num_workers=3",
+        "--num_ps=2",
+        "--mode=sync",
+        "--max_restarts=1",
+        "--ps_args=--lease_timeout_ms=3000",
+        "--",
+        "--train_examples=12000",
+        "--test_examples=1000",
+        "--epochs=3",
+    )
+    code, out = run_killing_worker_2(argv, conftest.launcher_env())
+    assert code == 0, out[-4000:]
+    restarted = out[out.rindex("started worker 2 (pid") :]
+    # The job had trained its first epoch: the restarted worker's data
+    # resumed after it, and it trained the last epoch to the end.
+    resumed = re.search(
+        r"\[worker 2\] the job is under way: .* batch (\d+) \(epoch (\d)", restarted
+    )
+    assert resumed and int(resumed.group(2)) >= 2, restarted[-3000:]
+    assert "[worker 2] Epoch 3, Loss:" in restarted and "[worker 2] final test" in restarted
     assert json.loads(summary.read_text())["test_accuracy"] > 0.7

@@ -2,8 +2,12 @@
 as fulcrum.data deals: worker r of n takes the elements i with
 i % n == r, and every worker as many."""
 
+import logging
+
 import numpy as np
 import tensorflow as tf
+
+_log = logging.getLogger("fulcrum.tensorflow")
 
 
 class DistributedDataset:
@@ -51,6 +55,15 @@ class DistributedDataset:
                 self._training = self._strategy._applied != applied
             if self._training and self._resumed is None and steps >= 0:
                 self._resumed = self._strategy._resumed(steps) or 0
+                if self._resumed:
+                    _log.warning(
+                        "the job is under way: this worker's training data resumes at its "
+                        "batch %d (epoch %d, batch %d of %d)",
+                        self._resumed,
+                        self._resumed // steps + 1,
+                        self._resumed % steps + 1,
+                        steps,
+                    )
             if self._training and self._resumed:
                 # Batches of this epoch the job trained before this worker
                 # (re)started.
