@@ -486,8 +486,9 @@ def connect(
     `tf_config` (JSON text), else the TF_CONFIG environment variable. The
     worker id is then the task's replica id (the chief is 0; an evaluator
     reads only). `mode` ("sync", "async" or "ssp") defaults to the servers'
-    own; with `check_mode`, every server must run it (this waits for them,
-    within retry_timeout). With `tls_cert`, `tls_key` and `tls_ca` (PEM
+    own (without `check_mode`, which asks them: "async"); with
+    `check_mode`, every server must run it (this waits for them, within
+    retry_timeout). With `tls_cert`, `tls_key` and `tls_ca` (PEM
     files, as the daemons' flags take them), calls are mutual TLS;
     `auth_token` (the token itself, not its file) goes with every call, for
     servers that need one. Security settings not given are those of the
@@ -544,7 +545,7 @@ def connect(
         )
 
     native = native_client(mode or "async")
-    if mode is None:  # the servers' own, as the first of them says
+    if mode is None and check_mode:  # the servers' own, as the first of them says
         runs = json.loads(native.describe()[0]).get("mode", "").lower()
         if runs and runs != native.mode:
             native = native_client(runs)
