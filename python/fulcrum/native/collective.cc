@@ -58,8 +58,8 @@ void CopyOut(const TensorMap& values, const py::dict& out) {
     for (int64_t d : view.shape) n *= d;
     if (static_cast<size_t>(n) != it->second.values.size()) {
       Throw(absl::InvalidArgumentError(absl::StrCat("output for '", name, "': ", n,
-                                                    " elements where ",
-                                                    it->second.values.size(), " were expected")));
+                                                    " elements where ", it->second.values.size(),
+                                                    " were expected")));
     }
     std::memcpy(view.data, it->second.values.data(), n * sizeof(float));
   }
@@ -69,9 +69,9 @@ void CopyOut(const TensorMap& values, const py::dict& out) {
 class Collective {
  public:
   Collective(int rank, const std::vector<std::string>& peers, const std::string& bind_host,
-             const std::vector<std::string>& specs_json, double timeout_s,
-             double startup_timeout_s, int64_t epochs, const std::string& tls_cert,
-             const std::string& tls_key, const std::string& tls_ca, const std::string& token) {
+             const std::vector<std::string>& specs_json, double timeout_s, double startup_timeout_s,
+             int64_t epochs, const std::string& tls_cert, const std::string& tls_key,
+             const std::string& tls_ca, const std::string& token) {
     if (rank < 0 || rank >= static_cast<int>(peers.size())) {
       Throw(absl::InvalidArgumentError(
           absl::StrCat("rank ", rank, " is not one of the ", peers.size(), " workers")));
@@ -127,8 +127,9 @@ class Collective {
     absl::Status stepped;
     {
       py::gil_scoped_release release;
-      stepped = strategy_->Step(gradients.is_none() ? nullptr : &grads,
-                                StepPlace{epoch, ends_epoch}, &weights_)
+      stepped = strategy_
+                    ->Step(gradients.is_none() ? nullptr : &grads, StepPlace{epoch, ends_epoch},
+                           &weights_)
                     .status();
     }
     ThrowIfError(stepped);
