@@ -314,10 +314,6 @@ def _adopting(init):
     return __init__
 
 
-def _owners_spec(optimizer):
-    return _specs_of[optimizer]
-
-
 def _distributing_fit(fit):
     def distributed_fit(model, x=None, y=None, *args, **kwargs):
         strategy = _owners.get(getattr(model, "optimizer", None))
@@ -328,7 +324,7 @@ def _distributing_fit(fit):
         if steps and model.built and model.trainable_variables:
             # Bound before fit begins, so that a restarted worker knows
             # where the job is and resumes at that epoch.
-            spec = _owners_spec(model.optimizer)
+            spec = _specs_of[model.optimizer]
             with tf.init_scope():
                 strategy._bind(spec, strategy._trained(model.trainable_variables))
             resumed = strategy._resumed(steps) or 0
