@@ -1,12 +1,26 @@
 """ps_server processes on 127.0.0.1 for the Python benchmarks and tests
 (python/tests/conftest.py): the port each picks, its log, its resident
-memory (from /proc); and the name=value figures a benchmark prints."""
+memory (from /proc); loopback ports free for other processes; and the
+name=value figures a benchmark prints."""
 
 import json
 import os
 import re
+import socket
 import subprocess
 import time
+
+
+def free_ports(n):
+    """n loopback ports free now (the processes given them bind them a
+    moment later)."""
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
 
 
 def start_server(bin_dir, workdir, flags=(), mode="async", index=0, num_ps=1, workers=1):

@@ -22,24 +22,14 @@ import argparse
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
+from local_server import free_ports
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
-
-
-def free_ports(n):
-    """n loopback ports free now (the servers bind them a moment later)."""
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def start_cluster(num_ps, num_workers, threads):

@@ -3,12 +3,12 @@ process of its own on 127.0.0.1, with NumPy arrays and torch tensors."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from local_server import free_ports  # bench/local_server.py
 
 import fulcrum
 
@@ -32,16 +32,6 @@ RANK = textwrap.dedent(
                       "steps": group.step_count, "share": group.share(0)}))
     """
 )
-
-
-def free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def test_a_group_averages_gradients_from_numpy_and_torch_ranks(tmp_path):
