@@ -6,9 +6,14 @@
 
 namespace fulcrum {
 
-uint64_t Mailbox::Open(int from, int to) {
+uint64_t Mailbox::Open(int from, int to, StreamOrder order) {
   absl::MutexLock lock(&mu_);
   Queue& queue = queues_[{from, to}];
+  if (order.sender != 0 && order.sender == queue.order.sender &&
+      order.sequence < queue.order.sequence) {
+    return 0;
+  }
+  queue.order = order;
   if (++queue.streams > 1) {
     queue.messages.clear();
     queue.broken = absl::OkStatus();

@@ -20,6 +20,16 @@
 
 namespace fulcrum {
 
+// Where a stream stands among its sender's streams to one peer: the
+// sender (a number drawn by each links object; 0: not said) and the
+// sender's count of streams it opened. A stream the sender replaced can
+// reach the peer after its replacement (it waited for a connection to a
+// restarted peer); the order tells it apart.
+struct StreamOrder {
+  uint64_t sender = 0;
+  uint64_t sequence = 0;
+};
+
 class Mailbox {
  public:
   explicit Mailbox(int size) : size_(size) {}
@@ -27,8 +37,10 @@ class Mailbox {
 
   // A stream from `from` to `to` opened; its number, for Break. Every
   // stream after the first is a reconnection (Reconnected): what came on
-  // the earlier one is dropped, and the link is whole again.
-  uint64_t Open(int from, int to) ABSL_LOCKS_EXCLUDED(mu_);
+  // the earlier one is dropped, and the link is whole again. 0, and
+  // nothing changes, when `order` says the sender has since opened a
+  // newer stream that is already open here: the stale one is to be ended.
+  uint64_t Open(int from, int to, StreamOrder order = {}) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A message sent in round `tag` (PeerLinks::tag).
   void Put(int from, int to, uint64_t tag, std::vector<float> message) ABSL_LOCKS_EXCLUDED(mu_);
@@ -72,6 +84,7 @@ class Mailbox {
     std::deque<Message> messages;
     absl::Status broken;
     uint64_t streams = 0;  // opened so far; the newest is the live one
+    StreamOrder order;     // the live one's
   };
 
   const int size_;

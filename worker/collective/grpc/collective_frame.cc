@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "proto/collective.pb.h"
 
@@ -57,6 +58,20 @@ const std::string& CollectiveStreamMethod() {
         absl::StrCat("/", service->full_name(), "/", service->method(0)->name()));
   }();
   return *method;
+}
+
+std::string FormatStreamOrder(const StreamOrder& order) {
+  return absl::StrCat(order.sender, ".", order.sequence);
+}
+
+StreamOrder ParseStreamOrder(absl::string_view value) {
+  StreamOrder order;
+  const size_t dot = value.find('.');
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(value.substr(0, dot), &order.sender) ||
+      !absl::SimpleAtoi(value.substr(dot + 1), &order.sequence)) {
+    return {};
+  }
+  return order;
 }
 
 grpc::ByteBuffer EncodeFrame(int from, uint64_t round, std::vector<float> data) {

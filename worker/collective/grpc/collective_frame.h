@@ -13,11 +13,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/collective/mailbox.h"
 
 namespace fulcrum {
 
 // "/fulcrum.Collective/Stream": the method of collective.proto's service.
 const std::string& CollectiveStreamMethod();
+
+// The metadata key under which a stream says its StreamOrder, and the
+// value: "SENDER.SEQUENCE" in decimal. A value that does not parse reads
+// as no order ({0, 0}).
+inline const char kStreamOrderMetadataKey[] = "fulcrum-stream-order";
+std::string FormatStreamOrder(const StreamOrder& order);
+StreamOrder ParseStreamOrder(absl::string_view value);
 
 // The frame from rank `from`, of round `round`, carrying `data`.
 grpc::ByteBuffer EncodeFrame(int from, uint64_t round, std::vector<float> data);

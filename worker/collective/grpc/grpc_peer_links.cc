@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -20,11 +21,16 @@ namespace {
 
 // One incoming stream: each message goes to the mailbox; a stream that
 // ends without the sender closing it breaks that sender's link. A sender's
-// new stream (it restarted, or reconnects to rejoin) replaces its old one.
+// new stream (it restarted, or reconnects to rejoin) replaces its old one;
+// an old one that comes after its replacement is ended unread.
 class Incoming final : public grpc::ServerGenericBidiReactor {
  public:
   Incoming(Mailbox* inbox, int rank, grpc::GenericCallbackServerContext* context)
       : inbox_(inbox), rank_(rank), context_(context) {
+    const auto& metadata = context->client_metadata();
+    if (auto it = metadata.find(kStreamOrderMetadataKey); it != metadata.end()) {
+      order_ = ParseStreamOrder(absl::string_view(it->second.data(), it->second.size()));
+    }
     StartRead(&buffer_);
   }
 
@@ -49,8 +55,14 @@ class Incoming final : public grpc::ServerGenericBidiReactor {
       return;
     }
     if (from_ < 0) {
+      stream_ = inbox_->Open(message->from, rank_, order_);
+      if (stream_ == 0) {
+        Finish(grpc::Status(grpc::StatusCode::ABORTED,
+                            absl::StrCat("rank ", rank_, ": a newer stream from rank ",
+                                         message->from, " replaced this one")));
+        return;
+      }
       from_ = message->from;
-      stream_ = inbox_->Open(from_, rank_);
     }
     inbox_->Put(from_, rank_, message->round, std::move(message->data));
     buffer_.Clear();
@@ -64,6 +76,7 @@ class Incoming final : public grpc::ServerGenericBidiReactor {
   const int rank_;
   grpc::GenericCallbackServerContext* const context_;
   grpc::ByteBuffer buffer_;
+  StreamOrder order_;
   int from_ = -1;
   uint64_t stream_ = 0;
 };
@@ -110,13 +123,15 @@ class Service final : public grpc::CallbackGenericService {
 // The stream to one peer, written in order by its own thread.
 class Outgoing {
  public:
-  Outgoing(int rank, int peer, std::string address, const TlsFiles& tls, const std::string& token)
+  Outgoing(int rank, int peer, std::string address, const TlsFiles& tls, const std::string& token,
+           const StreamOrder& order)
       : rank_(rank),
         peer_(peer),
         address_(std::move(address)),
         stub_(grpc::CreateCustomChannel(address_, MakeChannelCredentials(tls),
                                         ClientChannelArguments(-1))) {
     if (!token.empty()) context_.AddMetadata(kTokenMetadataKey, TokenMetadata(token));
+    context_.AddMetadata(kStreamOrderMetadataKey, FormatStreamOrder(order));
     writer_thread_ = std::thread([this] { WriteLoop(); });
   }
 
@@ -229,6 +244,14 @@ class Outgoing {
   std::thread writer_thread_;
 };
 
+// A sender number for StreamOrder: drawn, so that another links object
+// (a restarted rank) has another; never 0 (no order).
+uint64_t DrawSender() {
+  std::random_device device;
+  const uint64_t drawn = (uint64_t{device()} << 32) | device();
+  return drawn == 0 ? 1 : drawn;
+}
+
 }  // namespace
 
 class GrpcPeerLinks::Impl {
@@ -244,7 +267,9 @@ class GrpcPeerLinks::Impl {
   const int rank;
   const int size;
   const TlsFiles tls;
-  const std::string token;  // the cluster token, or ""
+  const std::string token;               // the cluster token, or ""
+  const uint64_t sender = DrawSender();  // StreamOrder's
+  uint64_t streams_opened = 0;
   Mailbox inbox;
   Service service;
   std::unique_ptr<grpc::Server> server;
@@ -303,8 +328,9 @@ absl::Status GrpcPeerLinks::Reconnect(int peer) {
         absl::StrCat("rank ", impl_->rank, ": no address of rank ", peer, " (Connect first)"));
   }
   if (impl_->outgoing[peer] != nullptr) impl_->outgoing[peer]->Abandon();
-  impl_->outgoing[peer] = std::make_unique<Outgoing>(impl_->rank, peer, impl_->addresses[peer],
-                                                     impl_->tls, impl_->token);
+  impl_->outgoing[peer] =
+      std::make_unique<Outgoing>(impl_->rank, peer, impl_->addresses[peer], impl_->tls,
+                                 impl_->token, StreamOrder{impl_->sender, ++impl_->streams_opened});
   // A notice opens the stream now, so that a peer that dies breaks this
   // rank's link to it even if they never exchanged data, and the peer
   // learns of a reconnection at once.

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/collective/all_reduce.h"
+#include "worker/collective/grpc/collective_frame.h"
 
 namespace fulcrum {
 namespace {
@@ -174,6 +175,84 @@ TEST(GrpcPeerLinksTest, ARestartedRankReconnects) {
   EXPECT_EQ(*received, (std::vector<float>{4.0f, 5.0f, 6.0f}));
 }
 
+// A collective stream opened by hand, as a peer (or an impostor) would.
+class RawStream {
+ public:
+  explicit RawStream(int port, const StreamOrder& order = {})
+      : stub_(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                  grpc::InsecureChannelCredentials())) {
+    if (order.sender != 0) context_.AddMetadata(kStreamOrderMetadataKey, FormatStreamOrder(order));
+    call_ = stub_.PrepareCall(&context_, CollectiveStreamMethod(), &cq_);
+    call_->StartCall(nullptr);
+    EXPECT_TRUE(Await());
+  }
+  ~RawStream() {
+    if (!closed_) Close();
+    cq_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+
+  // Whether the message went out.
+  bool Write(const grpc::ByteBuffer& message) {
+    call_->Write(message, nullptr);
+    return Await();
+  }
+
+  // Closes the sending side; how the peer ended the stream.
+  grpc::Status Close() {
+    closed_ = true;
+    call_->WritesDone(nullptr);
+    Await();
+    grpc::Status status;
+    call_->Finish(&status, nullptr);
+    EXPECT_TRUE(Await());
+    return status;
+  }
+
+ private:
+  bool Await() {
+    void* tag = nullptr;
+    bool ok = false;
+    return cq_.Next(&tag, &ok) && ok;
+  }
+
+  grpc::GenericStub stub_;
+  grpc::ClientContext context_;
+  grpc::CompletionQueue cq_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+  bool closed_ = false;
+};
+
+// A stream its sender replaced can reach a peer after the replacement (it
+// waited for a connection to a restarted peer): it is ended unread, and
+// its end does not break the link that replaced it.
+TEST(GrpcPeerLinksTest, AReplacedStreamThatComesLateIsEndedUnread) {
+  auto started = GrpcPeerLinks::Start(0, 2, "127.0.0.1:0");
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<GrpcPeerLinks> rank0 = *std::move(started);
+  constexpr uint64_t kSender = 77;
+
+  RawStream newer(rank0->port(), {kSender, 2});
+  ASSERT_TRUE(newer.Write(EncodeFrame(1, 0, {})));
+  // Rank 0 holds a stream from every other rank: the newer one is open.
+  ASSERT_TRUE(rank0->AwaitRound(0, absl::Now() + absl::Seconds(10)).ok());
+  {
+    RawStream stale(rank0->port(), {kSender, 1});
+    stale.Write(EncodeFrame(1, 0, {9.0f}));
+    grpc::Status status = stale.Close();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("a newer stream from rank 1"));
+  }
+  ASSERT_TRUE(newer.Write(EncodeFrame(1, 0, {3.0f, 4.0f})));
+  auto received = rank0->Recv(1, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(*received, (std::vector<float>{3.0f, 4.0f}));
+  EXPECT_TRUE(rank0->TakeReconnected().empty());
+}
+
 // Messages that are not the collective's (too short, a rank out of range,
 // another rank than the stream's) end that stream with INVALID_ARGUMENT;
 // the rank serves its peers as before.
@@ -196,27 +275,13 @@ TEST(GrpcPeerLinksTest, MalformedMessagesAreRefusedAndTheRankGoesOn) {
       {header(-1) + std::string(4096, 'z')},  // a negative rank
   };
   for (const auto& messages : hostile) {
-    grpc::ClientContext context;
-    grpc::CompletionQueue cq;
-    auto call = stub.PrepareCall(&context, "/fulcrum.Collective/Stream", &cq);
-    void* tag = nullptr;
-    bool ok = false;
-    call->StartCall(nullptr);
-    ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+    RawStream stream(links[0]->port());
     for (const std::string& bytes : messages) {
       grpc::Slice slice(bytes);
-      call->Write(grpc::ByteBuffer(&slice, 1), nullptr);
-      cq.Next(&tag, &ok);
+      stream.Write(grpc::ByteBuffer(&slice, 1));
     }
-    call->WritesDone(nullptr);
-    cq.Next(&tag, &ok);
-    grpc::Status status;
-    call->Finish(&status, nullptr);
-    ASSERT_TRUE(cq.Next(&tag, &ok));
+    grpc::Status status = stream.Close();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
-    cq.Shutdown();
-    while (cq.Next(&tag, &ok)) {
-    }
   }
   const float data[] = {1.0f, 2.0f};
   ASSERT_TRUE(links[1]->Send(0, data).ok());
