@@ -98,7 +98,8 @@ ABSL_FLAG(std::string, bin_dir, "",
 ABSL_FLAG(int, start_timeout_secs, 60, "How long a parameter server may take to start listening.");
 ABSL_FLAG(int, stop_timeout_secs, 30,
           "After the workers are done (or on failure), how long processes get to exit before "
-          "they are killed.");
+          "they are killed. Under the all-reduce strategies the job is done once the chief has "
+          "finished: a worker still running this long after it is stopped.");
 
 namespace {
 
@@ -516,9 +517,14 @@ int Run(const std::vector<std::string>& worker_args) {
     }
     return true;
   };
+  // An all-reduce job is complete once its chief has finished it.
+  auto chief_finished = [&] {
+    const Child& chief = children[first_worker];
+    return all_reduce && chief.status && *chief.status == 0;
+  };
   Pump(children, absl::InfiniteDuration(), [&] {
     RestartFailed(children, max_restarts);
-    return g_interrupted || failed() != nullptr || workers_done();
+    return g_interrupted || failed() != nullptr || workers_done() || chief_finished();
   });
   const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_stop_timeout_secs));
   if (g_interrupted) {
@@ -534,6 +540,21 @@ int Run(const std::vector<std::string>& worker_args) {
     std::printf("[launcher] %s failed; stopping every process\n", bad->label.c_str());
     StopAll(children, grace);
     return status;
+  }
+  if (!workers_done()) {
+    // The others finish the group's last step with the chief; one still
+    // running after the grace restarted too late to be invited into the
+    // group, which has ended, and would wait for it until its start-up
+    // timeout.
+    Pump(children, grace, workers_done);
+    for (size_t i = first_worker; i < children.size(); ++i) {
+      if (children[i].status) continue;
+      std::printf(
+          "[launcher] %s is still running %s after the chief finished the job "
+          "(restarted after the group's last step?); stopping it\n",
+          children[i].label.c_str(), absl::FormatDuration(grace).c_str());
+    }
+    if (!workers_done()) StopAll(children, absl::Seconds(5));
   }
   // The workers are done: the servers exit on the chief's job-done word.
   auto all_exited = [&] {

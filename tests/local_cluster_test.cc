@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -225,6 +226,27 @@ TEST(LocalClusterTest, ARestartedAllReduceWorkerRejoins) {
   EXPECT_TRUE(cluster.HasLine("the group is now ranks 0, 2 (leader 0)"));
   EXPECT_TRUE(cluster.HasLine("the group is now ranks 0, 1, 2 (leader 0)"));
   EXPECT_TRUE(cluster.HasLine("[launcher] worker 1 exited with status 0"));
+}
+
+// An all-reduce job is complete once its chief has finished: a worker
+// still running after the grace (one restarted after the group's last step
+// waits to be invited into a group that has ended) is stopped, and the
+// launcher exits with the chief's status. The workers here are a script:
+// the chief (the one given --summary_json) finishes at once, the other
+// never does.
+TEST(LocalClusterTest, AnAllReduceWorkerStillRunningOnceTheChiefFinishedIsStopped) {
+  const std::string script = TempPath("worker.sh");
+  std::ofstream(script) << "#!/bin/sh\n"
+                           "case \" $* \" in *' --summary_json='*) echo trained; exit 0;; esac\n"
+                           "echo joining; exec sleep 600\n";
+  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  ChildProcess cluster(
+      "cluster", Launcher({"--num_ps=0", "--num_workers=2", "--strategy=multi_worker_mirrored",
+                           "--insecure", "--stop_timeout_secs=1", "--worker_command=" + script,
+                           "--summary_json=" + TempPath("summary.json")}));
+  ASSERT_EQ(cluster.Wait(absl::Seconds(60)), 0);
+  EXPECT_TRUE(cluster.HasLine("[worker 1] joining"));
+  EXPECT_TRUE(cluster.HasLine("[launcher] worker 1 is still running 1s after the chief finished"));
 }
 
 // MirroredStrategy: one worker, two local replicas, nothing else.
