@@ -311,9 +311,10 @@ def test_the_guides_programs_train_by_all_reduce(tmp_path, program):
     assert json.loads(summary.read_text())["test_accuracy"] > 0.7
 
 
-def run_killing_worker_2(argv, env):
-    """Runs the launcher `argv`, kills -9 worker 2 once it has printed its
-    first epoch, and returns (the launcher's exit code, its output)."""
+def run_killing_worker_2(argv, env, after):
+    """Runs the launcher `argv`, kills -9 worker 2 once it has printed a
+    line starting with `after`, and returns (the launcher's exit code, its
+    output)."""
     launcher = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -325,7 +326,7 @@ def run_killing_worker_2(argv, env):
             started = re.match(r"\[launcher\] started worker 2 \(pid (\d+)\)", line)
             if started and victim is None:
                 victim = int(started.group(1))
-            if not killed and line.startswith("[worker 2] Epoch 1,"):
+            if not killed and line.startswith("[worker 2] " + after):
                 os.kill(victim, signal.SIGKILL)
                 killed = True
             assert time.monotonic() < deadline, "".join(lines[-50:])
@@ -340,12 +341,20 @@ def run_killing_worker_2(argv, env):
     return code, out
 
 
-def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path):
+# Mid-run: the custom loop after its first epoch, fit as its first begins
+# (a fit step is quicker: the restarted worker, which imports TensorFlow
+# anew, must come back before the others have finished).
+KILL_AFTER = {"tf_custom_loop.py": "Epoch 1,", "keras_fit.py": "Epoch 1/"}
+TRAIN_EXAMPLES = {"tf_custom_loop.py": "12000", "keras_fit.py": "60000"}
+
+
+@pytest.mark.parametrize("program", ["tf_custom_loop.py", "keras_fit.py"])
+def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path, program):
     """kill -9 one of three all-reduce workers mid-run: the others go on
     without it; the launcher restarts it and it rejoins the group."""
     summary = tmp_path / "summary.json"
     argv = conftest.launcher_argv(
-        "tf_custom_loop.py",
+        program,
         summary,
         "--num_workers=3",
         "--num_ps=0",
@@ -353,19 +362,22 @@ def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path):
         "--insecure",
         "--max_restarts=1",
         "--",
-        "--train_examples=12000",
+        "--train_examples=" + TRAIN_EXAMPLES[program],
         "--test_examples=1000",
         "--epochs=4",
     )
     # The survivors notice the lost worker within 5 s, not the default 60.
     code, out = run_killing_worker_2(
-        argv, conftest.launcher_env(FULCRUM_COLLECTIVE_TIMEOUT_SECS="5")
+        argv,
+        conftest.launcher_env(FULCRUM_COLLECTIVE_TIMEOUT_SECS="5"),
+        KILL_AFTER[program],
     )
     assert code == 0, out[-4000:]
     assert "rank(s) 2 joined" in out  # the group took it back
     # Every replica ends bit-identical, the restarted one among them.
-    finals = re.findall(r"\[worker (\d)\] final test accuracy (\S+)", out)
-    assert sorted(w for w, _ in finals) == ["0", "1", "2"] and len({a for _, a in finals}) == 1
+    finals = re.findall(r"\[worker (\d)\] .*?(?:final test|Eval) accuracy:? (\S+)", out)
+    assert sorted(w for w, _ in finals) == ["0", "1", "2"], out[-4000:]
+    assert len({a for _, a in finals}) == 1, finals
     assert json.loads(summary.read_text())["test_accuracy"] > 0.7
 
 
@@ -387,7 +399,7 @@ def test_a_restarted_parameter_server_worker_resumes_where_the_job_is(tmp_path):
         "--test_examples=1000",
         "--epochs=3",
     )
-    code, out = run_killing_worker_2(argv, conftest.launcher_env())
+    code, out = run_killing_worker_2(argv, conftest.launcher_env(), "Epoch 1,")
     assert code == 0, out[-4000:]
     restarted = out[out.rindex("started worker 2 (pid") :]
     # The job had trained its first epoch: the restarted worker's data

@@ -4,6 +4,7 @@ i % n == r, and every worker as many."""
 
 import logging
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -111,6 +112,33 @@ def steps_of(x, batch_size):
     if isinstance(first, (np.ndarray, tf.Tensor)) and batch_size:
         return -(-len(first) // batch_size) or None
     return None
+
+
+class FitDealing(keras.callbacks.Callback):
+    """Model.fit's data on one worker, and where each of its steps lies: a
+    callback of the fit, which the strategy's fit hook adds.
+
+    The data is dealt once, by worker, for the whole fit (share_for_fit), so
+    that every epoch has as many steps on every worker, as Keras expects. As
+    each epoch begins the strategy is told it is dealt (a worker that joins
+    a running all-reduce group learns from the members which epoch is its
+    first), and each step's place in its epoch is counted from there."""
+
+    def __init__(self, strategy, x, y, batch_size):
+        super().__init__()
+        self._strategy = strategy
+        self.x, self.y = share_for_fit(strategy._deal(0), x, y)
+        self.steps = steps_of(self.x, batch_size or (32 if y is not None else None))
+        self._epoch, self._first = 0, 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._strategy._deal(epoch)
+        self._epoch, self._first = epoch, self._strategy._applied
+
+    def place(self):
+        """(epoch, ends_epoch) of the step being applied."""
+        done = self._strategy._applied - self._first
+        return self._epoch, bool(self.steps) and done + 1 == self.steps
 
 
 def share_for_fit(share, x, y):

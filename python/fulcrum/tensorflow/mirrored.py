@@ -72,6 +72,9 @@ class MultiWorkerMirroredStrategy(_strategy.Strategy):
         # the batch that made it join belongs to no step of its share.
         self._joined = out if self._group.step_count > 0 else None
 
+    def _bound_before_steps(self):
+        self._joined = None  # no batch was taken before it joined
+
     def _exchange(self, names, grads):
         if self._joined is not None:
             values, self._joined = self._joined, None

@@ -3,6 +3,7 @@ and its hooks into Keras. See the package's docstring."""
 
 import atexit
 import contextlib
+import logging
 import sys
 import threading
 import types
@@ -17,6 +18,8 @@ from fulcrum import client as _client
 from fulcrum import specs as _specs
 from fulcrum.tensorflow import data as _data
 from fulcrum.tensorflow import optimizers as _optimizers
+
+_log = logging.getLogger("fulcrum.tensorflow")
 
 _open_scopes = []  # strategies whose scope() is open, innermost last
 _owners = weakref.WeakKeyDictionary()  # Keras optimizer -> its strategy
@@ -51,7 +54,7 @@ class Strategy:
         # epoch), as the training data's iteration says (an all-reduce
         # group's joiner learns from it where its data begins).
         self._place = (0, False)
-        self._fit_steps = None  # Model.fit's (first step, steps per epoch)
+        self._fit = None  # the running Model.fit's data.FitDealing
         self._applied = 0  # steps applied by this process
         self._finished = False
         self._adopted = []  # the servers' optimizer specs of the adopted Keras optimizers
@@ -125,11 +128,10 @@ class Strategy:
 
     def _step_place(self):
         """(epoch, ends_epoch) of the step being applied."""
-        if self._fit_steps is None:
-            return self._place
-        first, steps = self._fit_steps
-        done = self._applied - first
-        return done // steps, (done + 1) % steps == 0
+        return self._place if self._fit is None else self._fit.place()
+
+    def _bound_before_steps(self):
+        """Model.fit bound the model's variables before its first batch."""
 
     # -- Keras optimizers --------------------------------------------------
     def _adopt(self, optimizer):
@@ -319,26 +321,45 @@ def _distributing_fit(fit):
         strategy = _owners.get(getattr(model, "optimizer", None))
         if strategy is None:
             return fit(model, x, y, *args, **kwargs)
-        x, y = _data.share_for_fit(strategy._deal(0), x, y)
-        steps = _data.steps_of(x, kwargs.get("batch_size") or (32 if y is not None else None))
+        dealing = _data.FitDealing(strategy, x, y, kwargs.get("batch_size"))
+        x, y = dealing.x, dealing.y
+        kwargs["callbacks"] = [dealing, *_without_backups(kwargs.get("callbacks") or [])]
+        steps = dealing.steps
         if steps and model.built and model.trainable_variables:
             # Bound before fit begins, so that a restarted worker knows
             # where the job is and resumes at that epoch.
             spec = _specs_of[model.optimizer]
             with tf.init_scope():
                 strategy._bind(spec, strategy._trained(model.trainable_variables))
+            strategy._bound_before_steps()
             resumed = strategy._resumed(steps) or 0
             if resumed and "initial_epoch" not in kwargs:
                 kwargs["initial_epoch"] = min(resumed // steps, kwargs.get("epochs", 1))
-        strategy._fit_steps = (strategy._applied, steps) if steps else None
+        strategy._fit = dealing
         try:
             return fit(model, x, y, *args, **kwargs)
         finally:
-            strategy._fit_steps = None
+            strategy._fit = None
 
     distributed_fit.__wrapped__ = fit
     distributed_fit.__doc__ = fit.__doc__
     return distributed_fit
+
+
+def _without_backups(callbacks):
+    """`callbacks` (a list) without Keras's BackupAndRestore, whose work Fulcrum
+    does: a restarted worker resumes at the job's epoch from the servers'
+    values (or the group's), and the servers' checkpoints outlive the
+    whole job's restart. A backup of one worker's local copy would only
+    restore older values over them."""
+    kept = [c for c in callbacks if not isinstance(c, keras.callbacks.BackupAndRestore)]
+    if len(kept) < len(callbacks):
+        _log.warning(
+            "BackupAndRestore is left out: a restarted worker resumes at the job's epoch "
+            "from the cluster's values, and the servers' checkpoints (--checkpoint_dir) "
+            "keep the job over a restart of all of it"
+        )
+    return kept
 
 
 _strategies = []
