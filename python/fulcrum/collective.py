@@ -40,7 +40,16 @@ class Group:
     `timeout` seconds fails and the group regroups without whoever held it
     up; the chief waits `startup_timeout` seconds for every worker to start.
     `epochs`: the job's (a worker rejoining in the last one follows the group
-    to its end); default: unbounded."""
+    to its end); default: unbounded.
+
+    Checkpoints: the chief, given `checkpoint_dir` (default
+    $FULCRUM_CHECKPOINT_DIR, which the launcher's --checkpoint_dir sets),
+    writes its replica there every `checkpoint_every_steps` steps or
+    `checkpoint_every_secs` seconds (defaults: the environment's, else 0 and
+    600) and at checkpoint(), in the servers' format, keeping the newest
+    `keep_checkpoints`; a new group starts from the newest complete one, and
+    resumed_batches() then says where the data resumes. The other workers
+    write none."""
 
     def __init__(
         self,
@@ -52,6 +61,10 @@ class Group:
         timeout=None,
         startup_timeout=600.0,
         epochs=1 << 40,
+        checkpoint_dir=None,
+        checkpoint_every_steps=None,
+        checkpoint_every_secs=None,
+        keep_checkpoints=5,
     ):
         env = _client.environment()
         resolved = _client.resolve_cluster(cluster_spec=cluster_spec, tf_config=tf_config)
@@ -76,6 +89,12 @@ class Group:
             env.get("tls_key", ""),
             env.get("tls_ca", ""),
             env.get("auth_token", ""),
+            _fulcrum.CheckpointOptions(
+                checkpoint_dir or env.get("checkpoint_dir", ""),
+                int(_given(checkpoint_every_steps, env.get("checkpoint_every_steps", 0))),
+                int(_given(checkpoint_every_secs, env.get("checkpoint_every_secs", 600))),
+                int(keep_checkpoints),
+            ),
         )
         self._started = False
 
@@ -114,7 +133,16 @@ class Group:
         rejoined (0 in a new one), of `steps_per_epoch` each."""
         return self._native.resumed_batches(self.size, int(steps_per_epoch))
 
+    def checkpoint(self):
+        """The chief, given a checkpoint directory: writes a checkpoint of the
+        current step now (as at the end of training); elsewhere nothing."""
+        self._native.checkpoint()
+
     @property
     def step_count(self):
         """The updates applied to the variables so far (the global step)."""
         return self._native.step_count
+
+
+def _given(value, default):
+    return default if value is None else value

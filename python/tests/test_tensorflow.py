@@ -311,6 +311,46 @@ def test_the_guides_programs_train_by_all_reduce(tmp_path, program):
     assert json.loads(summary.read_text())["test_accuracy"] > 0.7
 
 
+def test_an_all_reduce_job_started_again_resumes_from_its_chiefs_checkpoint(tmp_path):
+    """Model.fit by all-reduce with --checkpoint_dir: the chief checkpoints
+    its replica; the same job started again with more epochs restores it
+    and fit goes on at the next epoch, not from the first."""
+    checkpoints = tmp_path / "checkpoints"
+
+    def run(epochs):
+        return conftest.launch(
+            "keras_fit.py",
+            tmp_path / "summary.json",
+            "--num_ps=0",
+            "--strategy=multi_worker_mirrored",
+            "--num_workers=2",
+            "--insecure",
+            "--checkpoint_dir=%s" % checkpoints,
+            "--",
+            "--train_examples=6000",
+            "--test_examples=1000",
+            "--epochs=%d" % epochs,
+        )
+
+    first = run(1)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # 6000 examples in batches of 64: 94 batches, 47 for each worker.
+    assert list(checkpoints.glob("ckpt-*47/MANIFEST")), first.stdout[-3000:]
+    first_accuracy = json.loads((tmp_path / "summary.json").read_text())["test_accuracy"]
+
+    again = run(2)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    out = again.stdout
+    assert "[worker 0] Epoch 2/2" in out and "Epoch 1/2" not in out, out[-3000:]
+    restored = re.search(r"restored (\d+) variable\(s\) at step (\d+)", again.stdout)
+    assert restored and restored.groups() == ("6", "47"), again.stdout[-3000:]
+    assert list(checkpoints.glob("ckpt-*94/MANIFEST")), again.stdout[-3000:]
+    # The second epoch trained on from the first's values.
+    assert json.loads((tmp_path / "summary.json").read_text())["test_accuracy"] > max(
+        first_accuracy - 0.02, 0.7
+    )
+
+
 def run_killing_worker_2(argv, env, after):
     """Runs the launcher `argv`, kills -9 worker 2 once it has printed a
     line starting with `after`, and returns (the launcher's exit code, its

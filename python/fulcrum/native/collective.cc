@@ -4,12 +4,16 @@
 // averages the ranks' gradients by a ring all-reduce over gRPC and applies
 // the optimizer to the mean on every rank, so the replicas stay
 // bit-identical. A lost rank is left out and the others go on; a restarted
-// one rejoins and takes the group's state.
+// one rejoins and takes the group's state. Given a checkpoint directory,
+// the chief writes its replica there as the C++ chief does
+// (common/checkpoint/checkpointer.h), and a new group starts from the
+// newest complete checkpoint.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +22,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/checkpoint/checkpointer.h"
+#include "common/file_system.h"
 #include "common/rpc/credentials.h"
 #include "proto/tensor.pb.h"
 #include "python/fulcrum/native/buffers.h"
@@ -71,7 +77,8 @@ class Collective {
   Collective(int rank, const std::vector<std::string>& peers, const std::string& bind_host,
              const std::vector<std::string>& specs_json, double timeout_s, double startup_timeout_s,
              int64_t epochs, const std::string& tls_cert, const std::string& tls_key,
-             const std::string& tls_ca, const std::string& token) {
+             const std::string& tls_ca, const std::string& token,
+             const CheckpointOptions& checkpoints) {
     if (rank < 0 || rank >= static_cast<int>(peers.size())) {
       Throw(absl::InvalidArgumentError(
           absl::StrCat("rank ", rank, " is not one of the ", peers.size(), " workers")));
@@ -99,6 +106,18 @@ class Collective {
     options_.collective.timeout = absl::Seconds(timeout_s);
     options_.startup_timeout = absl::Seconds(startup_timeout_s);
     options_.epochs = epochs;
+    // The chief's checkpoints, as the C++ chief's (worker/worker_main.cc).
+    if (rank == 0 && !checkpoints.dir.empty()) {
+      if (checkpoints.keep < 1 || checkpoints.every_steps < 0 || checkpoints.every_secs < 0) {
+        Throw(absl::InvalidArgumentError(
+            "checkpoints: keep must be >= 1, and every_steps and every_secs >= 0"));
+      }
+      ThrowIfError(CheckWritableDir(*fs_, checkpoints.dir));
+      options_.checkpoint_dir = checkpoints.dir;
+      options_.fs = fs_.get();
+      checkpointer_.emplace([this](int64_t step) { return strategy_->SaveCheckpoint(step); },
+                            fs_.get(), checkpoints);
+    }
   }
 
   // Joins the group: the chief's `initial` values ({name: buffer}: they
@@ -134,6 +153,23 @@ class Collective {
     }
     ThrowIfError(stepped);
     CopyOut(weights_, out);
+    if (checkpointer_) {
+      py::gil_scoped_release release;
+      checkpointer_->MaybeSave(strategy_->step());  // a failure is logged; training goes on
+    }
+  }
+
+  // Writes a checkpoint of the current step now (the chief, given a
+  // directory: a no-op elsewhere); its error when it failed.
+  void Checkpoint() {
+    Started();
+    if (!checkpointer_) return;
+    absl::Status saved;
+    {
+      py::gil_scoped_release release;
+      saved = checkpointer_->Save(strategy_->step());
+    }
+    ThrowIfError(saved);
   }
 
   // (shard, shards): this rank's share of `epoch`, over the members the
@@ -164,24 +200,34 @@ class Collective {
   }
 
   std::vector<VariableSpec> specs_;
+  const std::unique_ptr<FileSystem> fs_ = MakeLocalFileSystem();
   std::unique_ptr<GrpcPeerLinks> links_;
   AllReduceStrategyOptions options_;
   std::unique_ptr<AllReduceStrategy> strategy_;
+  std::optional<Checkpointer> checkpointer_;  // the chief's, given a directory
   TensorMap weights_;
 };
 
 }  // namespace
 
 void RegisterCollective(py::module_& m) {
+  py::class_<CheckpointOptions>(m, "CheckpointOptions")
+      .def(py::init([](const std::string& dir, int64_t every_steps, int64_t every_secs, int keep) {
+             return CheckpointOptions{dir, every_steps, every_secs, keep};
+           }),
+           py::arg("dir") = "", py::arg("every_steps") = 0, py::arg("every_secs") = 600,
+           py::arg("keep") = 5);
   py::class_<Collective>(m, "Collective")
       .def(py::init<int, const std::vector<std::string>&, const std::string&,
                     const std::vector<std::string>&, double, double, int64_t, const std::string&,
-                    const std::string&, const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, const std::string&,
+                    const CheckpointOptions&>(),
            py::arg("rank"), py::arg("peers"), py::arg("bind_host"), py::arg("specs"),
            py::arg("timeout"), py::arg("startup_timeout"), py::arg("epochs"), py::arg("tls_cert"),
-           py::arg("tls_key"), py::arg("tls_ca"), py::arg("token"))
+           py::arg("tls_key"), py::arg("tls_ca"), py::arg("token"), py::arg("checkpoints"))
       .def("start", &Collective::Start)
       .def("step", &Collective::Step)
+      .def("checkpoint", &Collective::Checkpoint)
       .def("deal_epoch", &Collective::DealEpoch)
       .def("resumed_batches", &Collective::ResumedBatches)
       .def_property_readonly("step_count", &Collective::step);

@@ -2,8 +2,11 @@
 variables, their gradients averaged by Fulcrum's elastic all-reduce
 (fulcrum.collective), with no parameter servers."""
 
+import sys
+
 import numpy as np
 
+from fulcrum import _fulcrum
 from fulcrum import client as _client
 from fulcrum import collective as _collective
 from fulcrum.tensorflow import strategy as _strategy
@@ -25,7 +28,12 @@ class MultiWorkerMirroredStrategy(_strategy.Strategy):
     the Keras optimizer's update, run by Fulcrum's optimizer code on every
     worker. The variables are those the adopted optimizers apply gradients
     to in their first apply_gradients: a group's variables are fixed once
-    it starts."""
+    it starts.
+
+    Given a checkpoint directory (the launcher's --checkpoint_dir, as
+    $FULCRUM_CHECKPOINT_DIR), the chief checkpoints its replica as the C++
+    chief does, and a job started again resumes from the newest one: its
+    values, its optimizer's slots, and the data at its step."""
 
     def __init__(self, *, cluster_spec=None, **group):
         super().__init__()
@@ -85,4 +93,10 @@ class MultiWorkerMirroredStrategy(_strategy.Strategy):
         return [out[name] for name in names]
 
     def _end(self):
-        pass  # the links close with the process; the others finish alike
+        # The chief's last checkpoint, given a directory, as the C++ chief
+        # writes at the end; the links close with the process.
+        if self._group is not None:
+            try:
+                self._group.checkpoint()
+            except _fulcrum.Error as e:
+                print("fulcrum: the last checkpoint failed: %s" % e, file=sys.stderr)
