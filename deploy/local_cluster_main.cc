@@ -449,8 +449,9 @@ int Run(const std::vector<std::string>& worker_args) {
   // worker's TF_CONFIG lists.
   std::vector<std::string> worker_addresses = placeholders_workers;
   if (all_reduce) {
-    for (std::string& address : worker_addresses) {
-      address = absl::StrCat("127.0.0.1:", fulcrum::FreeLoopbackPort());
+    const std::vector<int> ports = fulcrum::FreeLoopbackPorts(num_workers);
+    for (size_t i = 0; i < worker_addresses.size(); ++i) {
+      worker_addresses[i] = absl::StrCat("127.0.0.1:", ports[i]);
     }
     std::printf("[launcher] starting %d worker(s), %s, on %s\n", num_workers, strategy.c_str(),
                 absl::StrJoin(worker_addresses, ", ").c_str());

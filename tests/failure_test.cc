@@ -302,7 +302,7 @@ TEST_P(AllReduceFailureTest, WorkersGoOnWithoutAKilledOneAndTakeItBack) {
   const int killed = GetParam();
   ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);  // for the summary
   std::vector<std::string> hosts;
-  for (int w = 0; w < 4; ++w) hosts.push_back(absl::StrCat("127.0.0.1:", FreeLoopbackPort()));
+  for (int port : FreeLoopbackPorts(4)) hosts.push_back(absl::StrCat("127.0.0.1:", port));
   std::vector<std::vector<std::string>> argvs;
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 4; ++w) {

@@ -29,13 +29,16 @@ std::vector<std::string> Launcher(std::vector<std::string> args) {
   return argv;
 }
 
+// Two epochs: in async mode the chief's test accuracy is of the model at the
+// end of its own share, and a worker that starts late (a loaded machine)
+// leaves the chief's first epoch at 0.76 where it is 0.84 otherwise.
 TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
   const std::string summary = TempPath("summary.json");
   const std::string metrics = TempPath("metrics.jsonl");
   ChildProcess cluster("cluster",
                        Launcher({"--num_ps=2", "--num_workers=2", "--mode=async",
                                  "--summary_json=" + summary, "--metrics_jsonl=" + metrics, "--",
-                                 "--epochs=1", "--hidden=64", "--log_every_steps=100"}));
+                                 "--epochs=2", "--hidden=64", "--log_every_steps=100"}));
   ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
   EXPECT_TRUE(cluster.HasLine("[ps 1] "));
   EXPECT_TRUE(cluster.HasLine("[worker 1] "));

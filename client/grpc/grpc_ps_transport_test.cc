@@ -167,7 +167,7 @@ TEST_F(GrpcPsTransportTest, TheServersErrorsArriveWithTheirCodeAndMessage) {
 }
 
 TEST(GrpcPsTransportAloneTest, AServerThatIsNotThereIsUnavailableAtTheDeadline) {
-  GrpcPsTransport nowhere(absl::StrCat("127.0.0.1:", FreeLoopbackPort()), TlsFiles{});
+  GrpcPsTransport nowhere(absl::StrCat("127.0.0.1:", FreeLoopbackPorts(1)[0]), TlsFiles{});
   const absl::Status status = nowhere.Describe(absl::Now() + absl::Milliseconds(300)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
 }
