@@ -6,6 +6,6 @@ venv=/opt/fulcrum-tools/tf-venv
 if ! "$venv/bin/python" -c 'import tensorflow' 2>/dev/null; then
   echo "installing tensorflow-cpu into $venv (once)" >&2
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q 'tensorflow-cpu==2.17.*' >&2
+  "$venv/bin/pip" install -q -r "$(dirname "$0")/../python/requirements-tensorflow.txt" >&2
 fi
 echo "$venv/bin/python"
