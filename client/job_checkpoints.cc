@@ -57,10 +57,10 @@ absl::StatusOr<std::unique_ptr<JobCheckpoints>> JobCheckpoints::Create(
     return absl::InvalidArgumentError(
         "checkpoints need a directory (the servers' --checkpoint_dir)");
   }
-  if (options.every_steps < 0 || options.every_secs < 0 || options.keep < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoints every ", options.every_steps, " steps and ", options.every_secs,
-                     " seconds, keeping ", options.keep, ": intervals must be >= 0 and keep >= 1"));
+  if (absl::Status s = CheckCheckpointOptions(
+          {options.dir, options.every_steps, options.every_secs, options.keep});
+      !s.ok()) {
+    return s;
   }
   return std::unique_ptr<JobCheckpoints>(new JobCheckpointsImpl(client, options));
 }

@@ -7,6 +7,15 @@
 
 namespace fulcrum {
 
+absl::Status CheckCheckpointOptions(const CheckpointOptions& options) {
+  if (options.every_steps < 0 || options.every_secs < 0 || options.keep < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoints every ", options.every_steps, " steps and ", options.every_secs,
+                     " seconds, keeping ", options.keep, ": intervals must be >= 0 and keep >= 1"));
+  }
+  return absl::OkStatus();
+}
+
 Checkpointer::Checkpointer(WriteCheckpointFiles write_files, FileSystem* fs,
                            CheckpointOptions options, std::function<absl::Time()> now)
     : write_files_(std::move(write_files)),

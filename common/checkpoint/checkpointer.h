@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -27,6 +28,9 @@ struct CheckpointOptions {
   int64_t every_secs = 0;   // 0: not by time
   int keep = 5;             // complete checkpoints kept
 };
+
+// INVALID_ARGUMENT naming them when the intervals are negative or keep < 1.
+absl::Status CheckCheckpointOptions(const CheckpointOptions& options);
 
 // Phase one of checkpoint `step`: the files written, in task order.
 using WriteCheckpointFiles =

@@ -124,5 +124,5 @@ def test_the_chief_checkpoints_its_replica_and_a_new_group_resumes_from_it(tmp_p
 
 
 def test_checkpoint_options_out_of_range_are_refused(tmp_path):
-    with pytest.raises(fulcrum.InvalidArgument, match="keep must be >= 1"):
+    with pytest.raises(fulcrum.InvalidArgument, match="keep >= 1"):
         a_group_of_one(checkpoint_dir=str(tmp_path), keep_checkpoints=0)

@@ -108,10 +108,7 @@ class Collective {
     options_.epochs = epochs;
     // The chief's checkpoints, as the C++ chief's (worker/worker_main.cc).
     if (rank == 0 && !checkpoints.dir.empty()) {
-      if (checkpoints.keep < 1 || checkpoints.every_steps < 0 || checkpoints.every_secs < 0) {
-        Throw(absl::InvalidArgumentError(
-            "checkpoints: keep must be >= 1, and every_steps and every_secs >= 0"));
-      }
+      ThrowIfError(CheckCheckpointOptions(checkpoints));
       ThrowIfError(CheckWritableDir(*fs_, checkpoints.dir));
       options_.checkpoint_dir = checkpoints.dir;
       options_.fs = fs_.get();
@@ -215,8 +212,7 @@ void RegisterCollective(py::module_& m) {
       .def(py::init([](const std::string& dir, int64_t every_steps, int64_t every_secs, int keep) {
              return CheckpointOptions{dir, every_steps, every_secs, keep};
            }),
-           py::arg("dir") = "", py::arg("every_steps") = 0, py::arg("every_secs") = 600,
-           py::arg("keep") = 5);
+           py::arg("dir"), py::arg("every_steps"), py::arg("every_secs"), py::arg("keep"));
   py::class_<Collective>(m, "Collective")
       .def(py::init<int, const std::vector<std::string>&, const std::string&,
                     const std::vector<std::string>&, double, double, int64_t, const std::string&,
