@@ -230,11 +230,10 @@ def test_the_container_entrypoints_environment_gives_the_cluster(servers, monkey
     assert client.addresses == s.hosts.split(",")
 
 
-def launch(program, summary, *flags, mode="sync", worker_flags=(), data=None):
-    """examples/`program` on 2 servers and 3 workers in `mode`, on small data."""
-    return conftest.launch(
-        program,
-        summary,
+def cluster_flags(*flags, mode="sync", worker_flags=(), data=None):
+    """The launcher's flags for 2 servers and 3 workers in `mode`, on small
+    data."""
+    return [
         "--num_ps=2",
         "--num_workers=3",
         "--mode=" + mode,
@@ -242,7 +241,12 @@ def launch(program, summary, *flags, mode="sync", worker_flags=(), data=None):
         "--",
         *(data or ["--train_examples=6000", "--test_examples=1000"]),
         *worker_flags,
-    )
+    ]
+
+
+def launch(program, summary, *flags, **options):
+    """examples/`program` run to its end on cluster_flags' cluster."""
+    return conftest.launch(program, summary, *cluster_flags(*flags, **options))
 
 
 def test_the_guides_custom_loop_trains_through_the_launcher_over_tls(tmp_path):
@@ -260,22 +264,36 @@ def test_the_guides_custom_loop_trains_through_the_launcher_over_tls(tmp_path):
     assert "mutual TLS" in done.stdout
 
 
-def test_keras_fit_trains_each_workers_share_through_the_launcher(tmp_path):
+def test_keras_fit_trains_each_workers_share_and_survives_a_server_killed(tmp_path):
+    """Model.fit on every worker, the chief checkpointing every 10 steps;
+    kill -9 a server once a checkpoint is complete: the launcher restarts
+    it, it restores the checkpoint, and the job trains to its end."""
     summary = tmp_path / "summary.json"
     checkpoints = tmp_path / "checkpoints"
-    done = launch(
+    argv = conftest.launcher_argv(
         "keras_fit.py",
         summary,
-        "--insecure",
-        "--checkpoint_dir=%s" % checkpoints,
-        worker_flags=["--epochs=2"],
+        *cluster_flags(
+            "--insecure",
+            "--checkpoint_dir=%s" % checkpoints,
+            "--max_restarts=1",
+            "--ps_args=--lease_timeout_ms=5000",
+            worker_flags=["--epochs=2"],
+        ),
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    # The chief checkpointed the job's last state in Fulcrum's format.
-    assert list(checkpoints.glob("ckpt-*/MANIFEST")), done.stdout[-3000:]
-    # 6000 examples in batches of 64: 93 whole batches, 31 for each worker.
+    code, out = run_killing(
+        argv,
+        conftest.launcher_env(FULCRUM_CHECKPOINT_EVERY_STEPS="10"),
+        "ps 1",
+        r"checkpoint ckpt-\d+ complete",
+    )
+    assert code == 0, out[-4000:]
+    assert "[launcher] restarting ps 1 (restart 1 of 1)" in out
+    assert "restoring from checkpoint" in out, out[-4000:]
+    # 6000 examples in batches of 64: 93 whole batches, 31 for each worker,
+    # every one of them trained in both epochs.
     for w in range(3):
-        assert "[worker %d] 31/31" % w in done.stdout, done.stdout[-3000:]
+        assert out.count("[worker %d] 31/31" % w) == 2, out[-4000:]
     assert json.loads(summary.read_text())["test_accuracy"] > 0.7
 
 
@@ -351,23 +369,24 @@ def test_an_all_reduce_job_started_again_resumes_from_its_chiefs_checkpoint(tmp_
     )
 
 
-def run_killing_worker_2(argv, env, after):
-    """Runs the launcher `argv`, kills -9 worker 2 once it has printed a
-    line starting with `after`, and returns (the launcher's exit code, its
-    output)."""
+def run_killing(argv, env, victim, after):
+    """Runs the launcher `argv`, kills -9 its `victim` ("worker 2", "ps 1")
+    once a line matches the regex `after`, and returns (the launcher's exit
+    code, its output), having checked that the launcher started the victim
+    again."""
     launcher = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
-    lines, victim, killed = [], None, False
+    lines, pid, killed = [], None, False
     deadline = time.monotonic() + 600
     try:
         for line in launcher.stdout:
             lines.append(line)
-            started = re.match(r"\[launcher\] started worker 2 \(pid (\d+)\)", line)
-            if started and victim is None:
-                victim = int(started.group(1))
-            if not killed and line.startswith("[worker 2] " + after):
-                os.kill(victim, signal.SIGKILL)
+            started = re.match(r"\[launcher\] started %s \(pid (\d+)\)" % victim, line)
+            if started and pid is None:
+                pid = int(started.group(1))
+            if not killed and pid is not None and re.search(after, line):
+                os.kill(pid, signal.SIGKILL)
                 killed = True
             assert time.monotonic() < deadline, "".join(lines[-50:])
         code = launcher.wait(timeout=60)
@@ -377,7 +396,7 @@ def run_killing_worker_2(argv, env, after):
             launcher.wait()
     out = "".join(lines)
     assert killed, out[-4000:]
-    assert len(re.findall(r"started worker 2 \(pid", out)) == 2, out[-4000:]  # restarted
+    assert len(re.findall(r"started %s \(pid" % victim, out)) == 2, out[-4000:]  # restarted
     return code, out
 
 
@@ -407,10 +426,11 @@ def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path, pr
         "--epochs=4",
     )
     # The survivors notice the lost worker within 5 s, not the default 60.
-    code, out = run_killing_worker_2(
+    code, out = run_killing(
         argv,
         conftest.launcher_env(FULCRUM_COLLECTIVE_TIMEOUT_SECS="5"),
-        KILL_AFTER[program],
+        "worker 2",
+        r"^\[worker 2\] " + re.escape(KILL_AFTER[program]),
     )
     assert code == 0, out[-4000:]
     assert "rank(s) 2 joined" in out  # the group took it back
@@ -421,10 +441,11 @@ def test_all_reduce_training_survives_a_worker_killed_and_restarted(tmp_path, pr
     assert json.loads(summary.read_text())["test_accuracy"] > 0.7
 
 
-def test_a_restarted_parameter_server_worker_resumes_where_the_job_is(tmp_path):
-    """kill -9 a sync worker of the custom loop after its first epoch: the
-    launcher restarts it, it starts from the servers' values, and its
-    training data resumes at the job's step, not at the first epoch."""
+def test_a_restarted_chief_resumes_where_the_parameter_server_job_is(tmp_path):
+    """kill -9 the chief of the sync custom loop after its first epoch: the
+    launcher restarts it, it starts from the servers' values (its own
+    initial values do not win a second time), its training data resumes at
+    the job's step, not at the first epoch, and it ends the job."""
     summary = tmp_path / "summary.json"
     argv = conftest.launcher_argv(
         "tf_custom_loop.py",
@@ -439,14 +460,18 @@ def test_a_restarted_parameter_server_worker_resumes_where_the_job_is(tmp_path):
         "--test_examples=1000",
         "--epochs=3",
     )
-    code, out = run_killing_worker_2(argv, conftest.launcher_env(), "Epoch 1,")
+    code, out = run_killing(argv, conftest.launcher_env(), "worker 0", r"^\[worker 0\] Epoch 1,")
     assert code == 0, out[-4000:]
-    restarted = out[out.rindex("started worker 2 (pid") :]
-    # The job had trained its first epoch: the restarted worker's data
+    first_loss = float(re.search(r"\[worker 0\] Epoch 1, Loss: ([0-9.]+)", out).group(1))
+    restarted = out[out.rindex("started worker 0 (pid") :]
+    # The job had trained its first epoch: the restarted chief's data
     # resumed after it, and it trained the last epoch to the end.
     resumed = re.search(
-        r"\[worker 2\] the job is under way: .* batch (\d+) \(epoch (\d)", restarted
+        r"\[worker 0\] the job is under way: .* batch (\d+) \(epoch (\d)", restarted
     )
     assert resumed and int(resumed.group(2)) >= 2, restarted[-3000:]
-    assert "[worker 2] Epoch 3, Loss:" in restarted and "[worker 2] final test" in restarted
+    last_loss = re.search(r"\[worker 0\] Epoch 3, Loss: ([0-9.]+)", restarted)
+    assert last_loss and "[worker 0] final test" in restarted, restarted[-3000:]
+    # Trained on from the servers' values, not from fresh initial values.
+    assert float(last_loss.group(1)) < 0.9 * first_loss, (first_loss, last_loss.group(1))
     assert json.loads(summary.read_text())["test_accuracy"] > 0.7
