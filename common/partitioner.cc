@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/placement.h"
 #include "common/tensor.h"
 
 namespace fulcrum {
@@ -47,10 +48,9 @@ absl::StatusOr<std::vector<VariablePlacement>> PlaceVariables(
     return absl::InvalidArgumentError(
         absl::StrCat("placing variables needs at least one parameter server, got ", num_ps));
   }
-  std::vector<int64_t> bytes_on(num_ps, 0);
-  int next = 0;  // round-robin cursor for ties
   std::set<std::string> names;
   std::vector<VariablePlacement> out;
+  std::vector<PlacementUnitSpec> units;
   for (const VariableSpec& spec : specs) {
     if (absl::Status s = ValidateVariableSpec(spec); !s.ok()) return s;
     if (!names.insert(spec.name()).second) {
@@ -63,19 +63,28 @@ absl::StatusOr<std::vector<VariablePlacement>> PlaceVariables(
     int64_t offset = 0;
     const std::vector<int64_t> sizes = SplitRows(spec.shape(0), NumShards(spec));
     for (int shard = 0; shard < static_cast<int>(sizes.size()); ++shard) {
-      int best = next;
-      for (int k = 1; k < num_ps; ++k) {
-        const int ps = (next + k) % num_ps;
-        if (bytes_on[ps] < bytes_on[best]) best = ps;
-      }
-      bytes_on[best] += sizes[shard] * row_bytes;
-      next = (best + 1) % num_ps;
-      placement.shards.push_back({shard, offset, sizes[shard], best});
+      placement.shards.push_back({shard, offset, sizes[shard], 0});
+      units.push_back({ShardKey(spec.name(), shard), sizes[shard] * row_bytes});
       offset += sizes[shard];
     }
     out.push_back(std::move(placement));
   }
+  // One copy of each shard, by the placement table's rule: to the server
+  // holding the fewest bytes so far, ties round-robin.
+  absl::StatusOr<Placement> table =
+      InitialPlacement(std::vector<PlacementServer>(num_ps), units, /*replication=*/1);
+  if (!table.ok()) return table.status();
+  int unit = 0;
+  for (VariablePlacement& placement : out) {
+    for (ShardPlacement& shard : placement.shards) {
+      shard.ps = table->units(unit++).copies(0).server();
+    }
+  }
   return out;
+}
+
+std::string ShardKey(absl::string_view variable, int shard) {
+  return absl::StrCat(variable, "/", shard);
 }
 
 }  // namespace fulcrum

@@ -4,9 +4,11 @@
 #define FULCRUM_COMMON_PARTITIONER_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/tensor.pb.h"
 
 namespace fulcrum {
@@ -38,14 +40,18 @@ struct VariablePlacement {
   std::vector<ShardPlacement> shards;
 };
 
-// Partitions every variable and places the shards on `num_ps` servers. Shards
-// are taken in order (variables as given, shards by index); each goes to the
-// server holding the fewest bytes so far, ties broken round-robin, so equal
+// Partitions every variable and places the shards on `num_ps` servers, one
+// copy each (common/placement.h's InitialPlacement). Shards are taken in
+// order (variables as given, shards by index); each goes to the server
+// holding the fewest bytes so far, ties broken round-robin, so equal
 // shards go round-robin and unequal ones balance by bytes. Deterministic:
-// every worker computes the same placement from the same specs. Errors name
-// an invalid spec or a duplicate name.
+// every worker computes the same placement from the same specs. Errors
+// name an invalid spec or a duplicate name.
 absl::StatusOr<std::vector<VariablePlacement>> PlaceVariables(
     const std::vector<VariableSpec>& specs, int num_ps);
+
+// A shard's key in the placement table: "variable/shard".
+std::string ShardKey(absl::string_view variable, int shard);
 
 }  // namespace fulcrum
 
