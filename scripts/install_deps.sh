@@ -28,6 +28,8 @@ if ! $build_only; then
     python3-numpy python3-torch python3-pytest python3-threadpoolctl
     # The scripts' linter.
     shellcheck
+    # The coordination service of replicated shards (tests start their own).
+    etcd-server
   )
 fi
 
@@ -44,6 +46,12 @@ if ((${#missing[@]})); then
 fi
 
 $build_only && exit 0
+
+# Debian's etcd-server starts a system-wide etcd where systemd runs; Fulcrum
+# starts its own, on ports of its own, so that one is not wanted.
+if [ -d /run/systemd/system ] && systemctl is-enabled --quiet etcd 2>/dev/null; then
+  systemctl disable --now etcd
+fi
 
 # Tools from PyPI, in a virtual environment of their own: offline
 # validation of the Kubernetes manifests against the API schemas
