@@ -55,7 +55,8 @@ Shard::Shard(ShardSpec spec, ShardContents contents)
       label_(absl::StrCat("variable '", spec_.variable().name(), "' shard ", spec_.shard())),
       values_(std::make_shared<std::vector<float>>(std::move(contents.values))),
       slots_(std::move(contents.slots)),
-      version_(contents.version) {}
+      version_(contents.version),
+      committed_version_(contents.version) {}
 
 int64_t Shard::version() const {
   absl::ReaderMutexLock lock(&mu_);
@@ -66,14 +67,17 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType enco
                          int64_t max_slice_bytes, OutgoingPull* out) const {
   absl::ReaderMutexLock lock(&mu_);
   auto ready = [this, min_version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return cancelled_ || version_ >= min_version;
+    return cancelled_ || committed_version_ >= min_version;
   };
   if (!ready()) mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   // UNAVAILABLE, so that clients retry: the server is going away.
   if (cancelled_) return absl::UnavailableError(absl::StrCat(label_, ": server is shutting down"));
-  if (version_ < min_version) {
-    return absl::DeadlineExceededError(absl::StrCat(label_, ": still at version ", version_,
-                                                    " at the deadline, waiting for ", min_version));
+  if (committed_version_ < min_version) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        label_, ": still at version ", committed_version_,
+        version_ > committed_version_ ? absl::StrCat(" (", version_, " not yet on its backups)")
+                                      : "",
+        " at the deadline, waiting for ", min_version));
   }
   if (encoding == DT_FLOAT) out->snapshots.push_back(values_);
   return AppendShardSlices(spec_.variable().name(), spec_.shard(), version_, shape_, *values_,
@@ -115,11 +119,67 @@ void Shard::UnshareValuesLocked() {
   }
 }
 
-void Shard::ApplyLocked(GradientParts grad, int averaged) {
+void Shard::ApplyLocked(GradientParts grad, int averaged, absl::Span<const Taken> pushes) {
   UnshareValuesLocked();
   ++version_;
   ApplyGradient(spec_.variable().optimizer(), version_, averaged, grad, absl::MakeSpan(*values_),
                 slots_);
+  if (!forward_) {
+    committed_version_ = version_;
+    return;
+  }
+  ShardUpdate update;
+  update.set_variable(spec_.variable().name());
+  update.set_shard(spec_.shard());
+  update.set_version(version_);
+  update.set_averaged(averaged);
+  std::string* gradient = update.mutable_gradient();
+  for (FloatBytes part : grad) gradient->append(part.data(), part.size());
+  for (const Taken& push : pushes) {
+    PushTaken* taken = update.add_pushes();
+    taken->set_worker(push.worker);
+    taken->set_push_id(push.push_id);
+  }
+  forward_(std::move(update));
+}
+
+void Shard::ForwardUpdates(std::function<void(ShardUpdate)> forward) {
+  absl::MutexLock lock(&mu_);
+  forward_ = std::move(forward);
+  if (!forward_) committed_version_ = version_;
+}
+
+void Shard::Committed(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  committed_version_ = std::max(committed_version_, std::min(version, version_));
+}
+
+int64_t Shard::committed_version() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return committed_version_;
+}
+
+absl::Status Shard::ApplyReplicated(const ShardUpdate& update) {
+  absl::MutexLock lock(&mu_);
+  if (update.variable() != spec_.variable().name() || update.shard() != spec_.shard() ||
+      update.gradient().size() != values_->size() * sizeof(float) || update.averaged() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label_, ": an update of variable '", update.variable(), "' shard ", update.shard(), " of ",
+        update.gradient().size(), " bytes averaging ", update.averaged(), " is not one of it"));
+  }
+  if (update.version() <= version_) return absl::OkStatus();  // applied already
+  if (update.version() != version_ + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        label_, ": at version ", version_, ", given the update to version ", update.version()));
+  }
+  std::vector<Taken> pushes;
+  for (const PushTaken& push : update.pushes()) {
+    last_push_ids_.Seen(push.worker(), push.push_id());
+    pushes.push_back({push.worker(), push.push_id()});
+  }
+  const FloatBytes gradient(update.gradient().data(), update.gradient().size());
+  ApplyLocked(absl::MakeConstSpan(&gradient, 1), update.averaged(), pushes);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64_t max_staleness) {
@@ -131,7 +191,8 @@ absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64
   }
   if (last_push_ids_.Seen(grad.worker, grad.push_id))
     return ResultLocked(ShardPushResult::DUPLICATE, staleness);
-  ApplyLocked(grad.parts, 1);
+  const Taken taken{grad.worker, grad.push_id};
+  ApplyLocked(grad.parts, 1, absl::MakeConstSpan(&taken, 1));
   return ResultLocked(ShardPushResult::APPLIED, staleness);
 }
 
@@ -140,7 +201,7 @@ void Shard::ApplyAccumulatedLocked() {
   const float scale = 1.0f / static_cast<float>(averaged);
   for (float& g : accumulated_) g *= scale;
   const FloatBytes mean = AsFloatBytes(accumulated_);
-  ApplyLocked(absl::MakeConstSpan(&mean, 1), averaged);
+  ApplyLocked(absl::MakeConstSpan(&mean, 1), averaged, accumulated_from_);
   accumulated_.clear();
   accumulated_from_.clear();
 }
@@ -150,8 +211,8 @@ absl::StatusOr<ShardPushResult> Shard::Accumulate(const ShardGradient& grad, int
   if (absl::Status s = CheckNotFromFutureLocked(grad.computed_at); !s.ok()) return s;
   const int64_t staleness = version_ - grad.computed_at;
   if (staleness > 0) return ResultLocked(ShardPushResult::STALE, staleness);
-  if (std::find(accumulated_from_.begin(), accumulated_from_.end(), grad.worker) !=
-          accumulated_from_.end() ||
+  if (std::any_of(accumulated_from_.begin(), accumulated_from_.end(),
+                  [&](const Taken& t) { return t.worker == grad.worker; }) ||
       last_push_ids_.Seen(grad.worker, grad.push_id)) {
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
@@ -169,7 +230,7 @@ absl::StatusOr<ShardPushResult> Shard::Accumulate(const ShardGradient& grad, int
     }
     sum += n;
   }
-  accumulated_from_.push_back(grad.worker);
+  accumulated_from_.push_back({grad.worker, grad.push_id});
   if (static_cast<int>(accumulated_from_.size()) < required) {
     return ResultLocked(ShardPushResult::ACCUMULATED, 0);
   }

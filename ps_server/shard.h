@@ -5,6 +5,7 @@
 #define FULCRUM_PS_SERVER_SHARD_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,24 @@ class Shard {
   // Wakes readers waiting for a version; they return UNAVAILABLE.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Replication. A primary's shard that has backups hands each update it
+  // applies to `forward`, in version order and under its lock (so
+  // `forward` must only queue it), and a version it made counts as
+  // committed, so that pulls waiting for it are served, only once
+  // Committed says every backup has applied it. Without `forward` (null,
+  // the default) each version is committed as it is made.
+  void ForwardUpdates(std::function<void(ShardUpdate)> forward) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every backup has applied the updates up to `version`.
+  void Committed(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t committed_version() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A backup's shard applies its primary's `update` as the primary did, so
+  // the two stay bit-identical, and takes its pushes (a retry of one is
+  // DUPLICATE here after). An update it has applied already changes
+  // nothing (OK); FAILED_PRECONDITION for one that skips a version,
+  // INVALID_ARGUMENT for one of another shard or size.
+  absl::Status ApplyReplicated(const ShardUpdate& update) ABSL_LOCKS_EXCLUDED(mu_);
+
   ShardInfo Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Adds spec, version, values and slots, as of one moment, to `writer`.
@@ -106,8 +125,15 @@ class Shard {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Makes values_ this shard's alone, copying them if a snapshot is out.
   void UnshareValuesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `grad` is the mean of `averaged` gradients.
-  void ApplyLocked(GradientParts grad, int averaged) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push a step took: its worker and push_id.
+  struct Taken {
+    int worker;
+    uint64_t push_id;
+  };
+  // `grad` is the mean of `averaged` gradients, from `pushes`; hands the
+  // update to forward_, or commits it.
+  void ApplyLocked(GradientParts grad, int averaged, absl::Span<const Taken> pushes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardSpec spec_;
@@ -120,9 +146,11 @@ class Shard {
   std::shared_ptr<std::vector<float>> values_ ABSL_GUARDED_BY(mu_);
   OptimizerSlots slots_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t committed_version_ ABSL_GUARDED_BY(mu_) = 0;  // <= version_
+  std::function<void(ShardUpdate)> forward_ ABSL_GUARDED_BY(mu_);
   // Sum of the gradients accumulated for step version_, and who sent them.
   std::vector<float> accumulated_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> accumulated_from_ ABSL_GUARDED_BY(mu_);
+  std::vector<Taken> accumulated_from_ ABSL_GUARDED_BY(mu_);
   LastPushIds last_push_ids_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };

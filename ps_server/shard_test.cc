@@ -4,9 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
+#include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "common/checkpoint/file.h"
+#include "common/file_system.h"
 #include "common/tensor.h"
 
 namespace fulcrum {
@@ -142,6 +147,146 @@ TEST(ShardTest, CancelWakesWaitingReaders) {
   });
   shard.Cancel();
   waiter.join();
+}
+
+// Replication: a backup fed its primary's updates is bit-identical to it.
+
+// Shard 0 of 1 of w [3, 5] with `optimizer`, initialised randomly (seed 1).
+Shard MakeReplicaShard(const OptimizerSpec& optimizer) {
+  ShardSpec spec;
+  VariableSpec* v = spec.mutable_variable();
+  v->set_name("w");
+  v->add_shape(3);
+  v->add_shape(5);
+  v->set_dtype(DT_FLOAT);
+  v->mutable_initializer()->set_kind(InitializerSpec::RANDOM_NORMAL);
+  v->mutable_initializer()->set_seed(1);
+  *v->mutable_optimizer() = optimizer;
+  *v = CanonicalSpec(*v);
+  spec.set_num_shards(1);
+  spec.set_rows(3);
+  auto contents = NewShardContents(spec, nullptr, "");
+  EXPECT_TRUE(contents.ok()) << contents.status();
+  return Shard(spec, *std::move(contents));
+}
+
+// The shard's whole state (spec, version, values, slots) as the bytes of
+// its checkpoint file.
+std::string StateBytes(const Shard& shard, const std::string& name) {
+  std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
+  const std::string path = ::testing::TempDir() + "/" + name + ".ckpt";
+  auto writer = CheckpointFileWriter::Open(*fs, path, PsCheckpointHeader());
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  EXPECT_TRUE(shard.WriteCheckpoint(**writer).ok());
+  EXPECT_TRUE((*writer)->Commit().ok());
+  auto file = fs->NewRandomAccessFile(path);
+  EXPECT_TRUE(file.ok()) << file.status();
+  std::string scratch((*file)->Size(), '\0');
+  auto bytes = (*file)->Read(0, scratch.size(), scratch.data());
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return std::string(*bytes);
+}
+
+std::vector<OptimizerSpec> EveryOptimizer() {
+  std::vector<OptimizerSpec> out;
+  for (OptimizerSpec::Kind kind :
+       {OptimizerSpec::SGD, OptimizerSpec::MOMENTUM, OptimizerSpec::ADAGRAD, OptimizerSpec::ADAM,
+        OptimizerSpec::FTRL}) {
+    OptimizerSpec spec;
+    spec.set_kind(kind);
+    spec.set_learning_rate(0.01f);
+    spec.set_momentum(0.9f);
+    spec.set_nesterov(true);
+    spec.set_l1(0.001f);
+    spec.set_learning_rate_scaling(OptimizerSpec::SQRT);
+    out.push_back(spec);
+  }
+  return out;
+}
+
+TEST(ShardReplicationTest, ABackupFedItsPrimarysUpdatesStaysBitIdentical) {
+  for (const OptimizerSpec& optimizer : EveryOptimizer()) {
+    for (bool sync : {false, true}) {
+      SCOPED_TRACE(OptimizerSpec::Kind_Name(optimizer.kind()) + (sync ? " sync" : " async"));
+      Shard primary = MakeReplicaShard(optimizer);
+      Shard backup = MakeReplicaShard(optimizer);
+      std::vector<ShardUpdate> forwarded;
+      primary.ForwardUpdates([&](ShardUpdate u) { forwarded.push_back(std::move(u)); });
+      std::mt19937 random(7);
+      std::normal_distribution<float> normal;
+      uint64_t push_id = 0;
+      for (int step = 0; step < 40; ++step) {
+        for (int worker = 0; worker < 3; ++worker) {
+          std::vector<float> values(15);
+          for (float& x : values) x = normal(random);
+          ShardGradient grad;
+          grad.worker = worker;
+          grad.push_id = ++push_id;
+          grad.computed_at = primary.version();
+          grad.parts = {AsFloatBytes(values)};
+          auto result = sync ? primary.Accumulate(grad, 3) : primary.ApplyNow(grad, -1);
+          ASSERT_TRUE(result.ok()) << result.status();
+        }
+      }
+      ASSERT_EQ(forwarded.size(), sync ? 40u : 120u);
+      // Pulls waiting for a version are served only once it is committed.
+      EXPECT_EQ(primary.committed_version(), 0);
+      for (const ShardUpdate& update : forwarded) ASSERT_TRUE(backup.ApplyReplicated(update).ok());
+      primary.Committed(primary.version());
+      EXPECT_EQ(backup.version(), primary.version());
+      EXPECT_EQ(StateBytes(backup, "backup"), StateBytes(primary, "primary"));
+      // Promoted, the backup takes a retry of the last push once.
+      ShardGradient retried;
+      std::vector<float> zeros(15, 0.0f);
+      retried.worker = 2;
+      retried.push_id = push_id;
+      retried.computed_at = backup.version();
+      retried.parts = {AsFloatBytes(zeros)};
+      auto again = sync ? backup.Accumulate(retried, 3) : backup.ApplyNow(retried, -1);
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_EQ(again->outcome(), ShardPushResult::DUPLICATE);
+    }
+  }
+}
+
+TEST(ShardReplicationTest, AWaitingPullIsServedOnlyWhatTheBackupsHave) {
+  Shard primary = MakeShard(1.0f);
+  primary.ForwardUpdates([](const ShardUpdate&) {});
+  Gradient grad(0, 0, 0.5f, 1);
+  ASSERT_TRUE(primary.ApplyNow(grad.grad, -1).ok());
+  EXPECT_EQ(primary.version(), 1);
+  OutgoingPull out;
+  const absl::Status waited =
+      primary.Read(1, absl::Now() + absl::Milliseconds(50), DT_FLOAT, 1 << 20, &out);
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(waited.message(), HasSubstr("(1 not yet on its backups)"));
+  std::thread commit([&] { primary.Committed(1); });
+  EXPECT_TRUE(primary.Read(1, absl::Now() + absl::Seconds(30), DT_FLOAT, 1 << 20, &out).ok());
+  commit.join();
+}
+
+TEST(ShardReplicationTest, ABackupRefusesAGapAnotherShardsUpdateAndTakesARepeatOnce) {
+  Shard backup = MakeShard(1.0f);
+  ShardUpdate update;
+  update.set_variable("w");
+  update.set_shard(0);
+  update.set_version(2);
+  update.set_averaged(1);
+  std::vector<float> gradient(4, 0.5f);
+  update.set_gradient(std::string(reinterpret_cast<const char*>(gradient.data()), 16));
+  EXPECT_THAT(backup.ApplyReplicated(update).message(),
+              HasSubstr("at version 0, given the update to version 2"));
+  update.set_version(1);
+  ShardUpdate other = update;
+  other.set_variable("v");
+  EXPECT_EQ(backup.ApplyReplicated(other).code(), absl::StatusCode::kInvalidArgument);
+  other = update;
+  other.mutable_gradient()->resize(12);
+  EXPECT_EQ(backup.ApplyReplicated(other).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(backup.ApplyReplicated(update).ok());
+  ASSERT_TRUE(backup.ApplyReplicated(update).ok());  // again: nothing more
+  EXPECT_EQ(backup.version(), 1);
+  EXPECT_EQ(ReadValues(backup), std::vector<float>(4, 0.5f));
 }
 
 }  // namespace
