@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/placement.h"
 #include "common/slices.h"
 
 namespace fulcrum {
@@ -51,7 +52,10 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
       return s;
     }
   }
+  absl::StatusOr<std::vector<std::vector<int>>> backups = PlaceBackups(*placed);
+  if (!backups.ok()) return backups.status();
   std::vector<CreateShardsRequest> requests(servers_.size());
+  size_t unit = 0;  // the shard's index among all variables' shards
   for (const VariablePlacement& variable : *placed) {
     auto value = initial_values.find(variable.spec.name());
     const int64_t row_bytes =
@@ -74,22 +78,40 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
           kMaxInitialShardBytes >> 20));
     }
     for (const ShardPlacement& shard : variable.shards) {
-      CreateShardsRequest& request = requests[shard.ps];
-      if (value != initial_values.end()) {
-        // One entry per shard once any shard of the request has values.
-        while (request.initial_values_size() < request.shards_size()) request.add_initial_values();
-        request.add_initial_values()->assign(
-            reinterpret_cast<const char*>(value->second.data) + shard.row_offset * row_bytes,
-            shard.rows * row_bytes);
-      } else if (request.initial_values_size() > 0) {
-        request.add_initial_values();
+      // The shard on server `ps`, as `copy` of it (none: unreplicated);
+      // every copy starts from the same values.
+      auto add = [&](int ps, const ShardCopy* copy) {
+        CreateShardsRequest& request = requests[ps];
+        if (value != initial_values.end()) {
+          // One entry per shard once any shard of the request has values.
+          while (request.initial_values_size() < request.shards_size()) {
+            request.add_initial_values();
+          }
+          request.add_initial_values()->assign(
+              reinterpret_cast<const char*>(value->second.data) + shard.row_offset * row_bytes,
+              shard.rows * row_bytes);
+        } else if (request.initial_values_size() > 0) {
+          request.add_initial_values();
+        }
+        ShardSpec* spec = request.add_shards();
+        *spec->mutable_variable() = variable.spec;
+        spec->set_shard(shard.shard);
+        spec->set_num_shards(static_cast<int>(variable.shards.size()));
+        spec->set_row_offset(shard.row_offset);
+        spec->set_rows(shard.rows);
+        if (copy != nullptr) *request.add_copies() = *copy;
+      };
+      const std::vector<int>& its_backups = (*backups)[unit++];
+      if (its_backups.empty()) {
+        add(shard.ps, nullptr);
+        continue;
       }
-      ShardSpec* spec = request.add_shards();
-      *spec->mutable_variable() = variable.spec;
-      spec->set_shard(shard.shard);
-      spec->set_num_shards(static_cast<int>(variable.shards.size()));
-      spec->set_row_offset(shard.row_offset);
-      spec->set_rows(shard.rows);
+      ShardCopy primary;
+      for (int ps : its_backups) primary.add_backups(servers_.address(ps));
+      add(shard.ps, &primary);
+      ShardCopy backup;
+      backup.set_primary(servers_.address(shard.ps));
+      for (int ps : its_backups) add(ps, &backup);
     }
   }
   // Tables created before stay in what a restarted server is given again.
@@ -118,6 +140,46 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
   shard_state_.clear();
   for (size_t i = 0; i < placement_.size(); ++i) index_[placement_[i].spec.name()] = i;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
+    const std::vector<VariablePlacement>& placed) {
+  std::vector<std::vector<int>> backups;
+  for (const VariablePlacement& variable : placed)
+    backups.resize(backups.size() + variable.shards.size());
+  if (servers_.size() == 1) return backups;
+  // The servers' --replication, which they must agree on.
+  absl::StatusOr<std::vector<DescribeResponse>> described = servers_.Describe();
+  if (!described.ok()) return described.status();
+  const int replication = std::max(1, (*described)[0].replication());
+  for (int ps = 1; ps < servers_.size(); ++ps) {
+    if (std::max(1, (*described)[ps].replication()) != replication) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the servers disagree on --replication: ps 0 (", servers_.address(0),
+                       ") has ", replication, ", ps ", ps, " (", servers_.address(ps), ") ",
+                       (*described)[ps].replication()));
+    }
+  }
+  if (replication == 1) return backups;
+  std::vector<PlacementServer> servers;
+  for (int ps = 0; ps < servers_.size(); ++ps) servers.push_back({servers_.address(ps), ""});
+  std::vector<PlacementUnitSpec> units;
+  for (const VariablePlacement& variable : placed) {
+    const int64_t row_bytes =
+        RowElements(variable.spec.shape()) * static_cast<int64_t>(sizeof(float));
+    for (const ShardPlacement& shard : variable.shards) {
+      units.push_back({ShardKey(variable.spec.name(), shard.shard), shard.rows * row_bytes});
+    }
+  }
+  absl::StatusOr<Placement> table = InitialPlacement(servers, units, replication);
+  if (!table.ok()) return table.status();
+  // The primaries are PlaceVariables': a copy's placement never moves them.
+  for (int i = 0; i < table->units_size(); ++i) {
+    for (int c = 1; c < table->units(i).copies_size(); ++c) {
+      backups[i].push_back(table->units(i).copies(c).server());
+    }
+  }
+  return backups;
 }
 
 absl::StatusOr<const VariablePlacement*> DenseCalls::Find(const std::string& name) const {

@@ -57,6 +57,10 @@ class DenseCalls {
   void ForgetVersions(const std::vector<bool>& recovered);
 
  private:
+  // Each of `placed`'s shards' backups (server indices; none each when
+  // the servers' --replication is 1), placed as common/placement.h says.
+  absl::StatusOr<std::vector<std::vector<int>>> PlaceBackups(
+      const std::vector<VariablePlacement>& placed);
   absl::StatusOr<const VariablePlacement*> Find(const std::string& name) const;
   absl::StatusOr<std::vector<const VariablePlacement*>> Resolve(
       const std::vector<std::string>& names) const;

@@ -80,6 +80,9 @@ void Call(ParameterServer& ps, const PsCall& call) {
     case PsCall::kReadRows:
       (void)ps.ReadRows(call.read_rows());
       break;
+    case PsCall::kReplicate:
+      (void)ps.Replicate(call.replicate());
+      break;
     case PsCall::kHeartbeat:
       (void)ps.Heartbeat(call.heartbeat());
       break;

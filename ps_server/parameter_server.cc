@@ -36,6 +36,12 @@ absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_memory_bytes: must be >= 0, got ", config.max_memory_bytes()));
   }
+  const int num_ps = config.cluster().cluster().ps_size();
+  if (config.replication() < 0 || (num_ps > 0 && config.replication() > num_ps)) {
+    return absl::InvalidArgumentError(absl::StrCat("replication: must be in [1, ", num_ps,
+                                                   "] (one copy per server), got ",
+                                                   config.replication()));
+  }
   if (config.max_message_bytes() < (1 << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes: must be >= 1 MiB, got ", config.max_message_bytes()));
@@ -59,9 +65,13 @@ uint64_t NewIncarnation() {
   return id;
 }
 
+// How long a push waits for its updates to reach every backup.
+constexpr absl::Duration kReplicationTimeout = absl::Seconds(60);
+
 }  // namespace
 
-ParameterServer::ParameterServer(const PsServerConfig& config, std::function<absl::Time()> now)
+ParameterServer::ParameterServer(const PsServerConfig& config, std::function<absl::Time()> now,
+                                 ReplicaLinkFactory replicas)
     : config_(config),
       incarnation_(NewIncarnation()),
       store_(config.max_memory_bytes() > 0 ? config.max_memory_bytes()
@@ -70,7 +80,8 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
       workers_(config.num_replicas(), absl::Milliseconds(config.lease_timeout_ms()),
                absl::Milliseconds(config.startup_timeout_ms()), std::move(now)),
       policy_(MakePolicy(config_, &store_, &workers_)),
-      tables_(config_, &store_, policy_.get()) {
+      tables_(config_, &store_, policy_.get()),
+      replicator_(replicas ? std::make_unique<Replicator>(std::move(replicas)) : nullptr) {
   const absl::Duration period = std::max(absl::Milliseconds(5), workers_.lease_timeout() / 4);
   lease_thread_ = std::thread([this, period] {
     while (!stop_lease_thread_.WaitForNotificationWithTimeout(period)) CheckLeases();
@@ -103,6 +114,33 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
                                                    " initial values for ", request.shards_size(),
                                                    " shards; send none or one per shard"));
   }
+  if (request.copies_size() != 0 && request.copies_size() != request.shards_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("create shards: ", request.copies_size(),
+                                                   " copies for ", request.shards_size(),
+                                                   " shards; send none or one per shard"));
+  }
+  for (const ShardCopy& copy : request.copies()) {
+    if (!copy.backups().empty() && !copy.primary().empty()) {
+      return absl::InvalidArgumentError(
+          "create shards: a copy is a primary (with backups) or a backup (of a primary), not both");
+    }
+    if (!copy.backups().empty() && replicator_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "create shards: a shard with backups, but this server replicates to none");
+    }
+  }
+  for (int i = 0; i < request.copies_size(); ++i) {
+    // An update travels to the backups in one message.
+    const ShardSpec& spec = request.shards(i);
+    const int64_t bytes =
+        spec.rows() * RowElements(spec.variable().shape()) * static_cast<int64_t>(sizeof(float));
+    if (!request.copies(i).backups().empty() && bytes > config_.max_message_bytes() / 2) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "create shards: variable '", spec.variable().name(), "' shard ", spec.shard(), " has ",
+          bytes, " bytes; a replicated shard may have at most half a message (",
+          config_.max_message_bytes() / 2, "): give the variable a partitioner (MAX_SIZE)"));
+    }
+  }
   for (int i = 0; i < request.shards_size(); ++i) {
     const ShardSpec& spec = request.shards(i);
     const std::string empty;
@@ -118,6 +156,14 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     if (*created) {
       response.set_created(response.created() + 1);
       if (restored != nullptr) response.set_restored(response.restored() + 1);
+      if (request.copies_size() > 0) {
+        const ShardCopy& copy = request.copies(i);
+        Shard* shard = *store_.Find(spec.variable().name(), spec.shard());
+        if (!copy.primary().empty()) shard->MakeBackup(copy.primary());
+        if (!copy.backups().empty()) {
+          replicator_->Replicate(shard, {copy.backups().begin(), copy.backups().end()});
+        }
+      }
       LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}", spec.variable().name(),
                spec.shard(), spec.num_shards(), spec.row_offset(), spec.row_offset() + spec.rows(),
                restored          ? " from the checkpoint"
@@ -141,6 +187,17 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
                spec.width(), OptimizerSpec::Kind_Name(spec.optimizer().kind()),
                spec.max_rows() > 0 ? absl::StrCat(spec.max_rows()) : "unbounded");
     }
+  }
+  return response;
+}
+
+absl::StatusOr<ReplicateResponse> ParameterServer::Replicate(const ReplicateRequest& request) {
+  ReplicateResponse response;
+  for (const ShardUpdate& update : request.updates()) {
+    absl::StatusOr<Shard*> shard = store_.Find(update.variable(), update.shard());
+    if (!shard.ok()) return shard.status();
+    if (absl::Status s = (*shard)->ApplyReplicated(update); !s.ok()) return s;
+    response.add_versions((*shard)->version());
   }
   return response;
 }
@@ -210,6 +267,10 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
   for (const ShardRef& ref : request.shards()) {
     absl::StatusOr<Shard*> shard = store_.Find(ref.variable(), ref.shard());
     if (!shard.ok()) return shard.status();
+    // A backup copy serves readers (tools, evaluators), not workers.
+    if (request.has_worker_id()) {
+      if (absl::Status s = (*shard)->CheckPrimary(); !s.ok()) return s;
+    }
     shards.push_back(*shard);
   }
   // Checked before waiting or copying anything: the answer's size follows
@@ -273,6 +334,7 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
     const ShardSlice& grad = request.gradients(i);
     absl::StatusOr<Shard*> found = store_.Find(grad.variable(), grad.shard());
     if (!found.ok()) return found.status();
+    if (absl::Status s = (*found)->CheckPrimary(); !s.ok()) return s;
     std::vector<int>& list = slices[*found];
     if (list.empty()) {
       pushed.push_back(
@@ -389,6 +451,20 @@ absl::Status ParameterServer::ApplyShards(const PushRequest& request, const Rece
     if (!result.ok()) return result.status();
     RecordOutcome(*result);
     *response->add_results() = *std::move(result);
+  }
+  // What this push applied is answered once every backup has it.
+  const absl::Time deadline = absl::Now() + kReplicationTimeout;
+  for (size_t i = 0; i < pushed->size(); ++i) {
+    const ShardPushResult& result =
+        response->results(response->results_size() - pushed->size() + i);
+    // A retry's DUPLICATE too: its push may be applied but not yet there.
+    if (result.outcome() != ShardPushResult::APPLIED &&
+        result.outcome() != ShardPushResult::DUPLICATE) {
+      continue;
+    }
+    if (absl::Status s = (*pushed)[i].shard->AwaitCommitted(result.version(), deadline); !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }
@@ -522,6 +598,7 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_mode(config_.mode());
   response.set_ps_index(config_.cluster().task().index());
   response.set_num_ps(config_.cluster().cluster().ps_size());
+  response.set_replication(std::max(1, config_.replication()));
   for (const Shard* shard : store_.All()) *response.add_shards() = shard->Describe();
   for (const EmbeddingTable* table : store_.AllTables()) {
     const EmbeddingTable::Stats stats = table->stats();

@@ -24,6 +24,7 @@
 #include "proto/ps_service.pb.h"
 #include "ps_server/consistency/policy.h"
 #include "ps_server/embedding/table_calls.h"
+#include "ps_server/replicator.h"
 #include "ps_server/server_checkpoints.h"
 #include "ps_server/variable_store.h"
 #include "ps_server/worker_table.h"
@@ -53,8 +54,11 @@ class ParameterServer {
  public:
   // `config` must pass ValidatePsServerConfig. Starts a thread that expires
   // worker leases every lease_timeout / 4. `now` is the clock.
+  // `replicas` opens the links to the servers holding backups of this
+  // server's shards; without it, CreateShards refuses shards with backups.
   explicit ParameterServer(const PsServerConfig& config,
-                           std::function<absl::Time()> now = absl::Now);
+                           std::function<absl::Time()> now = absl::Now,
+                           ReplicaLinkFactory replicas = nullptr);
   ~ParameterServer();
 
   ParameterServer(const ParameterServer&) = delete;
@@ -70,7 +74,10 @@ class ParameterServer {
   // from the checkpoint (FAILED_PRECONDITION if its shape, dtype or
   // optimizer differ), a new table with the checkpointed rows this server
   // owns now, from every server's file (so the number of servers may
-  // change; FAILED_PRECONDITION if its width or optimizer differ).
+  // change; FAILED_PRECONDITION if its width or optimizer differ). A new
+  // shard's copy (the request's `copies`) makes it a backup, or a primary
+  // whose updates go to its backups: a push that applies one is answered
+  // once they all have it.
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request);
 
   // Writes every shard, with slots and versions, to
@@ -168,6 +175,10 @@ class ParameterServer {
   // another incarnation, as for a pull.
   absl::StatusOr<ReadRowsResponse> ReadRows(const ReadRowsRequest& request) const;
 
+  // A primary's updates to this server's backup copies, applied in order
+  // (Shard::ApplyReplicated); the versions the shards are at after.
+  absl::StatusOr<ReplicateResponse> Replicate(const ReplicateRequest& request);
+
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
 
   DescribeResponse Describe() const;
@@ -234,6 +245,8 @@ class ParameterServer {
   WorkerTable workers_;
   const std::unique_ptr<ConsistencyPolicy> policy_;  // of config_.mode(), over store_ and workers_
   TableCalls tables_;                                // over store_ and policy_
+  // Of store_'s primaries with backups; null without a ReplicaLinkFactory.
+  const std::unique_ptr<Replicator> replicator_;
 
   std::atomic<int64_t> updates_applied_{0};
   std::atomic<int64_t> stale_dropped_{0};

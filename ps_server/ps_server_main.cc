@@ -26,6 +26,7 @@
 #include "common/rpc/authorization.h"
 #include "common/rpc/security_flags.h"
 #include "ps_server/grpc/ps_grpc_server.h"
+#include "ps_server/grpc/replica_link.h"
 #include "ps_server/parameter_server.h"
 
 ABSL_FLAG(std::string, log_format, "text",
@@ -74,6 +75,15 @@ ABSL_FLAG(std::string, chief_identity, fulcrum::kDefaultControlIdentities,
           "(JobDone, SaveCheckpoint), comma-separated; a certificate has one when its subject's "
           "common name is it, or a SAN is it or fulcrum://<it> (scripts/make_certs.sh's). "
           "Others get PERMISSION_DENIED.");
+ABSL_FLAG(int, replication, 1,
+          "Copies of each shard, on that many servers (at most the number of ps tasks); give "
+          "every server the same. A primary answers a push once every backup has applied it. "
+          "Being built (docs/replication.md): a server lost for good is not yet replaced.");
+ABSL_FLAG(std::string, server_identity, fulcrum::kDefaultServerIdentities,
+          "With mutual TLS: the identities whose certificates may make calls between servers "
+          "(Replicate, from the primary of a replicated shard to its backups), "
+          "comma-separated, matched as --chief_identity is. A server calling another presents "
+          "its own certificate, so it must name one of them.");
 ABSL_FLAG(int, grace_period_secs, 10,
           "On SIGTERM, SIGINT or job done: seconds in-flight calls get to finish.");
 
@@ -125,6 +135,7 @@ absl::StatusOr<PsServerConfig> ConfigFromFlags() {
   config.set_max_memory_bytes(max_memory_mb << 20);
   config.set_checkpoint_dir(absl::GetFlag(FLAGS_checkpoint_dir));
   config.set_keep_serving_after_job_done(absl::GetFlag(FLAGS_keep_serving_after_job_done));
+  config.set_replication(absl::GetFlag(FLAGS_replication));
   if (absl::Status s = ValidatePsServerConfig(config); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("flags: ", s.message()));
   }
@@ -147,6 +158,8 @@ int Run() {
   policy.tls = tls.ok() && tls->enabled();
   policy.control_identities =
       absl::StrSplit(absl::GetFlag(FLAGS_chief_identity), ',', absl::SkipWhitespace());
+  policy.server_identities =
+      absl::StrSplit(absl::GetFlag(FLAGS_server_identity), ',', absl::SkipWhitespace());
   const absl::Status tokens = ServerTokensFromFlags(&policy.cluster_token, &policy.control_token);
   for (const absl::Status& s : {config.status(), tls.status(), tokens}) {
     if (!s.ok()) {
@@ -160,7 +173,13 @@ int Run() {
     std::cerr << "ps_server: " << s.message() << "\n";
     return 2;
   }
-  ParameterServer ps(*config);
+  // A primary calls its shards' backups as the cluster's clients call it:
+  // its certificate, and the token a control call needs.
+  ParameterServer ps(
+      *config, absl::Now,
+      GrpcReplicaLinks(*tls,
+                       policy.control_token.empty() ? policy.cluster_token : policy.control_token,
+                       config->max_message_bytes()));
   std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
   if (!config->checkpoint_dir().empty()) {
     if (absl::Status s = ps.EnableCheckpoints(fs.get()); !s.ok()) {

@@ -159,8 +159,36 @@ int64_t Shard::committed_version() const {
   return committed_version_;
 }
 
+absl::Status Shard::AwaitCommitted(int64_t version, absl::Time deadline) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto committed = [this, version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || committed_version_ >= version;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&committed), deadline);
+  if (committed_version_ >= version) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(label_, ": version ", version,
+                                             " is not yet on every backup (they have ",
+                                             committed_version_, ")"));
+}
+
+void Shard::MakeBackup(const std::string& primary) {
+  absl::MutexLock lock(&mu_);
+  primary_ = primary;
+}
+
+absl::Status Shard::CheckPrimary() const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (primary_.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(label_, " here is a backup copy; its primary is ", primary_));
+}
+
 absl::Status Shard::ApplyReplicated(const ShardUpdate& update) {
   absl::MutexLock lock(&mu_);
+  if (primary_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label_, " here is not a backup copy: it takes no updates from another server"));
+  }
   if (update.variable() != spec_.variable().name() || update.shard() != spec_.shard() ||
       update.gradient().size() != values_->size() * sizeof(float) || update.averaged() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -105,12 +105,22 @@ class Shard {
   // Every backup has applied the updates up to `version`.
   void Committed(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
   int64_t committed_version() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until `version` is committed: OK, or at `deadline` UNAVAILABLE
+  // saying the backups have not applied it.
+  absl::Status AwaitCommitted(int64_t version, absl::Time deadline) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Makes this a backup copy of the primary at `primary`: it takes that
+  // primary's updates (ApplyReplicated) and no worker's push or pull.
+  void MakeBackup(const std::string& primary) ABSL_LOCKS_EXCLUDED(mu_);
+  // FAILED_PRECONDITION naming the primary when this is a backup copy.
+  absl::Status CheckPrimary() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // A backup's shard applies its primary's `update` as the primary did, so
   // the two stay bit-identical, and takes its pushes (a retry of one is
   // DUPLICATE here after). An update it has applied already changes
   // nothing (OK); FAILED_PRECONDITION for one that skips a version,
-  // INVALID_ARGUMENT for one of another shard or size.
+  // INVALID_ARGUMENT for one of another shard or size, or given to a copy
+  // that is not a backup.
   absl::Status ApplyReplicated(const ShardUpdate& update) ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardInfo Describe() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -148,6 +158,7 @@ class Shard {
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t committed_version_ ABSL_GUARDED_BY(mu_) = 0;  // <= version_
   std::function<void(ShardUpdate)> forward_ ABSL_GUARDED_BY(mu_);
+  std::string primary_ ABSL_GUARDED_BY(mu_);  // a backup's primary; "": not a backup
   // Sum of the gradients accumulated for step version_, and who sent them.
   std::vector<float> accumulated_ ABSL_GUARDED_BY(mu_);
   std::vector<Taken> accumulated_from_ ABSL_GUARDED_BY(mu_);

@@ -210,6 +210,7 @@ TEST(ShardReplicationTest, ABackupFedItsPrimarysUpdatesStaysBitIdentical) {
       SCOPED_TRACE(OptimizerSpec::Kind_Name(optimizer.kind()) + (sync ? " sync" : " async"));
       Shard primary = MakeReplicaShard(optimizer);
       Shard backup = MakeReplicaShard(optimizer);
+      backup.MakeBackup("primary:1");
       std::vector<ShardUpdate> forwarded;
       primary.ForwardUpdates([&](ShardUpdate u) { forwarded.push_back(std::move(u)); });
       std::mt19937 random(7);
@@ -267,6 +268,7 @@ TEST(ShardReplicationTest, AWaitingPullIsServedOnlyWhatTheBackupsHave) {
 
 TEST(ShardReplicationTest, ABackupRefusesAGapAnotherShardsUpdateAndTakesARepeatOnce) {
   Shard backup = MakeShard(1.0f);
+  EXPECT_TRUE(backup.CheckPrimary().ok());
   ShardUpdate update;
   update.set_variable("w");
   update.set_shard(0);
@@ -274,6 +276,10 @@ TEST(ShardReplicationTest, ABackupRefusesAGapAnotherShardsUpdateAndTakesARepeatO
   update.set_averaged(1);
   std::vector<float> gradient(4, 0.5f);
   update.set_gradient(std::string(reinterpret_cast<const char*>(gradient.data()), 16));
+  // Only a backup takes updates.
+  EXPECT_THAT(backup.ApplyReplicated(update).message(), HasSubstr("is not a backup copy"));
+  backup.MakeBackup("10.0.0.1:2222");
+  EXPECT_THAT(backup.CheckPrimary().message(), HasSubstr("its primary is 10.0.0.1:2222"));
   EXPECT_THAT(backup.ApplyReplicated(update).message(),
               HasSubstr("at version 0, given the update to version 2"));
   update.set_version(1);

@@ -71,7 +71,22 @@ grpc::Status Access::CheckData(const grpc::ServerContextBase& context,
 
 grpc::Status Access::CheckControl(const grpc::ServerContextBase& context,
                                   const std::string& call) const {
-  // A server with any token never takes a control call without one: the
+  return CheckPrivileged(context, call, policy_.control_identities,
+                         "is a control call: only a certificate naming ", " (--chief_identity)");
+}
+
+grpc::Status Access::CheckPeer(const grpc::ServerContextBase& context,
+                               const std::string& call) const {
+  return CheckPrivileged(context, call, policy_.server_identities,
+                         "is a call between servers: only a certificate naming ",
+                         " (--server_identity)");
+}
+
+grpc::Status Access::CheckPrivileged(const grpc::ServerContextBase& context,
+                                     const std::string& call,
+                                     const std::vector<std::string>& identities,
+                                     const std::string& what, const std::string& flag) const {
+  // A server with any token never takes such a call without one: the
   // control token where there is one, else the cluster token.
   const bool control_token = !policy_.control_token.empty();
   const std::string& needed = control_token ? policy_.control_token : policy_.cluster_token;
@@ -87,17 +102,15 @@ grpc::Status Access::CheckControl(const grpc::ServerContextBase& context,
   }
   if (!policy_.tls) return grpc::Status::OK;
   const std::vector<std::string> names = PeerNames(*context.auth_context());
-  for (const std::string& identity : policy_.control_identities) {
+  for (const std::string& identity : identities) {
     for (const std::string& name : names) {
       if (name == identity || name == "fulcrum://" + identity) return grpc::Status::OK;
     }
   }
-  return grpc::Status(
-      grpc::StatusCode::PERMISSION_DENIED,
-      absl::StrCat(call, " is a control call: only a certificate naming ",
-                   absl::StrJoin(policy_.control_identities, " or "),
-                   " (--chief_identity) may make it; this peer's certificate names ",
-                   names.empty() ? "nothing" : absl::StrJoin(names, ", ")));
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(call, " ", what, absl::StrJoin(identities, " or "), flag,
+                                   " may make it; this peer's certificate names ",
+                                   names.empty() ? "nothing" : absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<std::string> ReadToken(const std::string& flag, const std::string& path) {

@@ -60,7 +60,7 @@ class PsGrpcServer::Service final
   grpc::Status CreateShards(grpc::ServerContext* context, const CreateShardsRequest* request,
                             CreateShardsResponse* response) override {
     RpcTimer timer(metrics_, "CreateShards");
-    if (grpc::Status s = Allow(*context, false, "CreateShards"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "CreateShards"); !s.ok()) return s;
     auto result = ps_->CreateShards(*request);
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
@@ -70,7 +70,7 @@ class PsGrpcServer::Service final
   grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
                     grpc::ServerWriter<PullResponse>* writer) override {
     RpcTimer timer(metrics_, "Pull");
-    if (grpc::Status s = Allow(*context, false, "Pull"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "Pull"); !s.ok()) return s;
     return ToGrpcStatus(PullAndWrite(*request, Deadline(context), StreamedCallLimits(), kChunkBytes,
                                      true, {}, writer));
   }
@@ -78,7 +78,7 @@ class PsGrpcServer::Service final
   grpc::Status Push(grpc::ServerContext* context, grpc::ServerReader<PushRequest>* reader,
                     PushResponse* response) override {
     RpcTimer timer(metrics_, "Push");
-    if (grpc::Status s = Allow(*context, false, "Push"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "Push"); !s.ok()) return s;
     ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushRequest part;
@@ -95,7 +95,7 @@ class PsGrpcServer::Service final
   grpc::Status PushPull(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<PullResponse, PushPullRequest>* stream) override {
     RpcTimer timer(metrics_, "PushPull");
-    if (grpc::Status s = Allow(*context, false, "PushPull"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "PushPull"); !s.ok()) return s;
     ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     // Without a pull part, only the push's outcome is sent back.
     PullRequest pull;
@@ -152,7 +152,7 @@ class PsGrpcServer::Service final
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<PullRequest, PullResponse>* streamer) override {
     RpcTimer timer(metrics_, "PullSmall");
-    if (grpc::Status s = Allow(*context, false, "PullSmall"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "PullSmall"); !s.ok()) return s;
     PullRequest request;
     if (!streamer->Read(&request)) return {grpc::StatusCode::INTERNAL, "PullSmall: no request"};
     return ToGrpcStatus(PullAndWrite(request, Deadline(context), SmallCallLimits(), kOneMessage,
@@ -163,7 +163,7 @@ class PsGrpcServer::Service final
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<PushPullRequest, PullResponse>* streamer) override {
     RpcTimer timer(metrics_, "PushPullSmall");
-    if (grpc::Status s = Allow(*context, false, "PushPullSmall"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "PushPullSmall"); !s.ok()) return s;
     ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushPullRequest request;
     if (!streamer->Read(&request)) {
@@ -184,7 +184,7 @@ class PsGrpcServer::Service final
   grpc::Status PullRows(grpc::ServerContext* context, const PullRowsRequest* request,
                         PullRowsResponse* response) override {
     RpcTimer timer(metrics_, "PullRows");
-    if (grpc::Status s = Allow(*context, false, "PullRows"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "PullRows"); !s.ok()) return s;
     auto result = ps_->PullRows(*request, Deadline(context));
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
@@ -195,7 +195,7 @@ class PsGrpcServer::Service final
   grpc::Status PushRows(grpc::ServerContext* context, const PushRowsRequest* request,
                         PushRowsResponse* response) override {
     RpcTimer timer(metrics_, "PushRows");
-    if (grpc::Status s = Allow(*context, false, "PushRows"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "PushRows"); !s.ok()) return s;
     auto result = ps_->PushRows(*request);
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
@@ -207,7 +207,7 @@ class PsGrpcServer::Service final
                               grpc::ServerReader<PushRowsRequest>* reader,
                               PushRowsResponse* response) override {
     RpcTimer timer(metrics_, "PushRowsStream");
-    if (grpc::Status s = Allow(*context, false, "PushRowsStream"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "PushRowsStream"); !s.ok()) return s;
     // A peer's parts are bounded as they arrive: at most the ids one push
     // may carry, and their gradients within a few of the largest messages.
     const int64_t max_bytes = 4 * ps_->config().max_message_bytes();
@@ -237,7 +237,7 @@ class PsGrpcServer::Service final
   grpc::Status ReadRows(grpc::ServerContext* context, const ReadRowsRequest* request,
                         ReadRowsResponse* response) override {
     RpcTimer timer(metrics_, "ReadRows");
-    if (grpc::Status s = Allow(*context, false, "ReadRows"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "ReadRows"); !s.ok()) return s;
     auto result = ps_->ReadRows(*request);
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
@@ -247,7 +247,7 @@ class PsGrpcServer::Service final
   grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override {
     RpcTimer timer(metrics_, "Heartbeat");
-    if (grpc::Status s = Allow(*context, false, "Heartbeat"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "Heartbeat"); !s.ok()) return s;
     auto result = ps_->Heartbeat(*request);
     if (result.ok()) *response = *result;
     return ToGrpcStatus(result.status());
@@ -256,7 +256,7 @@ class PsGrpcServer::Service final
   grpc::Status Describe(grpc::ServerContext* context, const DescribeRequest*,
                         DescribeResponse* response) override {
     RpcTimer timer(metrics_, "Describe");
-    if (grpc::Status s = Allow(*context, false, "Describe"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kData, "Describe"); !s.ok()) return s;
     *response = ps_->Describe();
     return grpc::Status::OK;
   }
@@ -264,7 +264,7 @@ class PsGrpcServer::Service final
   grpc::Status SaveCheckpoint(grpc::ServerContext* context, const SaveCheckpointRequest* request,
                               SaveCheckpointResponse* response) override {
     RpcTimer timer(metrics_, "SaveCheckpoint");
-    if (grpc::Status s = Allow(*context, true, "SaveCheckpoint"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kControl, "SaveCheckpoint"); !s.ok()) return s;
     const absl::Time start = absl::Now();
     auto result = ps_->SaveCheckpoint(*request);
     if (metrics_ != nullptr && result.ok()) metrics_->ObserveCheckpoint(absl::Now() - start);
@@ -272,20 +272,32 @@ class PsGrpcServer::Service final
     return ToGrpcStatus(result.status());
   }
 
+  grpc::Status Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
+                         ReplicateResponse* response) override {
+    RpcTimer timer(metrics_, "Replicate");
+    if (grpc::Status s = Allow(*context, kPeer, "Replicate"); !s.ok()) return s;
+    auto result = ps_->Replicate(*request);
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    return grpc::Status::OK;
+  }
+
   grpc::Status JobDone(grpc::ServerContext* context, const JobDoneRequest* request,
                        JobDoneResponse*) override {
     RpcTimer timer(metrics_, "JobDone");
-    if (grpc::Status s = Allow(*context, true, "JobDone"); !s.ok()) return s;
+    if (grpc::Status s = Allow(*context, kControl, "JobDone"); !s.ok()) return s;
     ps_->JobDone(request->reason());
     return grpc::Status::OK;
   }
 
  private:
-  // OK when the peer may make `call`, a control call or not (Access);
-  // a refusal is logged and counted.
-  grpc::Status Allow(const grpc::ServerContext& context, bool control, const std::string& call) {
-    grpc::Status status =
-        control ? access_.CheckControl(context, call) : access_.CheckData(context, call);
+  enum CallKind { kData, kControl, kPeer };
+  // OK when the peer may make `call`, of `kind` (Access); a refusal is
+  // logged and counted.
+  grpc::Status Allow(const grpc::ServerContext& context, CallKind kind, const std::string& call) {
+    grpc::Status status = kind == kData      ? access_.CheckData(context, call)
+                          : kind == kControl ? access_.CheckControl(context, call)
+                                             : access_.CheckPeer(context, call);
     if (!status.ok()) {
       LOG_WARN("refused {} from {}: {}", call, context.peer(), status.error_message());
       if (metrics_ != nullptr) metrics_->AddRefused(call);

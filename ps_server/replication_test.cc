@@ -1,0 +1,245 @@
+// Replicated shards between two in-process servers: a primary and the
+// server holding its backups, linked directly.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/tensor.h"
+#include "ps_server/parameter_server.h"
+#include "ps_server/replicator.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kBackup[] = "backup:2222";
+constexpr char kPrimary[] = "primary:2222";
+
+PsServerConfig Config(ConsistencyMode mode, int workers) {
+  PsServerConfig config;
+  config.set_mode(mode);
+  config.set_num_replicas(workers);
+  config.set_replicas_to_aggregate(workers);
+  config.set_max_staleness(-1);
+  config.set_lease_timeout_ms(60000);
+  config.set_max_message_bytes(64 << 20);
+  return config;
+}
+
+// Calls the backup server in place of a network, once `open` allows.
+class DirectLink : public ReplicaLink {
+ public:
+  DirectLink(ParameterServer* backup, absl::Notification* open, std::atomic<int>* calls)
+      : backup_(backup), open_(open), calls_(calls) {}
+  absl::StatusOr<ReplicateResponse> Replicate(const ReplicateRequest& request) override {
+    ++*calls_;
+    if (open_ != nullptr) open_->WaitForNotification();
+    return backup_->Replicate(request);
+  }
+
+ private:
+  ParameterServer* backup_;
+  absl::Notification* open_;
+  std::atomic<int>* calls_;
+};
+
+// Variable w [6, 5] with Adam, randomly initialised, in `shards` shards.
+std::vector<ShardSpec> Shards(int shards) {
+  std::vector<ShardSpec> out;
+  for (int i = 0; i < shards; ++i) {
+    ShardSpec spec;
+    VariableSpec* v = spec.mutable_variable();
+    v->set_name("w");
+    v->add_shape(6);
+    v->add_shape(5);
+    v->set_dtype(DT_FLOAT);
+    v->mutable_initializer()->set_kind(InitializerSpec::RANDOM_NORMAL);
+    v->mutable_initializer()->set_seed(3);
+    v->mutable_optimizer()->set_kind(OptimizerSpec::ADAM);
+    v->mutable_optimizer()->set_learning_rate(0.01f);
+    spec.set_shard(i);
+    spec.set_num_shards(shards);
+    spec.set_row_offset(int64_t{6} / shards * i);
+    spec.set_rows(6 / shards);
+    out.push_back(spec);
+  }
+  return out;
+}
+
+// A primary and its backup server, each shard of Shards(2) created on both.
+class ReplicationTest : public ::testing::TestWithParam<ConsistencyMode> {
+ protected:
+  void Start(ConsistencyMode mode, absl::Notification* open = nullptr) {
+    backup_ = std::make_unique<ParameterServer>(Config(mode, kWorkers));
+    primary_ = std::make_unique<ParameterServer>(
+        Config(mode, kWorkers), absl::Now, [this, open](const std::string& address) {
+          EXPECT_EQ(address, kBackup);
+          return std::make_unique<DirectLink>(backup_.get(), open, &calls_);
+        });
+    CreateShardsRequest on_backup, on_primary;
+    for (const ShardSpec& spec : Shards(2)) {
+      *on_backup.add_shards() = spec;
+      on_backup.add_copies()->set_primary(kPrimary);
+      *on_primary.add_shards() = spec;
+      on_primary.add_copies()->add_backups(kBackup);
+    }
+    ASSERT_TRUE(backup_->CreateShards(on_backup).ok());
+    ASSERT_TRUE(primary_->CreateShards(on_primary).ok());
+  }
+
+  // Worker `worker`'s push of random gradients to both shards, computed at
+  // `version`.
+  PushRequest RandomPush(int worker, int64_t version, uint64_t push_id) {
+    PushRequest push;
+    push.set_worker_id(worker);
+    push.set_push_id(push_id);
+    if (GetParam() == SSP) push.set_clock(version);
+    std::normal_distribution<float> normal;
+    for (int shard = 0; shard < 2; ++shard) {
+      std::vector<float> values(15);
+      for (float& x : values) x = normal(random_);
+      ShardSlice* slice = push.add_gradients();
+      slice->set_variable("w");
+      slice->set_shard(shard);
+      slice->set_version(version);
+      EncodeFloatTensor({3, 5}, values, slice->mutable_tensor());
+    }
+    return push;
+  }
+
+  // Both shards' values and versions, read without a worker (as a reader).
+  static PullResponse Read(ParameterServer& ps) {
+    PullRequest pull;
+    for (int shard = 0; shard < 2; ++shard) {
+      ShardRef* ref = pull.add_shards();
+      ref->set_variable("w");
+      ref->set_shard(shard);
+    }
+    absl::StatusOr<PullResponse> read = ps.Pull(pull, absl::Now() + absl::Seconds(30));
+    EXPECT_TRUE(read.ok()) << read.status();
+    return read.ok() ? *read : PullResponse();
+  }
+
+  static constexpr int kWorkers = 3;
+  std::mt19937 random_{11};
+  std::atomic<int> calls_{0};
+  std::unique_ptr<ParameterServer> backup_;
+  std::unique_ptr<ParameterServer> primary_;
+};
+
+TEST_P(ReplicationTest, TheBackupEndsBitIdenticalToItsPrimary) {
+  Start(GetParam());
+  uint64_t push_id = 0;
+  for (int step = 0; step < 20; ++step) {
+    const int64_t version = step;
+    for (int worker = 0; worker < kWorkers; ++worker) {
+      // Sync pushes are computed at the step's version, the others at the
+      // version this worker last saw (its own pushes' and the others').
+      const int64_t at = GetParam() == SYNC ? version : step * kWorkers + worker;
+      absl::StatusOr<PushResponse> pushed =
+          primary_->Push(RandomPush(worker, GetParam() == SSP ? step : at, ++push_id));
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+    }
+  }
+  const PullResponse primary = Read(*primary_);
+  const PullResponse backup = Read(*backup_);
+  ASSERT_EQ(primary.slices_size(), 2);
+  ASSERT_EQ(backup.slices_size(), 2);
+  for (int shard = 0; shard < 2; ++shard) {
+    EXPECT_EQ(primary.slices(shard).version(), GetParam() == SYNC ? 20 : 60);
+    EXPECT_EQ(backup.slices(shard).version(), primary.slices(shard).version());
+    EXPECT_EQ(backup.slices(shard).tensor().data(), primary.slices(shard).tensor().data());
+  }
+  EXPECT_GT(calls_.load(), 0);
+}
+
+TEST_P(ReplicationTest, WorkersPushAndPullOnlyAtThePrimary) {
+  Start(GetParam());
+  const absl::Status pushed = backup_->Push(RandomPush(0, 0, 1)).status();
+  EXPECT_EQ(pushed.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(pushed.message(), HasSubstr("is a backup copy; its primary is primary:2222"));
+  PullRequest pull;
+  pull.set_worker_id(0);
+  pull.add_shards()->set_variable("w");
+  EXPECT_THAT(backup_->Pull(pull, absl::Now() + absl::Seconds(30)).status().message(),
+              HasSubstr("its primary is primary:2222"));
+  // And the backup takes no updates but its primary's: the primary refuses.
+  ReplicateRequest forged;
+  ShardUpdate* update = forged.add_updates();
+  update->set_variable("w");
+  update->set_version(1);
+  update->set_averaged(1);
+  update->set_gradient(std::string(15 * sizeof(float), '\0'));
+  EXPECT_THAT(primary_->Replicate(forged).status().message(), HasSubstr("is not a backup copy"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReplicationTest, ::testing::Values(ASYNC, SYNC, SSP),
+                         [](const auto& info) { return ConsistencyMode_Name(info.param); });
+
+TEST(ReplicationAckTest, APushIsAnsweredOnlyOnceTheBackupHasItsUpdate) {
+  absl::Notification open;
+  std::atomic<int> calls{0};
+  ParameterServer backup(Config(ASYNC, 1));
+  ParameterServer primary(Config(ASYNC, 1), absl::Now, [&](const std::string&) {
+    return std::make_unique<DirectLink>(&backup, &open, &calls);
+  });
+  CreateShardsRequest on_backup, on_primary;
+  const ShardSpec spec = Shards(1)[0];
+  *on_backup.add_shards() = spec;
+  on_backup.add_copies()->set_primary(kPrimary);
+  *on_primary.add_shards() = spec;
+  on_primary.add_copies()->add_backups(kBackup);
+  ASSERT_TRUE(backup.CreateShards(on_backup).ok());
+  ASSERT_TRUE(primary.CreateShards(on_primary).ok());
+
+  PushRequest push;
+  push.set_worker_id(0);
+  ShardSlice* slice = push.add_gradients();
+  slice->set_variable("w");
+  EncodeFloatTensor({6, 5}, std::vector<float>(30, 1.0f), slice->mutable_tensor());
+  std::atomic<bool> answered{false};
+  std::thread pusher([&] {
+    EXPECT_TRUE(primary.Push(push).ok());
+    answered = true;
+  });
+  // The update is on its way to the backup, which has not applied it: the
+  // push is not answered, and a worker's pull of version 1 waits.
+  while (calls.load() == 0) std::this_thread::yield();
+  EXPECT_FALSE(answered.load());
+  PullRequest pull;
+  pull.set_worker_id(0);
+  ShardRef* ref = pull.add_shards();
+  ref->set_variable("w");
+  ref->set_min_version(1);
+  EXPECT_EQ(primary.Pull(pull, absl::Now() + absl::Milliseconds(20)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  open.Notify();
+  pusher.join();
+  EXPECT_TRUE(answered.load());
+  EXPECT_TRUE(primary.Pull(pull, absl::Now() + absl::Seconds(30)).ok());
+}
+
+TEST(ReplicationCreateTest, CopiesThatCannotBeAreRefusedByName) {
+  ParameterServer unreplicated(Config(ASYNC, 1));
+  CreateShardsRequest request;
+  *request.add_shards() = Shards(1)[0];
+  request.add_copies()->add_backups(kBackup);
+  EXPECT_THAT(unreplicated.CreateShards(request).status().message(),
+              HasSubstr("this server replicates to none"));
+  request.mutable_copies(0)->set_primary(kPrimary);
+  EXPECT_THAT(unreplicated.CreateShards(request).status().message(), HasSubstr("not both"));
+  request.add_copies();
+  EXPECT_THAT(unreplicated.CreateShards(request).status().message(),
+              HasSubstr("2 copies for 1 shards"));
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,84 @@
+// A primary's side of replicated shards: it sends the updates its shards
+// apply to the servers holding their backups, each server's in the order
+// they were made, and marks a version committed on its shard (so that
+// pushes that made it are answered, and pulls waiting for it served) once
+// every backup has applied it. One sender thread per backup server, each
+// call carrying what has queued meanwhile. Thread-safe.
+#ifndef FULCRUM_PS_SERVER_REPLICATOR_H_
+#define FULCRUM_PS_SERVER_REPLICATOR_H_
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/ps_service.pb.h"
+#include "ps_server/shard.h"
+
+namespace fulcrum {
+
+// The way to one backup server; the gRPC one is in grpc/.
+class ReplicaLink {
+ public:
+  virtual ~ReplicaLink() = default;
+  virtual absl::StatusOr<ReplicateResponse> Replicate(const ReplicateRequest& request) = 0;
+};
+
+// Opens the link to the server at `address`.
+using ReplicaLinkFactory = std::function<std::unique_ptr<ReplicaLink>(const std::string& address)>;
+
+class Replicator {
+ public:
+  // `retry_after`: how long a sender waits before trying a failed call again.
+  explicit Replicator(ReplicaLinkFactory connect, absl::Duration retry_after = absl::Seconds(1));
+  // Stops the senders (what they had not sent is dropped) and the shards'
+  // forwarding to them.
+  ~Replicator();
+
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  // From now on `shard`'s updates go to `backups` (addresses, at least
+  // one), and its versions are committed as they all apply them.
+  void Replicate(Shard* shard, const std::vector<std::string>& backups) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Peer {
+    std::string address;
+    std::unique_ptr<ReplicaLink> link;
+    absl::Mutex mu;
+    std::deque<std::pair<Shard*, ShardUpdate>> queue ABSL_GUARDED_BY(mu);
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+    std::thread sender;
+  };
+  // Per replicated shard: its backups' servers and the version each has.
+  struct Copies {
+    std::vector<Peer*> peers;
+    std::vector<int64_t> acked;
+  };
+
+  Peer* PeerLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Enqueue(Peer* peer, Shard* shard, ShardUpdate update);
+  // The sender's loop: sends what has queued, in order, until stopped.
+  void Send(Peer* peer);
+  // `peer` has `shard` at `version`: commits what every backup has.
+  void Acked(Shard* shard, const Peer* peer, int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ReplicaLinkFactory connect_;
+  const absl::Duration retry_after_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
+  std::map<Shard*, Copies> copies_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PS_SERVER_REPLICATOR_H_

@@ -1,0 +1,156 @@
+// Replicated shards between real ps_server processes on 127.0.0.1, over
+// mutual TLS as a cluster runs them.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc/credentials.h"
+#include "fulcrum/grpc_ps_client.h"
+#include "fulcrum/ps_client.h"
+#include "proto/ps_service.grpc.pb.h"
+#include "tests/child_process.h"
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+
+// `n` servers, each started with `flags` and its own port.
+std::vector<std::unique_ptr<ChildProcess>> StartServers(
+    int n, const std::vector<std::vector<std::string>>& flags,
+    std::vector<std::string>* addresses) {
+  std::string ps_hosts;
+  for (int i = 0; i < n; ++i) absl::StrAppend(&ps_hosts, i ? "," : "", "127.0.0.1:0");
+  std::vector<std::unique_ptr<ChildProcess>> servers;
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::string> argv = {RunfilePath("ps_server/ps_server"),
+                                     "--ps_hosts=" + ps_hosts,
+                                     "--worker_hosts=127.0.0.1:1",
+                                     absl::StrCat("--task_index=", i),
+                                     "--bind_host=127.0.0.1",
+                                     "--port=0",
+                                     "--mode=async"};
+    argv.insert(argv.end(), flags[i].begin(), flags[i].end());
+    servers.push_back(std::make_unique<ChildProcess>(absl::StrCat("ps", i), argv));
+    const std::optional<int> port = WaitForPort(*servers.back(), "listening on", absl::Seconds(30));
+    addresses->push_back(port ? absl::StrCat("127.0.0.1:", *port) : "");
+  }
+  return servers;
+}
+
+class ReplicationClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    certs_ = ::testing::TempDir() + "/certs";
+    ASSERT_EQ(std::system(("scripts/make_certs.sh " + certs_ + " > /dev/null").c_str()), 0);
+  }
+  TlsFiles Tls(const std::string& role) const {
+    return {certs_ + "/" + role + ".pem", certs_ + "/" + role + ".key", certs_ + "/ca.pem"};
+  }
+  std::vector<std::string> ServerFlags(int replication) const {
+    const TlsFiles tls = Tls("ps");
+    return {absl::StrCat("--replication=", replication), "--tls_cert=" + tls.cert,
+            "--tls_key=" + tls.key, "--tls_ca=" + tls.ca};
+  }
+  PsClientOptions Client(const std::string& role) const {
+    PsClientOptions options;
+    const TlsFiles tls = Tls(role);
+    options.tls_cert = tls.cert;
+    options.tls_key = tls.key;
+    options.tls_ca = tls.ca;
+    return options;
+  }
+  // A stub to one server, presenting `role`'s certificate.
+  std::unique_ptr<PsService::Stub> Stub(const std::string& address, const std::string& role) {
+    return PsService::NewStub(grpc::CreateChannel(address, MakeChannelCredentials(Tls(role))));
+  }
+
+  std::string certs_;
+};
+
+// w [64, 8] in 4 shards, zeros, SGD at rate 1: each push of ones takes 1
+// from every element.
+VariableSpec Ones() {
+  VariableSpec spec;
+  spec.set_name("w");
+  spec.add_shape(64);
+  spec.add_shape(8);
+  spec.set_dtype(DT_FLOAT);
+  spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
+  spec.mutable_partitioner()->set_num_shards(4);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  return spec;
+}
+
+TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersReplicate) {
+  std::vector<std::string> addresses;
+  auto servers = StartServers(2, {ServerFlags(2), ServerFlags(2)}, &addresses);
+  for (const std::string& address : addresses) ASSERT_FALSE(address.empty());
+  std::unique_ptr<PsClient> worker = NewGrpcPsClient(addresses, Client("chief"));
+  ASSERT_TRUE(worker->CreateVariables({Ones()}).ok());
+  constexpr int kPushes = 25;
+  constexpr size_t kElements = size_t{64} * 8;
+  TensorMap gradient;
+  gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
+  for (int i = 0; i < kPushes; ++i) {
+    absl::StatusOr<PushStats> pushed = worker->Push(gradient);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+  }
+  // Every shard on both servers: read each copy as a reader does.
+  PullRequest pull;
+  for (int shard = 0; shard < 4; ++shard) {
+    ShardRef* ref = pull.add_shards();
+    ref->set_variable("w");
+    ref->set_shard(shard);
+  }
+  std::vector<std::string> copies;
+  for (const std::string& address : addresses) {
+    grpc::ClientContext context;
+    PullResponse response;
+    const grpc::Status read = Stub(address, "worker")->PullSmall(&context, pull, &response);
+    ASSERT_TRUE(read.ok()) << address << ": " << read.error_message();
+    std::string bytes;
+    for (const ShardSlice& slice : response.slices()) {
+      EXPECT_EQ(slice.version(), kPushes) << address;
+      bytes += slice.tensor().data();
+    }
+    copies.push_back(bytes);
+  }
+  ASSERT_EQ(copies[0].size(), kElements * sizeof(float));
+  EXPECT_EQ(copies[0], copies[1]);
+  std::vector<float> values(kElements);
+  std::memcpy(values.data(), copies[0].data(), copies[0].size());
+  for (float v : values) ASSERT_EQ(v, -kPushes);  // each push applied once
+
+  // Only a server's certificate may send a backup updates.
+  ReplicateRequest forged;
+  ShardUpdate* update = forged.add_updates();
+  update->set_variable("w");
+  update->set_version(kPushes + 1);
+  update->set_averaged(1);
+  update->set_gradient(std::string(kElements / 4 * sizeof(float), '\0'));
+  grpc::ClientContext context;
+  ReplicateResponse response;
+  const grpc::Status refused = Stub(addresses[1], "worker")->Replicate(&context, forged, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("only a certificate naming ps"));
+}
+
+TEST_F(ReplicationClusterTest, ServersThatDisagreeOnReplicationAreNamed) {
+  std::vector<std::string> addresses;
+  auto servers = StartServers(2, {ServerFlags(2), ServerFlags(1)}, &addresses);
+  for (const std::string& address : addresses) ASSERT_FALSE(address.empty());
+  const absl::Status created =
+      NewGrpcPsClient(addresses, Client("chief"))->CreateVariables({Ones()});
+  EXPECT_EQ(created.code(), absl::StatusCode::kFailedPrecondition) << created;
+  EXPECT_THAT(created.message(), HasSubstr("the servers disagree on --replication"));
+}
+
+}  // namespace
+}  // namespace fulcrum
