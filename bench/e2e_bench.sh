@@ -4,13 +4,16 @@
 #   - Fulcrum, 2 parameter servers and 2 workers, async (deploy:local_cluster);
 #   - Fulcrum, 2 parameter servers and 1 worker alone, async;
 #   - Fulcrum, 2 parameter servers and 2 workers, sync;
+#   - Fulcrum, 2 parameter servers and 2 workers, async, every shard on both
+#     servers (--replication=2): what replication costs when the copies
+#     share this machine's cores;
 #   - Fulcrum, 2 workers all-reducing, no servers (multi_worker_mirrored);
 #   - TensorFlow's ParameterServerStrategy, 2 PS and 2 workers
 #     (bench/tf_pss_bench.py, tensorflow-cpu from PyPI in its own venv);
 #   - TensorFlow's MultiWorkerMirroredStrategy, 2 workers (bench/tf_mwms_bench.py).
 # Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
-# e2e_vs_tensorflow, e2e_vs_one_worker, e2e_mwms_vs_sync_ps and
-# e2e_mwms_vs_tensorflow.
+# e2e_vs_tensorflow, e2e_vs_one_worker, e2e_mwms_vs_sync_ps,
+# e2e_mwms_vs_tensorflow and replication2_e2e_vs_unreplicated.
 #   bench/e2e_bench.sh [--quick]
 #
 # How each rate is counted: Fulcrum's is the chief's summary (its examples
@@ -60,7 +63,7 @@ tf_mwms() {  # "examples/s accuracy" of one MultiWorkerMirroredStrategy run, 2 w
 
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-two=() one=() sync=() mwms=() tf=() tf_ar=()
+two=() one=() sync=() replicated=() mwms=() tf=() tf_ar=()
 for run in $(seq "$runs"); do
   out=$(fulcrum two --num_ps=2 --num_workers=2 --mode=async); read -r rate two_acc <<< "$out"
   two+=("$rate")
@@ -68,18 +71,23 @@ for run in $(seq "$runs"); do
   one+=("$rate")
   out=$(fulcrum sync --num_ps=2 --num_workers=2 --mode=sync); read -r rate sync_acc <<< "$out"
   sync+=("$rate")
+  out=$(fulcrum replicated --num_ps=2 --num_workers=2 --mode=async --replication=2)
+  read -r rate replicated_acc <<< "$out"
+  replicated+=("$rate")
   out=$(fulcrum mwms --num_ps=0 --num_workers=2 --strategy=multi_worker_mirrored)
   read -r rate mwms_acc <<< "$out"
   mwms+=("$rate")
   out=$(tensorflow); read -r rate tf_acc <<< "$out"; tf+=("$rate")
   out=$(tf_mwms); read -r rate tf_ar_acc <<< "$out"; tf_ar+=("$rate")
   echo "run $run of $runs: fulcrum async 2 workers ${two[-1]}, 1 worker ${one[-1]}," \
-    "sync ${sync[-1]}, all-reduce ${mwms[-1]}; tensorflow PSS ${tf[-1]}," \
+    "sync ${sync[-1]}, replicated ${replicated[-1]}, all-reduce ${mwms[-1]};" \
+    "tensorflow PSS ${tf[-1]}," \
     "MWMS ${tf_ar[-1]} examples/s" >&2
 done
 two_m=$(echo "${two[@]}" | median)
 one_m=$(echo "${one[@]}" | median)
 sync_m=$(echo "${sync[@]}" | median)
+replicated_m=$(echo "${replicated[@]}" | median)
 mwms_m=$(echo "${mwms[@]}" | median)
 tf_m=$(echo "${tf[@]}" | median)
 tf_ar_m=$(echo "${tf_ar[@]}" | median)
@@ -89,6 +97,8 @@ echo "e2e_fulcrum_2ps_1worker_examples_per_sec=$one_m"
 echo "e2e_fulcrum_2ps_1worker_test_accuracy=$one_acc"
 echo "e2e_fulcrum_2ps_2workers_sync_examples_per_sec=$sync_m"
 echo "e2e_fulcrum_2ps_2workers_sync_test_accuracy=$sync_acc"
+echo "e2e_fulcrum_2ps_2workers_replication2_examples_per_sec=$replicated_m"
+echo "e2e_fulcrum_2ps_2workers_replication2_test_accuracy=$replicated_acc"
 echo "e2e_fulcrum_mwms_2workers_examples_per_sec=$mwms_m"
 echo "e2e_fulcrum_mwms_2workers_test_accuracy=$mwms_acc"
 echo "tf_pss_examples_per_sec=$tf_m"
@@ -100,3 +110,4 @@ python3 -c "print('e2e_vs_tensorflow=%.2f' % ($two_m / $tf_m))"
 python3 -c "print('e2e_vs_one_worker=%.2f' % ($two_m / $one_m))"
 python3 -c "print('e2e_mwms_vs_sync_ps=%.2f' % ($mwms_m / $sync_m))"
 python3 -c "print('e2e_mwms_vs_tensorflow=%.2f' % ($mwms_m / $tf_ar_m))"
+python3 -c "print('replication2_e2e_vs_unreplicated=%.2f' % ($replicated_m / $two_m))"

@@ -55,6 +55,9 @@ ABSL_FLAG(int, num_workers, 3, "Workers to start; worker 0 is the chief.");
 ABSL_FLAG(std::string, mode, "sync", "Consistency mode of servers and workers: sync, async, ssp.");
 ABSL_FLAG(int64_t, staleness, 2, "ssp: the bound k.");
 ABSL_FLAG(int, replicas_to_aggregate, 0, "sync: gradients per step; 0 means every worker.");
+ABSL_FLAG(int, replication, 1,
+          "The servers' --replication: copies of each shard, on that many of the --num_ps "
+          "servers (docs/replication.md).");
 ABSL_FLAG(std::string, summary_json, "", "Passed to the chief: where it writes the run's summary.");
 ABSL_FLAG(std::string, metrics_jsonl, "",
           "Passed to the chief: where it writes progress and per-epoch metrics.");
@@ -377,6 +380,14 @@ int Run(const std::vector<std::string>& worker_args) {
                  strategy.c_str(), all_reduce ? "uses no parameter servers" : "needs servers");
     return 2;
   }
+  const int replication = absl::GetFlag(FLAGS_replication);
+  if (!all_reduce && (replication < 1 || replication > num_ps)) {
+    std::fprintf(stderr,
+                 "local_cluster: --replication=%d needs between 1 and --num_ps (%d) servers, one "
+                 "per copy\n",
+                 replication, num_ps);
+    return 2;
+  }
   const std::vector<std::string> worker_command =
       absl::StrSplit(absl::GetFlag(FLAGS_worker_command), ' ', absl::SkipWhitespace());
   std::string bin = absl::GetFlag(FLAGS_bin_dir);
@@ -404,6 +415,7 @@ int Run(const std::vector<std::string>& worker_args) {
   const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   std::vector<std::string> ps_flags = mode_flags;
   if (!checkpoint_dir.empty()) ps_flags.push_back("--checkpoint_dir=" + checkpoint_dir);
+  if (replication > 1) ps_flags.push_back(absl::StrCat("--replication=", replication));
   for (absl::string_view arg :
        absl::StrSplit(absl::GetFlag(FLAGS_ps_args), ' ', absl::SkipWhitespace())) {
     ps_flags.emplace_back(arg);

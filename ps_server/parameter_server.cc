@@ -164,11 +164,16 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
           replicator_->Replicate(shard, {copy.backups().begin(), copy.backups().end()});
         }
       }
-      LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}", spec.variable().name(),
+      const ShardCopy copy = request.copies_size() > 0 ? request.copies(i) : ShardCopy();
+      LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}{}", spec.variable().name(),
                spec.shard(), spec.num_shards(), spec.row_offset(), spec.row_offset() + spec.rows(),
                restored          ? " from the checkpoint"
                : initial.empty() ? ""
-                                 : " from the request's values");
+                                 : " from the request's values",
+               !copy.primary().empty() ? absl::StrCat(", a backup of ", copy.primary())
+               : !copy.backups().empty()
+                   ? absl::StrCat(", backed up on ", absl::StrJoin(copy.backups(), ", "))
+                   : "");
     } else {
       response.set_existing(response.existing() + 1);
     }

@@ -76,6 +76,26 @@ TEST(LocalClusterTest, TrainsWithBfloat16OnTheWire) {
   EXPECT_GT(std::stod(match[1]), 0.80);
 }
 
+// Every shard on both servers; a copy for each server more than there are
+// is refused.
+TEST(LocalClusterTest, TrainsWithReplicatedShards) {
+  const std::string summary = TempPath("replicated-summary.json");
+  ChildProcess cluster("cluster",
+                       Launcher({"--num_ps=2", "--num_workers=2", "--mode=sync", "--replication=2",
+                                 "--summary_json=" + summary, "--", "--epochs=1", "--hidden=64"}));
+  ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(cluster.HasLine(", a backup of 127.0.0.1:"));
+  EXPECT_TRUE(cluster.HasLine(", backed up on 127.0.0.1:"));
+  const std::string json = ReadWholeFile(summary);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
+  EXPECT_GT(std::stod(match[1]), 0.80);
+
+  ChildProcess three("three", Launcher({"--num_ps=2", "--replication=3"}));
+  EXPECT_EQ(three.Wait(absl::Seconds(60)), 2);
+  EXPECT_TRUE(three.HasLine("--replication=3 needs between 1 and --num_ps (2) servers"));
+}
+
 TEST(LocalClusterTest, UnknownWireDtypeIsAFlagError) {
   ChildProcess cluster("cluster",
                        Launcher({"--num_ps=1", "--num_workers=1", "--", "--wire_dtype=fp8"}));
