@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/tensor.h"
 #include "ps_server/parameter_server.h"
@@ -34,21 +36,77 @@ PsServerConfig Config(ConsistencyMode mode, int workers) {
   return config;
 }
 
-// Calls the backup server in place of a network, once `open` allows.
-class DirectLink : public ReplicaLink {
+// The backup server called in place of a network: each write, once `open`
+// allows, is applied at once and its answer queued for Read.
+class DirectStream : public ReplicaStream {
  public:
-  DirectLink(ParameterServer* backup, absl::Notification* open, std::atomic<int>* calls)
-      : backup_(backup), open_(open), calls_(calls) {}
-  absl::StatusOr<ReplicateResponse> Replicate(const ReplicateRequest& request) override {
+  DirectStream(ParameterServer* backup, absl::Notification* open, std::atomic<int>* calls,
+               bool broken)
+      : backup_(backup), open_(open), calls_(calls), closed_(broken) {}
+
+  bool Write(const ReplicateRequest& request) override {
     ++*calls_;
     if (open_ != nullptr) open_->WaitForNotification();
-    return backup_->Replicate(request);
+    absl::MutexLock lock(&mu_);
+    if (closed_) return false;
+    absl::StatusOr<ReplicateResponse> answer = backup_->Replicate(request);
+    if (!answer.ok()) {
+      status_ = answer.status();
+      closed_ = true;
+      return false;
+    }
+    answers_.push_back(*std::move(answer));
+    return true;
   }
+  bool Read(ReplicateResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &DirectStream::ReadableLocked));
+    if (answers_.empty()) return false;
+    *response = std::move(answers_.front());
+    answers_.pop_front();
+    return true;
+  }
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  absl::Status Finish() override {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  bool ReadableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || !answers_.empty();
+  }
+
+  ParameterServer* backup_;
+  absl::Notification* open_;
+  std::atomic<int>* calls_;
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_);
+  std::deque<ReplicateResponse> answers_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_) = absl::UnavailableError("the stream broke");
+};
+
+// Streams to the backup; the first `broken` of them break at once.
+class DirectLink : public ReplicaLink {
+ public:
+  DirectLink(ParameterServer* backup, absl::Notification* open, std::atomic<int>* calls,
+             int broken = 0)
+      : backup_(backup), open_(open), calls_(calls), broken_(broken) {}
+  std::unique_ptr<ReplicaStream> Open() override {
+    ++opened_;
+    return std::make_unique<DirectStream>(backup_, open_, calls_, opened_ <= broken_);
+  }
+  int opened() const { return opened_; }
 
  private:
   ParameterServer* backup_;
   absl::Notification* open_;
   std::atomic<int>* calls_;
+  const int broken_;
+  std::atomic<int> opened_{0};
 };
 
 // Variable w [6, 5] with Adam, randomly initialised, in `shards` shards.
@@ -184,6 +242,28 @@ TEST_P(ReplicationTest, WorkersPushAndPullOnlyAtThePrimary) {
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicationTest, ::testing::Values(ASYNC, SYNC, SSP),
                          [](const auto& info) { return ConsistencyMode_Name(info.param); });
 
+// Shards(1) on `backup` as a backup and on `primary` as its primary.
+absl::Status CreateOnBoth(ParameterServer& backup, ParameterServer& primary) {
+  CreateShardsRequest on_backup, on_primary;
+  const ShardSpec spec = Shards(1)[0];
+  *on_backup.add_shards() = spec;
+  on_backup.add_copies()->set_primary(kPrimary);
+  *on_primary.add_shards() = spec;
+  on_primary.add_copies()->add_backups(kBackup);
+  if (absl::Status s = backup.CreateShards(on_backup).status(); !s.ok()) return s;
+  return primary.CreateShards(on_primary).status();
+}
+
+// Worker 0's push of ones to Shards(1), computed at version 0.
+PushRequest OnesPush() {
+  PushRequest push;
+  push.set_worker_id(0);
+  ShardSlice* slice = push.add_gradients();
+  slice->set_variable("w");
+  EncodeFloatTensor({6, 5}, std::vector<float>(30, 1.0f), slice->mutable_tensor());
+  return push;
+}
+
 TEST(ReplicationAckTest, APushIsAnsweredOnlyOnceTheBackupHasItsUpdate) {
   absl::Notification open;
   std::atomic<int> calls{0};
@@ -191,20 +271,8 @@ TEST(ReplicationAckTest, APushIsAnsweredOnlyOnceTheBackupHasItsUpdate) {
   ParameterServer primary(Config(ASYNC, 1), absl::Now, [&](const std::string&) {
     return std::make_unique<DirectLink>(&backup, &open, &calls);
   });
-  CreateShardsRequest on_backup, on_primary;
-  const ShardSpec spec = Shards(1)[0];
-  *on_backup.add_shards() = spec;
-  on_backup.add_copies()->set_primary(kPrimary);
-  *on_primary.add_shards() = spec;
-  on_primary.add_copies()->add_backups(kBackup);
-  ASSERT_TRUE(backup.CreateShards(on_backup).ok());
-  ASSERT_TRUE(primary.CreateShards(on_primary).ok());
-
-  PushRequest push;
-  push.set_worker_id(0);
-  ShardSlice* slice = push.add_gradients();
-  slice->set_variable("w");
-  EncodeFloatTensor({6, 5}, std::vector<float>(30, 1.0f), slice->mutable_tensor());
+  ASSERT_TRUE(CreateOnBoth(backup, primary).ok());
+  const PushRequest push = OnesPush();
   std::atomic<bool> answered{false};
   std::thread pusher([&] {
     EXPECT_TRUE(primary.Push(push).ok());
@@ -225,6 +293,28 @@ TEST(ReplicationAckTest, APushIsAnsweredOnlyOnceTheBackupHasItsUpdate) {
   pusher.join();
   EXPECT_TRUE(answered.load());
   EXPECT_TRUE(primary.Pull(pull, absl::Now() + absl::Seconds(30)).ok());
+}
+
+TEST(ReplicationAckTest, AStreamThatBreaksIsOpenedAgainAndItsUpdatesSentAgain) {
+  std::atomic<int> calls{0};
+  DirectLink* link = nullptr;
+  ParameterServer backup(Config(ASYNC, 1));
+  ParameterServer primary(Config(ASYNC, 1), absl::Now, [&](const std::string&) {
+    auto made = std::make_unique<DirectLink>(&backup, nullptr, &calls, /*broken=*/1);
+    link = made.get();
+    return made;
+  });
+  ASSERT_TRUE(CreateOnBoth(backup, primary).ok());
+  // The first stream breaks on the update; the second carries it.
+  ASSERT_TRUE(primary.Push(OnesPush()).ok());
+  EXPECT_EQ(link->opened(), 2);
+  PullRequest read;
+  read.add_shards()->set_variable("w");
+  const auto from_primary = primary.Pull(read, absl::Now() + absl::Seconds(30));
+  const auto from_backup = backup.Pull(read, absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(from_primary.ok() && from_backup.ok());
+  EXPECT_EQ(from_backup->slices(0).version(), 1);
+  EXPECT_EQ(from_backup->slices(0).tensor().data(), from_primary->slices(0).tensor().data());
 }
 
 TEST(ReplicationCreateTest, CopiesThatCannotBeAreRefusedByName) {

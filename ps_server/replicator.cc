@@ -12,8 +12,8 @@ constexpr size_t kMaxCallBytes = size_t{32} << 20;
 
 }  // namespace
 
-Replicator::Replicator(ReplicaLinkFactory connect, absl::Duration retry_after)
-    : connect_(std::move(connect)), retry_after_(retry_after) {}
+Replicator::Replicator(ReplicaLinkFactory connect, int window, absl::Duration retry_after)
+    : connect_(std::move(connect)), window_(window), retry_after_(retry_after) {}
 
 Replicator::~Replicator() {
   std::map<std::string, std::unique_ptr<Peer>> peers;
@@ -26,6 +26,7 @@ Replicator::~Replicator() {
     {
       absl::MutexLock lock(&peer->mu);
       peer->stopping = true;
+      if (peer->stream != nullptr) peer->stream->Cancel();  // a Write held up by the backup
     }
     peer->sender.join();
   }
@@ -64,45 +65,96 @@ void Replicator::Enqueue(Peer* peer, Shard* shard, ShardUpdate update) {
 
 void Replicator::Send(Peer* peer) {
   for (;;) {
-    std::vector<std::pair<Shard*, ShardUpdate>> batch;
+    std::unique_ptr<ReplicaStream> stream = peer->link->Open();
     {
       absl::MutexLock lock(&peer->mu);
-      peer->mu.Await(absl::Condition(
-          +[](Peer* p)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu) { return p->stopping || !p->queue.empty(); },
-          peer));
-      if (peer->stopping) return;
-      size_t bytes = 0;
-      while (!peer->queue.empty() && (batch.empty() || bytes < kMaxCallBytes)) {
-        bytes += peer->queue.front().second.gradient().size();
-        batch.push_back(std::move(peer->queue.front()));
-        peer->queue.pop_front();
-      }
-    }
-    ReplicateRequest request;
-    for (const auto& [shard, update] : batch) *request.add_updates() = update;
-    for (;;) {
-      absl::StatusOr<ReplicateResponse> response = peer->link->Replicate(request);
-      if (response.ok() && response->versions_size() == request.updates_size()) {
-        for (int i = 0; i < request.updates_size(); ++i) {
-          Acked(batch[i].first, peer, response->versions(i));
-        }
-        break;
-      }
-      LOG_WARN(
-          "replicating {} update(s) to {}: {}; trying again in {}", request.updates_size(),
-          peer->address,
-          response.ok() ? "an answer for another number of updates" : response.status().ToString(),
-          absl::FormatDuration(retry_after_));
-      absl::MutexLock lock(&peer->mu);
-      if (peer->mu.AwaitWithTimeout(
-              absl::Condition(
-                  +[](Peer* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu) { return p->stopping; }, peer),
-              retry_after_)) {
+      if (peer->stopping) {
+        stream->Cancel();
+        stream->Finish().IgnoreError();
         return;
       }
+      peer->broken = false;
+      peer->stream = stream.get();
+    }
+    std::thread receiver([this, peer, s = stream.get()] { Receive(peer, s); });
+    SendOn(peer, stream.get());
+    stream->Cancel();
+    receiver.join();
+    const absl::Status ended = stream->Finish();
+    absl::MutexLock lock(&peer->mu);
+    peer->stream = nullptr;
+    if (peer->stopping) return;
+    LOG_WARN("replicating to {}: {}; {} call(s) unanswered, sent again in {}", peer->address,
+             ended.ok() ? "the stream ended" : ended.ToString(), peer->in_flight.size(),
+             absl::FormatDuration(retry_after_));
+    if (peer->mu.AwaitWithTimeout(
+            absl::Condition(
+                +[](Peer* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu) { return p->stopping; }, peer),
+            retry_after_)) {
+      return;
     }
   }
+}
+
+void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
+  // What the last stream left unanswered goes first, in its order: a
+  // backup takes what it has applied already as a no-op.
+  std::vector<ReplicateRequest> again;
+  {
+    absl::MutexLock lock(&peer->mu);
+    for (const Batch& batch : peer->in_flight) again.push_back(batch.request);
+  }
+  for (const ReplicateRequest& request : again) {
+    if (!stream->Write(request)) return;
+  }
+  for (;;) {
+    ReplicateRequest request;
+    {
+      absl::MutexLock lock(&peer->mu);
+      auto ready = [peer, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu) {
+        return peer->stopping || peer->broken ||
+               (!peer->queue.empty() && static_cast<int>(peer->in_flight.size()) < window_);
+      };
+      peer->mu.Await(absl::Condition(&ready));
+      if (peer->stopping || peer->broken) return;
+      Batch batch;
+      size_t bytes = 0;
+      while (!peer->queue.empty() && (batch.shards.empty() || bytes < kMaxCallBytes)) {
+        auto& [shard, update] = peer->queue.front();
+        bytes += update.gradient().size();
+        batch.shards.push_back(shard);
+        *batch.request.add_updates() = std::move(update);
+        peer->queue.pop_front();
+      }
+      request = batch.request;
+      peer->in_flight.push_back(std::move(batch));
+    }
+    if (!stream->Write(request)) return;
+  }
+}
+
+void Replicator::Receive(Peer* peer, ReplicaStream* stream) {
+  ReplicateResponse response;
+  while (stream->Read(&response)) {
+    Batch batch;
+    {
+      absl::MutexLock lock(&peer->mu);
+      if (peer->in_flight.empty()) break;  // an answer to no call: start again
+      batch = std::move(peer->in_flight.front());
+      peer->in_flight.pop_front();
+      if (response.versions_size() != static_cast<int>(batch.shards.size())) {
+        LOG_WARN("replicating to {}: {} version(s) answered for {} update(s)", peer->address,
+                 response.versions_size(), batch.shards.size());
+        peer->in_flight.push_front(std::move(batch));
+        break;
+      }
+    }
+    for (size_t i = 0; i < batch.shards.size(); ++i) {
+      Acked(batch.shards[i], peer, response.versions(static_cast<int>(i)));
+    }
+  }
+  absl::MutexLock lock(&peer->mu);
+  peer->broken = true;
 }
 
 void Replicator::Acked(Shard* shard, const Peer* peer, int64_t version) {

@@ -2,8 +2,11 @@
 // apply to the servers holding their backups, each server's in the order
 // they were made, and marks a version committed on its shard (so that
 // pushes that made it are answered, and pulls waiting for it served) once
-// every backup has applied it. One sender thread per backup server, each
-// call carrying what has queued meanwhile. Thread-safe.
+// every backup has applied it. One stream per backup server, with up to a
+// window of calls in flight on it, each carrying what queued meanwhile;
+// a broken stream is opened again and what it had not answered is sent
+// again (a backup takes an update it has already applied as a no-op).
+// Thread-safe.
 #ifndef FULCRUM_PS_SERVER_REPLICATOR_H_
 #define FULCRUM_PS_SERVER_REPLICATOR_H_
 
@@ -25,11 +28,26 @@
 
 namespace fulcrum {
 
+// A stream of Replicate calls to one backup server: answers come in the
+// order of the calls. Write and Read may be called from two threads.
+class ReplicaStream {
+ public:
+  virtual ~ReplicaStream() = default;
+  // False once the stream is broken.
+  virtual bool Write(const ReplicateRequest& request) = 0;
+  // The next answer; false once the stream is broken or cancelled.
+  virtual bool Read(ReplicateResponse* response) = 0;
+  // Ends the stream: a Read waiting returns false.
+  virtual void Cancel() = 0;
+  // Why it ended, after Read returned false.
+  virtual absl::Status Finish() = 0;
+};
+
 // The way to one backup server; the gRPC one is in grpc/.
 class ReplicaLink {
  public:
   virtual ~ReplicaLink() = default;
-  virtual absl::StatusOr<ReplicateResponse> Replicate(const ReplicateRequest& request) = 0;
+  virtual std::unique_ptr<ReplicaStream> Open() = 0;
 };
 
 // Opens the link to the server at `address`.
@@ -37,8 +55,10 @@ using ReplicaLinkFactory = std::function<std::unique_ptr<ReplicaLink>(const std:
 
 class Replicator {
  public:
-  // `retry_after`: how long a sender waits before trying a failed call again.
-  explicit Replicator(ReplicaLinkFactory connect, absl::Duration retry_after = absl::Seconds(1));
+  // `window`: calls in flight on a stream; `retry_after`: how long a sender
+  // waits before opening a broken stream again.
+  explicit Replicator(ReplicaLinkFactory connect, int window = 4,
+                      absl::Duration retry_after = absl::Seconds(1));
   // Stops the senders (what they had not sent is dropped) and the shards'
   // forwarding to them.
   ~Replicator();
@@ -51,12 +71,21 @@ class Replicator {
   void Replicate(Shard* shard, const std::vector<std::string>& backups) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // One call's updates, and the shard of each.
+  struct Batch {
+    std::vector<Shard*> shards;
+    ReplicateRequest request;
+  };
   struct Peer {
     std::string address;
     std::unique_ptr<ReplicaLink> link;
     absl::Mutex mu;
     std::deque<std::pair<Shard*, ShardUpdate>> queue ABSL_GUARDED_BY(mu);
+    // Sent on the stream and not answered yet, oldest first.
+    std::deque<Batch> in_flight ABSL_GUARDED_BY(mu);
+    bool broken ABSL_GUARDED_BY(mu) = false;  // the stream's reader saw it end
     bool stopping ABSL_GUARDED_BY(mu) = false;
+    ReplicaStream* stream ABSL_GUARDED_BY(mu) = nullptr;  // the open one
     std::thread sender;
   };
   // Per replicated shard: its backups' servers and the version each has.
@@ -67,12 +96,18 @@ class Replicator {
 
   Peer* PeerLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Enqueue(Peer* peer, Shard* shard, ShardUpdate update);
-  // The sender's loop: sends what has queued, in order, until stopped.
+  // The sender's loop: opens the stream, sends again what it had in flight,
+  // then what queues, in order, until stopped.
   void Send(Peer* peer);
+  // Over one open stream, until it breaks or the replicator stops.
+  void SendOn(Peer* peer, ReplicaStream* stream);
+  // The stream's answers, each for the oldest batch in flight.
+  void Receive(Peer* peer, ReplicaStream* stream);
   // `peer` has `shard` at `version`: commits what every backup has.
   void Acked(Shard* shard, const Peer* peer, int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ReplicaLinkFactory connect_;
+  const int window_;
   const absl::Duration retry_after_;
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);

@@ -136,8 +136,13 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
   update->set_averaged(1);
   update->set_gradient(std::string(kElements / 4 * sizeof(float), '\0'));
   grpc::ClientContext context;
+  auto stub = Stub(addresses[1], "worker");
+  auto stream = stub->Replicate(&context);
+  stream->Write(forged);
+  stream->WritesDone();
   ReplicateResponse response;
-  const grpc::Status refused = Stub(addresses[1], "worker")->Replicate(&context, forged, &response);
+  EXPECT_FALSE(stream->Read(&response));
+  const grpc::Status refused = stream->Finish();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(refused.error_message(), HasSubstr("only a certificate naming ps"));
 }

@@ -272,13 +272,17 @@ class PsGrpcServer::Service final
     return ToGrpcStatus(result.status());
   }
 
-  grpc::Status Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
-                         ReplicateResponse* response) override {
+  grpc::Status Replicate(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<ReplicateResponse, ReplicateRequest>* stream) override {
     RpcTimer timer(metrics_, "Replicate");
     if (grpc::Status s = Allow(*context, kPeer, "Replicate"); !s.ok()) return s;
-    auto result = ps_->Replicate(*request);
-    if (!result.ok()) return ToGrpcStatus(result.status());
-    *response = *std::move(result);
+    ReplicateRequest request;
+    while (stream->Read(&request)) {
+      auto applied = ps_->Replicate(request);
+      if (!applied.ok()) return ToGrpcStatus(applied.status());
+      if (!stream->Write(*applied)) break;
+    }
     return grpc::Status::OK;
   }
 

@@ -7,17 +7,16 @@
 
 #include <string>
 
-#include "absl/time/time.h"
 #include "common/rpc/credentials.h"
 #include "ps_server/replicator.h"
 
 namespace fulcrum {
 
-// Links whose calls carry `token` ("" none) over `tls`, with messages of
-// up to `max_message_bytes`, each call given `timeout`.
+// Links whose streams carry `token` ("" none) over `tls`, with messages of
+// up to `max_message_bytes`. A stream lives until it breaks: the channel's
+// keepalive pings (common/rpc/options.h) find a backup cut off.
 ReplicaLinkFactory GrpcReplicaLinks(const TlsFiles& tls, const std::string& token,
-                                    int max_message_bytes,
-                                    absl::Duration timeout = absl::Seconds(30));
+                                    int max_message_bytes);
 
 }  // namespace fulcrum
 
