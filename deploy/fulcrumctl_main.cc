@@ -106,9 +106,14 @@ int Status(const std::vector<std::string>& hosts) {
         d.stale_gradients_dropped(), FormatBytes(d.memory_bytes()),
         FormatBytes(d.max_memory_bytes()), d.job_done() ? "  JOB DONE" : "");
     for (const ShardInfo& s : d.shards()) {
-      std::cout << absl::StrFormat("  shard %s/%d of %d  shape %s  version %d  pending %d  %s\n",
+      const std::string copy =
+          !s.primary().empty() ? absl::StrCat("  backup of ", s.primary())
+          : !s.backups().empty()
+              ? absl::StrCat("  primary, backed up on ", absl::StrJoin(s.backups(), ", "))
+              : "";
+      std::cout << absl::StrFormat("  shard %s/%d of %d  shape %s  version %d  pending %d  %s%s\n",
                                    s.variable(), s.shard(), s.num_shards(), ShapeString(s.shape()),
-                                   s.version(), s.pending_gradients(), s.optimizer());
+                                   s.version(), s.pending_gradients(), s.optimizer(), copy);
     }
     for (const TableInfo& t : d.tables()) {
       std::cout << absl::StrFormat(
@@ -144,6 +149,7 @@ int Variables(const std::vector<std::string>& hosts) {
   std::map<std::string, Variable> variables;
   for (size_t i = 0; i < described->size(); ++i) {
     for (const ShardInfo& s : (*described)[i].shards()) {
+      if (!s.primary().empty()) continue;  // a backup copy: its primary counts
       Variable& v = variables[s.variable()];
       if (v.shape.empty()) {
         v.shape.assign(s.shape().begin(), s.shape().end());

@@ -604,7 +604,14 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_ps_index(config_.cluster().task().index());
   response.set_num_ps(config_.cluster().cluster().ps_size());
   response.set_replication(std::max(1, config_.replication()));
-  for (const Shard* shard : store_.All()) *response.add_shards() = shard->Describe();
+  for (const Shard* shard : store_.All()) {
+    ShardInfo* info = response.add_shards();
+    *info = shard->Describe();
+    if (replicator_ != nullptr) {
+      for (std::string& backup : replicator_->BackupsOf(shard))
+        info->add_backups(std::move(backup));
+    }
+  }
   for (const EmbeddingTable* table : store_.AllTables()) {
     const EmbeddingTable::Stats stats = table->stats();
     TableInfo* info = response.add_tables();

@@ -2,6 +2,7 @@
 // server holding its backups, linked directly.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <deque>
@@ -13,6 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/file_system.h"
 #include "common/tensor.h"
 #include "ps_server/parameter_server.h"
 #include "ps_server/replicator.h"
@@ -237,6 +239,46 @@ TEST_P(ReplicationTest, WorkersPushAndPullOnlyAtThePrimary) {
   update->set_averaged(1);
   update->set_gradient(std::string(15 * sizeof(float), '\0'));
   EXPECT_THAT(primary_->Replicate(forged).status().message(), HasSubstr("is not a backup copy"));
+}
+
+TEST_P(ReplicationTest, DescribeNamesEachCopyAndACheckpointHoldsEachShardOnce) {
+  Start(GetParam());
+  const DescribeResponse primary = primary_->Describe();
+  const DescribeResponse backup = backup_->Describe();
+  ASSERT_EQ(primary.shards_size(), 2);
+  ASSERT_EQ(backup.shards_size(), 2);
+  EXPECT_THAT(primary.shards(0).backups(), ::testing::ElementsAre(kBackup));
+  EXPECT_EQ(primary.shards(0).primary(), "");
+  EXPECT_EQ(backup.shards(1).primary(), kPrimary);
+  EXPECT_TRUE(backup.shards(1).backups().empty());
+
+  std::string dir = ::testing::TempDir() + "/ckpt-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
+  PsServerConfig config = Config(GetParam(), kWorkers);
+  config.set_checkpoint_dir(dir);
+  config.mutable_cluster()->mutable_cluster()->add_ps(kPrimary);
+  config.mutable_cluster()->mutable_cluster()->add_ps(kBackup);
+  ParameterServer writer_primary(config);
+  config.mutable_cluster()->mutable_task()->set_index(1);  // its own file
+  ParameterServer writer_backup(config);
+  ASSERT_TRUE(writer_primary.EnableCheckpoints(fs.get()).ok());
+  ASSERT_TRUE(writer_backup.EnableCheckpoints(fs.get()).ok());
+  CreateShardsRequest as_primary, as_backup;
+  for (const ShardSpec& spec : Shards(2)) {
+    *as_backup.add_shards() = spec;
+    as_backup.add_copies()->set_primary(kPrimary);
+    *as_primary.add_shards() = spec;
+  }
+  ASSERT_TRUE(writer_primary.CreateShards(as_primary).ok());
+  ASSERT_TRUE(writer_backup.CreateShards(as_backup).ok());
+  SaveCheckpointRequest save;
+  save.set_step(1);
+  absl::StatusOr<SaveCheckpointResponse> by_primary = writer_primary.SaveCheckpoint(save);
+  absl::StatusOr<SaveCheckpointResponse> by_backup = writer_backup.SaveCheckpoint(save);
+  ASSERT_TRUE(by_primary.ok() && by_backup.ok());
+  EXPECT_EQ(by_primary->shards(), 2);
+  EXPECT_EQ(by_backup->shards(), 0);  // its copies are the primary's
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicationTest, ::testing::Values(ASYNC, SYNC, SSP),

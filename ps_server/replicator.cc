@@ -58,6 +58,15 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
   });
 }
 
+std::vector<std::string> Replicator::BackupsOf(const Shard* shard) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  const auto found = copies_.find(const_cast<Shard*>(shard));
+  if (found == copies_.end()) return out;
+  for (const Peer* peer : found->second.peers) out.push_back(peer->address);
+  return out;
+}
+
 void Replicator::Enqueue(Peer* peer, Shard* shard, ShardUpdate update) {
   absl::MutexLock lock(&peer->mu);
   peer->queue.emplace_back(shard, std::move(update));

@@ -69,6 +69,8 @@ class Replicator {
   // From now on `shard`'s updates go to `backups` (addresses, at least
   // one), and its versions are committed as they all apply them.
   void Replicate(Shard* shard, const std::vector<std::string>& backups) ABSL_LOCKS_EXCLUDED(mu_);
+  // The addresses `shard`'s updates go to; none when it is not replicated.
+  std::vector<std::string> BackupsOf(const Shard* shard) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // One call's updates, and the shard of each.

@@ -95,6 +95,8 @@ absl::StatusOr<int64_t> ServerCheckpoints::RestoreTable(EmbeddingTable& table) c
 
 absl::Status ServerCheckpoints::AddStore(CheckpointFileWriter& writer) const {
   for (const Shard* shard : store_.All()) {
+    // Each shard once: a backup's values are its primary's.
+    if (shard->IsBackup()) continue;
     if (absl::Status s = shard->WriteCheckpoint(writer); !s.ok()) return s;
   }
   for (const EmbeddingTable* table : store_.AllTables()) {

@@ -48,7 +48,8 @@ class ServerCheckpoints {
   // The step restored from; -1: none.
   int64_t restored_step() const { return restored_step_; }
 
-  // Writes every shard and table, with slots and versions, to
+  // Writes every shard (but backup copies: each shard once, by its
+  // primary) and table, with slots and versions, to
   // <checkpoint_dir>/ckpt-<step>/ps-<i>-of-<n>.ckpt atomically.
   // FAILED_PRECONDITION when not enabled.
   absl::StatusOr<SaveCheckpointResponse> Save(int64_t step) const;

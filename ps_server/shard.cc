@@ -176,6 +176,11 @@ void Shard::MakeBackup(const std::string& primary) {
   primary_ = primary;
 }
 
+bool Shard::IsBackup() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return !primary_.empty();
+}
+
 absl::Status Shard::CheckPrimary() const {
   absl::ReaderMutexLock lock(&mu_);
   if (primary_.empty()) return absl::OkStatus();
@@ -301,6 +306,7 @@ ShardInfo Shard::Describe() const {
   info.set_version(version_);
   info.set_pending_gradients(static_cast<int>(accumulated_from_.size()));
   info.set_optimizer(OptimizerSpec::Kind_Name(spec_.variable().optimizer().kind()));
+  info.set_primary(primary_);
   return info;
 }
 

@@ -114,6 +114,7 @@ class Shard {
   void MakeBackup(const std::string& primary) ABSL_LOCKS_EXCLUDED(mu_);
   // FAILED_PRECONDITION naming the primary when this is a backup copy.
   absl::Status CheckPrimary() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool IsBackup() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // A backup's shard applies its primary's `update` as the primary did, so
   // the two stay bit-identical, and takes its pushes (a retry of one is

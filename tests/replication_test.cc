@@ -128,6 +128,23 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
   std::memcpy(values.data(), copies[0].data(), copies[0].size());
   for (float v : values) ASSERT_EQ(v, -kPushes);  // each push applied once
 
+  // fulcrumctl says which copy each server holds, and counts each shard once.
+  const TlsFiles operator_tls = Tls("fulcrumctl");
+  const std::vector<std::string> tls = {
+      "--tls_cert=" + operator_tls.cert, "--tls_key=" + operator_tls.key,
+      "--tls_ca=" + operator_tls.ca, "--ps_hosts=" + addresses[0] + "," + addresses[1]};
+  std::vector<std::string> status = {RunfilePath("deploy/fulcrumctl"), "status"};
+  status.insert(status.end(), tls.begin(), tls.end());
+  ChildProcess ctl("fulcrumctl", status);
+  ASSERT_EQ(ctl.Wait(absl::Seconds(60)), 0);
+  EXPECT_TRUE(ctl.HasLine("  backup of 127.0.0.1:"));
+  EXPECT_TRUE(ctl.HasLine("  primary, backed up on 127.0.0.1:"));
+  std::vector<std::string> variables = {RunfilePath("deploy/fulcrumctl"), "variables"};
+  variables.insert(variables.end(), tls.begin(), tls.end());
+  ChildProcess listed("fulcrumctl", variables);
+  ASSERT_EQ(listed.Wait(absl::Seconds(60)), 0);
+  EXPECT_TRUE(listed.HasLine("[64, 8]"));
+
   // Only a server's certificate may send a backup updates.
   ReplicateRequest forged;
   ShardUpdate* update = forged.add_updates();
