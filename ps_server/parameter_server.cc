@@ -119,22 +119,22 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
                                                    " copies for ", request.shards_size(),
                                                    " shards; send none or one per shard"));
   }
-  for (const ShardCopy& copy : request.copies()) {
-    if (!copy.backups().empty() && !copy.primary().empty()) {
+  for (int i = 0; i < request.copies_size(); ++i) {
+    const ShardCopy& copy = request.copies(i);
+    if (copy.backups().empty()) continue;
+    if (!copy.primary().empty()) {
       return absl::InvalidArgumentError(
           "create shards: a copy is a primary (with backups) or a backup (of a primary), not both");
     }
-    if (!copy.backups().empty() && replicator_ == nullptr) {
+    if (replicator_ == nullptr) {
       return absl::FailedPreconditionError(
           "create shards: a shard with backups, but this server replicates to none");
     }
-  }
-  for (int i = 0; i < request.copies_size(); ++i) {
     // An update travels to the backups in one message.
     const ShardSpec& spec = request.shards(i);
     const int64_t bytes =
         spec.rows() * RowElements(spec.variable().shape()) * static_cast<int64_t>(sizeof(float));
-    if (!request.copies(i).backups().empty() && bytes > config_.max_message_bytes() / 2) {
+    if (bytes > config_.max_message_bytes() / 2) {
       return absl::FailedPreconditionError(absl::StrCat(
           "create shards: variable '", spec.variable().name(), "' shard ", spec.shard(), " has ",
           bytes, " bytes; a replicated shard may have at most half a message (",
@@ -156,15 +156,15 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
     if (*created) {
       response.set_created(response.created() + 1);
       if (restored != nullptr) response.set_restored(response.restored() + 1);
-      if (request.copies_size() > 0) {
-        const ShardCopy& copy = request.copies(i);
+      const ShardCopy& copy =
+          request.copies_size() > 0 ? request.copies(i) : ShardCopy::default_instance();
+      if (!copy.primary().empty() || !copy.backups().empty()) {
         Shard* shard = *store_.Find(spec.variable().name(), spec.shard());
         if (!copy.primary().empty()) shard->MakeBackup(copy.primary());
         if (!copy.backups().empty()) {
           replicator_->Replicate(shard, {copy.backups().begin(), copy.backups().end()});
         }
       }
-      const ShardCopy copy = request.copies_size() > 0 ? request.copies(i) : ShardCopy();
       LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}{}", spec.variable().name(),
                spec.shard(), spec.num_shards(), spec.row_offset(), spec.row_offset() + spec.rows(),
                restored          ? " from the checkpoint"

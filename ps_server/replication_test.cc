@@ -134,6 +134,19 @@ std::vector<ShardSpec> Shards(int shards) {
   return out;
 }
 
+// Shards(shards) on `backup` as backups and on `primary` as their primary.
+absl::Status CreateOnBoth(ParameterServer& backup, ParameterServer& primary, int shards = 1) {
+  CreateShardsRequest on_backup, on_primary;
+  for (const ShardSpec& spec : Shards(shards)) {
+    *on_backup.add_shards() = spec;
+    on_backup.add_copies()->set_primary(kPrimary);
+    *on_primary.add_shards() = spec;
+    on_primary.add_copies()->add_backups(kBackup);
+  }
+  if (absl::Status s = backup.CreateShards(on_backup).status(); !s.ok()) return s;
+  return primary.CreateShards(on_primary).status();
+}
+
 // A primary and its backup server, each shard of Shards(2) created on both.
 class ReplicationTest : public ::testing::TestWithParam<ConsistencyMode> {
  protected:
@@ -144,15 +157,7 @@ class ReplicationTest : public ::testing::TestWithParam<ConsistencyMode> {
           EXPECT_EQ(address, kBackup);
           return std::make_unique<DirectLink>(backup_.get(), open, &calls_);
         });
-    CreateShardsRequest on_backup, on_primary;
-    for (const ShardSpec& spec : Shards(2)) {
-      *on_backup.add_shards() = spec;
-      on_backup.add_copies()->set_primary(kPrimary);
-      *on_primary.add_shards() = spec;
-      on_primary.add_copies()->add_backups(kBackup);
-    }
-    ASSERT_TRUE(backup_->CreateShards(on_backup).ok());
-    ASSERT_TRUE(primary_->CreateShards(on_primary).ok());
+    ASSERT_TRUE(CreateOnBoth(*backup_, *primary_, 2).ok());
   }
 
   // Worker `worker`'s push of random gradients to both shards, computed at
@@ -283,18 +288,6 @@ TEST_P(ReplicationTest, DescribeNamesEachCopyAndACheckpointHoldsEachShardOnce) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicationTest, ::testing::Values(ASYNC, SYNC, SSP),
                          [](const auto& info) { return ConsistencyMode_Name(info.param); });
-
-// Shards(1) on `backup` as a backup and on `primary` as its primary.
-absl::Status CreateOnBoth(ParameterServer& backup, ParameterServer& primary) {
-  CreateShardsRequest on_backup, on_primary;
-  const ShardSpec spec = Shards(1)[0];
-  *on_backup.add_shards() = spec;
-  on_backup.add_copies()->set_primary(kPrimary);
-  *on_primary.add_shards() = spec;
-  on_primary.add_copies()->add_backups(kBackup);
-  if (absl::Status s = backup.CreateShards(on_backup).status(); !s.ok()) return s;
-  return primary.CreateShards(on_primary).status();
-}
 
 // Worker 0's push of ones to Shards(1), computed at version 0.
 PushRequest OnesPush() {

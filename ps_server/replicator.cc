@@ -108,16 +108,16 @@ void Replicator::Send(Peer* peer) {
 void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
   // What the last stream left unanswered goes first, in its order: a
   // backup takes what it has applied already as a no-op.
-  std::vector<ReplicateRequest> again;
+  std::vector<std::shared_ptr<const ReplicateRequest>> again;
   {
     absl::MutexLock lock(&peer->mu);
     for (const Batch& batch : peer->in_flight) again.push_back(batch.request);
   }
-  for (const ReplicateRequest& request : again) {
-    if (!stream->Write(request)) return;
+  for (const auto& request : again) {
+    if (!stream->Write(*request)) return;
   }
   for (;;) {
-    ReplicateRequest request;
+    std::shared_ptr<const ReplicateRequest> request;
     {
       absl::MutexLock lock(&peer->mu);
       auto ready = [peer, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu) {
@@ -127,18 +127,19 @@ void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
       peer->mu.Await(absl::Condition(&ready));
       if (peer->stopping || peer->broken) return;
       Batch batch;
+      auto made = std::make_shared<ReplicateRequest>();
       size_t bytes = 0;
       while (!peer->queue.empty() && (batch.shards.empty() || bytes < kMaxCallBytes)) {
         auto& [shard, update] = peer->queue.front();
         bytes += update.gradient().size();
         batch.shards.push_back(shard);
-        *batch.request.add_updates() = std::move(update);
+        *made->add_updates() = std::move(update);
         peer->queue.pop_front();
       }
-      request = batch.request;
+      request = batch.request = std::move(made);
       peer->in_flight.push_back(std::move(batch));
     }
-    if (!stream->Write(request)) return;
+    if (!stream->Write(*request)) return;
   }
 }
 

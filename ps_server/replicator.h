@@ -76,7 +76,8 @@ class Replicator {
   // One call's updates, and the shard of each.
   struct Batch {
     std::vector<Shard*> shards;
-    ReplicateRequest request;
+    // Shared with the Write that sends it, so that it is never copied.
+    std::shared_ptr<const ReplicateRequest> request;
   };
   struct Peer {
     std::string address;
