@@ -52,7 +52,8 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
       return s;
     }
   }
-  absl::StatusOr<std::vector<std::vector<int>>> backups = PlaceBackups(*placed);
+  Placement table;  // of the copies; none unreplicated
+  absl::StatusOr<std::vector<std::vector<int>>> backups = PlaceBackups(*placed, &table);
   if (!backups.ok()) return backups.status();
   std::vector<CreateShardsRequest> requests(servers_.size());
   size_t unit = 0;  // the shard's index among all variables' shards
@@ -119,7 +120,10 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
     for (CreateShardsRequest& request : requests) *request.add_tables() = table;
   }
   std::vector<bool> involved(servers_.size());
-  for (int ps = 0; ps < servers_.size(); ++ps) involved[ps] = requests[ps].shards_size() > 0;
+  for (int ps = 0; ps < servers_.size(); ++ps) {
+    involved[ps] = requests[ps].shards_size() > 0;
+    if (involved[ps] && table.units_size() > 0) *requests[ps].mutable_placement() = table;
+  }
   std::vector<uint64_t> incarnations(servers_.size(), 0);
   absl::Status status =
       servers_.ForEachServer(involved, "create variables", [&](int ps, absl::Time deadline) {
@@ -139,11 +143,50 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
   index_.clear();
   shard_state_.clear();
   for (size_t i = 0; i < placement_.size(); ++i) index_[placement_[i].spec.name()] = i;
+  routed_epoch_ = 0;
+  if (table.units_size() > 0) {
+    // Where the servers coordinate, their table has the copies now; it may
+    // have moved primaries already (a server lost before this worker came).
+    servers_.FollowPlacement();
+    servers_.RefreshPlacement(absl::Now() + servers_.options().call_timeout);
+    Reroute();
+  }
   return absl::OkStatus();
 }
 
+bool DenseCalls::Reroute() {
+  const Placement table = servers_.placement();
+  if (table.epoch() <= routed_epoch_) return false;
+  routed_epoch_ = table.epoch();
+  std::map<int32_t, int> index;  // of each server id
+  for (const PlacedServer& server : table.servers()) {
+    index[server.id()] = servers_.IndexOf(server.address());
+  }
+  std::map<std::string, int> primaries;  // by unit key
+  for (const PlacedUnit& unit : table.units())
+    primaries[unit.key()] = index[unit.copies(0).server()];
+  for (VariablePlacement& variable : placement_) {
+    for (ShardPlacement& shard : variable.shards) {
+      const auto found = primaries.find(ShardKey(variable.spec.name(), shard.shard));
+      if (found == primaries.end() || found->second == shard.ps) continue;
+      if (found->second < 0) {
+        LOG_ERROR(
+            "variable '{}' shard {}: its primary in the placement table (epoch {}) is a "
+            "server this client was not given",
+            variable.spec.name(), shard.shard, table.epoch());
+        continue;
+      }
+      LOG_INFO("variable '{}' shard {}: its primary is now ps {} ({}), placement epoch {}",
+               variable.spec.name(), shard.shard, found->second, servers_.address(found->second),
+               table.epoch());
+      shard.ps = found->second;
+    }
+  }
+  return true;
+}
+
 absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
-    const std::vector<VariablePlacement>& placed) {
+    const std::vector<VariablePlacement>& placed, Placement* table_out) {
   std::vector<std::vector<int>> backups;
   for (const VariablePlacement& variable : placed)
     backups.resize(backups.size() + variable.shards.size());
@@ -173,6 +216,7 @@ absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
   }
   absl::StatusOr<Placement> table = InitialPlacement(servers, units, replication);
   if (!table.ok()) return table.status();
+  *table_out = *table;
   // The primaries are PlaceVariables': a copy's placement never moves them.
   for (int i = 0; i < table->units_size(); ++i) {
     for (int c = 1; c < table->units(i).copies_size(); ++c) {
@@ -433,6 +477,11 @@ absl::Status DenseCalls::PullInto(const TensorViews& out) {
 
 absl::Status DenseCalls::PullVariables(const std::vector<const VariablePlacement*>& variables,
                                        const TensorViews& out) {
+  return Rerouting("pull", [&] { return PullOnce(variables, out); });
+}
+
+absl::Status DenseCalls::PullOnce(const std::vector<const VariablePlacement*>& variables,
+                                  const TensorViews& out) {
   std::vector<int64_t> response_bytes;
   std::vector<PullRequest> pulls = BuildPulls(variables, &response_bytes);
   std::vector<Placer> placers = PrepareOutputs(variables, out);
@@ -487,13 +536,13 @@ DenseCalls::Pushes::~Pushes() {
       +[](int* parts) { return *parts == 0; }, &live_->parts));
 }
 
-absl::StatusOr<DenseCalls::Pushes> DenseCalls::BuildPushes(const ConstTensorViews& gradients) {
+absl::StatusOr<DenseCalls::Pushes> DenseCalls::BuildPushes(const ConstTensorViews& gradients,
+                                                           uint64_t push_id) {
   const PsClientOptions& options = servers_.options();
   if (options.worker_id < 0) {
     return absl::FailedPreconditionError(
         "this client reads only (worker_id -1): pushes need a worker's replica id");
   }
-  const uint64_t push_id = servers_.NewPushId();
   // New each step: a transport may still be sending the last step's bytes.
   Pushes per_ps(servers_.size());
   for (int ps = 0; ps < servers_.size(); ++ps) {
@@ -549,7 +598,13 @@ absl::StatusOr<PushStats> DenseCalls::Push(const TensorMap& gradients) {
 }
 
 absl::StatusOr<PushStats> DenseCalls::PushFrom(const ConstTensorViews& gradients) {
-  absl::StatusOr<Pushes> built = BuildPushes(gradients);
+  const uint64_t push_id = servers_.NewPushId();
+  return Rerouting("push", [&] { return PushOnce(gradients, push_id); });
+}
+
+absl::StatusOr<PushStats> DenseCalls::PushOnce(const ConstTensorViews& gradients,
+                                               uint64_t push_id) {
+  absl::StatusOr<Pushes> built = BuildPushes(gradients, push_id);
   if (!built.ok()) return built.status();
   const Pushes& pushes = *built;
   std::vector<PushResponse> responses(servers_.size());
@@ -595,7 +650,14 @@ absl::StatusOr<PushStats> DenseCalls::PushPullInto(const ConstTensorViews& gradi
 absl::StatusOr<PushStats> DenseCalls::PushPullVariables(
     const ConstTensorViews& gradients, const std::vector<const VariablePlacement*>& variables,
     const TensorViews& out) {
-  absl::StatusOr<Pushes> built = BuildPushes(gradients);
+  const uint64_t push_id = servers_.NewPushId();
+  return Rerouting("push-pull", [&] { return PushPullOnce(gradients, variables, out, push_id); });
+}
+
+absl::StatusOr<PushStats> DenseCalls::PushPullOnce(
+    const ConstTensorViews& gradients, const std::vector<const VariablePlacement*>& variables,
+    const TensorViews& out, uint64_t push_id) {
+  absl::StatusOr<Pushes> built = BuildPushes(gradients, push_id);
   if (!built.ok()) return built.status();
   const Pushes& pushes = *built;
   // The pull half runs after the push: it waits for the step the push joined

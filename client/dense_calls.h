@@ -19,9 +19,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/server_set.h"
+#include "common/logging.h"
 #include "common/partitioner.h"
 #include "common/tensor.h"
 #include "fulcrum/ps_client.h"
+#include "proto/placement.pb.h"
 #include "proto/ps_service.pb.h"
 
 namespace fulcrum {
@@ -58,9 +60,14 @@ class DenseCalls {
 
  private:
   // Each of `placed`'s shards' backups (server indices; none each when
-  // the servers' --replication is 1), placed as common/placement.h says.
+  // the servers' --replication is 1), placed as common/placement.h says,
+  // and that placement table in *table (left as it is when unreplicated).
   absl::StatusOr<std::vector<std::vector<int>>> PlaceBackups(
-      const std::vector<VariablePlacement>& placed);
+      const std::vector<VariablePlacement>& placed, Placement* table);
+  // Follows the servers' placement table when it is newer than the one the
+  // shards are routed by: each shard goes to its primary there. Whether it
+  // was newer (a call that failed may then be made again).
+  bool Reroute();
   absl::StatusOr<const VariablePlacement*> Find(const std::string& name) const;
   absl::StatusOr<std::vector<const VariablePlacement*>> Resolve(
       const std::vector<std::string>& names) const;
@@ -77,6 +84,32 @@ class DenseCalls {
   absl::StatusOr<PushStats> PushPullVariables(
       const ConstTensorViews& gradients, const std::vector<const VariablePlacement*>& variables,
       const TensorViews& out);
+  // One attempt of each call, over the shards' placement as it is; a
+  // push's parts carry `push_id` (so that a shard a failed attempt applied
+  // is DUPLICATE when the call is made again).
+  absl::Status PullOnce(const std::vector<const VariablePlacement*>& variables,
+                        const TensorViews& out);
+  absl::StatusOr<PushStats> PushOnce(const ConstTensorViews& gradients, uint64_t push_id);
+  absl::StatusOr<PushStats> PushPullOnce(const ConstTensorViews& gradients,
+                                         const std::vector<const VariablePlacement*>& variables,
+                                         const TensorViews& out, uint64_t push_id);
+  // Runs `attempt` (returning a status or a status-or) again each time it
+  // fails while the placement table moved on: a server left, and its
+  // shards' primaries are elsewhere (Reroute).
+  template <typename Attempt>
+  auto Rerouting(const char* what, const Attempt& attempt) -> decltype(attempt()) {
+    for (;;) {
+      auto result = attempt();
+      if (result.ok() || !Reroute()) return result;
+      LOG_WARN("{}: {}; made again with the placement table of epoch {}", what,
+               StatusOf(result).message(), routed_epoch_);
+    }
+  }
+  static const absl::Status& StatusOf(const absl::Status& status) { return status; }
+  template <typename T>
+  static const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
+    return result.status();
+  }
   // Each server's part of a push. With a float32 wire the parts lend the
   // caller's gradient memory (OutgoingPush), and a transport may hold a part
   // after its call returns (gRPC, until the bytes are sent): destroying
@@ -99,7 +132,8 @@ class DenseCalls {
     std::shared_ptr<Live> live_;
     std::vector<std::shared_ptr<OutgoingPush>> parts_;
   };
-  absl::StatusOr<Pushes> BuildPushes(const ConstTensorViews& gradients);
+  // The parts of the push of `gradients` with idempotency key `push_id`.
+  absl::StatusOr<Pushes> BuildPushes(const ConstTensorViews& gradients, uint64_t push_id);
   // The pull of `variables` from each server, and the tensor bytes each
   // answers with.
   std::vector<PullRequest> BuildPulls(const std::vector<const VariablePlacement*>& variables,
@@ -129,6 +163,7 @@ class DenseCalls {
   std::map<std::string, size_t> index_;  // name -> placement_ index
   std::map<std::pair<std::string, int>, ShardVersions> shard_state_;
   int64_t step_ = 0;
+  int64_t routed_epoch_ = 0;  // of the placement table placement_ follows; 0: the chief's
 };
 
 }  // namespace fulcrum

@@ -83,6 +83,10 @@ absl::Status ServerSet::ForEachServer(const std::vector<bool>& involved, const s
         results[ps] = status;
         return;
       }
+      if (HasLeft(ps, absl::Now() + options_.call_timeout)) {
+        results[ps] = LeftError(ps);
+        return;
+      }
       if (attempt == 1 || attempt % 10 == 0) {
         LOG_WARN("ps {} ({}) unavailable for {}: {}; retrying for up to {}", ps, address(ps), what,
                  status.message(), absl::FormatDuration(give_up - absl::Now()));
@@ -110,7 +114,64 @@ absl::Status ServerSet::ForEachServer(const std::vector<bool>& involved, const s
 }
 
 absl::Status ServerSet::ForEveryServer(const std::string& what, const ServerCall& call) {
-  return ForEachServer(std::vector<bool>(servers_.size(), true), what, call);
+  std::vector<bool> involved(servers_.size());
+  for (int ps = 0; ps < size(); ++ps) involved[ps] = !Left(ps);
+  return ForEachServer(involved, what, call);
+}
+
+void ServerSet::FollowPlacement() {
+  if (following_.exchange(true)) return;
+  // A server that cannot be reached is looked up in the table between
+  // attempts, instead of being waited for through each whole attempt.
+  for (const auto& server : servers_) server->FailFast();
+}
+
+Placement ServerSet::placement() const {
+  absl::MutexLock lock(&placement_mu_);
+  return placement_;
+}
+
+int ServerSet::IndexOf(const std::string& address) const {
+  for (int ps = 0; ps < size(); ++ps) {
+    if (servers_[ps]->address() == address) return ps;
+  }
+  return -1;
+}
+
+bool ServerSet::Left(int ps) const {
+  absl::MutexLock lock(&placement_mu_);
+  if (placement_.epoch() == 0) return false;
+  for (const PlacedServer& server : placement_.servers()) {
+    if (server.address() == servers_[ps]->address()) return false;
+  }
+  return true;
+}
+
+void ServerSet::RefreshPlacement(absl::Time deadline, int skip) {
+  for (int ps = 0; ps < size(); ++ps) {
+    if (ps == skip || Left(ps)) continue;
+    absl::StatusOr<DescribeResponse> described = servers_[ps]->Describe(deadline);
+    if (!described.ok()) continue;
+    absl::MutexLock lock(&placement_mu_);
+    if (described->placement().epoch() > placement_.epoch()) {
+      placement_ = described->placement();
+      LOG_INFO("placement table epoch {} (from ps {}): {} server(s)", placement_.epoch(), ps,
+               placement_.servers_size());
+    }
+    return;
+  }
+}
+
+bool ServerSet::HasLeft(int ps, absl::Time deadline) {
+  if (!following_) return false;
+  if (!Left(ps)) RefreshPlacement(deadline, ps);
+  return Left(ps);
+}
+
+absl::Status ServerSet::LeftError(int ps) const {
+  return absl::UnavailableError(absl::StrCat("left the cluster (placement table epoch ",
+                                             placement().epoch(),
+                                             "): its shards are on the others now"));
 }
 
 absl::Status ServerSet::ForEachServerRecovering(const std::vector<bool>& involved,
@@ -121,6 +182,8 @@ absl::Status ServerSet::ForEachServerRecovering(const std::vector<bool>& involve
   absl::Status status = ForEachServer(involved, what, [&](int ps, absl::Time deadline) {
     absl::Status called = call(ps, deadline);
     if (!LostState(called)) return called;
+    // A server that restarted and left the table holds nothing of ours.
+    if (HasLeft(ps, deadline)) return LeftError(ps);
     (*recovered)[ps] = true;
     if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
     return after_recovery ? after_recovery(ps, deadline) : absl::OkStatus();
@@ -164,8 +227,11 @@ std::vector<CreateShardsRequest> SplitCreate(const CreateShardsRequest& request)
     }
     *parts.back().add_shards() = request.shards(i);
     *parts.back().add_initial_values() = request.initial_values(i);
+    if (request.copies_size() > 0) *parts.back().add_copies() = request.copies(i);
     bytes += size;
   }
+  // The placement table once every shard of it exists.
+  *parts.back().mutable_placement() = request.placement();
   return parts;
 }
 
@@ -282,7 +348,12 @@ absl::StatusOr<std::vector<SaveCheckpointResponse>> ServerSet::SaveCheckpoint(in
     return Keep(servers_[ps]->SaveCheckpoint(request, deadline), &responses[ps]);
   });
   if (!status.ok()) return status;
-  return responses;
+  // The files written: none by a server that left.
+  std::vector<SaveCheckpointResponse> written;
+  for (int ps = 0; ps < size(); ++ps) {
+    if (!Left(ps)) written.push_back(std::move(responses[ps]));
+  }
+  return written;
 }
 
 absl::Status ServerSet::JobDone(const std::string& reason) {

@@ -27,12 +27,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/consistency/policy.h"
 #include "client/transport/ps_transport.h"
 #include "common/thread_pool.h"
 #include "fulcrum/ps_client.h"
+#include "proto/placement.pb.h"
 #include "proto/ps_service.pb.h"
 
 namespace fulcrum {
@@ -97,12 +99,30 @@ class ServerSet {
   // A push's idempotency key, never 0: the same on every retry and part.
   uint64_t NewPushId();
 
+  // Replicated shards whose servers coordinate through etcd: from now on,
+  // a server that does not answer (or answers that it lost this client's
+  // state) is looked up in the cluster's placement table, asking the other
+  // servers, and once the table no longer has it, calls to it fail at once
+  // (UNAVAILABLE, saying it left; its shards are elsewhere: placement())
+  // and it is left out of the calls to every server.
+  void FollowPlacement();
+  // The newest placement table learned from the servers; epoch 0: none.
+  Placement placement() const ABSL_LOCKS_EXCLUDED(placement_mu_);
+  // Asks the servers that have not left, but `skip`, for their table (the
+  // first to answer), and keeps it when it is newer.
+  void RefreshPlacement(absl::Time deadline, int skip = -1) ABSL_LOCKS_EXCLUDED(placement_mu_);
+  // Server `ps` is not in the newest table.
+  bool Left(int ps) const ABSL_LOCKS_EXCLUDED(placement_mu_);
+  // The index of the server at `address`; -1: not one of this client's.
+  int IndexOf(const std::string& address) const;
+
   // Runs call(ps) for every server `involved` (one flag per server), in
   // parallel; retries UNAVAILABLE and CANCELLED with backoff for up to the
-  // options' retry_timeout. The first error, named by server and `what`.
+  // options' retry_timeout (a server that left: see FollowPlacement). The
+  // first error, named by server and `what`.
   absl::Status ForEachServer(const std::vector<bool>& involved, const std::string& what,
                              const ServerCall& call);
-  // ForEachServer on every server.
+  // ForEachServer on every server that has not left.
   absl::Status ForEveryServer(const std::string& what, const ServerCall& call);
 
   // ForEachServer for calls on the client's state. A server that answers
@@ -146,6 +166,11 @@ class ServerSet {
   absl::Status JobDone(const std::string& reason);
 
  private:
+  // Whether server `ps`, which failed a call, has left the cluster (asking
+  // the others for the table when following it).
+  bool HasLeft(int ps, absl::Time deadline);
+  // The error a call to a server that left fails with.
+  absl::Status LeftError(int ps) const;
   // Renews the lease (and says `finished`) on every server; their answers.
   absl::StatusOr<std::vector<HeartbeatResponse>> SendHeartbeat(bool finished);
   // Creates this client's shards and tables on server `ps` again.
@@ -160,6 +185,9 @@ class ServerSet {
   ForgetHook forget_;
   int64_t clock_ = 0;
   std::mt19937_64 push_ids_;
+  std::atomic<bool> following_{false};
+  mutable absl::Mutex placement_mu_;
+  Placement placement_ ABSL_GUARDED_BY(placement_mu_);
 
   // Notified as the set is destroyed: heartbeats stop, retries give up.
   absl::Notification closing_;

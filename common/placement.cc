@@ -228,6 +228,39 @@ absl::StatusOr<Placement> InitialPlacement(const std::vector<PlacementServer>& s
   return NextEpoch(std::move(placement));
 }
 
+absl::StatusOr<Placement> WithUnits(const Placement& placement, const Placement& added) {
+  if (absl::Status s = ValidatePlacement(added); !s.ok()) return s;
+  if (placement.servers().empty()) return added;
+  if (absl::Status s = ValidatePlacement(placement); !s.ok()) return s;
+  std::map<std::string, int32_t> ids;  // by address, in `placement`
+  for (const PlacedServer& server : placement.servers()) ids[server.address()] = server.id();
+  std::map<int32_t, std::string> addresses;  // by id, in `added`
+  for (const PlacedServer& server : added.servers()) addresses[server.id()] = server.address();
+  std::set<std::string> keys;
+  for (const PlacedUnit& unit : placement.units()) keys.insert(unit.key());
+  Placement next = NextEpoch(placement);
+  bool changed = false;
+  for (const PlacedUnit& unit : added.units()) {
+    if (keys.count(unit.key()) > 0) continue;
+    PlacedUnit* copy = next.add_units();
+    *copy = unit;
+    for (PlacedCopy& placed : *copy->mutable_copies()) {
+      const std::string& address = addresses[placed.server()];
+      const auto id = ids.find(address);
+      if (address.empty() || id == ids.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "unit ", unit.key(), " has a copy on server '", address,
+            "', which the cluster's table (epoch ", placement.epoch(), ") does not have"));
+      }
+      if (placed.has_replaces()) placed.set_replaces(ids[addresses[placed.replaces()]]);
+      placed.set_server(id->second);
+    }
+    changed = true;
+  }
+  if (!changed) return placement;
+  return next;
+}
+
 absl::StatusOr<Placement> WithoutServer(const Placement& placement, int32_t id) {
   const int position = ServerPosition(placement, id);
   if (position < 0) return NotFound(placement, id);

@@ -59,6 +59,14 @@ absl::StatusOr<Placement> InitialPlacement(const std::vector<PlacementServer>& s
                                            const std::vector<PlacementUnitSpec>& units,
                                            int replication);
 
+// `placement` with the units of `added` that it lacks (by key), their
+// copies on the servers of the same addresses: how the units of variables
+// created later join the cluster's table. `added` itself when `placement`
+// has no servers yet (the first table). FAILED_PRECONDITION naming a copy
+// on a server `placement` does not have (lost since `added` was made);
+// INVALID_ARGUMENT when either table is invalid.
+absl::StatusOr<Placement> WithUnits(const Placement& placement, const Placement& added);
+
 // Server `id` is lost for good: its copies go. Where it held the primary,
 // the first ready backup becomes the primary; a catching-up copy that was
 // to replace its copy stays, as an added copy. DATA_LOSS naming the units

@@ -234,5 +234,43 @@ TEST(PlacementTest, CaughtUpOnlyForACatchingUpCopy) {
   EXPECT_EQ(CaughtUp(p, "w/9", 0).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(WithUnitsTest, AddsTheUnitsItLacksOnTheSameAddresses) {
+  absl::StatusOr<Placement> first = InitialPlacement(Servers(3), Units(2), 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The first table is the chief's own.
+  absl::StatusOr<Placement> same = WithUnits(Placement(), *first);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->SerializeAsString(), first->SerializeAsString());
+  // Server 0 lost since: the cluster's ids are no longer the chief's.
+  absl::StatusOr<Placement> cluster = WithoutServer(*first, 0);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<PlacementServer> two = Servers(3);
+  two.erase(two.begin());
+  std::vector<PlacementUnitSpec> later = Units(2);
+  later.push_back({"b/0", 10});
+  absl::StatusOr<Placement> added = InitialPlacement(two, later, 2);
+  ASSERT_TRUE(added.ok()) << added.status();
+  absl::StatusOr<Placement> merged = WithUnits(*cluster, *added);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->epoch(), cluster->epoch() + 1);
+  ASSERT_EQ(merged->units_size(), 3);
+  // The units the cluster had are left as they are; the new one is on the
+  // servers of the chief's addresses (ids 1 and 2 in the cluster's table).
+  EXPECT_EQ(merged->units(0).SerializeAsString(), cluster->units(0).SerializeAsString());
+  EXPECT_EQ(merged->units(2).key(), "b/0");
+  std::vector<int32_t> holders = Holders(merged->units(2));
+  std::sort(holders.begin(), holders.end());
+  EXPECT_EQ(holders, (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(ValidatePlacement(*merged).ok());
+  // Nothing new: the same table.
+  absl::StatusOr<Placement> again = WithUnits(*merged, *added);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->epoch(), merged->epoch());
+  // A copy on a server the cluster lost is refused, naming it.
+  absl::StatusOr<Placement> stale = WithUnits(*cluster, *InitialPlacement(Servers(3), later, 2));
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(stale.status().message(), HasSubstr("10.0.0.0:2222"));
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -11,10 +11,22 @@
 #include "common/embedding.h"
 #include "common/logging.h"
 #include "common/memory_size.h"
+#include "common/partitioner.h"
 #include "common/row_push.h"
 #include "common/tensor.h"
 
 namespace fulcrum {
+
+namespace {
+
+// This server's address in `config`'s cluster spec; "" when it has none.
+std::string OwnAddress(const PsServerConfig& config) {
+  const auto& ps = config.cluster().cluster().ps();
+  const int index = config.cluster().task().index();
+  return index >= 0 && index < ps.size() ? ps.Get(index) : "";
+}
+
+}  // namespace
 
 absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
   auto mode = FindMode(config.mode());
@@ -46,6 +58,22 @@ absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes: must be >= 1 MiB, got ", config.max_message_bytes()));
   }
+  if (!config.etcd_endpoint().empty()) {
+    if (config.etcd_lease_ms() < 1000 || config.etcd_lease_ms() % 1000 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("etcd_lease_ms: etcd's leases are whole seconds, at least 1; got ",
+                       config.etcd_lease_ms(), " ms"));
+    }
+    if (config.etcd_prefix().empty() || config.etcd_prefix().back() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("etcd_prefix: must end with '/' (the job's keys lie under it), got '",
+                       config.etcd_prefix(), "'"));
+    }
+    if (OwnAddress(config).empty()) {
+      return absl::InvalidArgumentError(
+          "etcd_endpoint: coordination needs this server's address in the cluster spec's ps list");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -74,6 +102,7 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
                                  ReplicaLinkFactory replicas)
     : config_(config),
       incarnation_(NewIncarnation()),
+      own_address_(OwnAddress(config)),
       store_(config.max_memory_bytes() > 0 ? config.max_memory_bytes()
                                            : UsableMemoryBytes() / 5 * 4),
       checkpoints_(config_, &store_),
@@ -81,7 +110,8 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
                absl::Milliseconds(config.startup_timeout_ms()), std::move(now)),
       policy_(MakePolicy(config_, &store_, &workers_)),
       tables_(config_, &store_, policy_.get()),
-      replicator_(replicas ? std::make_unique<Replicator>(std::move(replicas)) : nullptr) {
+      replicas_(std::move(replicas)) {
+  if (replicas_) replicator_ = std::make_unique<Replicator>(own_address_, replicas_);
   const absl::Duration period = std::max(absl::Milliseconds(5), workers_.lease_timeout() / 4);
   lease_thread_ = std::thread([this, period] {
     while (!stop_lease_thread_.WaitForNotificationWithTimeout(period)) CheckLeases();
@@ -92,6 +122,66 @@ ParameterServer::~ParameterServer() {
   stop_lease_thread_.Notify();
   lease_thread_.join();
   CancelWaits();
+}
+
+void ParameterServer::ServeAt(const std::string& address) {
+  own_address_ = address;
+  if (replicas_) replicator_ = std::make_unique<Replicator>(own_address_, replicas_);
+}
+
+absl::Status ParameterServer::CheckServing() const {
+  const Coordination* coordination = coordination_.load();
+  if (coordination != nullptr) return coordination->CheckServing();
+  if (config_.etcd_endpoint().empty()) return absl::OkStatus();
+  return absl::UnavailableError("this server has not yet joined the job in etcd");
+}
+
+void ParameterServer::ApplyPlacement(const Placement& table) {
+  {
+    absl::MutexLock lock(&placement_mu_);
+    if (table.epoch() <= placement_.epoch()) return;
+    placement_ = table;
+  }
+  std::map<int32_t, std::string> addresses;
+  for (const PlacedServer& server : table.servers()) addresses[server.id()] = server.address();
+  std::map<std::string, const PlacedUnit*> units;
+  for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
+  for (Shard* shard : store_.All()) {
+    const auto found = units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
+    if (found == units.end()) continue;  // not replicated
+    const PlacedUnit& unit = *found->second;
+    const std::string& primary = addresses[unit.copies(0).server()];
+    std::vector<std::string> backups;
+    bool held = false;  // a copy of it is here
+    for (int c = 0; c < unit.copies_size(); ++c) {
+      const std::string& address = addresses[unit.copies(c).server()];
+      held = held || address == own_address_;
+      if (c > 0 && !unit.copies(c).catching_up()) backups.push_back(address);
+    }
+    if (primary != own_address_) {
+      // A backup (or a copy the table no longer has: it serves no worker).
+      if (!shard->IsBackup() && replicator_ != nullptr) replicator_->Replicate(shard, {});
+      shard->MakeBackup(primary);
+      if (!held)
+        LOG_WARN("{}: the table (epoch {}) has no copy here", shard->label(), table.epoch());
+      continue;
+    }
+    if (shard->IsBackup()) {
+      shard->Promote();
+      LOG_INFO("{}: the primary now (epoch {}), at version {}", shard->label(), table.epoch(),
+               shard->version());
+    }
+    if (replicator_ == nullptr) {
+      if (!backups.empty())
+        LOG_ERROR("{}: has backups, but this server replicates to none", shard->label());
+      continue;
+    }
+    if (replicator_->BackupsOf(shard) != backups) {
+      LOG_INFO("{}: backed up on {} (epoch {})", shard->label(),
+               backups.empty() ? "no other server" : absl::StrJoin(backups, ", "), table.epoch());
+      replicator_->Replicate(shard, backups);
+    }
+  }
 }
 
 absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) { return checkpoints_.Enable(fs); }
@@ -178,6 +268,17 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       response.set_existing(response.existing() + 1);
     }
   }
+  if (request.placement().units_size() > 0) {
+    if (absl::Status s = CheckServing(); !s.ok()) return s;
+    Coordination* coordination = coordination_.load();
+    if (coordination == nullptr) {
+      LOG_WARN(
+          "create shards: replicated shards, but no --etcd to coordinate them: a server lost for "
+          "good is not failed over");
+    } else if (absl::Status s = coordination->AddUnits(request.placement()); !s.ok()) {
+      return s;
+    }
+  }
   for (const EmbeddingTableSpec& spec : request.tables()) {
     absl::StatusOr<bool> created = store_.CreateTable(spec);
     if (!created.ok()) return created.status();
@@ -201,7 +302,7 @@ absl::StatusOr<ReplicateResponse> ParameterServer::Replicate(const ReplicateRequ
   for (const ShardUpdate& update : request.updates()) {
     absl::StatusOr<Shard*> shard = store_.Find(update.variable(), update.shard());
     if (!shard.ok()) return shard.status();
-    if (absl::Status s = (*shard)->ApplyReplicated(update); !s.ok()) return s;
+    if (absl::Status s = (*shard)->ApplyReplicated(update, request.primary()); !s.ok()) return s;
     response.add_versions((*shard)->version());
   }
   return response;
@@ -260,6 +361,7 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
                                                           const CallLimits& limits) {
   if (absl::Status s = CheckIncarnation(request.incarnation()); !s.ok()) return s;
   if (request.has_worker_id()) {
+    if (absl::Status s = CheckServing(); !s.ok()) return s;
     if (absl::Status s = workers_.CheckWorkerId(request.worker_id()); !s.ok()) return s;
     Renew(request.worker_id());
   }
@@ -416,6 +518,7 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
 
 absl::Status ParameterServer::AdmitPushBytes(uint64_t incarnation, int64_t bytes) const {
   if (absl::Status s = CheckIncarnation(incarnation); !s.ok()) return s;
+  if (absl::Status s = CheckServing(); !s.ok()) return s;
   const int64_t held = store_.value_bytes();
   if (held == 0 && bytes > 0) {
     return absl::NotFoundError("this server holds no variables (did it restart?)");
@@ -604,6 +707,10 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_ps_index(config_.cluster().task().index());
   response.set_num_ps(config_.cluster().cluster().ps_size());
   response.set_replication(std::max(1, config_.replication()));
+  {
+    absl::MutexLock lock(&placement_mu_);
+    *response.mutable_placement() = placement_;
+  }
   for (const Shard* shard : store_.All()) {
     ShardInfo* info = response.add_shards();
     *info = shard->Describe();

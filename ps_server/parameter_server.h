@@ -10,11 +10,13 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -23,6 +25,7 @@
 #include "proto/config.pb.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/consistency/policy.h"
+#include "ps_server/coordination.h"
 #include "ps_server/embedding/table_calls.h"
 #include "ps_server/replicator.h"
 #include "ps_server/server_checkpoints.h"
@@ -63,6 +66,24 @@ class ParameterServer {
 
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;
+
+  // The address this server is reached at, when its cluster-spec entry
+  // has port 0 (picked as it started listening): its replication calls
+  // name it. Call before the address is given to anyone.
+  void ServeAt(const std::string& address);
+
+  // Replicated shards coordinated through `coordination` (which must
+  // outlive this server): the chief's tables go to it, and worker calls are
+  // refused while it says this server may not take writes. With an
+  // etcd_endpoint configured, creating replicated shards and worker calls
+  // are UNAVAILABLE until this is called. Call once.
+  void SetCoordination(Coordination* coordination) { coordination_.store(coordination); }
+
+  // The cluster's placement table changed: each shard here becomes what
+  // it is in `table` (a backup whose primary was lost is promoted, a
+  // primary's updates go to the backups the table lists, a backup follows
+  // its new primary). A table no newer than the last one changes nothing.
+  void ApplyPlacement(const Placement& table);
 
   // Checks that config().checkpoint_dir is writable (creating it) and loads
   // its newest complete checkpoint, falling back past corrupt ones; shards
@@ -237,16 +258,23 @@ class ParameterServer {
 
   // ABORTED when the caller learned its versions from another incarnation.
   absl::Status CheckIncarnation(uint64_t incarnation) const;
+  // OK, or why the coordination says this server may take no writes.
+  absl::Status CheckServing() const;
 
   const PsServerConfig config_;
   const uint64_t incarnation_;
+  std::string own_address_;  // as the cluster spec names it (or ServeAt); "": not given
   VariableStore store_;
   ServerCheckpoints checkpoints_;  // of store_
   WorkerTable workers_;
   const std::unique_ptr<ConsistencyPolicy> policy_;  // of config_.mode(), over store_ and workers_
   TableCalls tables_;                                // over store_ and policy_
+  const ReplicaLinkFactory replicas_;
   // Of store_'s primaries with backups; null without a ReplicaLinkFactory.
-  const std::unique_ptr<Replicator> replicator_;
+  std::unique_ptr<Replicator> replicator_;
+  std::atomic<Coordination*> coordination_{nullptr};
+  mutable absl::Mutex placement_mu_;
+  Placement placement_ ABSL_GUARDED_BY(placement_mu_);  // the last applied; epoch 0: none
 
   std::atomic<int64_t> updates_applied_{0};
   std::atomic<int64_t> stale_dropped_{0};

@@ -18,6 +18,7 @@
 #include "common/cluster_flags.h"
 #include "common/cluster_spec.h"
 #include "common/consistency_mode.h"
+#include "common/etcd/etcd_client.h"
 #include "common/file_system.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -27,6 +28,7 @@
 #include "common/rpc/security_flags.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/grpc/replica_link.h"
+#include "ps_server/membership.h"
 #include "ps_server/parameter_server.h"
 
 ABSL_FLAG(std::string, log_format, "text",
@@ -78,7 +80,19 @@ ABSL_FLAG(std::string, chief_identity, fulcrum::kDefaultControlIdentities,
 ABSL_FLAG(int, replication, 1,
           "Copies of each shard, on that many servers (at most the number of ps tasks); give "
           "every server the same. A primary answers a push once every backup has applied it. "
-          "Being built (docs/replication.md): a server lost for good is not yet replaced.");
+          "With --etcd, a server lost for good fails over (docs/replication.md).");
+ABSL_FLAG(std::string, etcd, "",
+          "host:port of the etcd that coordinates replicated shards (--replication >= 2): each "
+          "server holds a lease there, and when one is lost (dead, or cut off) for longer than "
+          "--etcd_lease_secs its shards' backups take over, with no restart. Give every server "
+          "of the job the same etcd and --etcd_prefix. \"\": none (copies stay where the chief "
+          "placed them).");
+ABSL_FLAG(std::string, etcd_prefix, "/fulcrum/job/",
+          "The job's keys in etcd (one prefix per job, ending with '/'): <prefix>servers/<address> "
+          "and <prefix>placement, the placement table.");
+ABSL_FLAG(int, etcd_lease_secs, 3,
+          "A server whose lease in etcd has not been renewed for this long is taken for lost "
+          "and its shards fail over; it takes no writes itself once its lease may have run out.");
 ABSL_FLAG(std::string, server_identity, fulcrum::kDefaultServerIdentities,
           "With mutual TLS: the identities whose certificates may make calls between servers "
           "(Replicate, from the primary of a replicated shard to its backups), "
@@ -136,6 +150,9 @@ absl::StatusOr<PsServerConfig> ConfigFromFlags() {
   config.set_checkpoint_dir(absl::GetFlag(FLAGS_checkpoint_dir));
   config.set_keep_serving_after_job_done(absl::GetFlag(FLAGS_keep_serving_after_job_done));
   config.set_replication(absl::GetFlag(FLAGS_replication));
+  config.set_etcd_endpoint(absl::GetFlag(FLAGS_etcd));
+  config.set_etcd_prefix(absl::GetFlag(FLAGS_etcd_prefix));
+  config.set_etcd_lease_ms(int64_t{absl::GetFlag(FLAGS_etcd_lease_secs)} * 1000);
   if (absl::Status s = ValidatePsServerConfig(config); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("flags: ", s.message()));
   }
@@ -211,6 +228,32 @@ int Run() {
   if (!server.ok()) {
     LOG_ERROR("{}", server.status().message());
     return 1;
+  }
+  // The address the others know this server by; its port, when the
+  // cluster spec left it to the system, the one picked.
+  std::string address = config->cluster().cluster().ps(config->cluster().task().index());
+  if (absl::EndsWith(address, ":0")) {
+    address = absl::StrCat(address.substr(0, address.size() - 1), (*server)->port());
+    ps.ServeAt(address);
+  }
+  std::unique_ptr<Membership> membership;
+  if (!config->etcd_endpoint().empty()) {
+    Membership::Options options;
+    options.prefix = config->etcd_prefix();
+    options.address = address;
+    options.ttl = absl::Milliseconds(config->etcd_lease_ms());
+    auto joined = Membership::Join(
+        std::make_unique<Etcd>(config->etcd_endpoint(), grpc::InsecureChannelCredentials()),
+        options, [&ps](const Placement& table) { ps.ApplyPlacement(table); });
+    if (!joined.ok()) {
+      LOG_ERROR("joining the job in etcd at {}: {}", config->etcd_endpoint(),
+                joined.status().message());
+      return 1;
+    }
+    membership = *std::move(joined);
+    ps.SetCoordination(membership.get());
+    LOG_INFO("coordinated through etcd at {} under {} (lease {})", config->etcd_endpoint(),
+             options.prefix, absl::FormatDuration(options.ttl));
   }
   LOG_INFO(
       "listening on {}:{} ({}) mode={} workers={} replicas_to_aggregate={} staleness={} "

@@ -27,8 +27,12 @@ using ::testing::HasSubstr;
 constexpr char kBackup[] = "backup:2222";
 constexpr char kPrimary[] = "primary:2222";
 
-PsServerConfig Config(ConsistencyMode mode, int workers) {
+// The config of the primary (index 0) or the backup's server (1).
+PsServerConfig Config(ConsistencyMode mode, int workers, int index = 0) {
   PsServerConfig config;
+  config.mutable_cluster()->mutable_cluster()->add_ps(kPrimary);
+  config.mutable_cluster()->mutable_cluster()->add_ps(kBackup);
+  config.mutable_cluster()->mutable_task()->set_index(index);
   config.set_mode(mode);
   config.set_num_replicas(workers);
   config.set_replicas_to_aggregate(workers);
@@ -151,7 +155,7 @@ absl::Status CreateOnBoth(ParameterServer& backup, ParameterServer& primary, int
 class ReplicationTest : public ::testing::TestWithParam<ConsistencyMode> {
  protected:
   void Start(ConsistencyMode mode, absl::Notification* open = nullptr) {
-    backup_ = std::make_unique<ParameterServer>(Config(mode, kWorkers));
+    backup_ = std::make_unique<ParameterServer>(Config(mode, kWorkers, 1));
     primary_ = std::make_unique<ParameterServer>(
         Config(mode, kWorkers), absl::Now, [this, open](const std::string& address) {
           EXPECT_EQ(address, kBackup);
@@ -262,8 +266,6 @@ TEST_P(ReplicationTest, DescribeNamesEachCopyAndACheckpointHoldsEachShardOnce) {
   std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
   PsServerConfig config = Config(GetParam(), kWorkers);
   config.set_checkpoint_dir(dir);
-  config.mutable_cluster()->mutable_cluster()->add_ps(kPrimary);
-  config.mutable_cluster()->mutable_cluster()->add_ps(kBackup);
   ParameterServer writer_primary(config);
   config.mutable_cluster()->mutable_task()->set_index(1);  // its own file
   ParameterServer writer_backup(config);
@@ -302,7 +304,7 @@ PushRequest OnesPush() {
 TEST(ReplicationAckTest, APushIsAnsweredOnlyOnceTheBackupHasItsUpdate) {
   absl::Notification open;
   std::atomic<int> calls{0};
-  ParameterServer backup(Config(ASYNC, 1));
+  ParameterServer backup(Config(ASYNC, 1, 1));
   ParameterServer primary(Config(ASYNC, 1), absl::Now, [&](const std::string&) {
     return std::make_unique<DirectLink>(&backup, &open, &calls);
   });
@@ -333,7 +335,7 @@ TEST(ReplicationAckTest, APushIsAnsweredOnlyOnceTheBackupHasItsUpdate) {
 TEST(ReplicationAckTest, AStreamThatBreaksIsOpenedAgainAndItsUpdatesSentAgain) {
   std::atomic<int> calls{0};
   DirectLink* link = nullptr;
-  ParameterServer backup(Config(ASYNC, 1));
+  ParameterServer backup(Config(ASYNC, 1, 1));
   ParameterServer primary(Config(ASYNC, 1), absl::Now, [&](const std::string&) {
     auto made = std::make_unique<DirectLink>(&backup, nullptr, &calls, /*broken=*/1);
     link = made.get();

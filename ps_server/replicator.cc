@@ -12,8 +12,12 @@ constexpr size_t kMaxCallBytes = size_t{32} << 20;
 
 }  // namespace
 
-Replicator::Replicator(ReplicaLinkFactory connect, int window, absl::Duration retry_after)
-    : connect_(std::move(connect)), window_(window), retry_after_(retry_after) {}
+Replicator::Replicator(std::string own_address, ReplicaLinkFactory connect, int window,
+                       absl::Duration retry_after)
+    : own_address_(std::move(own_address)),
+      connect_(std::move(connect)),
+      window_(window),
+      retry_after_(retry_after) {}
 
 Replicator::~Replicator() {
   std::map<std::string, std::unique_ptr<Peer>> peers;
@@ -44,18 +48,41 @@ Replicator::Peer* Replicator::PeerLocked(const std::string& address) {
 }
 
 void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups) {
-  CHECK(!backups.empty());
+  if (backups.empty()) {
+    {
+      absl::MutexLock lock(&mu_);
+      copies_.erase(shard);
+    }
+    shard->ForwardUpdates(nullptr);  // commits what it has
+    return;
+  }
   std::vector<Peer*> peers;
+  int64_t committed = 0;
   {
     absl::MutexLock lock(&mu_);
-    for (const std::string& address : backups) peers.push_back(PeerLocked(address));
     const int64_t version = shard->version();
-    copies_[shard] = Copies{peers, std::vector<int64_t>(peers.size(), version)};
+    Copies next;
+    const auto before = copies_.find(shard);
+    for (const std::string& address : backups) {
+      Peer* peer = PeerLocked(address);
+      int64_t acked = version;  // a new backup starts where the shard is
+      if (before != copies_.end()) {
+        const Copies& old = before->second;
+        const auto kept = std::find(old.peers.begin(), old.peers.end(), peer);
+        if (kept != old.peers.end()) acked = old.acked[kept - old.peers.begin()];
+      }
+      next.peers.push_back(peer);
+      next.acked.push_back(acked);
+    }
+    committed = *std::min_element(next.acked.begin(), next.acked.end());
+    peers = next.peers;
+    copies_[shard] = std::move(next);
   }
   shard->ForwardUpdates([peers, shard](ShardUpdate update) {
     for (size_t i = 0; i + 1 < peers.size(); ++i) Enqueue(peers[i], shard, update);
     Enqueue(peers.back(), shard, std::move(update));
   });
+  shard->Committed(committed);  // a backup that went may have held it back
 }
 
 std::vector<std::string> Replicator::BackupsOf(const Shard* shard) {
@@ -128,6 +155,7 @@ void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
       if (peer->stopping || peer->broken) return;
       Batch batch;
       auto made = std::make_shared<ReplicateRequest>();
+      made->set_primary(own_address_);
       size_t bytes = 0;
       while (!peer->queue.empty() && (batch.shards.empty() || bytes < kMaxCallBytes)) {
         auto& [shard, update] = peer->queue.front();
@@ -171,7 +199,9 @@ void Replicator::Acked(Shard* shard, const Peer* peer, int64_t version) {
   int64_t committed = 0;
   {
     absl::MutexLock lock(&mu_);
-    Copies& copies = copies_.at(shard);
+    const auto found = copies_.find(shard);
+    if (found == copies_.end()) return;  // no longer replicated
+    Copies& copies = found->second;
     for (size_t i = 0; i < copies.peers.size(); ++i) {
       if (copies.peers[i] == peer) copies.acked[i] = std::max(copies.acked[i], version);
     }

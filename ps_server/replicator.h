@@ -55,10 +55,12 @@ using ReplicaLinkFactory = std::function<std::unique_ptr<ReplicaLink>(const std:
 
 class Replicator {
  public:
-  // `window`: calls in flight on a stream; `retry_after`: how long a sender
-  // waits before opening a broken stream again.
-  explicit Replicator(ReplicaLinkFactory connect, int window = 4,
-                      absl::Duration retry_after = absl::Seconds(1));
+  // `own_address`: this server's, which its calls carry (a backup takes
+  // updates only from its primary); `window`: calls in flight on a stream;
+  // `retry_after`: how long a sender waits before opening a broken stream
+  // again.
+  Replicator(std::string own_address, ReplicaLinkFactory connect, int window = 4,
+             absl::Duration retry_after = absl::Seconds(1));
   // Stops the senders (what they had not sent is dropped) and the shards'
   // forwarding to them.
   ~Replicator();
@@ -66,8 +68,11 @@ class Replicator {
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
-  // From now on `shard`'s updates go to `backups` (addresses, at least
-  // one), and its versions are committed as they all apply them.
+  // From now on `shard`'s updates go to `backups` (addresses), and its
+  // versions are committed as they all apply them: a backup it had before
+  // keeps the versions it answered, a new one starts at the shard's
+  // version (it must hold the same values), and with none each version is
+  // committed as it is made (what the backups that went held back too).
   void Replicate(Shard* shard, const std::vector<std::string>& backups) ABSL_LOCKS_EXCLUDED(mu_);
   // The addresses `shard`'s updates go to; none when it is not replicated.
   std::vector<std::string> BackupsOf(const Shard* shard) ABSL_LOCKS_EXCLUDED(mu_);
@@ -109,6 +114,7 @@ class Replicator {
   // `peer` has `shard` at `version`: commits what every backup has.
   void Acked(Shard* shard, const Peer* peer, int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
 
+  const std::string own_address_;
   const ReplicaLinkFactory connect_;
   const int window_;
   const absl::Duration retry_after_;

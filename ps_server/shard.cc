@@ -176,6 +176,11 @@ void Shard::MakeBackup(const std::string& primary) {
   primary_ = primary;
 }
 
+void Shard::Promote() {
+  absl::MutexLock lock(&mu_);
+  primary_.clear();
+}
+
 bool Shard::IsBackup() const {
   absl::ReaderMutexLock lock(&mu_);
   return !primary_.empty();
@@ -188,11 +193,15 @@ absl::Status Shard::CheckPrimary() const {
       absl::StrCat(label_, " here is a backup copy; its primary is ", primary_));
 }
 
-absl::Status Shard::ApplyReplicated(const ShardUpdate& update) {
+absl::Status Shard::ApplyReplicated(const ShardUpdate& update, absl::string_view from) {
   absl::MutexLock lock(&mu_);
   if (primary_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         label_, " here is not a backup copy: it takes no updates from another server"));
+  }
+  if (from != primary_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        label_, " here takes updates only from its primary ", primary_, ", not ", from));
   }
   if (update.variable() != spec_.variable().name() || update.shard() != spec_.shard() ||
       update.gradient().size() != values_->size() * sizeof(float) || update.averaged() < 1) {

@@ -112,6 +112,9 @@ class Shard {
   // Makes this a backup copy of the primary at `primary`: it takes that
   // primary's updates (ApplyReplicated) and no worker's push or pull.
   void MakeBackup(const std::string& primary) ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes a backup copy the primary, its primary being lost: it takes
+  // workers' pushes and pulls from now on, from the version it has.
+  void Promote() ABSL_LOCKS_EXCLUDED(mu_);
   // FAILED_PRECONDITION naming the primary when this is a backup copy.
   absl::Status CheckPrimary() const ABSL_LOCKS_EXCLUDED(mu_);
   bool IsBackup() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -121,8 +124,11 @@ class Shard {
   // DUPLICATE here after). An update it has applied already changes
   // nothing (OK); FAILED_PRECONDITION for one that skips a version,
   // INVALID_ARGUMENT for one of another shard or size, or given to a copy
-  // that is not a backup.
-  absl::Status ApplyReplicated(const ShardUpdate& update) ABSL_LOCKS_EXCLUDED(mu_);
+  // that is not a backup; FAILED_PRECONDITION when `from` (the sender's
+  // address) is not its primary (the primary changed, or a server the
+  // table dropped goes on sending).
+  absl::Status ApplyReplicated(const ShardUpdate& update, absl::string_view from)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardInfo Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 

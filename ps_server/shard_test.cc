@@ -232,11 +232,13 @@ TEST(ShardReplicationTest, ABackupFedItsPrimarysUpdatesStaysBitIdentical) {
       ASSERT_EQ(forwarded.size(), sync ? 40u : 120u);
       // Pulls waiting for a version are served only once it is committed.
       EXPECT_EQ(primary.committed_version(), 0);
-      for (const ShardUpdate& update : forwarded) ASSERT_TRUE(backup.ApplyReplicated(update).ok());
+      for (const ShardUpdate& update : forwarded)
+        ASSERT_TRUE(backup.ApplyReplicated(update, "primary:1").ok());
       primary.Committed(primary.version());
       EXPECT_EQ(backup.version(), primary.version());
       EXPECT_EQ(StateBytes(backup, "backup"), StateBytes(primary, "primary"));
       // Promoted, the backup takes a retry of the last push once.
+      backup.Promote();
       ShardGradient retried;
       std::vector<float> zeros(15, 0.0f);
       retried.worker = 2;
@@ -276,21 +278,26 @@ TEST(ShardReplicationTest, ABackupRefusesAGapAnotherShardsUpdateAndTakesARepeatO
   update.set_averaged(1);
   std::vector<float> gradient(4, 0.5f);
   update.set_gradient(std::string(reinterpret_cast<const char*>(gradient.data()), 16));
-  // Only a backup takes updates.
-  EXPECT_THAT(backup.ApplyReplicated(update).message(), HasSubstr("is not a backup copy"));
+  // Only a backup takes updates, and only from its primary.
+  EXPECT_THAT(backup.ApplyReplicated(update, "10.0.0.1:2222").message(),
+              HasSubstr("is not a backup copy"));
   backup.MakeBackup("10.0.0.1:2222");
   EXPECT_THAT(backup.CheckPrimary().message(), HasSubstr("its primary is 10.0.0.1:2222"));
-  EXPECT_THAT(backup.ApplyReplicated(update).message(),
+  EXPECT_THAT(backup.ApplyReplicated(update, "10.0.0.2:2222").message(),
+              HasSubstr("takes updates only from its primary 10.0.0.1:2222, not 10.0.0.2:2222"));
+  EXPECT_THAT(backup.ApplyReplicated(update, "10.0.0.1:2222").message(),
               HasSubstr("at version 0, given the update to version 2"));
   update.set_version(1);
   ShardUpdate other = update;
   other.set_variable("v");
-  EXPECT_EQ(backup.ApplyReplicated(other).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backup.ApplyReplicated(other, "10.0.0.1:2222").code(),
+            absl::StatusCode::kInvalidArgument);
   other = update;
   other.mutable_gradient()->resize(12);
-  EXPECT_EQ(backup.ApplyReplicated(other).code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(backup.ApplyReplicated(update).ok());
-  ASSERT_TRUE(backup.ApplyReplicated(update).ok());  // again: nothing more
+  EXPECT_EQ(backup.ApplyReplicated(other, "10.0.0.1:2222").code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(backup.ApplyReplicated(update, "10.0.0.1:2222").ok());
+  ASSERT_TRUE(backup.ApplyReplicated(update, "10.0.0.1:2222").ok());  // again: nothing more
   EXPECT_EQ(backup.version(), 1);
   EXPECT_EQ(ReadValues(backup), std::vector<float>(4, 0.5f));
 }

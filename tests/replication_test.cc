@@ -3,13 +3,20 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/etcd/local_etcd.h"
 #include "common/rpc/credentials.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
@@ -21,17 +28,21 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// `n` servers, each started with `flags` and its own port.
+// `n` servers of a job of `workers`, each started with `flags` and its own
+// port.
 std::vector<std::unique_ptr<ChildProcess>> StartServers(
-    int n, const std::vector<std::vector<std::string>>& flags,
-    std::vector<std::string>* addresses) {
+    int n, const std::vector<std::vector<std::string>>& flags, std::vector<std::string>* addresses,
+    int workers = 1) {
   std::string ps_hosts;
   for (int i = 0; i < n; ++i) absl::StrAppend(&ps_hosts, i ? "," : "", "127.0.0.1:0");
+  std::string worker_hosts;
+  for (int i = 0; i < workers; ++i)
+    absl::StrAppend(&worker_hosts, i ? "," : "", "127.0.0.1:", i + 1);
   std::vector<std::unique_ptr<ChildProcess>> servers;
   for (int i = 0; i < n; ++i) {
     std::vector<std::string> argv = {RunfilePath("ps_server/ps_server"),
                                      "--ps_hosts=" + ps_hosts,
-                                     "--worker_hosts=127.0.0.1:1",
+                                     "--worker_hosts=" + worker_hosts,
                                      absl::StrCat("--task_index=", i),
                                      "--bind_host=127.0.0.1",
                                      "--port=0",
@@ -74,16 +85,16 @@ class ReplicationClusterTest : public ::testing::Test {
   std::string certs_;
 };
 
-// w [64, 8] in 4 shards, zeros, SGD at rate 1: each push of ones takes 1
-// from every element.
-VariableSpec Ones() {
+// w [64, 8] in `shards` shards, zeros, SGD at rate 1: each push of ones
+// takes 1 from every element.
+VariableSpec Ones(int shards = 4) {
   VariableSpec spec;
   spec.set_name("w");
   spec.add_shape(64);
   spec.add_shape(8);
   spec.set_dtype(DT_FLOAT);
   spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
-  spec.mutable_partitioner()->set_num_shards(4);
+  spec.mutable_partitioner()->set_num_shards(shards);
   spec.mutable_optimizer()->set_learning_rate(1.0f);
   return spec;
 }
@@ -162,6 +173,96 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
   const grpc::Status refused = stream->Finish();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(refused.error_message(), HasSubstr("only a certificate naming ps"));
+}
+
+// The exactness check: async workers push ones to w over 3
+// servers with two copies of each shard, coordinated through etcd; one
+// server is killed (-9) mid-run and never restarted. Its shards' backups
+// take over, the workers follow the new table, and every element ends at
+// exactly minus the number of pushes answered: nothing lost, nothing
+// applied twice.
+TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoAcknowledgedPush) {
+  std::string dir = ::testing::TempDir() + "/etcd-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  absl::StatusOr<std::unique_ptr<LocalEtcd>> etcd = LocalEtcd::Start(dir);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  constexpr int kServers = 3;
+  constexpr int kWorkers = 4;
+  std::vector<std::string> flags = ServerFlags(2);
+  flags.insert(flags.end(), {"--etcd=" + (*etcd)->endpoint(), "--etcd_prefix=/exactness/",
+                             "--etcd_lease_secs=1"});
+  std::vector<std::string> addresses;
+  auto servers = StartServers(kServers, std::vector<std::vector<std::string>>(kServers, flags),
+                              &addresses, kWorkers);
+  for (const std::string& address : addresses) ASSERT_FALSE(address.empty());
+  for (auto& server : servers) {
+    ASSERT_TRUE(server->WaitForLine("coordinated through etcd", absl::Seconds(30)));
+  }
+
+  constexpr size_t kElements = size_t{64} * 8;
+  std::vector<std::unique_ptr<PsClient>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    PsClientOptions options = Client(w == 0 ? "chief" : "worker");
+    options.worker_id = w;
+    workers.push_back(NewGrpcPsClient(addresses, options));
+    // Every shard on a primary and a backup of the three.
+    ASSERT_TRUE(workers.back()->CreateVariables({Ones(6)}).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::vector<int64_t> acknowledged(kWorkers, 0);
+  std::vector<absl::Status> failed(kWorkers);
+  absl::Mutex mu;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      TensorMap gradient;
+      gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
+      while (!stop.load()) {
+        absl::StatusOr<PushStats> pushed = workers[w]->Push(gradient);
+        if (!pushed.ok()) {
+          failed[w] = pushed.status();
+          return;
+        }
+        absl::MutexLock lock(&mu);
+        ++acknowledged[w];
+      }
+    });
+  }
+  auto pushes_at_least = [&](int64_t n) {
+    absl::MutexLock lock(&mu);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      for (int w = 0; w < kWorkers; ++w) {
+        if (acknowledged[w] < n && failed[w].ok()) return false;
+      }
+      return true;
+    };
+    return mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(120));
+  };
+  ASSERT_TRUE(pushes_at_least(20));
+  servers[1]->Signal(SIGKILL);
+  // The survivors see its lease go, and take it out of the table.
+  EXPECT_TRUE(servers[0]->WaitForLine("lost its lease in etcd", absl::Seconds(30)));
+  int64_t at_kill = 0;
+  {
+    absl::MutexLock lock(&mu);
+    for (int64_t n : acknowledged) at_kill = std::max(at_kill, n);
+  }
+  // Each worker goes on well past the failover.
+  const bool went_on = pushes_at_least(at_kill + 30);
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  for (int w = 0; w < kWorkers; ++w)
+    EXPECT_TRUE(failed[w].ok()) << "worker " << w << ": " << failed[w];
+  ASSERT_TRUE(went_on);
+
+  int64_t total = 0;
+  for (int64_t n : acknowledged) total += n;
+  TensorMap values;
+  ASSERT_TRUE(workers[0]->Pull({"w"}, &values).ok());
+  ASSERT_EQ(values["w"].values.size(), kElements);
+  for (size_t i = 0; i < kElements; ++i) {
+    ASSERT_EQ(values["w"].values[i], -static_cast<float>(total)) << "element " << i;
+  }
 }
 
 TEST_F(ReplicationClusterTest, ServersThatDisagreeOnReplicationAreNamed) {

@@ -25,12 +25,14 @@
 namespace fulcrum {
 namespace {
 
-// Every call waits for the channel to connect (a server that starts late, or
-// restarts, is waited for) until its deadline. The calling thread drives the
-// connection meanwhile, which a sleep between fail-fast retries would not.
-// It carries `token`, when there is one.
-void Prepare(absl::Time deadline, const std::string& token, grpc::ClientContext* context) {
-  context->set_wait_for_ready(true);
+// A call waits for the channel to connect (a server that starts late, or
+// restarts, is waited for) until its deadline, unless not to `wait`
+// (FailFast). The calling thread drives the connection meanwhile, which a
+// sleep between fail-fast retries would not. It carries `token`, when
+// there is one.
+void Prepare(absl::Time deadline, const std::string& token, bool wait,
+             grpc::ClientContext* context) {
+  context->set_wait_for_ready(wait);
   if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
   if (!token.empty()) context->AddMetadata(kTokenMetadataKey, TokenMetadata(token));
 }
@@ -71,13 +73,13 @@ absl::StatusOr<PullResponse> ReadPulls(grpc::ClientContext* context, Reader* rea
   return response;
 }
 
-// A unary call with a deadline and `token`; `call(context, response)` makes
-// it and `convert` turns its status into an absl::Status.
+// A unary call with a deadline and `token`, waiting for the server or not; `call(context,
+// response)` makes it and `convert` turns its status into an absl::Status.
 template <typename Response, typename Call, typename Convert>
-absl::StatusOr<Response> Unary(absl::Time deadline, const std::string& token, Call call,
+absl::StatusOr<Response> Unary(absl::Time deadline, const std::string& token, bool wait, Call call,
                                Convert convert) {
   grpc::ClientContext context;
-  Prepare(deadline, token, &context);
+  Prepare(deadline, token, wait, &context);
   Response response;
   if (absl::Status s = convert(call(&context, &response)); !s.ok()) return s;
   return response;
@@ -144,7 +146,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::ParseUnaryPull(const grpc::Status&
 absl::StatusOr<CreateShardsResponse> GrpcPsTransport::CreateShards(
     const CreateShardsRequest& request, absl::Time deadline) {
   return Unary<CreateShardsResponse>(
-      deadline, token_,
+      deadline, token_, !fail_fast_.load(),
       [&](auto* context, auto* response) {
         return stub_->CreateShards(context, request, response);
       },
@@ -155,7 +157,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
                                                    int64_t response_bytes, absl::Time deadline,
                                                    SlicePlacer* sink) {
   grpc::ClientContext context;
-  Prepare(deadline, token_, &context);
+  Prepare(deadline, token_, !fail_fast_.load(), &context);
   if (response_bytes <= kChunkBytes) {
     grpc::ByteBuffer buffer;
     const grpc::Status status = grpc::internal::BlockingUnaryCall<PullRequest, grpc::ByteBuffer>(
@@ -171,7 +173,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::Pull(const PullRequest& request,
 absl::StatusOr<PushResponse> GrpcPsTransport::Push(std::shared_ptr<const OutgoingPush> request,
                                                    absl::Time deadline) {
   grpc::ClientContext context;
-  Prepare(deadline, token_, &context);
+  Prepare(deadline, token_, !fail_fast_.load(), &context);
   grpc::ByteBuffer response_buffer;
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), *push_,
@@ -194,7 +196,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Out
                                                        int64_t response_bytes, absl::Time deadline,
                                                        SlicePlacer* sink) {
   grpc::ClientContext context;
-  Prepare(deadline, token_, &context);
+  Prepare(deadline, token_, !fail_fast_.load(), &context);
   if (push->TensorBytes() <= kChunkBytes && response_bytes <= kChunkBytes) {
     grpc::ByteBuffer buffer;
     const grpc::Status status =
@@ -233,7 +235,7 @@ absl::StatusOr<PullResponse> GrpcPsTransport::PushPull(std::shared_ptr<const Out
 absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequest& request,
                                                              absl::Time deadline) {
   return Unary<HeartbeatResponse>(
-      deadline, token_,
+      deadline, token_, !fail_fast_.load(),
       [&](auto* context, auto* response) { return stub_->Heartbeat(context, request, response); },
       [this](const grpc::Status& s) { return Convert(s); });
 }
@@ -241,7 +243,7 @@ absl::StatusOr<HeartbeatResponse> GrpcPsTransport::Heartbeat(const HeartbeatRequ
 absl::StatusOr<PullRowsResponse> GrpcPsTransport::PullRows(const PullRowsRequest& request,
                                                            absl::Time deadline) {
   return Unary<PullRowsResponse>(
-      deadline, token_,
+      deadline, token_, !fail_fast_.load(),
       [&](auto* context, auto* response) { return stub_->PullRows(context, request, response); },
       [this](const grpc::Status& s) { return Convert(s); });
 }
@@ -249,7 +251,7 @@ absl::StatusOr<PullRowsResponse> GrpcPsTransport::PullRows(const PullRowsRequest
 absl::StatusOr<PushRowsResponse> GrpcPsTransport::PushRowsInParts(
     const std::vector<PushRowsRequest>& parts, absl::Time deadline) {
   grpc::ClientContext context;
-  Prepare(deadline, token_, &context);
+  Prepare(deadline, token_, !fail_fast_.load(), &context);
   PushRowsResponse response;
   std::unique_ptr<grpc::ClientWriter<PushRowsRequest>> writer(
       stub_->PushRowsStream(&context, &response));
@@ -264,7 +266,7 @@ absl::StatusOr<PushRowsResponse> GrpcPsTransport::PushRowsInParts(
 absl::StatusOr<ReadRowsResponse> GrpcPsTransport::ReadRows(const ReadRowsRequest& request,
                                                            absl::Time deadline) {
   return Unary<ReadRowsResponse>(
-      deadline, token_,
+      deadline, token_, !fail_fast_.load(),
       [&](auto* context, auto* response) { return stub_->ReadRows(context, request, response); },
       [this](const grpc::Status& s) { return Convert(s); });
 }
@@ -272,14 +274,14 @@ absl::StatusOr<ReadRowsResponse> GrpcPsTransport::ReadRows(const ReadRowsRequest
 absl::StatusOr<PushRowsResponse> GrpcPsTransport::PushRows(const PushRowsRequest& request,
                                                            absl::Time deadline) {
   return Unary<PushRowsResponse>(
-      deadline, token_,
+      deadline, token_, !fail_fast_.load(),
       [&](auto* context, auto* response) { return stub_->PushRows(context, request, response); },
       [this](const grpc::Status& s) { return Convert(s); });
 }
 
 absl::StatusOr<DescribeResponse> GrpcPsTransport::Describe(absl::Time deadline) {
   return Unary<DescribeResponse>(
-      deadline, token_,
+      deadline, token_, !fail_fast_.load(),
       [&](auto* context, auto* response) {
         return stub_->Describe(context, DescribeRequest(), response);
       },
@@ -289,7 +291,7 @@ absl::StatusOr<DescribeResponse> GrpcPsTransport::Describe(absl::Time deadline) 
 absl::StatusOr<SaveCheckpointResponse> GrpcPsTransport::SaveCheckpoint(
     const SaveCheckpointRequest& request, absl::Time deadline) {
   return Unary<SaveCheckpointResponse>(
-      deadline, token_,
+      deadline, token_, !fail_fast_.load(),
       [&](auto* context, auto* response) {
         return stub_->SaveCheckpoint(context, request, response);
       },
@@ -300,7 +302,7 @@ absl::Status GrpcPsTransport::JobDone(const std::string& reason, absl::Time dead
   JobDoneRequest request;
   request.set_reason(reason);
   return Unary<JobDoneResponse>(
-             deadline, token_,
+             deadline, token_, !fail_fast_.load(),
              [&](auto* context, auto* response) {
                return stub_->JobDone(context, request, response);
              },

@@ -12,6 +12,7 @@
 #include <grpcpp/impl/codegen/rpc_method.h>
 #include <grpcpp/support/byte_buffer.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ class GrpcPsTransport final : public PsTransport {
   ~GrpcPsTransport() override;
 
   std::string address() const override { return address_; }
+  void FailFast() override { fail_fast_ = true; }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
                                                     absl::Time deadline) override;
   absl::StatusOr<PullResponse> Pull(const PullRequest& request, int64_t response_bytes,
@@ -68,6 +70,7 @@ class GrpcPsTransport final : public PsTransport {
 
   const std::string address_;
   const std::string token_;
+  std::atomic<bool> fail_fast_{false};
   const bool plaintext_;  // no TLS files: a failure to connect probes why
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<PsService::Stub> stub_;  // the calls without tensors

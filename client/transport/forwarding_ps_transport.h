@@ -16,6 +16,7 @@ class ForwardingPsTransport : public PsTransport {
   explicit ForwardingPsTransport(std::unique_ptr<PsTransport> inner) : inner_(std::move(inner)) {}
 
   std::string address() const override { return inner_->address(); }
+  void FailFast() override { inner_->FailFast(); }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
                                                     absl::Time deadline) override {
     return inner_->CreateShards(request, deadline);

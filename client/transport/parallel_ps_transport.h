@@ -40,6 +40,9 @@ class ParallelPsTransport final : public PsTransport {
   int lanes() const { return static_cast<int>(lanes_.size()); }
 
   std::string address() const override { return lanes_[0]->address(); }
+  void FailFast() override {
+    for (const auto& lane : lanes_) lane->FailFast();
+  }
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
                                                     absl::Time deadline) override;
   // Each part is told the whole's response_bytes, a bound on its own.

@@ -24,6 +24,11 @@ class PsTransport {
 
   // Where the server is, for messages: "127.0.0.1:4000" or "in-process".
   virtual std::string address() const = 0;
+  // From now on a call fails UNAVAILABLE at once when the server cannot be
+  // reached, instead of waiting for it until its deadline: for a caller
+  // that then looks for the server's shards elsewhere (replicated shards).
+  // Transports that always reach their server ignore it.
+  virtual void FailFast() {}
 
   virtual absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request,
                                                             absl::Time deadline) = 0;

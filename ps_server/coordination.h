@@ -1,0 +1,26 @@
+// What a parameter server asks of the cluster's coordination of replicated
+// shards: the placement table's keeper, which etcd is (membership.h). The
+// table's changes come back to the server as ParameterServer::
+// ApplyPlacement.
+#ifndef FULCRUM_PS_SERVER_COORDINATION_H_
+#define FULCRUM_PS_SERVER_COORDINATION_H_
+
+#include "absl/status/status.h"
+#include "proto/placement.pb.h"
+
+namespace fulcrum {
+
+class Coordination {
+ public:
+  virtual ~Coordination() = default;
+  // Adds the units of `table` (the chief's, of the shards it creates) that
+  // the cluster's table lacks (WithUnits).
+  virtual absl::Status AddUnits(const Placement& table) = 0;
+  // OK while this server may take writes: it holds its lease, so no other
+  // server can have been promoted in its place. UNAVAILABLE saying why not.
+  virtual absl::Status CheckServing() const = 0;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_PS_SERVER_COORDINATION_H_

@@ -1,0 +1,219 @@
+#include "ps_server/membership.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/placement.h"
+
+namespace fulcrum {
+namespace {
+
+// How long the watcher waits before listing again after etcd failed it.
+constexpr absl::Duration kWatchRetry = absl::Seconds(1);
+
+}  // namespace
+
+Membership::Membership(std::unique_ptr<Etcd> etcd, Options options, TableCallback on_table)
+    : etcd_(std::move(etcd)), options_(std::move(options)), on_table_(std::move(on_table)) {}
+
+absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(std::unique_ptr<Etcd> etcd,
+                                                             Options options,
+                                                             TableCallback on_table) {
+  std::unique_ptr<Membership> membership(
+      new Membership(std::move(etcd), std::move(options), std::move(on_table)));
+  if (absl::Status s = membership->Register(); !s.ok()) return s;
+  membership->renewer_ = std::thread([m = membership.get()] { m->Renew(); });
+  membership->watcher_ = std::thread([m = membership.get()] { m->Watch(); });
+  return membership;
+}
+
+Membership::~Membership() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (renewer_.joinable()) renewer_.join();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+std::string Membership::ServerKey(const std::string& address) const {
+  return absl::StrCat(options_.prefix, "servers/", address);
+}
+
+std::string Membership::TableKey() const { return absl::StrCat(options_.prefix, "placement"); }
+
+absl::Status Membership::Register() {
+  // What the table says this address holds is gone with its last process.
+  Remove(options_.address);
+  const absl::Time asked = absl::Now();
+  absl::StatusOr<int64_t> lease = etcd_->GrantLease(options_.ttl);
+  if (!lease.ok()) return lease.status();
+  absl::StatusOr<int64_t> put = etcd_->Put(ServerKey(options_.address), "", *lease);
+  if (!put.ok()) return put.status();
+  absl::MutexLock lock(&mu_);
+  lease_ = *lease;
+  serving_until_ = asked + options_.ttl;
+  return absl::OkStatus();
+}
+
+absl::Status Membership::ChangeTable(
+    const std::function<absl::StatusOr<Placement>(const Placement&)>& change) {
+  for (;;) {
+    Placement current;
+    int64_t revision = 0;  // 0: no table yet
+    absl::StatusOr<EtcdValue> got = etcd_->Get(TableKey());
+    if (got.ok()) {
+      if (!current.ParseFromString(got->value)) {
+        return absl::DataLossError(
+            absl::StrCat("etcd's ", TableKey(), " is not a placement table"));
+      }
+      revision = got->mod_revision;
+    } else if (got.status().code() != absl::StatusCode::kNotFound) {
+      return got.status();
+    }
+    absl::StatusOr<Placement> next = change(current);
+    if (!next.ok()) return next.status();
+    if (next->epoch() == current.epoch()) return absl::OkStatus();  // nothing to change
+    absl::StatusOr<int64_t> put =
+        etcd_->CompareAndPut(TableKey(), next->SerializeAsString(), revision);
+    if (put.ok()) {
+      Seen(*next);
+      return absl::OkStatus();
+    }
+    // FAILED_PRECONDITION: another server changed it first; read it again.
+    if (put.status().code() != absl::StatusCode::kFailedPrecondition) return put.status();
+  }
+}
+
+absl::Status Membership::AddUnits(const Placement& table) {
+  return ChangeTable([&](const Placement& current) { return WithUnits(current, table); });
+}
+
+void Membership::Remove(const std::string& address) {
+  absl::Status status = ChangeTable([&](const Placement& current) -> absl::StatusOr<Placement> {
+    for (const PlacedServer& server : current.servers()) {
+      if (server.address() == address) return WithoutServer(current, server.id());
+    }
+    return current;  // not in it (any more)
+  });
+  if (status.ok()) return;
+  LOG_ERROR("taking server {} out of the placement table: {}", address, status.ToString());
+}
+
+void Membership::Seen(const Placement& table) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (table.epoch() <= table_.epoch()) return;
+    table_ = table;
+  }
+  on_table_(table);
+}
+
+Placement Membership::table() const {
+  absl::MutexLock lock(&mu_);
+  return table_;
+}
+
+absl::Status Membership::CheckServing() const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  if (now < serving_until_) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "this server's lease in etcd ran out ", absl::FormatDuration(now - serving_until_),
+      " ago: it takes no writes, since another server may hold its shards now"));
+}
+
+bool Membership::Stopping(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), timeout);
+  return stopping_;
+}
+
+void Membership::Renew() {
+  while (!Stopping(options_.ttl / 3)) {
+    int64_t lease = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      lease = lease_;
+    }
+    const absl::Time asked = absl::Now();
+    absl::StatusOr<absl::Duration> left = etcd_->KeepAlive(lease);
+    if (left.ok()) {
+      absl::MutexLock lock(&mu_);
+      serving_until_ = asked + *left;
+      continue;
+    }
+    if (left.status().code() != absl::StatusCode::kNotFound) {
+      LOG_WARN("renewing this server's lease in etcd: {}", left.status().ToString());
+      continue;
+    }
+    LOG_ERROR(
+        "this server's lease in etcd ran out: the others took its shards; it joins again, "
+        "holding none");
+    if (absl::Status s = Register(); !s.ok()) {
+      LOG_WARN("joining again: {}", s.ToString());
+    }
+  }
+}
+
+void Membership::Watch() {
+  const std::string servers = absl::StrCat(options_.prefix, "servers/");
+  while (!Stopping(absl::ZeroDuration())) {
+    absl::StatusOr<EtcdListing> listing = etcd_->List(options_.prefix);
+    if (!listing.ok()) {
+      LOG_WARN("reading the job's keys in etcd: {}", listing.status().ToString());
+      Stopping(kWatchRetry);
+      continue;
+    }
+    Placement table;
+    std::set<std::string> alive;
+    for (const EtcdValue& value : listing->values) {
+      if (value.key == TableKey()) {
+        if (!table.ParseFromString(value.value)) table.Clear();
+      } else if (absl::StartsWith(value.key, servers)) {
+        alive.insert(value.key.substr(servers.size()));
+      }
+    }
+    Seen(table);
+    // Servers lost while nobody watched.
+    for (const PlacedServer& server : table.servers()) {
+      if (alive.count(server.address()) == 0) Remove(server.address());
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      watch_broken_ = false;
+    }
+    std::unique_ptr<EtcdWatch> watch = etcd_->Watch(
+        options_.prefix, listing->revision + 1,
+        [&](const std::vector<EtcdEvent>& events) {
+          for (const EtcdEvent& event : events) {
+            if (event.kv.key == TableKey() && !event.deleted) {
+              Placement next;
+              if (next.ParseFromString(event.kv.value)) Seen(next);
+            } else if (event.deleted && absl::StartsWith(event.kv.key, servers)) {
+              const std::string address = event.kv.key.substr(servers.size());
+              LOG_WARN("server {} lost its lease in etcd: its shards fail over", address);
+              Remove(address);
+            }
+          }
+        },
+        [&](const absl::Status& status) {
+          LOG_WARN("watching the job's keys in etcd: {}; reading them again", status.ToString());
+          absl::MutexLock lock(&mu_);
+          watch_broken_ = true;
+        });
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Membership* m)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) { return m->stopping_ || m->watch_broken_; },
+          this));
+    }
+    watch.reset();
+  }
+}
+
+}  // namespace fulcrum
