@@ -15,6 +15,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/file_system.h"
+#include "common/partitioner.h"
+#include "common/placement.h"
 #include "common/tensor.h"
 #include "ps_server/parameter_server.h"
 #include "ps_server/replicator.h"
@@ -352,6 +354,74 @@ TEST(ReplicationAckTest, AStreamThatBreaksIsOpenedAgainAndItsUpdatesSentAgain) {
   ASSERT_TRUE(from_primary.ok() && from_backup.ok());
   EXPECT_EQ(from_backup->slices(0).version(), 1);
   EXPECT_EQ(from_backup->slices(0).tensor().data(), from_primary->slices(0).tensor().data());
+}
+
+// A link that says when it is gone.
+class WatchedLink : public DirectLink {
+ public:
+  WatchedLink(ParameterServer* backup, std::atomic<int>* calls, std::atomic<bool>* gone)
+      : DirectLink(backup, nullptr, calls, /*broken=*/1 << 30), gone_(gone) {}
+  ~WatchedLink() override { *gone_ = true; }
+
+ private:
+  std::atomic<bool>* gone_;
+};
+
+TEST(ReplicationFailoverTest, ATableWithoutABackupDropsItAndOneWithoutThePrimaryPromotes) {
+  std::atomic<int> calls{0};
+  std::atomic<bool> link_gone{false};
+  ParameterServer backup(Config(ASYNC, 1, 1));
+  ParameterServer primary(Config(ASYNC, 1), absl::Now, [&](const std::string&) {
+    return std::make_unique<WatchedLink>(&backup, &calls, &link_gone);
+  });
+  ASSERT_TRUE(CreateOnBoth(backup, primary).ok());
+  absl::StatusOr<Placement> table =
+      InitialPlacement({{kPrimary, ""}, {kBackup, ""}}, {{ShardKey("w", 0), 120}}, 2);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->units(0).copies(0).server(), 0);  // the primary where it was created
+  primary.ApplyPlacement(*table);
+  backup.ApplyPlacement(*table);
+  EXPECT_EQ(primary.Describe().placement().epoch(), 1);
+  // The backup's server never answers (its streams break): the push waits.
+  std::atomic<bool> answered{false};
+  std::thread pusher([&] {
+    absl::StatusOr<PushResponse> pushed = primary.Push(OnesPush());
+    EXPECT_TRUE(pushed.ok()) << pushed.status();
+    answered = true;
+  });
+  while (calls.load() == 0) std::this_thread::yield();
+  EXPECT_FALSE(answered.load());
+  // The backup's server lost: the push is answered without it, and the
+  // primary stops calling it.
+  absl::StatusOr<Placement> without_backup = WithoutServer(*table, 1);
+  ASSERT_TRUE(without_backup.ok());
+  primary.ApplyPlacement(*without_backup);
+  pusher.join();
+  EXPECT_TRUE(answered.load());
+  EXPECT_TRUE(link_gone.load());
+  EXPECT_TRUE(primary.Describe().shards(0).backups().empty());
+
+  // The primary's server lost instead: the backup is promoted, takes a
+  // worker's push, and refuses its old primary's updates.
+  absl::StatusOr<Placement> without_primary = WithoutServer(*table, 0);
+  ASSERT_TRUE(without_primary.ok());
+  EXPECT_EQ(backup.Push(OnesPush()).status().code(), absl::StatusCode::kFailedPrecondition);
+  backup.ApplyPlacement(*without_primary);
+  absl::StatusOr<PushResponse> pushed = backup.Push(OnesPush());
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->results(0).outcome(), ShardPushResult::APPLIED);
+  ReplicateRequest late;
+  late.set_primary(kPrimary);
+  ShardUpdate* update = late.add_updates();
+  update->set_variable("w");
+  update->set_version(2);
+  update->set_averaged(1);
+  update->set_gradient(std::string(30 * sizeof(float), '\0'));
+  EXPECT_THAT(backup.Replicate(late).status().message(), HasSubstr("is not a backup copy"));
+  // An older table changes nothing.
+  backup.ApplyPlacement(*table);
+  EXPECT_EQ(backup.Describe().placement().epoch(), 2);
+  EXPECT_EQ(backup.Describe().shards(0).primary(), "");
 }
 
 TEST(ReplicationCreateTest, CopiesThatCannotBeAreRefusedByName) {

@@ -1,6 +1,7 @@
 #include "ps_server/replicator.h"
 
 #include <algorithm>
+#include <set>
 
 #include "common/logging.h"
 
@@ -26,14 +27,37 @@ Replicator::~Replicator() {
     for (auto& [shard, copies] : copies_) shard->ForwardUpdates(nullptr);
     peers.swap(peers_);
   }
-  for (auto& [address, peer] : peers) {
-    {
-      absl::MutexLock lock(&peer->mu);
-      peer->stopping = true;
-      if (peer->stream != nullptr) peer->stream->Cancel();  // a Write held up by the backup
-    }
-    peer->sender.join();
+  for (auto& [address, peer] : peers) Stop(*peer);
+}
+
+void Replicator::Stop(Peer& peer) {
+  {
+    absl::MutexLock lock(&peer.mu);
+    peer.stopping = true;
+    if (peer.stream != nullptr) peer.stream->Cancel();  // a Write held up by the backup
   }
+  peer.sender.join();
+}
+
+void Replicator::DropUnusedPeers() {
+  std::vector<std::unique_ptr<Peer>> unused;
+  {
+    absl::MutexLock lock(&mu_);
+    std::set<const Peer*> used;
+    for (const auto& [shard, copies] : copies_)
+      used.insert(copies.peers.begin(), copies.peers.end());
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      if (used.count(it->second.get()) > 0) {
+        ++it;
+        continue;
+      }
+      LOG_INFO("replicating to {}: no shard's backup is there any more; stopped",
+               it->second->address);
+      unused.push_back(std::move(it->second));
+      it = peers_.erase(it);
+    }
+  }
+  for (const auto& peer : unused) Stop(*peer);
 }
 
 Replicator::Peer* Replicator::PeerLocked(const std::string& address) {
@@ -54,6 +78,7 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
       copies_.erase(shard);
     }
     shard->ForwardUpdates(nullptr);  // commits what it has
+    DropUnusedPeers();
     return;
   }
   std::vector<Peer*> peers;
@@ -83,6 +108,7 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
     Enqueue(peers.back(), shard, std::move(update));
   });
   shard->Committed(committed);  // a backup that went may have held it back
+  DropUnusedPeers();
 }
 
 std::vector<std::string> Replicator::BackupsOf(const Shard* shard) {

@@ -103,6 +103,11 @@ class Replicator {
   };
 
   Peer* PeerLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops `peer`'s sender (what it had not sent is dropped).
+  static void Stop(Peer& peer);
+  // Stops the senders to servers that hold no shard's backup any more (the
+  // table dropped them), which would otherwise call a lost server for ever.
+  void DropUnusedPeers() ABSL_LOCKS_EXCLUDED(mu_);
   static void Enqueue(Peer* peer, Shard* shard, ShardUpdate update);
   // The sender's loop: opens the stream, sends again what it had in flight,
   // then what queues, in order, until stopped.
