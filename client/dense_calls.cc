@@ -580,6 +580,69 @@ absl::StatusOr<DenseCalls::Pushes> DenseCalls::BuildPushes(const ConstTensorView
   return per_ps;
 }
 
+void DenseCalls::KeepAccumulated(
+    const Pushes& pushes,
+    const std::vector<const google::protobuf::RepeatedPtrField<ShardPushResult>*>& results) {
+  accumulated_.clear();
+  if (routed_epoch_ == 0) return;  // not following a table
+  for (size_t ps = 0; ps < pushes.size(); ++ps) {
+    std::set<std::pair<std::string, int>> accumulated;
+    for (const ShardPushResult& result : *results[ps]) {
+      if (result.outcome() == ShardPushResult::ACCUMULATED)
+        accumulated.insert({result.variable(), result.shard()});
+    }
+    if (accumulated.empty()) continue;
+    const OutgoingPush& push = *pushes[ps];
+    accumulated_push_id_ = push.request.push_id();
+    accumulated_clock_ = push.request.clock();
+    for (int i = 0; i < push.request.gradients_size(); ++i) {
+      const ShardSlice& slice = push.request.gradients(i);
+      if (accumulated.count({slice.variable(), slice.shard()}) == 0) continue;
+      ShardSlice& kept = accumulated_.emplace_back(slice);
+      const absl::Span<const char> data = push.SliceData(i);
+      kept.mutable_tensor()->set_data(data.data(), data.size());
+    }
+  }
+}
+
+void DenseCalls::PushAccumulatedAgain() {
+  if (accumulated_.empty()) return;
+  std::vector<PushRequest> requests(servers_.size());
+  std::vector<bool> involved(servers_.size());
+  for (const ShardSlice& slice : accumulated_) {
+    absl::StatusOr<const VariablePlacement*> variable = Find(slice.variable());
+    if (!variable.ok()) continue;
+    const int ps = (*variable)->shards[slice.shard()].ps;
+    *requests[ps].add_gradients() = slice;
+    involved[ps] = true;
+  }
+  for (int ps = 0; ps < servers_.size(); ++ps) {
+    PushRequest& request = requests[ps];
+    request.set_worker_id(servers_.options().worker_id);
+    request.set_push_id(accumulated_push_id_);
+    if (servers_.policy().CarriesClock()) request.set_clock(accumulated_clock_);
+    request.set_incarnation(servers_.incarnation(ps));
+  }
+  std::vector<PushResponse> responses(servers_.size());
+  absl::Status status = servers_.ForEachServer(
+      involved, "push of the step's gradients again", [&](int ps, absl::Time deadline) {
+        auto push = std::make_shared<OutgoingPush>();
+        push->request = requests[ps];
+        return Keep(servers_.server(ps).Push(std::move(push), deadline), &responses[ps]);
+      });
+  PushStats stats;
+  for (const PushResponse& response : responses) stats = AddPushResults(response.results(), stats);
+  if (!status.ok()) {
+    LOG_WARN("pushing the step's gradients again to the shards' new primaries: {}",
+             status.message());
+    return;
+  }
+  LOG_INFO(
+      "the step's gradients pushed again to the shards' primaries: {} accumulated, {} applied, "
+      "{} already there",
+      stats.accumulated, stats.applied, stats.duplicate + stats.stale);
+}
+
 void DenseCalls::AfterPush(const Pushes& pushes, const std::vector<bool>& dropped) {
   for (size_t ps = 0; ps < pushes.size(); ++ps) {
     if (dropped[ps]) continue;
@@ -622,7 +685,12 @@ absl::StatusOr<PushStats> DenseCalls::PushOnce(const ConstTensorViews& gradients
       nullptr, &recovered);
   if (!status.ok()) return status;
   PushStats stats;
-  for (const PushResponse& response : responses) stats = AddPushResults(response.results(), stats);
+  std::vector<const google::protobuf::RepeatedPtrField<ShardPushResult>*> results;
+  for (const PushResponse& response : responses) {
+    stats = AddPushResults(response.results(), stats);
+    results.push_back(&response.results());
+  }
+  KeepAccumulated(pushes, results);
   for (int ps = 0; ps < servers_.size(); ++ps) {
     if (recovered[ps]) stats.lost += pushes[ps]->request.gradients_size();
   }
@@ -695,9 +763,12 @@ absl::StatusOr<PushStats> DenseCalls::PushPullOnce(
     return status;
   }
   PushStats stats;
+  std::vector<const google::protobuf::RepeatedPtrField<ShardPushResult>*> results;
   for (const PullResponse& response : responses) {
     stats = AddPushResults(response.push_results(), stats);
+    results.push_back(&response.push_results());
   }
+  KeepAccumulated(pushes, results);
   for (int ps = 0; ps < servers_.size(); ++ps) {
     if (recovered[ps]) stats.lost += pushes[ps]->request.gradients_size();
   }

@@ -103,6 +103,7 @@ class DenseCalls {
       if (result.ok() || !Reroute()) return result;
       LOG_WARN("{}: {}; made again with the placement table of epoch {}", what,
                StatusOf(result).message(), routed_epoch_);
+      PushAccumulatedAgain();
     }
   }
   static const absl::Status& StatusOf(const absl::Status& status) { return status; }
@@ -154,6 +155,19 @@ class DenseCalls {
   absl::Status Assemble(const std::vector<const VariablePlacement*>& variables,
                         std::vector<PullResponse>& responses, const std::vector<Placer>& placers,
                         const TensorViews& out);
+  // After a push answered by `results` (each server's), when following a
+  // placement table: keeps a copy of the gradients its shards' primaries
+  // accumulated (sync), in place of the last push's. A step's accumulated
+  // gradients are not replicated (only the step's update is), so a
+  // primary lost before its step completes loses them: they are pushed
+  // again to the shards' new primaries (PushAccumulatedAgain).
+  void KeepAccumulated(
+      const Pushes& pushes,
+      const std::vector<const google::protobuf::RepeatedPtrField<ShardPushResult>*>& results);
+  // The kept gradients, each to its shard's primary now, with the push's
+  // id: a primary that has them (or has applied their step) answers
+  // DUPLICATE or STALE.
+  void PushAccumulatedAgain();
   // Sets the versions the next pulls wait for, after a push that the
   // servers in `dropped` lost; advances the clock.
   void AfterPush(const Pushes& pushes, const std::vector<bool>& dropped);
@@ -164,6 +178,11 @@ class DenseCalls {
   std::map<std::pair<std::string, int>, ShardVersions> shard_state_;
   int64_t step_ = 0;
   int64_t routed_epoch_ = 0;  // of the placement table placement_ follows; 0: the chief's
+  // KeepAccumulated's: the push's id and clock, and its accumulated shards'
+  // slices, with their bytes.
+  uint64_t accumulated_push_id_ = 0;
+  int64_t accumulated_clock_ = 0;
+  std::vector<ShardSlice> accumulated_;
 };
 
 }  // namespace fulcrum

@@ -81,6 +81,7 @@ class ReplicationClusterTest : public ::testing::Test {
   std::unique_ptr<PsService::Stub> Stub(const std::string& address, const std::string& role) {
     return PsService::NewStub(grpc::CreateChannel(address, MakeChannelCredentials(Tls(role))));
   }
+  void KillOneForGood(ConsistencyMode mode);
 
   std::string certs_;
 };
@@ -175,22 +176,26 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
   EXPECT_THAT(refused.error_message(), HasSubstr("only a certificate naming ps"));
 }
 
-// The exactness check: async workers push ones to w over 3
-// servers with two copies of each shard, coordinated through etcd; one
-// server is killed (-9) mid-run and never restarted. Its shards' backups
-// take over, the workers follow the new table, and every element ends at
-// exactly minus the number of pushes answered: nothing lost, nothing
-// applied twice.
-TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoAcknowledgedPush) {
+// The exactness check: workers push ones to w over 3 servers with
+// two copies of each shard, coordinated through etcd, `kSteps` pushes each;
+// one server is killed (-9) once each has made 20, and never restarted.
+// Its shards' backups take over, the workers follow the new table, and
+// every element ends at exactly what the pushes make: async, minus every
+// push (nothing lost, nothing applied twice); sync, minus every step (each
+// step's mean of ones applied once, the gradients a lost primary had
+// accumulated pushed again to the new one).
+void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   std::string dir = ::testing::TempDir() + "/etcd-XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
   absl::StatusOr<std::unique_ptr<LocalEtcd>> etcd = LocalEtcd::Start(dir);
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   constexpr int kServers = 3;
   constexpr int kWorkers = 4;
+  constexpr int kSteps = 60;
   std::vector<std::string> flags = ServerFlags(2);
-  flags.insert(flags.end(), {"--etcd=" + (*etcd)->endpoint(), "--etcd_prefix=/exactness/",
-                             "--etcd_lease_secs=1"});
+  flags.insert(flags.end(),
+               {mode == SYNC ? "--mode=sync" : "--mode=async", "--etcd=" + (*etcd)->endpoint(),
+                "--etcd_prefix=/exactness/", "--etcd_lease_secs=1"});
   std::vector<std::string> addresses;
   auto servers = StartServers(kServers, std::vector<std::vector<std::string>>(kServers, flags),
                               &addresses, kWorkers);
@@ -204,11 +209,11 @@ TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoAcknowledgedPush) {
   for (int w = 0; w < kWorkers; ++w) {
     PsClientOptions options = Client(w == 0 ? "chief" : "worker");
     options.worker_id = w;
+    options.mode = mode;
     workers.push_back(NewGrpcPsClient(addresses, options));
     // Every shard on a primary and a backup of the three.
     ASSERT_TRUE(workers.back()->CreateVariables({Ones(6)}).ok());
   }
-  std::atomic<bool> stop{false};
   std::vector<int64_t> acknowledged(kWorkers, 0);
   std::vector<absl::Status> failed(kWorkers);
   absl::Mutex mu;
@@ -217,53 +222,58 @@ TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoAcknowledgedPush) {
     threads.emplace_back([&, w] {
       TensorMap gradient;
       gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
-      while (!stop.load()) {
-        absl::StatusOr<PushStats> pushed = workers[w]->Push(gradient);
+      TensorMap values;
+      // A sync step waits for every worker once all have come.
+      if (absl::Status s = workers[w]->AwaitJobStart(nullptr); !s.ok()) {
+        absl::MutexLock lock(&mu);
+        failed[w] = s;
+        return;
+      }
+      for (int step = 0; step < kSteps; ++step) {
+        absl::Status pulled = workers[w]->Pull({"w"}, &values);
+        absl::StatusOr<PushStats> pushed =
+            pulled.ok() ? workers[w]->Push(gradient) : absl::StatusOr<PushStats>(pulled);
+        absl::MutexLock lock(&mu);
         if (!pushed.ok()) {
           failed[w] = pushed.status();
           return;
         }
-        absl::MutexLock lock(&mu);
         ++acknowledged[w];
       }
     });
   }
-  auto pushes_at_least = [&](int64_t n) {
+  {
     absl::MutexLock lock(&mu);
-    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto twenty_each = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       for (int w = 0; w < kWorkers; ++w) {
-        if (acknowledged[w] < n && failed[w].ok()) return false;
+        if (acknowledged[w] < 20 && failed[w].ok()) return false;
       }
       return true;
     };
-    return mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(120));
-  };
-  ASSERT_TRUE(pushes_at_least(20));
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&twenty_each), absl::Seconds(120)));
+  }
   servers[1]->Signal(SIGKILL);
   // The survivors see its lease go, and take it out of the table.
   EXPECT_TRUE(servers[0]->WaitForLine("lost its lease in etcd", absl::Seconds(30)));
-  int64_t at_kill = 0;
-  {
-    absl::MutexLock lock(&mu);
-    for (int64_t n : acknowledged) at_kill = std::max(at_kill, n);
-  }
-  // Each worker goes on well past the failover.
-  const bool went_on = pushes_at_least(at_kill + 30);
-  stop = true;
   for (std::thread& t : threads) t.join();
-  for (int w = 0; w < kWorkers; ++w)
+  for (int w = 0; w < kWorkers; ++w) {
     EXPECT_TRUE(failed[w].ok()) << "worker " << w << ": " << failed[w];
-  ASSERT_TRUE(went_on);
-
-  int64_t total = 0;
-  for (int64_t n : acknowledged) total += n;
+    EXPECT_EQ(acknowledged[w], kSteps) << "worker " << w;
+  }
+  const float expected = mode == SYNC ? -kSteps : -kSteps * kWorkers;
   TensorMap values;
   ASSERT_TRUE(workers[0]->Pull({"w"}, &values).ok());
   ASSERT_EQ(values["w"].values.size(), kElements);
   for (size_t i = 0; i < kElements; ++i) {
-    ASSERT_EQ(values["w"].values[i], -static_cast<float>(total)) << "element " << i;
+    ASSERT_EQ(values["w"].values[i], expected) << "element " << i;
   }
 }
+
+TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoAcknowledgedAsyncPush) {
+  KillOneForGood(ASYNC);
+}
+
+TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoSyncStep) { KillOneForGood(SYNC); }
 
 TEST_F(ReplicationClusterTest, ServersThatDisagreeOnReplicationAreNamed) {
   std::vector<std::string> addresses;
