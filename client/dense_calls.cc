@@ -31,6 +31,11 @@ absl::Status CheckView(const std::string& what, const VariableSpec& spec, const 
   return absl::OkStatus();
 }
 
+// How long a client asks each server for the cluster's placement table
+// before creating variables: a server that does not answer by then is
+// passed over (one not yet started has no table to give).
+constexpr absl::Duration kPlacementProbe = absl::Seconds(2);
+
 }  // namespace
 
 absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
@@ -52,6 +57,10 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
       return s;
     }
   }
+  // A client that starts after a server was lost (a restarted worker)
+  // finds the cluster's table first, so as to leave the lost server out.
+  servers_.RefreshPlacement(absl::Now() + kPlacementProbe);
+  if (servers_.placement().epoch() > 0) servers_.FollowPlacement();
   Placement table;  // of the copies; none unreplicated
   absl::StatusOr<std::vector<std::vector<int>>> backups = PlaceBackups(*placed, &table);
   if (!backups.ok()) return backups.status();
@@ -121,7 +130,8 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
   }
   std::vector<bool> involved(servers_.size());
   for (int ps = 0; ps < servers_.size(); ++ps) {
-    involved[ps] = requests[ps].shards_size() > 0;
+    // The shards of a server that left are elsewhere, as the table says.
+    involved[ps] = requests[ps].shards_size() > 0 && !servers_.Left(ps);
     if (involved[ps] && table.units_size() > 0) *requests[ps].mutable_placement() = table;
   }
   std::vector<uint64_t> incarnations(servers_.size(), 0);
@@ -194,13 +204,16 @@ absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
   // The servers' --replication, which they must agree on.
   absl::StatusOr<std::vector<DescribeResponse>> described = servers_.Describe();
   if (!described.ok()) return described.status();
-  const int replication = std::max(1, (*described)[0].replication());
+  int first = 0;  // the first server asked
+  while (servers_.Left(first)) ++first;
+  const int replication = std::max(1, (*described)[first].replication());
   for (int ps = 1; ps < servers_.size(); ++ps) {
+    if (servers_.Left(ps)) continue;  // not asked
     if (std::max(1, (*described)[ps].replication()) != replication) {
       return absl::FailedPreconditionError(
-          absl::StrCat("the servers disagree on --replication: ps 0 (", servers_.address(0),
-                       ") has ", replication, ", ps ", ps, " (", servers_.address(ps), ") ",
-                       (*described)[ps].replication()));
+          absl::StrCat("the servers disagree on --replication: ps ", first, " (",
+                       servers_.address(first), ") has ", replication, ", ps ", ps, " (",
+                       servers_.address(ps), ") ", (*described)[ps].replication()));
     }
   }
   if (replication == 1) return backups;

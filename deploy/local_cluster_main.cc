@@ -2,8 +2,10 @@
 // servers and workers on 127.0.0.1, each with a TF_CONFIG -- prefixes every
 // output line with its process's role and index, restarts a process that
 // dies (up to --max_restarts times, as torchrun does), stops every process
-// on Ctrl-C or when one fails for good, and exits with the chief's status
-// (when another process failed first, with that one's).
+// on Ctrl-C or when one fails for good (but a server of replicated shards,
+// --replication above 1, whose shards fail over to their backups through
+// the etcd the launcher starts), and exits with the chief's status (when
+// another process failed first, with that one's).
 //
 //   local_cluster --num_ps=2 --num_workers=3 --mode=sync -- --epochs=10
 //   local_cluster --num_ps=0 --num_workers=3 --strategy=multi_worker_mirrored -- --epochs=10
@@ -42,6 +44,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/etcd/local_etcd.h"
 #include "common/loopback.h"
 #include "common/subprocess.h"
 #include "tools/cpp/runfiles/runfiles.h"
@@ -57,7 +60,9 @@ ABSL_FLAG(int64_t, staleness, 2, "ssp: the bound k.");
 ABSL_FLAG(int, replicas_to_aggregate, 0, "sync: gradients per step; 0 means every worker.");
 ABSL_FLAG(int, replication, 1,
           "The servers' --replication: copies of each shard, on that many of the --num_ps "
-          "servers (docs/replication.md).");
+          "servers (docs/replication.md). Above 1 the launcher also starts an etcd on "
+          "127.0.0.1 (Debian's etcd-server) for the servers to coordinate through, so that a "
+          "server lost for good fails over to its shards' backups and the job goes on.");
 ABSL_FLAG(std::string, summary_json, "", "Passed to the chief: where it writes the run's summary.");
 ABSL_FLAG(std::string, metrics_jsonl, "",
           "Passed to the chief: where it writes progress and per-epoch metrics.");
@@ -415,7 +420,35 @@ int Run(const std::vector<std::string>& worker_args) {
   const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   std::vector<std::string> ps_flags = mode_flags;
   if (!checkpoint_dir.empty()) ps_flags.push_back("--checkpoint_dir=" + checkpoint_dir);
-  if (replication > 1) ps_flags.push_back(absl::StrCat("--replication=", replication));
+  // Replicated shards coordinate through an etcd of the run's own.
+  std::unique_ptr<fulcrum::LocalEtcd> etcd;
+  std::string etcd_dir;
+  const auto remove_etcd_dir = absl::MakeCleanup([&] {
+    etcd.reset();
+    if (!etcd_dir.empty()) std::filesystem::remove_all(etcd_dir);
+  });
+  const bool replicated = !all_reduce && replication > 1;
+  if (replicated) {
+    etcd_dir = (std::filesystem::temp_directory_path() / "fulcrum-etcd-XXXXXX").string();
+    if (mkdtemp(etcd_dir.data()) == nullptr) {
+      std::fprintf(stderr, "local_cluster: cannot make a directory for etcd: %s\n",
+                   std::strerror(errno));
+      etcd_dir.clear();
+      return 1;
+    }
+    absl::StatusOr<std::unique_ptr<fulcrum::LocalEtcd>> started =
+        fulcrum::LocalEtcd::Start(etcd_dir);
+    if (!started.ok()) {
+      std::fprintf(stderr, "local_cluster: --replication=%d: %s\n", replication,
+                   std::string(started.status().message()).c_str());
+      return 1;
+    }
+    etcd = *std::move(started);
+    std::printf("[launcher] etcd on %s coordinates the replicated shards\n",
+                etcd->endpoint().c_str());
+    ps_flags.push_back(absl::StrCat("--replication=", replication));
+    ps_flags.push_back("--etcd=" + etcd->endpoint());
+  }
   for (absl::string_view arg :
        absl::StrSplit(absl::GetFlag(FLAGS_ps_args), ' ', absl::SkipWhitespace())) {
     ps_flags.emplace_back(arg);
@@ -520,6 +553,8 @@ int Run(const std::vector<std::string>& worker_args) {
     for (size_t i = 0; i < children.size(); ++i) {
       const Child& child = children[i];
       if (all_reduce && i > first_worker) continue;
+      // A server lost for good fails over to its shards' backups.
+      if (replicated && i < first_worker) continue;
       if (child.status && *child.status != 0 && child.restarts >= max_restarts) return &child;
     }
     return nullptr;

@@ -195,7 +195,11 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   std::vector<std::string> flags = ServerFlags(2);
   flags.insert(flags.end(),
                {mode == SYNC ? "--mode=sync" : "--mode=async", "--etcd=" + (*etcd)->endpoint(),
-                "--etcd_prefix=/exactness/", "--etcd_lease_secs=1"});
+                "--etcd_prefix=/exactness/", "--etcd_lease_secs=1",
+                // Long worker leases: a sync step whose gradients a lost
+                // primary held completes only because they are pushed again,
+                // not because their workers are presumed dead.
+                "--lease_timeout_ms=300000"});
   std::vector<std::string> addresses;
   auto servers = StartServers(kServers, std::vector<std::vector<std::string>>(kServers, flags),
                               &addresses, kWorkers);
@@ -267,6 +271,18 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   for (size_t i = 0; i < kElements; ++i) {
     ASSERT_EQ(values["w"].values[i], expected) << "element " << i;
   }
+  // A worker started after the failover (a restarted one) finds the table
+  // and leaves the lost server out.
+  PsClientOptions options = Client("worker");
+  options.worker_id = 1;
+  options.mode = mode;
+  std::unique_ptr<PsClient> late = NewGrpcPsClient(addresses, options);
+  const absl::Status created = late->CreateVariables({Ones(6)});
+  ASSERT_TRUE(created.ok()) << created;
+  TensorMap again;
+  const absl::Status pulled = late->Pull({"w"}, &again);
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  EXPECT_EQ(again["w"].values, values["w"].values);
 }
 
 TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoAcknowledgedAsyncPush) {
