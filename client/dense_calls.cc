@@ -57,10 +57,6 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
       return s;
     }
   }
-  // A client that starts after a server was lost (a restarted worker)
-  // finds the cluster's table first, so as to leave the lost server out.
-  servers_.RefreshPlacement(absl::Now() + kPlacementProbe);
-  if (servers_.placement().epoch() > 0) servers_.FollowPlacement();
   Placement table;  // of the copies; none unreplicated
   absl::StatusOr<std::vector<std::vector<int>>> backups = PlaceBackups(*placed, &table);
   if (!backups.ok()) return backups.status();
@@ -201,6 +197,11 @@ absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
   for (const VariablePlacement& variable : placed)
     backups.resize(backups.size() + variable.shards.size());
   if (servers_.size() == 1) return backups;
+  // A client that starts after a server was lost (a restarted worker)
+  // finds the cluster's table first, so as to leave the lost server out of
+  // what follows.
+  servers_.RefreshPlacement(absl::Now() + kPlacementProbe);
+  if (servers_.placement().epoch() > 0) servers_.FollowPlacement();
   // The servers' --replication, which they must agree on.
   absl::StatusOr<std::vector<DescribeResponse>> described = servers_.Describe();
   if (!described.ok()) return described.status();
