@@ -277,6 +277,7 @@ std::vector<PullRequest> DenseCalls::BuildPulls(
     }
     pulls[ps].set_incarnation(servers_.incarnation(ps));
     pulls[ps].set_wire_dtype(options.wire_dtype);
+    pulls[ps].set_placement_epoch(routed_epoch_);
   }
   for (const VariablePlacement* variable : variables) {
     for (const ShardPlacement& shard : variable->shards) {
@@ -565,6 +566,7 @@ absl::StatusOr<DenseCalls::Pushes> DenseCalls::BuildPushes(const ConstTensorView
     if (servers_.policy().CarriesClock()) request.set_clock(servers_.clock());
     request.set_push_id(push_id);
     request.set_incarnation(servers_.incarnation(ps));
+    request.set_placement_epoch(routed_epoch_);
   }
   for (const auto& [name, grad] : gradients) {
     auto found = Find(name);
@@ -636,6 +638,7 @@ void DenseCalls::PushAccumulatedAgain() {
     request.set_push_id(accumulated_push_id_);
     if (servers_.policy().CarriesClock()) request.set_clock(accumulated_clock_);
     request.set_incarnation(servers_.incarnation(ps));
+    request.set_placement_epoch(routed_epoch_);
   }
   std::vector<PushResponse> responses(servers_.size());
   absl::Status status = servers_.ForEachServer(
@@ -687,8 +690,7 @@ absl::StatusOr<PushStats> DenseCalls::PushOnce(const ConstTensorViews& gradients
   std::vector<PushResponse> responses(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (int ps = 0; ps < servers_.size(); ++ps) {
-    involved[ps] =
-        pushes[ps]->request.gradients_size() > 0 || servers_.policy().PushReachesEveryServer();
+    involved[ps] = pushes[ps]->request.gradients_size() > 0 || servers_.EveryPushReaches(ps);
   }
   std::vector<bool> recovered;  // their pushes are lost
   absl::Status status = servers_.ForEachServerRecovering(
@@ -754,7 +756,7 @@ absl::StatusOr<PushStats> DenseCalls::PushPullOnce(
   std::vector<bool> involved(servers_.size());
   for (int ps = 0; ps < servers_.size(); ++ps) {
     involved[ps] = pushes[ps]->request.gradients_size() > 0 || pulls[ps].shards_size() > 0 ||
-                   servers_.policy().PushReachesEveryServer();
+                   servers_.EveryPushReaches(ps);
   }
   std::vector<bool> recovered;  // their pushes are dropped
   absl::Status status = servers_.ForEachServerRecovering(

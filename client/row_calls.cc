@@ -188,11 +188,11 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
   for (absl::Span<const float> rows : grads) row_floats.push_back(rows.size());
   auto routed = RouteLookups(lookups, row_floats, "gradient");
   if (!routed.ok()) return routed.status();
-  const bool every_server = servers_.policy().PushReachesEveryServer();
   std::vector<PushRowsRequest> requests(servers_.size());
-  std::vector<bool> involved(servers_.size(), every_server);
+  std::vector<bool> involved(servers_.size());
   const uint64_t push_id = servers_.NewPushId();
   for (int ps = 0; ps < servers_.size(); ++ps) {
+    involved[ps] = servers_.EveryPushReaches(ps);
     requests[ps].set_worker_id(servers_.options().worker_id);
     requests[ps].set_incarnation(servers_.incarnation(ps));
     requests[ps].set_push_id(push_id);
@@ -202,7 +202,7 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
     const RoutedIds& r = (*routed)[i];
     const std::vector<float> sums = SumRowsPerId(r, grads[i], width);
     for (int ps = 0; ps < servers_.size(); ++ps) {
-      if (r.by_server[ps].empty() && !every_server) continue;
+      if (r.by_server[ps].empty() && !servers_.EveryPushReaches(ps)) continue;
       TableRows* part = requests[ps].add_tables();
       part->set_table(lookups[i].table);
       auto it = table_state_.find({lookups[i].table, ps});

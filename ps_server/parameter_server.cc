@@ -146,6 +146,7 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
   for (const PlacedServer& server : table.servers()) addresses[server.id()] = server.address();
   std::map<std::string, const PlacedUnit*> units;
   for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
+  bool promoted = false;
   for (Shard* shard : store_.All()) {
     const auto found = units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
     if (found == units.end()) continue;  // not replicated
@@ -167,6 +168,9 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
       continue;
     }
     if (shard->IsBackup()) {
+      // Before the shard serves a pull routed by this table.
+      if (!promoted) policy_->OnPromoted(table.epoch());
+      promoted = true;
       shard->Promote();
       LOG_INFO("{}: the primary now (epoch {}), at version {}", shard->label(), table.epoch(),
                shard->version());

@@ -424,6 +424,61 @@ TEST(ReplicationFailoverTest, ATableWithoutABackupDropsItAndOneWithoutThePrimary
   EXPECT_EQ(backup.Describe().shards(0).primary(), "");
 }
 
+// SSP at bound 0, two workers. Each push reaches both servers; worker 0's
+// last one reached the backup's server but not the primary, which is then
+// lost. Once promoted, the backup counts worker 0 at the clock of that
+// push, yet lacks its gradient: a pull routed by the new table waits for
+// worker 0 to retry it there.
+TEST(ReplicationFailoverTest, AnSspPullAfterAFailoverWaitsForThePushesThePrimaryLost) {
+  std::atomic<int> calls{0};
+  ParameterServer backup(Config(SSP, 2, 1));
+  ParameterServer primary(Config(SSP, 2), absl::Now, [&](const std::string&) {
+    return std::make_unique<DirectLink>(&backup, nullptr, &calls);
+  });
+  ASSERT_TRUE(CreateOnBoth(backup, primary).ok());
+  absl::StatusOr<Placement> table =
+      InitialPlacement({{kPrimary, ""}, {kBackup, ""}}, {{ShardKey("w", 0), 120}}, 2);
+  ASSERT_TRUE(table.ok()) << table.status();
+  primary.ApplyPlacement(*table);
+  backup.ApplyPlacement(*table);
+  auto push_at = [](int worker, bool gradient, int64_t epoch) {
+    PushRequest push = OnesPush();
+    push.set_worker_id(worker);
+    push.set_push_id(10 + worker);
+    push.set_clock(0);
+    push.set_placement_epoch(epoch);
+    if (!gradient) push.clear_gradients();
+    return push;
+  };
+  ASSERT_TRUE(primary.Push(push_at(1, true, 1)).ok());
+  ASSERT_TRUE(backup.Push(push_at(1, false, 1)).ok());
+  ASSERT_TRUE(backup.Push(push_at(0, false, 1)).ok());
+  EXPECT_EQ(backup.Describe().workers(0).clock(), 1);
+
+  absl::StatusOr<Placement> without_primary = WithoutServer(*table, 0);
+  ASSERT_TRUE(without_primary.ok());
+  backup.ApplyPlacement(*without_primary);
+  PullRequest pull;
+  pull.set_worker_id(1);
+  pull.set_clock(1);
+  pull.set_placement_epoch(2);
+  pull.add_shards()->set_variable("w");
+  absl::StatusOr<PullResponse> early = backup.Pull(pull, absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kDeadlineExceeded) << early.status();
+  EXPECT_THAT(early.status().message(), HasSubstr("waits for worker(s) 0 to reach clock 1"));
+
+  absl::StatusOr<PullResponse> pulled;
+  std::thread puller([&] { pulled = backup.Pull(pull, absl::Now() + absl::Seconds(30)); });
+  // Worker 0 retries its push by the new table: the promoted copy applies
+  // it, and the pull goes on.
+  absl::StatusOr<PushResponse> retried = backup.Push(push_at(0, true, 2));
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->results(0).outcome(), ShardPushResult::APPLIED);
+  puller.join();
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->slices(0).version(), 2);
+}
+
 TEST(ReplicationCreateTest, CopiesThatCannotBeAreRefusedByName) {
   ParameterServer unreplicated(Config(ASYNC, 1));
   CreateShardsRequest request;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/etcd/local_etcd.h"
@@ -177,13 +178,16 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
 }
 
 // The exactness check: workers push ones to w over 3 servers with
-// two copies of each shard, coordinated through etcd, `kSteps` pushes each;
-// one server is killed (-9) once each has made 20, and never restarted.
-// Its shards' backups take over, the workers follow the new table, and
-// every element ends at exactly what the pushes make: async, minus every
-// push (nothing lost, nothing applied twice); sync, minus every step (each
-// step's mean of ones applied once, the gradients a lost primary had
-// accumulated pushed again to the new one).
+// two copies of each shard, coordinated through etcd, `kSteps` pushes each,
+// worker w to the rows r with r % 4 == w (so each row counts one worker's
+// pushes); one server is killed (-9) once each has made 20, and never
+// restarted. Its shards' backups take over, the workers follow the new
+// table, and every element ends at exactly what the pushes make: async and
+// ssp, minus its worker's pushes (nothing lost, nothing applied twice);
+// sync, minus a quarter of every step (each step's mean applied once, the
+// gradients a lost primary had accumulated pushed again to the new one).
+// In ssp, no pull, before or after the failover, misses a push its bound
+// requires: a worker at clock c sees at least c - k pushes of each.
 void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   std::string dir = ::testing::TempDir() + "/etcd-XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
@@ -192,9 +196,11 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   constexpr int kServers = 3;
   constexpr int kWorkers = 4;
   constexpr int kSteps = 60;
+  constexpr int kBound = 1;
   std::vector<std::string> flags = ServerFlags(2);
   flags.insert(flags.end(),
-               {mode == SYNC ? "--mode=sync" : "--mode=async", "--etcd=" + (*etcd)->endpoint(),
+               {absl::StrCat("--mode=", absl::AsciiStrToLower(ConsistencyMode_Name(mode))),
+                absl::StrCat("--staleness=", kBound), "--etcd=" + (*etcd)->endpoint(),
                 "--etcd_prefix=/exactness/", "--etcd_lease_secs=1",
                 // Long worker leases: a sync step whose gradients a lost
                 // primary held completes only because they are pushed again,
@@ -220,12 +226,16 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   }
   std::vector<int64_t> acknowledged(kWorkers, 0);
   std::vector<absl::Status> failed(kWorkers);
+  std::vector<std::string> too_stale;  // ssp: pulls that missed a push their bound requires
   absl::Mutex mu;
   std::vector<std::thread> threads;
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
       TensorMap gradient;
-      gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
+      gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 0.0f)};
+      for (size_t i = 0; i < kElements; ++i) {
+        if (i / 8 % kWorkers == static_cast<size_t>(w)) gradient["w"].values[i] = 1.0f;
+      }
       TensorMap values;
       // A sync step waits for every worker once all have come.
       if (absl::Status s = workers[w]->AwaitJobStart(nullptr); !s.ok()) {
@@ -235,6 +245,17 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
       }
       for (int step = 0; step < kSteps; ++step) {
         absl::Status pulled = workers[w]->Pull({"w"}, &values);
+        if (pulled.ok() && mode == SSP) {
+          // At clock `step`, every worker's first step - k pushes are in.
+          const float at_most = -static_cast<float>(std::max(step - kBound, 0));
+          for (size_t i = 0; i < kElements; i += 8) {
+            if (values["w"].values[i] <= at_most) continue;
+            absl::MutexLock lock(&mu);
+            too_stale.push_back(absl::StrCat("worker ", w, " at clock ", step, " read ",
+                                             values["w"].values[i], " in row ", i / 8, ", at most ",
+                                             at_most));
+          }
+        }
         absl::StatusOr<PushStats> pushed =
             pulled.ok() ? workers[w]->Push(gradient) : absl::StatusOr<PushStats>(pulled);
         absl::MutexLock lock(&mu);
@@ -264,7 +285,8 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
     EXPECT_TRUE(failed[w].ok()) << "worker " << w << ": " << failed[w];
     EXPECT_EQ(acknowledged[w], kSteps) << "worker " << w;
   }
-  const float expected = mode == SYNC ? -kSteps : -kSteps * kWorkers;
+  EXPECT_THAT(too_stale, ::testing::IsEmpty());
+  const float expected = mode == SYNC ? -kSteps / static_cast<float>(kWorkers) : -kSteps;
   TensorMap values;
   ASSERT_TRUE(workers[0]->Pull({"w"}, &values).ok());
   ASSERT_EQ(values["w"].values.size(), kElements);
@@ -290,6 +312,10 @@ TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoAcknowledgedAsyncPush)
 }
 
 TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoSyncStep) { KillOneForGood(SYNC); }
+
+TEST_F(ReplicationClusterTest, AServerKilledForGoodKeepsSspClocksAndItsBound) {
+  KillOneForGood(SSP);
+}
 
 TEST_F(ReplicationClusterTest, ServersThatDisagreeOnReplicationAreNamed) {
   std::vector<std::string> addresses;

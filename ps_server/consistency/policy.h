@@ -68,6 +68,11 @@ class ConsistencyPolicy {
   // active now).
   virtual void OnWorkersChanged() {}
 
+  // The placement table of `epoch` promoted shards here to primary: what
+  // their lost primary may have acknowledged to no one yet (SSP: each
+  // worker's last push) is awaited by the pulls routed by it.
+  virtual void OnPromoted(int64_t epoch) {}
+
   // Floats per element a shard keeps besides its values and optimizer
   // slots, for the memory budget.
   virtual int ExtraFloatsPerElement() const { return 0; }

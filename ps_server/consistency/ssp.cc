@@ -1,6 +1,15 @@
 // ssp (stale synchronous parallel, bound k): pushes apply at once, and each
 // advances its worker's clock; a worker at clock c may pull only when every
 // active worker's clock is >= c - k. k = 0 is lock-step.
+//
+// With replicated shards, a server's clocks count the pushes it applied
+// itself. A shard promoted here from a lost primary lacks the pushes that
+// primary took but had not yet replicated, though this server's clocks
+// count them (every push reaches every server). So pulls routed by the
+// table that promoted it count, of each other worker, only the pushes known
+// acknowledged everywhere (those before the clock of its last call here),
+// until it calls by that table too: by then the pushes it retried to the
+// new primary are applied.
 #include <algorithm>
 #include <vector>
 
@@ -32,7 +41,7 @@ class SspPolicy final : public ConsistencyPolicy {
   explicit SspPolicy(const PolicyContext& context)
       : bound_(context.config->staleness_bound()),
         workers_(*context.workers),
-        clocks_(context.workers->num_workers(), 0) {}
+        clocks_(context.workers->num_workers()) {}
 
   absl::Status CheckPush(const PushRequest& push) const override {
     return CheckClock("push", push.worker_id(), push.has_clock(), push.clock());
@@ -43,11 +52,12 @@ class SspPolicy final : public ConsistencyPolicy {
   }
 
   // The worker finished the step computed at `clock`: its clock becomes at
-  // least clock + 1.
+  // least clock + 1. It sent this push once its last was acknowledged.
   void AfterPush(const PushRequest& push) override {
     absl::MutexLock lock(&mu_);
-    int64_t& clock = clocks_[push.worker_id()];
-    clock = std::max(clock, push.clock() + 1);
+    WorkerClock& worker = clocks_[push.worker_id()];
+    worker.clock = std::max(worker.clock, push.clock() + 1);
+    HeardLocked(worker, push.clock(), push.placement_epoch());
   }
 
   absl::Status AwaitPull(const PullRequest& pull, absl::Time deadline) override {
@@ -58,18 +68,29 @@ class SspPolicy final : public ConsistencyPolicy {
     }
     const int64_t min_clock = pull.clock() - bound_;
     absl::MutexLock lock(&mu_);
-    auto ready = [this, min_clock]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return cancelled_ || BehindLocked(min_clock).empty();
+    // A pull at clock c follows the push at c - 2, acknowledged (a
+    // push-pull carries the push at c - 1 with it).
+    HeardLocked(clocks_[pull.worker_id()], pull.clock() - 1, pull.placement_epoch());
+    auto ready = [this, min_clock, &pull]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return cancelled_ || BehindLocked(min_clock, pull).empty();
     };
     mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
     if (cancelled_) return absl::UnavailableError("server is shutting down");
-    const std::vector<int> behind = BehindLocked(min_clock);
+    const std::vector<int> behind = BehindLocked(min_clock, pull);
     if (!behind.empty()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "ssp: worker ", pull.worker_id(), " at clock ", pull.clock(), " waits for worker(s) ",
           absl::StrJoin(behind, ", "), " to reach clock ", min_clock));
     }
     return absl::OkStatus();
+  }
+
+  void OnPromoted(int64_t epoch) override {
+    absl::MutexLock lock(&mu_);
+    for (WorkerClock& worker : clocks_) {
+      if (worker.held_from == 0) worker.held_from = epoch;
+      worker.held_until = std::max(worker.held_until, epoch);
+    }
   }
 
   // Fewer active workers can only let waiting pulls go: taking the lock
@@ -86,18 +107,45 @@ class SspPolicy final : public ConsistencyPolicy {
     absl::MutexLock lock(&mu_);
     for (WorkerInfo& info : *out->mutable_workers()) {
       if (info.worker_id() >= 0 && info.worker_id() < static_cast<int>(clocks_.size())) {
-        info.set_clock(clocks_[info.worker_id()]);
+        info.set_clock(clocks_[info.worker_id()].clock);
       }
     }
   }
 
  private:
-  // Active workers whose clock is below `min_clock`.
-  std::vector<int> BehindLocked(int64_t min_clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  struct WorkerClock {
+    int64_t clock = 0;  // its pushes applied here: the last one's clock + 1
+    // Its pushes at clocks below this were acknowledged, by every copy.
+    int64_t acknowledged = 0;
+    // Epochs of the tables that promoted shards here since its last call
+    // by the newest of them (0: none). Pulls routed by one count only its
+    // acknowledged pushes.
+    int64_t held_from = 0;
+    int64_t held_until = 0;
+  };
+
+  // A call of the worker's: its pushes below `acknowledged` were, and it
+  // was routed by the table of `epoch`.
+  static void HeardLocked(WorkerClock& worker, int64_t acknowledged, int64_t epoch) {
+    worker.acknowledged = std::max(worker.acknowledged, acknowledged);
+    if (worker.held_until != 0 && epoch >= worker.held_until)
+      worker.held_from = worker.held_until = 0;
+  }
+
+  // Active workers whose clock, as `pull` counts it, is below `min_clock`.
+  std::vector<int> BehindLocked(int64_t min_clock, const PullRequest& pull) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<int> behind;
     const std::vector<bool> active = workers_.Active();
     for (size_t i = 0; i < clocks_.size(); ++i) {
-      if (active[i] && clocks_[i] < min_clock) behind.push_back(static_cast<int>(i));
+      const WorkerClock& worker = clocks_[i];
+      int64_t clock = worker.clock;
+      // The puller's own pushes are in before it pulls.
+      if (static_cast<int>(i) != pull.worker_id() && worker.held_from != 0 &&
+          pull.placement_epoch() >= worker.held_from) {
+        clock = std::min(clock, worker.acknowledged);
+      }
+      if (active[i] && clock < min_clock) behind.push_back(static_cast<int>(i));
     }
     return behind;
   }
@@ -105,7 +153,7 @@ class SspPolicy final : public ConsistencyPolicy {
   const int64_t bound_;
   WorkerTable& workers_;
   mutable absl::Mutex mu_;  // taken before the worker table's
-  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<WorkerClock> clocks_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
