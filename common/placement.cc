@@ -312,7 +312,8 @@ Placement Repaired(const Placement& placement) {
   return changed ? NextEpoch(std::move(next)) : placement;
 }
 
-absl::StatusOr<Placement> WithServer(const Placement& placement, const PlacementServer& server) {
+absl::StatusOr<Placement> WithServer(const Placement& placement, const PlacementServer& server,
+                                     bool balance) {
   for (const PlacedServer& s : placement.servers()) {
     if (!server.address.empty() && s.address() == server.address) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -326,6 +327,7 @@ absl::StatusOr<Placement> WithServer(const Placement& placement, const Placement
   added->set_id(id);
   added->set_address(server.address);
   added->set_zone(server.zone);
+  if (!balance) return next;
   const int target = next.servers_size() - 1;
 
   int takers = 0;

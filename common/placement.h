@@ -80,11 +80,14 @@ absl::StatusOr<Placement> WithoutServer(const Placement& placement, int32_t id);
 // missing.
 Placement Repaired(const Placement& placement);
 
-// A server joins with the next id. Copies then move onto it from the
-// servers holding the most bytes, the largest units that fit first, while
-// it holds at most the mean bytes per server (counting a copy being
-// replaced as gone). INVALID_ARGUMENT for an address in the table already.
-absl::StatusOr<Placement> WithServer(const Placement& placement, const PlacementServer& server);
+// A server joins with the next id. When `balance`, copies then move onto
+// it from the servers holding the most bytes, the largest units that fit
+// first, while it holds at most the mean bytes per server (counting a copy
+// being replaced as gone); else it holds nothing yet (a restarted server,
+// which Repaired then gives the copies it lost). INVALID_ARGUMENT for an
+// address in the table already.
+absl::StatusOr<Placement> WithServer(const Placement& placement, const PlacementServer& server,
+                                     bool balance = true);
 
 // Server `id` is to leave: it is marked draining and each of its copies
 // not yet being replaced gets a catching-up copy, on a chosen server, to

@@ -201,6 +201,29 @@ TEST(PlacementTest, AnAddedServerTakesItsShareAndOnlyWhatMovesToItChanges) {
               HasSubstr("already, as id 2"));
 }
 
+// A server restarted after it was lost rejoins holding nothing, then
+// takes the copies the table lacks: no primary moves.
+TEST(PlacementTest, ARejoiningServerTakesTheLostCopiesAndNoPrimaryMoves) {
+  const Placement lost = *WithoutServer(*InitialPlacement(Servers(3), Units(9), 2), 2);
+  absl::StatusOr<Placement> joined = WithServer(lost, {"10.0.0.2:2222", ""}, /*balance=*/false);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->servers(2).id(), 3);
+  for (int i = 0; i < lost.units_size(); ++i)
+    EXPECT_EQ(Holders(joined->units(i)), Holders(lost.units(i)));
+  const Placement repaired = Repaired(*joined);
+  int on_it = 0;
+  for (int i = 0; i < lost.units_size(); ++i) {
+    const PlacedUnit& unit = repaired.units(i);
+    EXPECT_EQ(unit.copies(0).server(), lost.units(i).copies(0).server()) << unit.key();
+    ASSERT_EQ(unit.copies_size(), 2) << unit.key();
+    if (unit.copies(1).server() == 3) {
+      EXPECT_TRUE(unit.copies(1).catching_up());
+      ++on_it;
+    }
+  }
+  EXPECT_EQ(on_it, 6);  // every copy server 2 held, remade on it
+}
+
 TEST(PlacementTest, ADrainedServerHandsOverItsCopiesThenLeaves) {
   const Placement before = *InitialPlacement(Servers(3), Units(9), 2);
   absl::StatusOr<Placement> draining = Draining(before, 0);

@@ -106,11 +106,14 @@ int Status(const std::vector<std::string>& hosts) {
         d.stale_gradients_dropped(), FormatBytes(d.memory_bytes()),
         FormatBytes(d.max_memory_bytes()), d.job_done() ? "  JOB DONE" : "");
     for (const ShardInfo& s : d.shards()) {
-      const std::string copy =
-          !s.primary().empty() ? absl::StrCat("  backup of ", s.primary())
-          : !s.backups().empty()
-              ? absl::StrCat("  primary, backed up on ", absl::StrJoin(s.backups(), ", "))
-              : "";
+      std::string copy = !s.primary().empty()   ? absl::StrCat("  backup of ", s.primary())
+                         : !s.backups().empty() ? absl::StrCat("  primary, backed up on ",
+                                                               absl::StrJoin(s.backups(), ", "))
+                                                : "";
+      if (!s.catching_up().empty()) {
+        absl::StrAppend(&copy, copy.empty() ? "  primary" : "", ", filling a copy on ",
+                        absl::StrJoin(s.catching_up(), ", "));
+      }
       std::cout << absl::StrFormat("  shard %s/%d of %d  shape %s  version %d  pending %d  %s%s\n",
                                    s.variable(), s.shard(), s.num_shards(), ShapeString(s.shape()),
                                    s.version(), s.pending_gradients(), s.optimizer(), copy);

@@ -5,6 +5,8 @@
 #ifndef FULCRUM_PS_SERVER_COORDINATION_H_
 #define FULCRUM_PS_SERVER_COORDINATION_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "proto/placement.pb.h"
 
@@ -19,6 +21,10 @@ class Coordination {
   // OK while this server may take writes: it holds its lease, so no other
   // server can have been promoted in its place. UNAVAILABLE saying why not.
   virtual absl::Status CheckServing() const = 0;
+  // The catching-up copy of unit `key` on the server at `address` has
+  // applied this primary's snapshot: the table may count it ready
+  // (CaughtUp), which it does in the background.
+  virtual void CaughtUp(const std::string& key, const std::string& address) = 0;
 };
 
 }  // namespace fulcrum

@@ -5,6 +5,7 @@
 #define FULCRUM_PS_SERVER_LAST_PUSH_IDS_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace fulcrum {
@@ -20,6 +21,11 @@ class LastPushIds {
     ids_[worker] = push_id;
     return false;
   }
+
+  // Each worker's last push id, by worker id (0: none), as a copy of the
+  // shard sends it to another.
+  const std::vector<uint64_t>& ids() const { return ids_; }
+  void Assign(std::vector<uint64_t> ids) { ids_ = std::move(ids); }
 
  private:
   std::vector<uint64_t> ids_;  // by worker id

@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(std::unique_ptr<Etc
   if (absl::Status s = membership->Register(); !s.ok()) return s;
   membership->renewer_ = std::thread([m = membership.get()] { m->Renew(); });
   membership->watcher_ = std::thread([m = membership.get()] { m->Watch(); });
+  membership->marker_ = std::thread([m = membership.get()] { m->MarkCaughtUp(); });
   return membership;
 }
 
@@ -37,6 +38,7 @@ Membership::~Membership() {
   }
   if (renewer_.joinable()) renewer_.join();
   if (watcher_.joinable()) watcher_.join();
+  if (marker_.joinable()) marker_.join();
 }
 
 std::string Membership::ServerKey(const std::string& address) const {
@@ -46,17 +48,39 @@ std::string Membership::ServerKey(const std::string& address) const {
 std::string Membership::TableKey() const { return absl::StrCat(options_.prefix, "placement"); }
 
 absl::Status Membership::Register() {
-  // What the table says this address holds is gone with its last process.
-  Remove(options_.address);
   const absl::Time asked = absl::Now();
   absl::StatusOr<int64_t> lease = etcd_->GrantLease(options_.ttl);
   if (!lease.ok()) return lease.status();
   absl::StatusOr<int64_t> put = etcd_->Put(ServerKey(options_.address), "", *lease);
   if (!put.ok()) return put.status();
-  absl::MutexLock lock(&mu_);
-  lease_ = *lease;
-  serving_until_ = asked + options_.ttl;
+  {
+    absl::MutexLock lock(&mu_);
+    lease_ = *lease;
+    serving_until_ = asked + options_.ttl;
+  }
+  JoinTable();
   return absl::OkStatus();
+}
+
+void Membership::JoinTable() {
+  absl::Status status = ChangeTable([&](const Placement& current) -> absl::StatusOr<Placement> {
+    if (current.servers().empty()) return current;  // the chief's first table makes it
+    // What the table says this address holds is gone with its last
+    // process (or is stale, its lease having run out): out with it, in
+    // again as a new server, which takes the copies the table then lacks.
+    Placement next = current;
+    for (const PlacedServer& server : current.servers()) {
+      if (server.address() != options_.address) continue;
+      absl::StatusOr<Placement> without = WithoutServer(current, server.id());
+      if (!without.ok()) return without.status();
+      next = *std::move(without);
+    }
+    absl::StatusOr<Placement> with = WithServer(next, {options_.address, ""}, /*balance=*/false);
+    if (!with.ok()) return with.status();
+    return Repaired(*with);
+  });
+  if (status.ok()) return;
+  LOG_ERROR("joining the placement table as server {}: {}", options_.address, status.ToString());
 }
 
 absl::Status Membership::ChangeTable(
@@ -95,7 +119,10 @@ absl::Status Membership::AddUnits(const Placement& table) {
 void Membership::Remove(const std::string& address) {
   absl::Status status = ChangeTable([&](const Placement& current) -> absl::StatusOr<Placement> {
     for (const PlacedServer& server : current.servers()) {
-      if (server.address() == address) return WithoutServer(current, server.id());
+      if (server.address() != address) continue;
+      absl::StatusOr<Placement> without = WithoutServer(current, server.id());
+      if (!without.ok()) return without.status();
+      return Repaired(*without);
     }
     return current;  // not in it (any more)
   });
@@ -124,6 +151,49 @@ absl::Status Membership::CheckServing() const {
   return absl::UnavailableError(absl::StrCat(
       "this server's lease in etcd ran out ", absl::FormatDuration(now - serving_until_),
       " ago: it takes no writes, since another server may hold its shards now"));
+}
+
+void Membership::CaughtUp(const std::string& key, const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  caught_up_.emplace_back(key, address);
+}
+
+void Membership::MarkCaughtUp() {
+  for (;;) {
+    std::pair<std::string, std::string> copy;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Membership* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
+            return m->stopping_ || !m->caught_up_.empty();
+          },
+          this));
+      if (stopping_) return;
+      copy = caught_up_.front();
+    }
+    const std::string& key = copy.first;
+    const std::string& address = copy.second;
+    absl::Status status = ChangeTable([&](const Placement& current) -> absl::StatusOr<Placement> {
+      for (const PlacedServer& server : current.servers()) {
+        if (server.address() == address) return fulcrum::CaughtUp(current, key, server.id());
+      }
+      return absl::NotFoundError(absl::StrCat("server ", address, " is not in the table"));
+    });
+    if (status.code() == absl::StatusCode::kUnavailable) {
+      LOG_WARN("marking the copy of {} on {} ready: {}; trying again", key, address,
+               status.ToString());
+      Stopping(kWatchRetry);
+      continue;
+    }
+    if (status.ok()) {
+      LOG_INFO("the copy of {} on {} is ready", key, address);
+    } else {
+      // The table changed meanwhile (that copy went, or is ready already).
+      LOG_INFO("the copy of {} on {} is not marked ready: {}", key, address, status.ToString());
+    }
+    absl::MutexLock lock(&mu_);
+    caught_up_.pop_front();
+  }
 }
 
 bool Membership::Stopping(absl::Duration timeout) {

@@ -8,11 +8,15 @@
 //    epoch to the server (ParameterServer::ApplyPlacement); any server
 //    changes it, by compare-and-put so that of two writers one wins and
 //    the other reads again: when a server's key goes, its shards' backups
-//    are promoted (WithoutServer), and the chief's tables join it
-//    (WithUnits).
+//    are promoted (WithoutServer) and the copies it held are made again,
+//    catching up, on the others (Repaired); the chief's tables join it
+//    (WithUnits); a primary's copy that has caught up is counted ready
+//    (CaughtUp).
 // A server that starts, or lost its lease, and finds itself in the table
-// takes itself out of it before it registers: it holds nothing of what
-// the table says it holds, and its backups take over.
+// takes itself out of it as it registers: it holds nothing of what the
+// table says it holds, and its backups take over. It joins the table
+// again as a new server, and the copies the table lacks then are made on
+// it (the fewest bytes), catching up from their primaries.
 //
 // No split brain: a server takes no writes once its lease may have run
 // out (CheckServing), and a backup takes updates only from the primary
@@ -22,11 +26,13 @@
 #ifndef FULCRUM_PS_SERVER_MEMBERSHIP_H_
 #define FULCRUM_PS_SERVER_MEMBERSHIP_H_
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -61,6 +67,8 @@ class Membership : public Coordination {
 
   absl::Status AddUnits(const Placement& table) override;
   absl::Status CheckServing() const override ABSL_LOCKS_EXCLUDED(mu_);
+  void CaughtUp(const std::string& key, const std::string& address) override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The table as last seen; epoch 0 before the first.
   Placement table() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -77,16 +85,21 @@ class Membership : public Coordination {
   // as it was writes nothing.
   absl::Status ChangeTable(
       const std::function<absl::StatusOr<Placement>(const Placement&)>& change);
-  // The server at `address` is lost for good: out of the table.
+  // The server at `address` is lost for good: out of the table, and the
+  // copies it held made again on the others.
   void Remove(const std::string& address);
+  // This server joins a table that has servers (not the first, which the
+  // chief makes), out of it first if it is there.
+  void JoinTable();
   // Hands `table` on if it is newer than the last.
   void Seen(const Placement& table) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits `timeout`, or less if stopping: whether stopping.
   bool Stopping(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // The threads: renewing the lease; listing and watching, again after a
-  // watch breaks.
+  // watch breaks; marking caught-up copies ready.
   void Renew();
   void Watch();
+  void MarkCaughtUp();
 
   const std::unique_ptr<Etcd> etcd_;
   const Options options_;
@@ -98,9 +111,13 @@ class Membership : public Coordination {
   Placement table_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool watch_broken_ ABSL_GUARDED_BY(mu_) = false;
+  // Copies reported caught up, not yet marked in the table: unit key, and
+  // the address of the copy's server.
+  std::deque<std::pair<std::string, std::string>> caught_up_ ABSL_GUARDED_BY(mu_);
 
   std::thread renewer_;
   std::thread watcher_;
+  std::thread marker_;
 };
 
 }  // namespace fulcrum

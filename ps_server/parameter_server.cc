@@ -111,7 +111,7 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
       policy_(MakePolicy(config_, &store_, &workers_)),
       tables_(config_, &store_, policy_.get()),
       replicas_(std::move(replicas)) {
-  if (replicas_) replicator_ = std::make_unique<Replicator>(own_address_, replicas_);
+  if (replicas_) MakeReplicator();
   const absl::Duration period = std::max(absl::Milliseconds(5), workers_.lease_timeout() / 4);
   lease_thread_ = std::thread([this, period] {
     while (!stop_lease_thread_.WaitForNotificationWithTimeout(period)) CheckLeases();
@@ -126,7 +126,19 @@ ParameterServer::~ParameterServer() {
 
 void ParameterServer::ServeAt(const std::string& address) {
   own_address_ = address;
-  if (replicas_) replicator_ = std::make_unique<Replicator>(own_address_, replicas_);
+  if (replicas_) MakeReplicator();
+}
+
+void ParameterServer::MakeReplicator() {
+  replicator_ = std::make_unique<Replicator>(
+      own_address_, replicas_, [this](Shard* shard, const std::string& address) {
+        LOG_INFO("{}: the copy on {} has caught up", shard->label(), address);
+        Coordination* coordination = coordination_.load();
+        if (coordination != nullptr) {
+          coordination->CaughtUp(ShardKey(shard->spec().variable().name(), shard->spec().shard()),
+                                 address);
+        }
+      });
 }
 
 absl::Status ParameterServer::CheckServing() const {
@@ -153,11 +165,12 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
     const PlacedUnit& unit = *found->second;
     const std::string& primary = addresses[unit.copies(0).server()];
     std::vector<std::string> backups;
+    std::vector<std::string> catching_up;
     bool held = false;  // a copy of it is here
     for (int c = 0; c < unit.copies_size(); ++c) {
       const std::string& address = addresses[unit.copies(c).server()];
       held = held || address == own_address_;
-      if (c > 0 && !unit.copies(c).catching_up()) backups.push_back(address);
+      if (c > 0) (unit.copies(c).catching_up() ? catching_up : backups).push_back(address);
     }
     if (primary != own_address_) {
       // A backup (or a copy the table no longer has: it serves no worker).
@@ -176,14 +189,21 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
                shard->version());
     }
     if (replicator_ == nullptr) {
-      if (!backups.empty())
+      if (!backups.empty() || !catching_up.empty())
         LOG_ERROR("{}: has backups, but this server replicates to none", shard->label());
       continue;
     }
-    if (replicator_->BackupsOf(shard) != backups) {
-      LOG_INFO("{}: backed up on {} (epoch {})", shard->label(),
-               backups.empty() ? "no other server" : absl::StrJoin(backups, ", "), table.epoch());
-      replicator_->Replicate(shard, backups);
+    if (replicator_->BackupsOf(shard) != backups ||
+        replicator_->CatchingUpOf(shard) != catching_up) {
+      LOG_INFO("{}: backed up on {}{} (epoch {})", shard->label(),
+               backups.empty() ? "no other server" : absl::StrJoin(backups, ", "),
+               catching_up.empty()
+                   ? ""
+                   : absl::StrCat(", filling a copy on ", absl::StrJoin(catching_up, ", ")),
+               table.epoch());
+      // A copy new to this primary may differ from it (the other backups
+      // of a promoted one) or hold nothing yet: it takes a snapshot first.
+      replicator_->Replicate(shard, backups, catching_up, /*fill=*/true);
     }
   }
 }
@@ -305,11 +325,50 @@ absl::StatusOr<ReplicateResponse> ParameterServer::Replicate(const ReplicateRequ
   ReplicateResponse response;
   for (const ShardUpdate& update : request.updates()) {
     absl::StatusOr<Shard*> shard = store_.Find(update.variable(), update.shard());
+    if (!shard.ok() && update.snapshot().has_spec()) {
+      shard = CreateCopy(update.snapshot().spec(), request.primary());
+    }
     if (!shard.ok()) return shard.status();
-    if (absl::Status s = (*shard)->ApplyReplicated(update, request.primary()); !s.ok()) return s;
-    response.add_versions((*shard)->version());
+    absl::StatusOr<int64_t> version = (*shard)->ApplyReplicated(update, request.primary());
+    if (!version.ok()) return version.status();
+    response.add_versions(*version);
   }
   return response;
+}
+
+absl::StatusOr<Shard*> ParameterServer::CreateCopy(const ShardSpec& spec,
+                                                   const std::string& primary) {
+  const std::string key = ShardKey(spec.variable().name(), spec.shard());
+  {
+    // Only a copy the table places here, of the primary it names.
+    absl::MutexLock lock(&placement_mu_);
+    std::map<int32_t, std::string> addresses;
+    for (const PlacedServer& server : placement_.servers())
+      addresses[server.id()] = server.address();
+    const PlacedUnit* unit = nullptr;
+    for (const PlacedUnit& u : placement_.units()) {
+      if (u.key() == key) unit = &u;
+    }
+    bool here = false;
+    for (int c = 1; unit != nullptr && c < unit->copies_size(); ++c) {
+      here = here || addresses[unit->copies(c).server()] == own_address_;
+    }
+    if (!here || addresses[unit->copies(0).server()] != primary) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("replicate: variable '", spec.variable().name(), "' shard ", spec.shard(),
+                       " has no copy here of ", primary,
+                       " in this server's placement table (epoch ", placement_.epoch(), ")"));
+    }
+  }
+  absl::StatusOr<bool> created = store_.Create(spec, nullptr, "", policy_->ExtraFloatsPerElement());
+  if (!created.ok()) return created.status();
+  absl::StatusOr<Shard*> shard = store_.Find(spec.variable().name(), spec.shard());
+  if (!shard.ok()) return shard.status();
+  (*shard)->MakeBackup(primary);
+  LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}), a copy of {} being filled",
+           spec.variable().name(), spec.shard(), spec.num_shards(), spec.row_offset(),
+           spec.row_offset() + spec.rows(), primary);
+  return shard;
 }
 
 absl::StatusOr<PullRowsResponse> ParameterServer::PullRows(const PullRowsRequest& request,
@@ -721,6 +780,8 @@ DescribeResponse ParameterServer::Describe() const {
     if (replicator_ != nullptr) {
       for (std::string& backup : replicator_->BackupsOf(shard))
         info->add_backups(std::move(backup));
+      for (std::string& copy : replicator_->CatchingUpOf(shard))
+        info->add_catching_up(std::move(copy));
     }
   }
   for (const EmbeddingTable* table : store_.AllTables()) {

@@ -256,6 +256,13 @@ class ParameterServer {
   void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
+  // The replicator of this server's primaries, from own_address_; it
+  // reports caught-up copies to the coordination.
+  void MakeReplicator();
+  // A backup copy of `primary`'s shard of `spec`, created empty to take
+  // its snapshot (Replicate): only one the placement table puts here.
+  absl::StatusOr<Shard*> CreateCopy(const ShardSpec& spec, const std::string& primary);
+
   // ABORTED when the caller learned its versions from another incarnation.
   absl::Status CheckIncarnation(uint64_t incarnation) const;
   // OK, or why the coordination says this server may take no writes.

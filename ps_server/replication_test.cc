@@ -12,12 +12,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/file_system.h"
 #include "common/partitioner.h"
 #include "common/placement.h"
 #include "common/tensor.h"
+#include "ps_server/coordination.h"
 #include "ps_server/parameter_server.h"
 #include "ps_server/replicator.h"
 
@@ -28,12 +30,15 @@ using ::testing::HasSubstr;
 
 constexpr char kBackup[] = "backup:2222";
 constexpr char kPrimary[] = "primary:2222";
+constexpr char kThird[] = "third:2222";
 
-// The config of the primary (index 0) or the backup's server (1).
-PsServerConfig Config(ConsistencyMode mode, int workers, int index = 0) {
+// The config of the primary (index 0) or the backup's server (1), or of
+// the third server (2) of a cluster of `servers`.
+PsServerConfig Config(ConsistencyMode mode, int workers, int index = 0, int servers = 2) {
   PsServerConfig config;
   config.mutable_cluster()->mutable_cluster()->add_ps(kPrimary);
   config.mutable_cluster()->mutable_cluster()->add_ps(kBackup);
+  if (servers == 3) config.mutable_cluster()->mutable_cluster()->add_ps(kThird);
   config.mutable_cluster()->mutable_task()->set_index(index);
   config.set_mode(mode);
   config.set_num_replicas(workers);
@@ -477,6 +482,179 @@ TEST(ReplicationFailoverTest, AnSspPullAfterAFailoverWaitsForThePushesThePrimary
   puller.join();
   ASSERT_TRUE(pulled.ok()) << pulled.status();
   EXPECT_EQ(pulled->slices(0).version(), 2);
+}
+
+// Three servers of one cluster (kPrimary, kBackup, kThird), each linked
+// directly to the others, and w's shard 0 of 1 (Shards(1)) created on them
+// as the first table of `replication` copies places it.
+class ThreeServers {
+ public:
+  explicit ThreeServers(int replication)
+      : table_(*InitialPlacement({{kPrimary, ""}, {kBackup, ""}, {kThird, ""}},
+                                 {{ShardKey("w", 0), 120}}, replication)) {
+    const Placement& table = table_;
+    for (int i = 0; i < 3; ++i) {
+      servers_.push_back(std::make_unique<ParameterServer>(
+          Config(ASYNC, 1, i, 3), absl::Now, [this](const std::string& address) {
+            return std::make_unique<DirectLink>(&At(address), nullptr, &calls_);
+          }));
+    }
+    const PlacedUnit& unit = table.units(0);
+    for (int c = 0; c < unit.copies_size(); ++c) {
+      CreateShardsRequest request;
+      *request.add_shards() = Shards(1)[0];
+      ShardCopy* copy = request.add_copies();
+      for (int b = 1; c == 0 && b < unit.copies_size(); ++b)
+        copy->add_backups(Address(table, unit.copies(b).server()));
+      if (c > 0) copy->set_primary(Address(table, unit.copies(0).server()));
+      EXPECT_TRUE(At(Address(table, unit.copies(c).server())).CreateShards(request).ok());
+    }
+    Apply(table);
+  }
+  const Placement& table() const { return table_; }
+  // The server of the shard's copy `c` (0: the primary) in the first table.
+  const std::string& CopyAt(int c) const {
+    return Address(table_, table_.units(0).copies(c).server());
+  }
+  static const std::string& Address(const Placement& table, int32_t id) {
+    for (const PlacedServer& server : table.servers()) {
+      if (server.id() == id) return server.address();
+    }
+    return PlacedServer::default_instance().address();
+  }
+  ParameterServer& At(const std::string& address) {
+    return *servers_[address == kPrimary ? 0 : address == kBackup ? 1 : 2];
+  }
+  // Every server but `lost` (an address) applies `table`.
+  void Apply(const Placement& table, const std::string& lost = "") {
+    for (const char* address : {kPrimary, kBackup, kThird}) {
+      if (address != lost) At(address).ApplyPlacement(table);
+    }
+  }
+  // The shard's values and version as a reader reads them at `address`.
+  std::pair<std::string, int64_t> Read(const std::string& address) {
+    PullRequest read;
+    read.add_shards()->set_variable("w");
+    absl::StatusOr<PullResponse> got = At(address).Pull(read, absl::Now() + absl::Seconds(30));
+    EXPECT_TRUE(got.ok()) << address << ": " << got.status();
+    if (!got.ok()) return {};
+    return {got->slices(0).tensor().data(), got->slices(0).version()};
+  }
+
+ private:
+  const Placement table_;
+  std::atomic<int> calls_{0};
+  std::vector<std::unique_ptr<ParameterServer>> servers_;
+};
+
+// Worker 0's push of ones, with `push_id`.
+PushRequest OnesPushWithId(uint64_t push_id) {
+  PushRequest push = OnesPush();
+  push.set_push_id(push_id);
+  return push;
+}
+
+// Three copies; the primary is lost after handing one update to one
+// backup alone (so never acknowledged). The other backup is promoted and
+// fills the first with its snapshot before its next version counts: the
+// two end bit-identical, the update the lost primary sent alone gone.
+TEST(ReplicationFailoverTest, APromotedPrimaryFillsItsOtherBackupThoughItWentAhead) {
+  ThreeServers cluster(3);
+  const std::string primary = cluster.CopyAt(0);
+  const std::string promoted = cluster.CopyAt(1);
+  const std::string ahead = cluster.CopyAt(2);
+  for (uint64_t id = 1; id <= 3; ++id)
+    ASSERT_TRUE(cluster.At(primary).Push(OnesPushWithId(id)).ok());
+  ASSERT_EQ(cluster.Read(ahead), cluster.Read(promoted));
+  ReplicateRequest alone;
+  alone.set_primary(primary);
+  ShardUpdate* update = alone.add_updates();
+  update->set_variable("w");
+  update->set_version(4);
+  update->set_averaged(1);
+  update->set_gradient(std::string(30 * sizeof(float), '\x40'));
+  ASSERT_TRUE(cluster.At(ahead).Replicate(alone).ok());
+  ASSERT_EQ(cluster.Read(ahead).second, 4);
+
+  absl::StatusOr<Placement> without =
+      WithoutServer(cluster.table(), cluster.table().units(0).copies(0).server());
+  ASSERT_TRUE(without.ok()) << without.status();
+  cluster.Apply(*without, primary);
+  absl::StatusOr<PushResponse> pushed = cluster.At(promoted).Push(OnesPushWithId(4));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->results(0).version(), 4);
+  EXPECT_EQ(cluster.Read(ahead), cluster.Read(promoted));
+  EXPECT_EQ(cluster.At(promoted).Describe().shards(0).backups(0), ahead);
+}
+
+// What a primary tells its coordination: the copies reported caught up.
+class RecordingCoordination : public Coordination {
+ public:
+  absl::Status AddUnits(const Placement&) override { return absl::OkStatus(); }
+  absl::Status CheckServing() const override { return absl::OkStatus(); }
+  void CaughtUp(const std::string& key, const std::string& address) override {
+    absl::MutexLock lock(&mu_);
+    reported_.push_back(absl::StrCat(key, " on ", address));
+  }
+  std::vector<std::string> AwaitReports(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](std::vector<std::string>* r) { return !r->empty(); }, &reported_),
+                         timeout);
+    return reported_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> reported_ ABSL_GUARDED_BY(mu_);
+};
+
+// Two copies; the backup's server is lost, and the table makes the copy
+// again on the third server, catching up: the primary creates it there
+// with its snapshot, pushes meanwhile wait for no one, the copy is
+// reported caught up, and once the table counts it ready it is a backup
+// like any, bit-identical.
+TEST(ReplicationFailoverTest, ACopyMadeAgainIsFilledFromThePrimaryAndReportedCaughtUp) {
+  ThreeServers cluster(2);
+  const std::string primary = cluster.CopyAt(0);
+  const std::string lost = cluster.CopyAt(1);
+  RecordingCoordination coordination;
+  cluster.At(primary).SetCoordination(&coordination);
+  for (uint64_t id = 1; id <= 3; ++id)
+    ASSERT_TRUE(cluster.At(primary).Push(OnesPushWithId(id)).ok());
+
+  absl::StatusOr<Placement> without =
+      WithoutServer(cluster.table(), cluster.table().units(0).copies(1).server());
+  ASSERT_TRUE(without.ok()) << without.status();
+  const Placement repaired = Repaired(*without);
+  ASSERT_EQ(repaired.units(0).copies_size(), 2);
+  ASSERT_TRUE(repaired.units(0).copies(1).catching_up());
+  const int32_t third_id = repaired.units(0).copies(1).server();
+  const std::string third = ThreeServers::Address(repaired, third_id);
+  ASSERT_NE(third, lost);
+  cluster.Apply(repaired, lost);
+  EXPECT_THAT(coordination.AwaitReports(absl::Seconds(30)),
+              ::testing::ElementsAre(absl::StrCat("w/0 on ", third)));
+  const DescribeResponse filling = cluster.At(primary).Describe();
+  EXPECT_TRUE(filling.shards(0).backups().empty());
+  EXPECT_THAT(filling.shards(0).catching_up(), ::testing::ElementsAre(third));
+  EXPECT_EQ(cluster.Read(third), cluster.Read(primary));
+
+  absl::StatusOr<Placement> ready = CaughtUp(repaired, ShardKey("w", 0), third_id);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  cluster.Apply(*ready, lost);
+  EXPECT_THAT(cluster.At(primary).Describe().shards(0).backups(), ::testing::ElementsAre(third));
+  ASSERT_TRUE(cluster.At(primary).Push(OnesPushWithId(4)).ok());
+  EXPECT_EQ(cluster.Read(third), cluster.Read(primary));
+  EXPECT_EQ(cluster.Read(third).second, 4);
+  // A snapshot for a copy the table does not place is refused.
+  ReplicateRequest stray;
+  stray.set_primary(kThird);
+  ShardUpdate* part = stray.add_updates();
+  part->set_variable("v");
+  part->mutable_snapshot()->mutable_spec()->mutable_variable()->set_name("v");
+  EXPECT_THAT(cluster.At(primary).Replicate(stray).status().message(),
+              HasSubstr("has no copy here of third:2222"));
 }
 
 TEST(ReplicationCreateTest, CopiesThatCannotBeAreRefusedByName) {

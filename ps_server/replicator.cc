@@ -13,10 +13,11 @@ constexpr size_t kMaxCallBytes = size_t{32} << 20;
 
 }  // namespace
 
-Replicator::Replicator(std::string own_address, ReplicaLinkFactory connect, int window,
-                       absl::Duration retry_after)
+Replicator::Replicator(std::string own_address, ReplicaLinkFactory connect,
+                       CaughtUpCallback caught_up, int window, absl::Duration retry_after)
     : own_address_(std::move(own_address)),
       connect_(std::move(connect)),
+      caught_up_(std::move(caught_up)),
       window_(window),
       retry_after_(retry_after) {}
 
@@ -24,7 +25,7 @@ Replicator::~Replicator() {
   std::map<std::string, std::unique_ptr<Peer>> peers;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [shard, copies] : copies_) shard->ForwardUpdates(nullptr);
+    for (auto& [shard, copies] : copies_) shard->ForwardUpdates({});
     peers.swap(peers_);
   }
   for (auto& [address, peer] : peers) Stop(*peer);
@@ -44,8 +45,9 @@ void Replicator::DropUnusedPeers() {
   {
     absl::MutexLock lock(&mu_);
     std::set<const Peer*> used;
-    for (const auto& [shard, copies] : copies_)
-      used.insert(copies.peers.begin(), copies.peers.end());
+    for (const auto& [shard, copies] : copies_) {
+      for (const Copy& copy : copies) used.insert(copy.peer);
+    }
     for (auto it = peers_.begin(); it != peers_.end();) {
       if (used.count(it->second.get()) > 0) {
         ++it;
@@ -71,53 +73,98 @@ Replicator::Peer* Replicator::PeerLocked(const std::string& address) {
   return peer.get();
 }
 
-void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups) {
-  if (backups.empty()) {
+void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups,
+                           const std::vector<std::string>& catching_up, bool fill) {
+  if (backups.empty() && catching_up.empty()) {
     {
       absl::MutexLock lock(&mu_);
       copies_.erase(shard);
     }
-    shard->ForwardUpdates(nullptr);  // commits what it has
+    shard->ForwardUpdates({});  // commits what it has
     DropUnusedPeers();
     return;
   }
-  std::vector<Peer*> peers;
+  std::vector<Peer*> peers;  // every copy's
+  std::vector<Peer*> fresh;  // those that take the snapshot first
+  std::vector<std::shared_ptr<std::atomic<int64_t>>> filling;
   int64_t committed = 0;
   {
     absl::MutexLock lock(&mu_);
     const int64_t version = shard->version();
-    Copies next;
     const auto before = copies_.find(shard);
-    for (const std::string& address : backups) {
-      Peer* peer = PeerLocked(address);
-      int64_t acked = version;  // a new backup starts where the shard is
+    Copies next;
+    auto add = [&](const std::string& address, bool catching) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      Copy copy;
+      copy.peer = PeerLocked(address);
+      copy.catching_up = catching;
+      const Copy* kept = nullptr;
       if (before != copies_.end()) {
-        const Copies& old = before->second;
-        const auto kept = std::find(old.peers.begin(), old.peers.end(), peer);
-        if (kept != old.peers.end()) acked = old.acked[kept - old.peers.begin()];
+        for (const Copy& old : before->second) {
+          if (old.peer == copy.peer) kept = &old;
+        }
       }
-      next.peers.push_back(peer);
-      next.acked.push_back(acked);
-    }
-    committed = *std::min_element(next.acked.begin(), next.acked.end());
-    peers = next.peers;
+      if (kept != nullptr) {
+        copy.acked = kept->acked;
+        copy.filled_at = kept->filled_at;
+      } else if (fill || catching) {
+        copy.acked = -1;
+        copy.filled_at = std::make_shared<std::atomic<int64_t>>(-1);
+        fresh.push_back(copy.peer);
+        filling.push_back(copy.filled_at);
+      } else {
+        copy.acked = version;  // created alike
+      }
+      peers.push_back(copy.peer);
+      next.push_back(std::move(copy));
+    };
+    for (const std::string& address : backups) add(address, false);
+    for (const std::string& address : catching_up) add(address, true);
+    committed = CommittedOf(next, version);
     copies_[shard] = std::move(next);
   }
-  shard->ForwardUpdates([peers, shard](ShardUpdate update) {
+  Shard::Forwarding forwarding;
+  forwarding.forward = [peers, shard](ShardUpdate update) {
     for (size_t i = 0; i + 1 < peers.size(); ++i) Enqueue(peers[i], shard, update);
     Enqueue(peers.back(), shard, std::move(update));
-  });
+  };
+  forwarding.commits_wait = !backups.empty();
+  if (!fresh.empty()) {
+    forwarding.snapshot = [&fresh, &filling, shard](std::vector<ShardUpdate> parts) {
+      for (const auto& at : filling) *at = parts.front().version();
+      for (Peer* peer : fresh) {
+        for (const ShardUpdate& part : parts) Enqueue(peer, shard, part);
+      }
+    };
+  }
+  shard->ForwardUpdates(std::move(forwarding));
   shard->Committed(committed);  // a backup that went may have held it back
   DropUnusedPeers();
 }
 
-std::vector<std::string> Replicator::BackupsOf(const Shard* shard) {
+int64_t Replicator::CommittedOf(const Copies& copies, int64_t version) {
+  for (const Copy& copy : copies) {
+    if (!copy.catching_up) version = std::min(version, copy.acked);
+  }
+  return version;
+}
+
+std::vector<std::string> Replicator::AddressesOf(const Shard* shard, bool catching_up) {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
   const auto found = copies_.find(const_cast<Shard*>(shard));
   if (found == copies_.end()) return out;
-  for (const Peer* peer : found->second.peers) out.push_back(peer->address);
+  for (const Copy& copy : found->second) {
+    if (copy.catching_up == catching_up) out.push_back(copy.peer->address);
+  }
   return out;
+}
+
+std::vector<std::string> Replicator::BackupsOf(const Shard* shard) {
+  return AddressesOf(shard, false);
+}
+
+std::vector<std::string> Replicator::CatchingUpOf(const Shard* shard) {
+  return AddressesOf(shard, true);
 }
 
 void Replicator::Enqueue(Peer* peer, Shard* shard, ShardUpdate update) {
@@ -223,17 +270,24 @@ void Replicator::Receive(Peer* peer, ReplicaStream* stream) {
 
 void Replicator::Acked(Shard* shard, const Peer* peer, int64_t version) {
   int64_t committed = 0;
+  bool caught_up = false;
   {
     absl::MutexLock lock(&mu_);
     const auto found = copies_.find(shard);
     if (found == copies_.end()) return;  // no longer replicated
-    Copies& copies = found->second;
-    for (size_t i = 0; i < copies.peers.size(); ++i) {
-      if (copies.peers[i] == peer) copies.acked[i] = std::max(copies.acked[i], version);
+    for (Copy& copy : found->second) {
+      if (copy.peer != peer) continue;
+      copy.acked = std::max(copy.acked, version);
+      if (copy.catching_up && copy.filled_at != nullptr) {
+        const int64_t at = copy.filled_at->load();
+        caught_up = at >= 0 && version >= at;
+        if (caught_up) copy.filled_at->store(-1);  // reported once
+      }
     }
-    committed = *std::min_element(copies.acked.begin(), copies.acked.end());
+    committed = CommittedOf(found->second, shard->version());
   }
   shard->Committed(committed);
+  if (caught_up && caught_up_) caught_up_(shard, peer->address);
 }
 
 }  // namespace fulcrum

@@ -6,10 +6,13 @@
 // window of calls in flight on it, each carrying what queued meanwhile;
 // a broken stream is opened again and what it had not answered is sent
 // again (a backup takes an update it has already applied as a no-op).
-// Thread-safe.
+// A copy that may differ from the primary (new to it, or catching up) is
+// first sent the shard's snapshot; one catching up holds back no commit,
+// and is reported once it has the snapshot. Thread-safe.
 #ifndef FULCRUM_PS_SERVER_REPLICATOR_H_
 #define FULCRUM_PS_SERVER_REPLICATOR_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
@@ -58,9 +61,12 @@ class Replicator {
   // `own_address`: this server's, which its calls carry (a backup takes
   // updates only from its primary); `window`: calls in flight on a stream;
   // `retry_after`: how long a sender waits before opening a broken stream
-  // again.
-  Replicator(std::string own_address, ReplicaLinkFactory connect, int window = 4,
-             absl::Duration retry_after = absl::Seconds(1));
+  // again. `caught_up` is told, from a thread of the replicator's, of each
+  // catching-up copy (its shard, its server's address) once it has applied
+  // the snapshot; it must not call back into the replicator.
+  using CaughtUpCallback = std::function<void(Shard* shard, const std::string& address)>;
+  Replicator(std::string own_address, ReplicaLinkFactory connect, CaughtUpCallback caught_up = {},
+             int window = 4, absl::Duration retry_after = absl::Seconds(1));
   // Stops the senders (what they had not sent is dropped) and the shards'
   // forwarding to them.
   ~Replicator();
@@ -68,14 +74,21 @@ class Replicator {
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
-  // From now on `shard`'s updates go to `backups` (addresses), and its
-  // versions are committed as they all apply them: a backup it had before
-  // keeps the versions it answered, a new one starts at the shard's
-  // version (it must hold the same values), and with none each version is
-  // committed as it is made (what the backups that went held back too).
-  void Replicate(Shard* shard, const std::vector<std::string>& backups) ABSL_LOCKS_EXCLUDED(mu_);
-  // The addresses `shard`'s updates go to; none when it is not replicated.
+  // From now on `shard`'s updates go to `backups` and `catching_up`
+  // (addresses), and its versions are committed as all of `backups` apply
+  // them: a copy it had before keeps the versions it answered; a new one
+  // first takes the shard's snapshot when `fill` or catching up (else it
+  // starts at the shard's version: created alike, it holds the same
+  // state). With no backups each version is committed as it is made (what
+  // the backups that went held back too).
+  void Replicate(Shard* shard, const std::vector<std::string>& backups,
+                 const std::vector<std::string>& catching_up = {}, bool fill = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The addresses `shard`'s updates go to and its commits wait for; none
+  // when it is not replicated.
   std::vector<std::string> BackupsOf(const Shard* shard) ABSL_LOCKS_EXCLUDED(mu_);
+  // Those its updates go to that are catching up.
+  std::vector<std::string> CatchingUpOf(const Shard* shard) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // One call's updates, and the shard of each.
@@ -96,11 +109,22 @@ class Replicator {
     ReplicaStream* stream ABSL_GUARDED_BY(mu) = nullptr;  // the open one
     std::thread sender;
   };
-  // Per replicated shard: its backups' servers and the version each has.
-  struct Copies {
-    std::vector<Peer*> peers;
-    std::vector<int64_t> acked;
+  // One copy of a replicated shard: its server and the version it has.
+  struct Copy {
+    Peer* peer = nullptr;
+    int64_t acked = 0;  // -1: it is taking a snapshot
+    bool catching_up = false;
+    // Of the snapshot it was sent (set as it is taken, before any answer);
+    // -1: none, or reported caught up.
+    std::shared_ptr<std::atomic<int64_t>> filled_at;
   };
+  // Per replicated shard: its copies, the ready ones first.
+  using Copies = std::vector<Copy>;
+  // The least version the ready copies have (the shard's `version` when
+  // there are none).
+  static int64_t CommittedOf(const Copies& copies, int64_t version);
+  std::vector<std::string> AddressesOf(const Shard* shard, bool catching_up)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   Peer* PeerLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops `peer`'s sender (what it had not sent is dropped).
@@ -121,6 +145,7 @@ class Replicator {
 
   const std::string own_address_;
   const ReplicaLinkFactory connect_;
+  const CaughtUpCallback caught_up_;
   const int window_;
   const absl::Duration retry_after_;
   absl::Mutex mu_;

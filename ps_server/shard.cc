@@ -124,10 +124,8 @@ void Shard::ApplyLocked(GradientParts grad, int averaged, absl::Span<const Taken
   ++version_;
   ApplyGradient(spec_.variable().optimizer(), version_, averaged, grad, absl::MakeSpan(*values_),
                 slots_);
-  if (!forward_) {
-    committed_version_ = version_;
-    return;
-  }
+  if (!commits_wait_) committed_version_ = version_;
+  if (!forward_) return;
   ShardUpdate update;
   update.set_variable(spec_.variable().name());
   update.set_shard(spec_.shard());
@@ -143,10 +141,86 @@ void Shard::ApplyLocked(GradientParts grad, int averaged, absl::Span<const Taken
   forward_(std::move(update));
 }
 
-void Shard::ForwardUpdates(std::function<void(ShardUpdate)> forward) {
+void Shard::ForwardUpdates(Forwarding forwarding) {
   absl::MutexLock lock(&mu_);
-  forward_ = std::move(forward);
-  if (!forward_) committed_version_ = version_;
+  if (forwarding.snapshot) forwarding.snapshot(SnapshotLocked(forwarding.part_bytes));
+  forward_ = std::move(forwarding.forward);
+  commits_wait_ = forward_ && forwarding.commits_wait;
+  if (!commits_wait_) committed_version_ = version_;
+}
+
+std::vector<ShardUpdate> Shard::SnapshotLocked(int64_t part_bytes) const {
+  const int64_t n = static_cast<int64_t>(values_->size());
+  const int64_t floats = n * static_cast<int64_t>(1 + slots_.size());
+  const int64_t per_part = std::max<int64_t>(1, part_bytes / static_cast<int64_t>(sizeof(float)));
+  std::vector<ShardUpdate> parts;
+  for (int64_t offset = 0; offset < floats; offset += per_part) {
+    ShardUpdate& update = parts.emplace_back();
+    update.set_variable(spec_.variable().name());
+    update.set_shard(spec_.shard());
+    update.set_version(version_);
+    ShardSnapshot* part = update.mutable_snapshot();
+    if (offset == 0) *part->mutable_spec() = spec_;
+    part->set_offset(offset);
+    part->set_floats(floats);
+    const int64_t end = std::min(floats, offset + per_part);
+    std::string* data = part->mutable_data();
+    data->resize((end - offset) * sizeof(float));
+    for (int64_t i = offset; i < end;) {  // across values, then each slot
+      const int64_t within = i % n;
+      const float* from = i < n ? values_->data() : slots_[i / n - 1].data();
+      const int64_t count = std::min(end - i, n - within);
+      std::memcpy(data->data() + (i - offset) * sizeof(float), from + within,
+                  count * sizeof(float));
+      i += count;
+    }
+  }
+  const std::vector<uint64_t>& ids = last_push_ids_.ids();
+  parts.back().mutable_snapshot()->mutable_push_ids()->Assign(ids.begin(), ids.end());
+  return parts;
+}
+
+absl::StatusOr<int64_t> Shard::ApplySnapshotPartLocked(const ShardUpdate& update) {
+  const ShardSnapshot& part = update.snapshot();
+  const int64_t n = static_cast<int64_t>(values_->size());
+  const int64_t floats = n * static_cast<int64_t>(1 + slots_.size());
+  const int64_t count = static_cast<int64_t>(part.data().size() / sizeof(float));
+  if (part.floats() != floats || part.data().size() % sizeof(float) != 0 || part.offset() < 0 ||
+      part.offset() > floats - count || update.version() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label_, ": a snapshot's part of ", part.data().size(), " bytes at float ",
+                     part.offset(), " of ", part.floats(), " (version ", update.version(),
+                     ") is not one of its ", floats, " floats"));
+  }
+  if (part.offset() == 0) {
+    filling_.clear();
+    filling_.reserve(floats);
+    filling_version_ = update.version();
+  } else if (filling_version_ != update.version() ||
+             part.offset() != static_cast<int64_t>(filling_.size())) {
+    // A part sent again after the stream broke, of a snapshot taken whole.
+    if (filling_version_ < 0 && update.version() <= version_) return version_;
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": given a snapshot's part at float ", part.offset(), " of version ",
+                     update.version(), ", while holding ", filling_.size(), " floats of version ",
+                     filling_version_));
+  }
+  const auto* data = reinterpret_cast<const float*>(part.data().data());
+  filling_.insert(filling_.end(), data, data + count);
+  if (static_cast<int64_t>(filling_.size()) < floats) return -1;
+  // Whole: the primary's state replaces this copy's.
+  UnshareValuesLocked();
+  std::copy(filling_.begin(), filling_.begin() + n, values_->begin());
+  for (size_t slot = 0; slot < slots_.size(); ++slot) {
+    const auto from = filling_.begin() + n * static_cast<int64_t>(slot + 1);
+    std::copy(from, from + n, slots_[slot].begin());
+  }
+  version_ = committed_version_ = filling_version_;
+  last_push_ids_.Assign({part.push_ids().begin(), part.push_ids().end()});
+  accumulated_from_.clear();
+  filling_ = std::vector<float>();
+  filling_version_ = -1;
+  return version_;
 }
 
 void Shard::Committed(int64_t version) {
@@ -193,7 +267,7 @@ absl::Status Shard::CheckPrimary() const {
       absl::StrCat(label_, " here is a backup copy; its primary is ", primary_));
 }
 
-absl::Status Shard::ApplyReplicated(const ShardUpdate& update, absl::string_view from) {
+absl::StatusOr<int64_t> Shard::ApplyReplicated(const ShardUpdate& update, absl::string_view from) {
   absl::MutexLock lock(&mu_);
   if (primary_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -203,13 +277,17 @@ absl::Status Shard::ApplyReplicated(const ShardUpdate& update, absl::string_view
     return absl::FailedPreconditionError(absl::StrCat(
         label_, " here takes updates only from its primary ", primary_, ", not ", from));
   }
+  if (update.has_snapshot() && update.variable() == spec_.variable().name() &&
+      update.shard() == spec_.shard()) {
+    return ApplySnapshotPartLocked(update);
+  }
   if (update.variable() != spec_.variable().name() || update.shard() != spec_.shard() ||
       update.gradient().size() != values_->size() * sizeof(float) || update.averaged() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         label_, ": an update of variable '", update.variable(), "' shard ", update.shard(), " of ",
         update.gradient().size(), " bytes averaging ", update.averaged(), " is not one of it"));
   }
-  if (update.version() <= version_) return absl::OkStatus();  // applied already
+  if (update.version() <= version_) return version_;  // applied already
   if (update.version() != version_ + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         label_, ": at version ", version_, ", given the update to version ", update.version()));
@@ -221,7 +299,7 @@ absl::Status Shard::ApplyReplicated(const ShardUpdate& update, absl::string_view
   }
   const FloatBytes gradient(update.gradient().data(), update.gradient().size());
   ApplyLocked(absl::MakeConstSpan(&gradient, 1), update.averaged(), pushes);
-  return absl::OkStatus();
+  return version_;
 }
 
 absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64_t max_staleness) {

@@ -96,12 +96,22 @@ class Shard {
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Replication. A primary's shard that has backups hands each update it
-  // applies to `forward`, in version order and under its lock (so
-  // `forward` must only queue it), and a version it made counts as
-  // committed, so that pulls waiting for it are served, only once
-  // Committed says every backup has applied it. Without `forward` (null,
-  // the default) each version is committed as it is made.
-  void ForwardUpdates(std::function<void(ShardUpdate)> forward) ABSL_LOCKS_EXCLUDED(mu_);
+  // applies to `forwarding.forward`, in version order and under its lock
+  // (so it must only queue it), and a version it made counts as committed,
+  // so that pulls waiting for it are served, only once Committed says
+  // every backup has applied it. Without `forward` (null, the default), or
+  // with `commits_wait` false (no backup a commit waits for), each version
+  // is committed as it is made. `snapshot`, when given, is first handed
+  // the shard's whole state as it is (parts of about `part_bytes` of
+  // floats), under the same lock: what a copy new to this primary takes
+  // before the updates after it.
+  struct Forwarding {
+    std::function<void(ShardUpdate)> forward;
+    bool commits_wait = true;
+    std::function<void(std::vector<ShardUpdate>)> snapshot;
+    int64_t part_bytes = int64_t{4} << 20;
+  };
+  void ForwardUpdates(Forwarding forwarding) ABSL_LOCKS_EXCLUDED(mu_);
   // Every backup has applied the updates up to `version`.
   void Committed(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
   int64_t committed_version() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -121,13 +131,17 @@ class Shard {
 
   // A backup's shard applies its primary's `update` as the primary did, so
   // the two stay bit-identical, and takes its pushes (a retry of one is
-  // DUPLICATE here after). An update it has applied already changes
-  // nothing (OK); FAILED_PRECONDITION for one that skips a version,
-  // INVALID_ARGUMENT for one of another shard or size, or given to a copy
-  // that is not a backup; FAILED_PRECONDITION when `from` (the sender's
-  // address) is not its primary (the primary changed, or a server the
-  // table dropped goes on sending).
-  absl::Status ApplyReplicated(const ShardUpdate& update, absl::string_view from)
+  // DUPLICATE here after). The parts of a snapshot fill a copy of the
+  // primary's state, which replaces this one's (values, slots, version and
+  // push ids, a version back or ahead) once whole. The version to answer:
+  // the shard's, or -1 for a part of a snapshot not yet whole. An update it
+  // has applied already changes nothing; FAILED_PRECONDITION for one that
+  // skips a version or a snapshot's part, INVALID_ARGUMENT for one of
+  // another shard or size, or given to a copy that is not a backup;
+  // FAILED_PRECONDITION when `from` (the sender's address) is not its
+  // primary (the primary changed, or a server the table dropped goes on
+  // sending).
+  absl::StatusOr<int64_t> ApplyReplicated(const ShardUpdate& update, absl::string_view from)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardInfo Describe() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -152,6 +166,11 @@ class Shard {
   void ApplyLocked(GradientParts grad, int averaged, absl::Span<const Taken> pushes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The shard's whole state as parts of a snapshot (ShardSnapshot).
+  std::vector<ShardUpdate> SnapshotLocked(int64_t part_bytes) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A backup takes a part of its primary's snapshot (checked to be of it).
+  absl::StatusOr<int64_t> ApplySnapshotPartLocked(const ShardUpdate& update)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardSpec spec_;
   const Shape shape_;
@@ -165,11 +184,16 @@ class Shard {
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t committed_version_ ABSL_GUARDED_BY(mu_) = 0;  // <= version_
   std::function<void(ShardUpdate)> forward_ ABSL_GUARDED_BY(mu_);
-  std::string primary_ ABSL_GUARDED_BY(mu_);  // a backup's primary; "": not a backup
+  bool commits_wait_ ABSL_GUARDED_BY(mu_) = false;  // for backups to apply forwarded versions
+  std::string primary_ ABSL_GUARDED_BY(mu_);        // a backup's primary; "": not a backup
   // Sum of the gradients accumulated for step version_, and who sent them.
   std::vector<float> accumulated_ ABSL_GUARDED_BY(mu_);
   std::vector<Taken> accumulated_from_ ABSL_GUARDED_BY(mu_);
   LastPushIds last_push_ids_ ABSL_GUARDED_BY(mu_);
+  // A backup's snapshot being received: its floats so far, of the version
+  // it is at (-1: none being received).
+  std::vector<float> filling_ ABSL_GUARDED_BY(mu_);
+  int64_t filling_version_ ABSL_GUARDED_BY(mu_) = -1;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -212,7 +212,7 @@ TEST(ShardReplicationTest, ABackupFedItsPrimarysUpdatesStaysBitIdentical) {
       Shard backup = MakeReplicaShard(optimizer);
       backup.MakeBackup("primary:1");
       std::vector<ShardUpdate> forwarded;
-      primary.ForwardUpdates([&](ShardUpdate u) { forwarded.push_back(std::move(u)); });
+      primary.ForwardUpdates({[&](ShardUpdate u) { forwarded.push_back(std::move(u)); }});
       std::mt19937 random(7);
       std::normal_distribution<float> normal;
       uint64_t push_id = 0;
@@ -254,7 +254,7 @@ TEST(ShardReplicationTest, ABackupFedItsPrimarysUpdatesStaysBitIdentical) {
 
 TEST(ShardReplicationTest, AWaitingPullIsServedOnlyWhatTheBackupsHave) {
   Shard primary = MakeShard(1.0f);
-  primary.ForwardUpdates([](const ShardUpdate&) {});
+  primary.ForwardUpdates({[](const ShardUpdate&) {}});
   Gradient grad(0, 0, 0.5f, 1);
   ASSERT_TRUE(primary.ApplyNow(grad.grad, -1).ok());
   EXPECT_EQ(primary.version(), 1);
@@ -279,27 +279,103 @@ TEST(ShardReplicationTest, ABackupRefusesAGapAnotherShardsUpdateAndTakesARepeatO
   std::vector<float> gradient(4, 0.5f);
   update.set_gradient(std::string(reinterpret_cast<const char*>(gradient.data()), 16));
   // Only a backup takes updates, and only from its primary.
-  EXPECT_THAT(backup.ApplyReplicated(update, "10.0.0.1:2222").message(),
+  EXPECT_THAT(backup.ApplyReplicated(update, "10.0.0.1:2222").status().message(),
               HasSubstr("is not a backup copy"));
   backup.MakeBackup("10.0.0.1:2222");
   EXPECT_THAT(backup.CheckPrimary().message(), HasSubstr("its primary is 10.0.0.1:2222"));
-  EXPECT_THAT(backup.ApplyReplicated(update, "10.0.0.2:2222").message(),
+  EXPECT_THAT(backup.ApplyReplicated(update, "10.0.0.2:2222").status().message(),
               HasSubstr("takes updates only from its primary 10.0.0.1:2222, not 10.0.0.2:2222"));
-  EXPECT_THAT(backup.ApplyReplicated(update, "10.0.0.1:2222").message(),
+  EXPECT_THAT(backup.ApplyReplicated(update, "10.0.0.1:2222").status().message(),
               HasSubstr("at version 0, given the update to version 2"));
   update.set_version(1);
   ShardUpdate other = update;
   other.set_variable("v");
-  EXPECT_EQ(backup.ApplyReplicated(other, "10.0.0.1:2222").code(),
+  EXPECT_EQ(backup.ApplyReplicated(other, "10.0.0.1:2222").status().code(),
             absl::StatusCode::kInvalidArgument);
   other = update;
   other.mutable_gradient()->resize(12);
-  EXPECT_EQ(backup.ApplyReplicated(other, "10.0.0.1:2222").code(),
+  EXPECT_EQ(backup.ApplyReplicated(other, "10.0.0.1:2222").status().code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(backup.ApplyReplicated(update, "10.0.0.1:2222").ok());
   ASSERT_TRUE(backup.ApplyReplicated(update, "10.0.0.1:2222").ok());  // again: nothing more
   EXPECT_EQ(backup.version(), 1);
   EXPECT_EQ(ReadValues(backup), std::vector<float>(4, 0.5f));
+}
+
+// A snapshot fills a copy that differs from its primary (one ahead of it,
+// as the other backup of a promoted primary may be, or new) in parts: it
+// becomes bit-identical, slots and push ids too, and then takes the
+// primary's next updates. A part sent again after the stream broke
+// changes nothing.
+TEST(ShardReplicationTest, ASnapshotInPartsMakesACopyThatDiffersBitIdentical) {
+  OptimizerSpec adam;
+  adam.set_kind(OptimizerSpec::ADAM);
+  adam.set_learning_rate(0.01f);
+  Shard primary = MakeReplicaShard(adam);
+  Shard backup = MakeReplicaShard(adam);
+  backup.MakeBackup("primary:1");
+  std::vector<float> values(15, 0.5f);
+  ShardGradient grad;
+  grad.parts = {AsFloatBytes(values)};
+  for (uint64_t id = 1; id <= 3; ++id) {
+    grad.push_id = id;
+    ASSERT_TRUE(primary.ApplyNow(grad, -1).ok());
+  }
+  // The copy went a version further its own way (an update the old
+  // primary sent it alone, never acknowledged).
+  ShardUpdate own;
+  own.set_variable("w");
+  own.set_version(1);
+  own.set_averaged(1);
+  own.set_gradient(std::string(15 * sizeof(float), '\x3f'));
+  ASSERT_TRUE(backup.ApplyReplicated(own, "primary:1").ok());
+  for (int i = 2; i <= 4; ++i) {
+    own.set_version(i);
+    ASSERT_TRUE(backup.ApplyReplicated(own, "primary:1").ok());
+  }
+  ASSERT_EQ(backup.version(), 4);
+
+  std::vector<ShardUpdate> parts;
+  std::vector<ShardUpdate> after;
+  // Parts of 8 floats: 15 values and Adam's two slots make 45 floats.
+  primary.ForwardUpdates({[&](ShardUpdate u) { after.push_back(std::move(u)); }, true,
+                          [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); },
+                          8 * sizeof(float)});
+  ASSERT_EQ(parts.size(), 6u);
+  EXPECT_TRUE(parts[0].snapshot().has_spec());
+  EXPECT_EQ(parts.back().snapshot().push_ids(0), 3u);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    absl::StatusOr<int64_t> answered = backup.ApplyReplicated(parts[i], "primary:1");
+    ASSERT_TRUE(answered.ok()) << answered.status();
+    EXPECT_EQ(*answered, i + 1 < parts.size() ? -1 : 3) << "part " << i;
+    if (i == 2) {  // a part out of order is refused, the filling kept
+      EXPECT_EQ(backup.ApplyReplicated(parts[4], "primary:1").status().code(),
+                absl::StatusCode::kFailedPrecondition);
+    }
+  }
+  EXPECT_EQ(backup.version(), 3);
+  EXPECT_EQ(StateBytes(backup, "filled"), StateBytes(primary, "filling"));
+  // Sent again after a break: taken already.
+  absl::StatusOr<int64_t> again = backup.ApplyReplicated(parts[3], "primary:1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, 3);
+  EXPECT_EQ(StateBytes(backup, "filled"), StateBytes(primary, "filling"));
+  // The next update follows; promoted, the copy knows the last push.
+  grad.push_id = 4;
+  ASSERT_TRUE(primary.ApplyNow(grad, -1).ok());
+  ASSERT_EQ(after.size(), 1u);
+  ASSERT_TRUE(backup.ApplyReplicated(after[0], "primary:1").ok());
+  EXPECT_EQ(StateBytes(backup, "followed"), StateBytes(primary, "leading"));
+  backup.Promote();
+  auto retried = backup.ApplyNow(grad, -1);
+  ASSERT_TRUE(retried.ok());
+  EXPECT_EQ(retried->outcome(), ShardPushResult::DUPLICATE);
+  // A snapshot of another size is refused by name.
+  ShardUpdate wrong = parts[0];
+  wrong.mutable_snapshot()->set_floats(44);
+  backup.MakeBackup("primary:1");
+  EXPECT_THAT(backup.ApplyReplicated(wrong, "primary:1").status().message(),
+              HasSubstr("is not one of its 45 floats"));
 }
 
 }  // namespace

@@ -293,6 +293,42 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   for (size_t i = 0; i < kElements; ++i) {
     ASSERT_EQ(values["w"].values[i], expected) << "element " << i;
   }
+  // The copies the lost server held are made again on the two others,
+  // from their primaries, in the background: every shard ends with a
+  // ready backup, and its two copies read the same.
+  PullRequest every_shard;
+  for (int shard = 0; shard < 6; ++shard) {
+    ShardRef* ref = every_shard.add_shards();
+    ref->set_variable("w");
+    ref->set_shard(shard);
+  }
+  auto copies_of = [&](const std::string& address, std::string* bytes) {
+    grpc::ClientContext describe_context;
+    DescribeResponse described;
+    if (!Stub(address, "worker")->Describe(&describe_context, DescribeRequest(), &described).ok())
+      return false;
+    for (const ShardInfo& info : described.shards()) {
+      if (info.primary().empty() && info.backups().empty()) return false;  // no ready backup
+    }
+    grpc::ClientContext context;
+    PullResponse read;
+    if (described.shards_size() != 6 ||
+        !Stub(address, "worker")->PullSmall(&context, every_shard, &read).ok()) {
+      return false;
+    }
+    bytes->clear();
+    for (const ShardSlice& slice : read.slices()) *bytes += slice.tensor().data();
+    return true;
+  };
+  std::string on_first;
+  std::string on_last;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!(copies_of(addresses[0], &on_first) && copies_of(addresses[2], &on_last)) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // polls the servers' state
+  }
+  ASSERT_EQ(on_first.size(), kElements * sizeof(float)) << "shards not made again on both";
+  EXPECT_EQ(on_first, on_last);
   // A worker started after the failover (a restarted one) finds the table
   // and leaves the lost server out.
   PsClientOptions options = Client("worker");
