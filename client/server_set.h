@@ -91,9 +91,7 @@ class ServerSet {
   const ClientConsistencyPolicy& policy() const { return policy_; }
   // Whether every push goes to server `ps`, gradients for it or none (SSP:
   // each server keeps every worker's clock), since it has not left.
-  bool EveryPushReaches(int ps) const {
-    return policy_.PushReachesEveryServer() && !Left(ps);
-  }
+  bool EveryPushReaches(int ps) const { return policy_.PushReachesEveryServer() && !Left(ps); }
 
   // The incarnation this client's state lives on at `ps`; 0: not known yet.
   uint64_t incarnation(int ps) const { return incarnations_[ps]; }
