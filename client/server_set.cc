@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/consistency_mode.h"
 #include "common/logging.h"
+#include "common/partitioner.h"
 
 namespace fulcrum {
 namespace {
@@ -16,6 +18,27 @@ namespace {
 bool LostState(const absl::Status& status) {
   return status.code() == absl::StatusCode::kNotFound ||
          status.code() == absl::StatusCode::kAborted;
+}
+
+// `request` without the shards `table` places, and their copies: a server
+// that restarted and rejoined the table takes those from their primaries.
+CreateShardsRequest WithoutPlacedShards(const CreateShardsRequest& request,
+                                        const Placement& table) {
+  std::set<std::string> placed;
+  for (const PlacedUnit& unit : table.units()) placed.insert(unit.key());
+  CreateShardsRequest out = request;
+  out.clear_shards();
+  out.clear_copies();
+  out.clear_initial_values();
+  out.clear_placement();
+  for (int i = 0; i < request.shards_size(); ++i) {
+    const ShardSpec& spec = request.shards(i);
+    if (placed.count(ShardKey(spec.variable().name(), spec.shard())) > 0) continue;
+    *out.add_shards() = spec;
+    if (request.copies_size() > 0) *out.add_copies() = request.copies(i);
+    if (request.initial_values_size() > 0) out.add_initial_values(request.initial_values(i));
+  }
+  return out;
 }
 
 }  // namespace
@@ -186,6 +209,12 @@ absl::Status ServerSet::ForEachServerRecovering(const std::vector<bool>& involve
     if (HasLeft(ps, deadline)) return LeftError(ps);
     (*recovered)[ps] = true;
     if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
+    if (following_) {
+      // It rejoined the table holding nothing: the call is made again by
+      // the table (DenseCalls::Rerouting), the shards' copies elsewhere.
+      return absl::AbortedError(absl::StrCat("restarted and rejoined the placement table (epoch ",
+                                             placement().epoch(), ")"));
+    }
     return after_recovery ? after_recovery(ps, deadline) : absl::OkStatus();
   });
   if (forget_) forget_(*recovered);
@@ -264,12 +293,17 @@ absl::StatusOr<CreateShardsResponse> ServerSet::CreateOn(int ps, const CreateSha
 }
 
 absl::Status ServerSet::Recover(int ps, absl::Time deadline) {
-  auto created = CreateOn(ps, create_requests_[ps], deadline);
+  // Where the servers keep a placement table, a restarted server rejoined
+  // it, and its copies are filled from their primaries, not created here.
+  const CreateShardsRequest request =
+      following_ ? WithoutPlacedShards(create_requests_[ps], placement()) : create_requests_[ps];
+  auto created = CreateOn(ps, request, deadline);
   if (!created.ok()) return created.status();
   incarnations_[ps] = created->incarnation();
-  LOG_WARN("ps {} ({}) restarted: its {} shard(s) and {} table(s) are created again{}", ps,
-           address(ps), create_requests_[ps].shards_size(), create_requests_[ps].tables_size(),
-           created->restored() > 0 ? ", from its checkpoint" : "");
+  LOG_WARN("ps {} ({}) restarted: {} shard(s) and {} table(s) are created again{}{}", ps,
+           address(ps), request.shards_size(), request.tables_size(),
+           created->restored() > 0 ? ", from its checkpoint" : "",
+           following_ ? "; its copies of replicated shards are filled from their primaries" : "");
   return absl::OkStatus();
 }
 

@@ -132,8 +132,10 @@ class ServerSet {
   // that it lost it (it restarted) is recovered: its shards and tables are
   // created again, it is marked in *recovered, and its result is then
   // after_recovery(ps) when given, else OK (what the call carried is lost).
-  // Afterwards the versions learned from the recovered servers are
-  // forgotten (the hook).
+  // Following a placement table, a restarted server rejoined it holding
+  // none of the shards' copies: its result is ABORTED then, for the call to
+  // be made again by the newer table. Afterwards the versions learned from
+  // the recovered servers are forgotten (the hook).
   absl::Status ForEachServerRecovering(const std::vector<bool>& involved, const std::string& what,
                                        const ServerCall& call, const ServerCall& after_recovery,
                                        std::vector<bool>* recovered);

@@ -154,57 +154,58 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
     if (table.epoch() <= placement_.epoch()) return;
     placement_ = table;
   }
-  std::map<int32_t, std::string> addresses;
-  for (const PlacedServer& server : table.servers()) addresses[server.id()] = server.address();
   std::map<std::string, const PlacedUnit*> units;
   for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
   bool promoted = false;
   for (Shard* shard : store_.All()) {
     const auto found = units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
-    if (found == units.end()) continue;  // not replicated
-    const PlacedUnit& unit = *found->second;
-    const std::string& primary = addresses[unit.copies(0).server()];
-    std::vector<std::string> backups;
-    std::vector<std::string> catching_up;
-    bool held = false;  // a copy of it is here
-    for (int c = 0; c < unit.copies_size(); ++c) {
-      const std::string& address = addresses[unit.copies(c).server()];
-      held = held || address == own_address_;
-      if (c > 0) (unit.copies(c).catching_up() ? catching_up : backups).push_back(address);
-    }
-    if (primary != own_address_) {
-      // A backup (or a copy the table no longer has: it serves no worker).
-      if (!shard->IsBackup() && replicator_ != nullptr) replicator_->Replicate(shard, {});
-      shard->MakeBackup(primary);
-      if (!held)
-        LOG_WARN("{}: the table (epoch {}) has no copy here", shard->label(), table.epoch());
-      continue;
-    }
-    if (shard->IsBackup()) {
-      // Before the shard serves a pull routed by this table.
-      if (!promoted) policy_->OnPromoted(table.epoch());
-      promoted = true;
-      shard->Promote();
-      LOG_INFO("{}: the primary now (epoch {}), at version {}", shard->label(), table.epoch(),
-               shard->version());
-    }
-    if (replicator_ == nullptr) {
-      if (!backups.empty() || !catching_up.empty())
-        LOG_ERROR("{}: has backups, but this server replicates to none", shard->label());
-      continue;
-    }
-    if (replicator_->BackupsOf(shard) != backups ||
-        replicator_->CatchingUpOf(shard) != catching_up) {
-      LOG_INFO("{}: backed up on {}{} (epoch {})", shard->label(),
-               backups.empty() ? "no other server" : absl::StrJoin(backups, ", "),
-               catching_up.empty()
-                   ? ""
-                   : absl::StrCat(", filling a copy on ", absl::StrJoin(catching_up, ", ")),
-               table.epoch());
-      // A copy new to this primary may differ from it (the other backups
-      // of a promoted one) or hold nothing yet: it takes a snapshot first.
-      replicator_->Replicate(shard, backups, catching_up, /*fill=*/true);
-    }
+    if (found != units.end()) ApplyUnit(table, *found->second, shard, &promoted);
+  }
+}
+
+void ParameterServer::ApplyUnit(const Placement& table, const PlacedUnit& unit, Shard* shard,
+                                bool* promoted) {
+  std::map<int32_t, std::string> addresses;
+  for (const PlacedServer& server : table.servers()) addresses[server.id()] = server.address();
+  const std::string& primary = addresses[unit.copies(0).server()];
+  std::vector<std::string> backups;
+  std::vector<std::string> catching_up;
+  bool held = false;  // a copy of it is here
+  for (int c = 0; c < unit.copies_size(); ++c) {
+    const std::string& address = addresses[unit.copies(c).server()];
+    held = held || address == own_address_;
+    if (c > 0) (unit.copies(c).catching_up() ? catching_up : backups).push_back(address);
+  }
+  if (primary != own_address_) {
+    // A backup (or a copy the table no longer has: it serves no worker).
+    if (!shard->IsBackup() && replicator_ != nullptr) replicator_->Replicate(shard, {});
+    shard->MakeBackup(primary);
+    if (!held) LOG_WARN("{}: the table (epoch {}) has no copy here", shard->label(), table.epoch());
+    return;
+  }
+  if (shard->IsBackup()) {
+    // Before the shard serves a pull routed by this table.
+    if (!*promoted) policy_->OnPromoted(table.epoch());
+    *promoted = true;
+    shard->Promote();
+    LOG_INFO("{}: the primary now (epoch {}), at version {}", shard->label(), table.epoch(),
+             shard->version());
+  }
+  if (replicator_ == nullptr) {
+    if (!backups.empty() || !catching_up.empty())
+      LOG_ERROR("{}: has backups, but this server replicates to none", shard->label());
+    return;
+  }
+  if (replicator_->BackupsOf(shard) != backups || replicator_->CatchingUpOf(shard) != catching_up) {
+    LOG_INFO("{}: backed up on {}{} (epoch {})", shard->label(),
+             backups.empty() ? "no other server" : absl::StrJoin(backups, ", "),
+             catching_up.empty()
+                 ? ""
+                 : absl::StrCat(", filling a copy on ", absl::StrJoin(catching_up, ", ")),
+             table.epoch());
+    // A copy new to this primary may differ from it (the other backups of
+    // a promoted one) or hold nothing yet: it takes a snapshot first.
+    replicator_->Replicate(shard, backups, catching_up, /*fill=*/true);
   }
 }
 
@@ -255,6 +256,13 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
           config_.max_message_bytes() / 2, "): give the variable a partitioner (MAX_SIZE)"));
     }
   }
+  Placement table;  // the cluster's, as this server knows it
+  {
+    absl::MutexLock lock(&placement_mu_);
+    table = placement_;
+  }
+  std::map<std::string, const PlacedUnit*> units;
+  for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
   for (int i = 0; i < request.shards_size(); ++i) {
     const ShardSpec& spec = request.shards(i);
     const std::string empty;
@@ -278,6 +286,11 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
         if (!copy.backups().empty()) {
           replicator_->Replicate(shard, {copy.backups().begin(), copy.backups().end()});
         }
+        // Created late (by a restarted worker, whose request follows the
+        // chief's first placement): what the cluster's table says counts.
+        const auto placed = units.find(ShardKey(spec.variable().name(), spec.shard()));
+        bool promoted = false;
+        if (placed != units.end()) ApplyUnit(table, *placed->second, shard, &promoted);
       }
       LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}{}", spec.variable().name(),
                spec.shard(), spec.num_shards(), spec.row_offset(), spec.row_offset() + spec.rows(),
@@ -327,6 +340,12 @@ absl::StatusOr<ReplicateResponse> ParameterServer::Replicate(const ReplicateRequ
     absl::StatusOr<Shard*> shard = store_.Find(update.variable(), update.shard());
     if (!shard.ok() && update.snapshot().has_spec()) {
       shard = CreateCopy(update.snapshot().spec(), request.primary());
+    } else if (!shard.ok() &&
+               CheckCopyHere(update.variable(), update.shard(), request.primary()).ok()) {
+      // A copy still to come, with the snapshot queued behind this update
+      // (sent to this server's last process, say): nothing to apply yet.
+      response.add_versions(-1);
+      continue;
     }
     if (!shard.ok()) return shard.status();
     absl::StatusOr<int64_t> version = (*shard)->ApplyReplicated(update, request.primary());
@@ -336,29 +355,30 @@ absl::StatusOr<ReplicateResponse> ParameterServer::Replicate(const ReplicateRequ
   return response;
 }
 
+absl::Status ParameterServer::CheckCopyHere(const std::string& variable, int shard,
+                                            const std::string& primary) const {
+  const std::string key = ShardKey(variable, shard);
+  absl::MutexLock lock(&placement_mu_);
+  std::map<int32_t, std::string> addresses;
+  for (const PlacedServer& server : placement_.servers()) addresses[server.id()] = server.address();
+  const PlacedUnit* unit = nullptr;
+  for (const PlacedUnit& u : placement_.units()) {
+    if (u.key() == key) unit = &u;
+  }
+  bool here = false;
+  for (int c = 1; unit != nullptr && c < unit->copies_size(); ++c) {
+    here = here || addresses[unit->copies(c).server()] == own_address_;
+  }
+  if (here && addresses[unit->copies(0).server()] == primary) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("replicate: variable '", variable, "' shard ", shard, " has no copy here of ",
+                   primary, " in this server's placement table (epoch ", placement_.epoch(), ")"));
+}
+
 absl::StatusOr<Shard*> ParameterServer::CreateCopy(const ShardSpec& spec,
                                                    const std::string& primary) {
-  const std::string key = ShardKey(spec.variable().name(), spec.shard());
-  {
-    // Only a copy the table places here, of the primary it names.
-    absl::MutexLock lock(&placement_mu_);
-    std::map<int32_t, std::string> addresses;
-    for (const PlacedServer& server : placement_.servers())
-      addresses[server.id()] = server.address();
-    const PlacedUnit* unit = nullptr;
-    for (const PlacedUnit& u : placement_.units()) {
-      if (u.key() == key) unit = &u;
-    }
-    bool here = false;
-    for (int c = 1; unit != nullptr && c < unit->copies_size(); ++c) {
-      here = here || addresses[unit->copies(c).server()] == own_address_;
-    }
-    if (!here || addresses[unit->copies(0).server()] != primary) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("replicate: variable '", spec.variable().name(), "' shard ", spec.shard(),
-                       " has no copy here of ", primary,
-                       " in this server's placement table (epoch ", placement_.epoch(), ")"));
-    }
+  if (absl::Status s = CheckCopyHere(spec.variable().name(), spec.shard(), primary); !s.ok()) {
+    return s;
   }
   absl::StatusOr<bool> created = store_.Create(spec, nullptr, "", policy_->ExtraFloatsPerElement());
   if (!created.ok()) return created.status();

@@ -256,9 +256,17 @@ class ParameterServer {
   void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
+  // Makes `shard` the copy `unit` of `table` says it is here: a backup of
+  // its primary, or the primary (promoted, if it was a backup: the first
+  // promotion of the table sets *promoted) replicating to its backups.
+  void ApplyUnit(const Placement& table, const PlacedUnit& unit, Shard* shard, bool* promoted);
   // The replicator of this server's primaries, from own_address_; it
   // reports caught-up copies to the coordination.
   void MakeReplicator();
+  // OK when the placement table puts a backup copy of `variable`'s
+  // `shard` here, of `primary`; else FAILED_PRECONDITION saying so.
+  absl::Status CheckCopyHere(const std::string& variable, int shard,
+                             const std::string& primary) const;
   // A backup copy of `primary`'s shard of `spec`, created empty to take
   // its snapshot (Replicate): only one the placement table puts here.
   absl::StatusOr<Shard*> CreateCopy(const ShardSpec& spec, const std::string& primary);

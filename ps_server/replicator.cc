@@ -99,8 +99,9 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
       copy.catching_up = catching;
       const Copy* kept = nullptr;
       if (before != copies_.end()) {
+        // A ready copy now catching up is another: its server came back.
         for (const Copy& old : before->second) {
-          if (old.peer == copy.peer) kept = &old;
+          if (old.peer == copy.peer && (old.catching_up || !catching)) kept = &old;
         }
       }
       if (kept != nullptr) {

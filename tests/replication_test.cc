@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -29,29 +30,38 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Server `i` of `n` of a job of `workers`, started with `flags` on `port`
+// (0: one of its own), once it listens; its address, "" if it does not.
+std::unique_ptr<ChildProcess> StartServer(int i, int n, int workers,
+                                          const std::vector<std::string>& flags, int port,
+                                          std::string* address) {
+  std::string ps_hosts;
+  for (int j = 0; j < n; ++j) absl::StrAppend(&ps_hosts, j ? "," : "", "127.0.0.1:0");
+  std::string worker_hosts;
+  for (int j = 0; j < workers; ++j)
+    absl::StrAppend(&worker_hosts, j ? "," : "", "127.0.0.1:", j + 1);
+  std::vector<std::string> argv = {RunfilePath("ps_server/ps_server"),
+                                   "--ps_hosts=" + ps_hosts,
+                                   "--worker_hosts=" + worker_hosts,
+                                   absl::StrCat("--task_index=", i),
+                                   "--bind_host=127.0.0.1",
+                                   absl::StrCat("--port=", port),
+                                   "--mode=async"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto server = std::make_unique<ChildProcess>(absl::StrCat("ps", i), argv);
+  const std::optional<int> listening = WaitForPort(*server, "listening on", absl::Seconds(30));
+  *address = listening ? absl::StrCat("127.0.0.1:", *listening) : "";
+  return server;
+}
+
 // `n` servers of a job of `workers`, each started with `flags` and its own
 // port.
 std::vector<std::unique_ptr<ChildProcess>> StartServers(
     int n, const std::vector<std::vector<std::string>>& flags, std::vector<std::string>* addresses,
     int workers = 1) {
-  std::string ps_hosts;
-  for (int i = 0; i < n; ++i) absl::StrAppend(&ps_hosts, i ? "," : "", "127.0.0.1:0");
-  std::string worker_hosts;
-  for (int i = 0; i < workers; ++i)
-    absl::StrAppend(&worker_hosts, i ? "," : "", "127.0.0.1:", i + 1);
   std::vector<std::unique_ptr<ChildProcess>> servers;
   for (int i = 0; i < n; ++i) {
-    std::vector<std::string> argv = {RunfilePath("ps_server/ps_server"),
-                                     "--ps_hosts=" + ps_hosts,
-                                     "--worker_hosts=" + worker_hosts,
-                                     absl::StrCat("--task_index=", i),
-                                     "--bind_host=127.0.0.1",
-                                     "--port=0",
-                                     "--mode=async"};
-    argv.insert(argv.end(), flags[i].begin(), flags[i].end());
-    servers.push_back(std::make_unique<ChildProcess>(absl::StrCat("ps", i), argv));
-    const std::optional<int> port = WaitForPort(*servers.back(), "listening on", absl::Seconds(30));
-    addresses->push_back(port ? absl::StrCat("127.0.0.1:", *port) : "");
+    servers.push_back(StartServer(i, n, workers, flags[i], 0, &addresses->emplace_back()));
   }
   return servers;
 }
@@ -82,10 +92,66 @@ class ReplicationClusterTest : public ::testing::Test {
   std::unique_ptr<PsService::Stub> Stub(const std::string& address, const std::string& role) {
     return PsService::NewStub(grpc::CreateChannel(address, MakeChannelCredentials(Tls(role))));
   }
+  // Three servers of a job of `workers` in `mode` with two copies of each
+  // shard, coordinated through an etcd of the test's own under `prefix`
+  // with 1 s leases; `flags` are theirs.
+  std::vector<std::unique_ptr<ChildProcess>> StartCoordinated(ConsistencyMode mode, int workers,
+                                                              const std::string& prefix,
+                                                              std::vector<std::string>* flags,
+                                                              std::vector<std::string>* addresses);
   void KillOneForGood(ConsistencyMode mode);
+  // What the server at `address` says of itself (empty when it does not
+  // answer).
+  DescribeResponse DescribeAt(const std::string& address) {
+    grpc::ClientContext context;
+    DescribeResponse described;
+    if (!Stub(address, "worker")->Describe(&context, DescribeRequest(), &described).ok()) return {};
+    return described;
+  }
+  // w's `shards` at `address`, read as a reader reads them ("" when it
+  // does not answer).
+  std::string ReadAt(const std::string& address, const std::vector<int>& shards) {
+    PullRequest pull;
+    for (int shard : shards) {
+      ShardRef* ref = pull.add_shards();
+      ref->set_variable("w");
+      ref->set_shard(shard);
+    }
+    grpc::ClientContext context;
+    PullResponse read;
+    if (!Stub(address, "worker")->PullSmall(&context, pull, &read).ok()) return "";
+    std::string bytes;
+    for (const ShardSlice& slice : read.slices()) bytes += slice.tensor().data();
+    return bytes;
+  }
 
   std::string certs_;
+  std::unique_ptr<LocalEtcd> etcd_;
 };
+
+// The staleness bound of the coordinated servers' ssp.
+constexpr int kBound = 1;
+constexpr size_t kElements = size_t{64} * 8;  // of w
+
+// Whether `condition` holds within `timeout`, asked every 50 ms.
+bool Eventually(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(50));  // polls the servers' state
+  }
+  return true;
+}
+
+// Whether every shard a server described has a ready copy on another: it
+// is a backup, or a primary with backups and none catching up.
+bool EveryShardBackedUp(const DescribeResponse& described) {
+  for (const ShardInfo& info : described.shards()) {
+    if (info.primary().empty() && (info.backups().empty() || !info.catching_up().empty()))
+      return false;
+  }
+  return true;
+}
 
 // w [64, 8] in `shards` shards, zeros, SGD at rate 1: each push of ones
 // takes 1 from every element.
@@ -108,7 +174,6 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
   std::unique_ptr<PsClient> worker = NewGrpcPsClient(addresses, Client("chief"));
   ASSERT_TRUE(worker->CreateVariables({Ones()}).ok());
   constexpr int kPushes = 25;
-  constexpr size_t kElements = size_t{64} * 8;
   TensorMap gradient;
   gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
   for (int i = 0; i < kPushes; ++i) {
@@ -188,33 +253,43 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
 // gradients a lost primary had accumulated pushed again to the new one).
 // In ssp, no pull, before or after the failover, misses a push its bound
 // requires: a worker at clock c sees at least c - k pushes of each.
-void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
+std::vector<std::unique_ptr<ChildProcess>> ReplicationClusterTest::StartCoordinated(
+    ConsistencyMode mode, int workers, const std::string& prefix, std::vector<std::string>* flags,
+    std::vector<std::string>* addresses) {
   std::string dir = ::testing::TempDir() + "/etcd-XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  EXPECT_NE(mkdtemp(dir.data()), nullptr);
   absl::StatusOr<std::unique_ptr<LocalEtcd>> etcd = LocalEtcd::Start(dir);
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  constexpr int kServers = 3;
+  if (!etcd.ok()) {
+    ADD_FAILURE() << etcd.status();
+    return {};
+  }
+  etcd_ = *std::move(etcd);
+  *flags = ServerFlags(2);
+  flags->insert(flags->end(),
+                {absl::StrCat("--mode=", absl::AsciiStrToLower(ConsistencyMode_Name(mode))),
+                 absl::StrCat("--staleness=", kBound), "--etcd=" + etcd_->endpoint(),
+                 "--etcd_prefix=" + prefix, "--etcd_lease_secs=1",
+                 // Long worker leases: a sync step whose gradients a lost
+                 // primary held completes only because they are pushed
+                 // again, not because their workers are presumed dead.
+                 "--lease_timeout_ms=300000"});
+  auto servers =
+      StartServers(3, std::vector<std::vector<std::string>>(3, *flags), addresses, workers);
+  for (size_t i = 0; i < servers.size(); ++i) {
+    EXPECT_FALSE((*addresses)[i].empty());
+    EXPECT_TRUE(servers[i]->WaitForLine("coordinated through etcd", absl::Seconds(30)));
+  }
+  return servers;
+}
+
+void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   constexpr int kWorkers = 4;
   constexpr int kSteps = 60;
-  constexpr int kBound = 1;
-  std::vector<std::string> flags = ServerFlags(2);
-  flags.insert(flags.end(),
-               {absl::StrCat("--mode=", absl::AsciiStrToLower(ConsistencyMode_Name(mode))),
-                absl::StrCat("--staleness=", kBound), "--etcd=" + (*etcd)->endpoint(),
-                "--etcd_prefix=/exactness/", "--etcd_lease_secs=1",
-                // Long worker leases: a sync step whose gradients a lost
-                // primary held completes only because they are pushed again,
-                // not because their workers are presumed dead.
-                "--lease_timeout_ms=300000"});
+  std::vector<std::string> flags;
   std::vector<std::string> addresses;
-  auto servers = StartServers(kServers, std::vector<std::vector<std::string>>(kServers, flags),
-                              &addresses, kWorkers);
-  for (const std::string& address : addresses) ASSERT_FALSE(address.empty());
-  for (auto& server : servers) {
-    ASSERT_TRUE(server->WaitForLine("coordinated through etcd", absl::Seconds(30)));
-  }
+  auto servers = StartCoordinated(mode, kWorkers, "/exactness/", &flags, &addresses);
+  ASSERT_FALSE(HasFailure());
 
-  constexpr size_t kElements = size_t{64} * 8;
   std::vector<std::unique_ptr<PsClient>> workers;
   for (int w = 0; w < kWorkers; ++w) {
     PsClientOptions options = Client(w == 0 ? "chief" : "worker");
@@ -296,39 +371,16 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   // The copies the lost server held are made again on the two others,
   // from their primaries, in the background: every shard ends with a
   // ready backup, and its two copies read the same.
-  PullRequest every_shard;
-  for (int shard = 0; shard < 6; ++shard) {
-    ShardRef* ref = every_shard.add_shards();
-    ref->set_variable("w");
-    ref->set_shard(shard);
-  }
-  auto copies_of = [&](const std::string& address, std::string* bytes) {
-    grpc::ClientContext describe_context;
-    DescribeResponse described;
-    if (!Stub(address, "worker")->Describe(&describe_context, DescribeRequest(), &described).ok())
-      return false;
-    for (const ShardInfo& info : described.shards()) {
-      if (info.primary().empty() && info.backups().empty()) return false;  // no ready backup
-    }
-    grpc::ClientContext context;
-    PullResponse read;
-    if (described.shards_size() != 6 ||
-        !Stub(address, "worker")->PullSmall(&context, every_shard, &read).ok()) {
-      return false;
-    }
-    bytes->clear();
-    for (const ShardSlice& slice : read.slices()) *bytes += slice.tensor().data();
-    return true;
+  auto all_backed_up = [&](const std::string& address) {
+    const DescribeResponse described = DescribeAt(address);
+    return described.shards_size() == 6 && EveryShardBackedUp(described);
   };
-  std::string on_first;
-  std::string on_last;
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!(copies_of(addresses[0], &on_first) && copies_of(addresses[2], &on_last)) &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));  // polls the servers' state
-  }
-  ASSERT_EQ(on_first.size(), kElements * sizeof(float)) << "shards not made again on both";
-  EXPECT_EQ(on_first, on_last);
+  ASSERT_TRUE(Eventually([&] { return all_backed_up(addresses[0]) && all_backed_up(addresses[2]); },
+                         absl::Seconds(60)))
+      << "shards not made again on both";
+  const std::string on_first = ReadAt(addresses[0], {0, 1, 2, 3, 4, 5});
+  ASSERT_EQ(on_first.size(), kElements * sizeof(float));
+  EXPECT_EQ(on_first, ReadAt(addresses[2], {0, 1, 2, 3, 4, 5}));
   // A worker started after the failover (a restarted one) finds the table
   // and leaves the lost server out.
   PsClientOptions options = Client("worker");
@@ -351,6 +403,62 @@ TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoSyncStep) { KillOneFor
 
 TEST_F(ReplicationClusterTest, AServerKilledForGoodKeepsSspClocksAndItsBound) {
   KillOneForGood(SSP);
+}
+
+// A server killed (-9) and started again at once at its address, as the
+// launcher restarts one that crashed: it takes itself out of the table,
+// joins it again holding nothing, and the copies it lost are made again on
+// it, filled from their primaries, while the worker goes on pushing (the
+// client creates nothing there: the table's copies are the primaries' to
+// fill). Each copy it ends with reads as its primary's, and every push
+// applied once.
+TEST_F(ReplicationClusterTest, ARestartedServerRejoinsAsBackupsFilledFromThePrimaries) {
+  std::vector<std::string> flags;
+  std::vector<std::string> addresses;
+  auto servers = StartCoordinated(ASYNC, 1, "/rejoin/", &flags, &addresses);
+  ASSERT_FALSE(HasFailure());
+  std::unique_ptr<PsClient> worker = NewGrpcPsClient(addresses, Client("chief"));
+  ASSERT_TRUE(worker->CreateVariables({Ones(6)}).ok());
+  TensorMap gradient;
+  gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
+  int pushes = 0;
+  auto push = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<PushStats> pushed = worker->Push(gradient);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      ++pushes;
+    }
+  };
+  push(10);
+  servers[1]->Signal(SIGKILL);
+  ASSERT_TRUE(servers[1]->Wait(absl::Seconds(30)).has_value());
+  const int port = std::stoi(addresses[1].substr(addresses[1].rfind(':') + 1));
+  std::string restarted;
+  servers[1] = StartServer(1, 3, 1, flags, port, &restarted);
+  ASSERT_EQ(restarted, addresses[1]);
+  ASSERT_TRUE(servers[1]->WaitForLine(" being filled", absl::Seconds(30)));
+  push(10);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        if (DescribeAt(restarted).shards_size() == 0) return false;
+        for (const std::string& address : addresses) {
+          if (!EveryShardBackedUp(DescribeAt(address))) return false;
+        }
+        return true;
+      },
+      absl::Seconds(60)))
+      << "the restarted server's copies not all filled";
+  push(1);
+  const DescribeResponse on_restarted = DescribeAt(restarted);
+  for (const ShardInfo& copy : on_restarted.shards()) {
+    ASSERT_FALSE(copy.primary().empty()) << "shard " << copy.shard() << " moved its primary";
+    const std::string bytes = ReadAt(restarted, {copy.shard()});
+    EXPECT_FALSE(bytes.empty());
+    EXPECT_EQ(bytes, ReadAt(copy.primary(), {copy.shard()})) << "shard " << copy.shard();
+  }
+  TensorMap values;
+  ASSERT_TRUE(worker->Pull({"w"}, &values).ok());
+  for (float v : values["w"].values) ASSERT_EQ(v, -pushes);
 }
 
 TEST_F(ReplicationClusterTest, ServersThatDisagreeOnReplicationAreNamed) {
