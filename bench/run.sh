@@ -30,7 +30,10 @@
 #        push+pulls, against the state each holds (bench/memory_bench.py);
 #   11.  exporting a 1 GiB model (fulcrumctl export, safetensors and npz),
 #        against a copy of its checkpoint files, and its peak memory
-#        against the model's size (bench/export_bench.py).
+#        against the model's size (bench/export_bench.py);
+#   12.  the failover of a server lost for good (--replication=2 with
+#        etcd) over fresh clusters, against the etcd lease that bounds
+#        detection and the push's own time (bench:failover_bench).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +42,7 @@ quick=""
 
 command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; }
 bazel build -c opt //bench:dataplane_bench //bench:scaling_bench //bench:allreduce_bench \
-  //bench:sparse_bench //bench:client_bench //ps_server //deploy:local_cluster //deploy:fulcrumctl \
+  //bench:sparse_bench //bench:client_bench //bench:failover_bench //ps_server //deploy:local_cluster //deploy:fulcrumctl \
   //python:site
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 
@@ -101,3 +104,5 @@ bench/keras_bench.sh $quick
 PYTHONPATH="$bin/python/site" /usr/bin/python3 bench/python_bench.py --bin_dir="$bin" $quick
 /usr/bin/python3 bench/memory_bench.py --bin_dir="$bin"
 /usr/bin/python3 bench/export_bench.py --bin_dir="$bin"
+"$bin/bench/failover_bench" --ps_server="$bin/ps_server/ps_server" \
+  --rounds="$([ -n "$quick" ] && echo 3 || echo 10)" 2>/dev/null

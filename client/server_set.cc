@@ -41,6 +41,11 @@ CreateShardsRequest WithoutPlacedShards(const CreateShardsRequest& request,
   return out;
 }
 
+// The longest wait between retries of a server that does not answer while
+// the client follows a placement table: each retry first asks the others
+// whether it left.
+constexpr absl::Duration kFollowingMaxBackoff = absl::Milliseconds(200);
+
 }  // namespace
 
 PushStats AddPushResults(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
@@ -118,7 +123,11 @@ absl::Status ServerSet::ForEachServer(const std::vector<bool>& involved, const s
         results[ps] = status;
         return;
       }
-      backoff = std::min(backoff * 2, options_.max_backoff);
+      // Following a table, a server that does not answer may have been
+      // lost for good: the table is asked again soon, so that the call
+      // moves to the shards' new primaries as soon as they take over.
+      backoff = std::min({backoff * 2, options_.max_backoff,
+                          following_ ? kFollowingMaxBackoff : absl::InfiniteDuration()});
     }
   };
   std::vector<int> calls;

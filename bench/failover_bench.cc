@@ -1,0 +1,186 @@
+// failover_bench: how long a job waits when a parameter server is lost for
+// good. Each round starts a fresh cluster: an etcd of its own, three
+// ps_server processes with --replication=2 (plaintext, on 127.0.0.1), and
+// one async worker pushing to a variable in six shards, so that every push
+// reaches every server. After --warmup pushes one server is killed (-9)
+// and never restarted; the failover is the time from the kill to the first
+// push acknowledged after it. Prints name=value lines: failover_p50_ms and
+// failover_max_ms over the rounds, the push's own p50 before the kill, and
+// the failover against the etcd lease, which bounds how soon the others
+// may take the lost server's shards.
+//
+//   failover_bench --ps_server=bazel-bin/ps_server/ps_server [--rounds=10]
+#include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/etcd/local_etcd.h"
+#include "common/subprocess.h"
+#include "fulcrum/grpc_ps_client.h"
+#include "fulcrum/ps_client.h"
+
+ABSL_FLAG(std::string, ps_server, "", "The ps_server binary (required).");
+ABSL_FLAG(int, rounds, 10, "Fresh clusters, one server killed in each.");
+ABSL_FLAG(int, warmup, 50, "Pushes before the kill.");
+ABSL_FLAG(int, lease_secs, 1, "The servers' --etcd_lease_secs.");
+
+namespace {
+
+constexpr int kServers = 3;
+
+double Millis(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+double Quantile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  return values[static_cast<size_t>(q * static_cast<double>(values.size() - 1))];
+}
+
+// One cluster: etcd, the servers (each read in the background, so that its
+// output never fills the pipe) and their addresses.
+class Cluster {
+ public:
+  // Empty addresses when a server did not come up.
+  Cluster(const std::string& ps_server, int lease_secs) {
+    std::string dir = "/tmp/failover-bench-XXXXXX";
+    if (mkdtemp(dir.data()) == nullptr) return;
+    auto etcd = fulcrum::LocalEtcd::Start(dir);
+    if (!etcd.ok()) {
+      std::fprintf(stderr, "failover_bench: %s\n", etcd.status().ToString().c_str());
+      return;
+    }
+    etcd_ = *std::move(etcd);
+    std::vector<std::string> hosts(kServers, "127.0.0.1:0");
+    for (int i = 0; i < kServers; ++i) {
+      servers_.push_back(std::make_unique<fulcrum::Subprocess>(std::vector<std::string>{
+          ps_server, "--ps_hosts=" + absl::StrJoin(hosts, ","), "--worker_hosts=127.0.0.1:1",
+          absl::StrCat("--task_index=", i), "--bind_host=127.0.0.1", "--port=0", "--mode=async",
+          "--insecure", "--replication=2", "--etcd=" + etcd_->endpoint(),
+          "--etcd_prefix=/failover-bench/", absl::StrCat("--etcd_lease_secs=", lease_secs)}));
+      addresses_.push_back(AwaitAddress(*servers_.back()));
+    }
+    reader_ = std::thread([this] {
+      while (!stop_) {
+        for (auto& server : servers_) server->ReadLines(absl::Milliseconds(20));
+      }
+    });
+  }
+  ~Cluster() {
+    stop_ = true;
+    if (reader_.joinable()) reader_.join();
+  }
+
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  bool up() const {
+    return addresses_.size() == kServers &&
+           std::none_of(addresses_.begin(), addresses_.end(),
+                        [](const std::string& a) { return a.empty(); });
+  }
+  void Kill(int i) { ::kill(servers_[i]->pid(), SIGKILL); }
+
+ private:
+  // Reads the server's output until it says where it listens, having joined
+  // the job in etcd first; "" when it does not within 30 s.
+  static std::string AwaitAddress(fulcrum::Subprocess& server) {
+    const std::regex listening("listening on 127\\.0\\.0\\.1:(\\d+)");
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline && !server.Poll().has_value()) {
+      for (const std::string& line : server.ReadLines(absl::Milliseconds(100))) {
+        std::smatch match;
+        if (std::regex_search(line, match, listening)) return "127.0.0.1:" + match[1].str();
+      }
+    }
+    return "";
+  }
+
+  std::unique_ptr<fulcrum::LocalEtcd> etcd_;
+  std::vector<std::unique_ptr<fulcrum::Subprocess>> servers_;
+  std::vector<std::string> addresses_;
+  std::atomic<bool> stop_{false};
+  std::thread reader_;
+};
+
+// One round: the failover time, and the pushes' times before the kill;
+// nothing when the cluster failed.
+std::optional<absl::Duration> Round(const std::string& ps_server, std::vector<double>* push_ms) {
+  Cluster cluster(ps_server, absl::GetFlag(FLAGS_lease_secs));
+  if (!cluster.up()) return std::nullopt;
+  fulcrum::PsClientOptions options;
+  options.worker_id = 0;
+  std::unique_ptr<fulcrum::PsClient> worker =
+      fulcrum::NewGrpcPsClient(cluster.addresses(), options);
+  fulcrum::VariableSpec spec;
+  spec.set_name("w");
+  spec.add_shape(1536);
+  spec.add_shape(64);
+  spec.set_dtype(fulcrum::DT_FLOAT);
+  spec.mutable_partitioner()->set_kind(fulcrum::PartitionerSpec::FIXED_SHARDS);
+  spec.mutable_partitioner()->set_num_shards(6);
+  spec.mutable_optimizer()->set_learning_rate(1e-3f);
+  if (absl::Status s = worker->CreateVariables({spec}); !s.ok()) {
+    std::fprintf(stderr, "failover_bench: %s\n", s.ToString().c_str());
+    return std::nullopt;
+  }
+  fulcrum::TensorMap gradient;
+  gradient["w"] = fulcrum::DenseTensor{{1536, 64}, std::vector<float>(size_t{1536} * 64, 1.0f)};
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
+    const absl::Time start = absl::Now();
+    if (!worker->Push(gradient).ok()) return std::nullopt;
+    push_ms->push_back(Millis(absl::Now() - start));
+  }
+  const absl::Time killed = absl::Now();
+  cluster.Kill(1);
+  absl::StatusOr<fulcrum::PushStats> pushed = worker->Push(gradient);
+  if (!pushed.ok()) {
+    std::fprintf(stderr, "failover_bench: the push after the kill: %s\n",
+                 pushed.status().ToString().c_str());
+    return std::nullopt;
+  }
+  return absl::Now() - killed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Measures the failover of a parameter server lost for good (--replication=2, etcd).\n"
+      "  failover_bench --ps_server=bazel-bin/ps_server/ps_server [--rounds=10]");
+  absl::ParseCommandLine(argc, argv);
+  const std::string ps_server = absl::GetFlag(FLAGS_ps_server);
+  if (ps_server.empty()) {
+    std::fprintf(stderr, "failover_bench: --ps_server is required\n");
+    return 2;
+  }
+  std::vector<double> failover_ms;
+  std::vector<double> push_ms;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    std::optional<absl::Duration> failover = Round(ps_server, &push_ms);
+    if (!failover) {
+      std::fprintf(stderr, "failover_bench: round %d failed\n", round);
+      return 1;
+    }
+    failover_ms.push_back(Millis(*failover));
+    std::fprintf(stderr, "failover_bench: round %d: %.0f ms\n", round, failover_ms.back());
+  }
+  const double lease_ms = 1000.0 * absl::GetFlag(FLAGS_lease_secs);
+  const double p50 = Quantile(failover_ms, 0.5);
+  std::printf("failover_p50_ms=%.0f\n", p50);
+  std::printf("failover_max_ms=%.0f\n", Quantile(failover_ms, 1.0));
+  std::printf("failover_push_p50_ms=%.2f\n", Quantile(push_ms, 0.5));
+  std::printf("failover_p50_vs_lease=%.2f\n", p50 / lease_ms);
+  return 0;
+}
