@@ -309,7 +309,7 @@ absl::Status ServerSet::Recover(int ps, absl::Time deadline) {
   auto created = CreateOn(ps, request, deadline);
   if (!created.ok()) return created.status();
   incarnations_[ps] = created->incarnation();
-  LOG_WARN("ps {} ({}) restarted: {} shard(s) and {} table(s) are created again{}{}", ps,
+  LOG_WARN("ps {} ({}) restarted: its {} shard(s) and {} table(s) are created again{}{}", ps,
            address(ps), request.shards_size(), request.tables_size(),
            created->restored() > 0 ? ", from its checkpoint" : "",
            following_ ? "; its copies of replicated shards are filled from their primaries" : "");

@@ -129,6 +129,10 @@ absl::StatusOr<DecodedFrame> DecodeFrame(grpc::ByteBuffer& buffer, int size) {
       }
       has_data = true;
     } else if (WireFormatLite::GetTagFieldNumber(tag) == 0 ||
+               // Groups are refused: skipping one reads the tags inside it
+               // without the length check above (no peer sends one).
+               WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_START_GROUP ||
+               WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_END_GROUP ||
                !WireFormatLite::SkipField(&in, tag)) {
       return Malformed("does not parse");
     }
