@@ -156,23 +156,33 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
   }
   std::map<std::string, const PlacedUnit*> units;
   for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
+  const std::map<int32_t, std::string> addresses = ServerAddresses(table);
   bool promoted = false;
   for (Shard* shard : store_.All()) {
     const auto found = units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
-    if (found != units.end()) ApplyUnit(table, *found->second, shard, &promoted);
+    if (found != units.end()) ApplyUnit(table, addresses, *found->second, shard, &promoted);
   }
 }
 
-void ParameterServer::ApplyUnit(const Placement& table, const PlacedUnit& unit, Shard* shard,
-                                bool* promoted) {
+std::map<int32_t, std::string> ParameterServer::ServerAddresses(const Placement& table) {
   std::map<int32_t, std::string> addresses;
   for (const PlacedServer& server : table.servers()) addresses[server.id()] = server.address();
-  const std::string& primary = addresses[unit.copies(0).server()];
+  return addresses;
+}
+
+void ParameterServer::ApplyUnit(const Placement& table,
+                                const std::map<int32_t, std::string>& addresses,
+                                const PlacedUnit& unit, Shard* shard, bool* promoted) {
+  auto address_of = [&addresses](int32_t id) -> const std::string& {
+    const auto found = addresses.find(id);
+    return found == addresses.end() ? PlacedServer::default_instance().address() : found->second;
+  };
+  const std::string& primary = address_of(unit.copies(0).server());
   std::vector<std::string> backups;
   std::vector<std::string> catching_up;
   bool held = false;  // a copy of it is here
   for (int c = 0; c < unit.copies_size(); ++c) {
-    const std::string& address = addresses[unit.copies(c).server()];
+    const std::string& address = address_of(unit.copies(c).server());
     held = held || address == own_address_;
     if (c > 0) (unit.copies(c).catching_up() ? catching_up : backups).push_back(address);
   }
@@ -263,6 +273,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
   }
   std::map<std::string, const PlacedUnit*> units;
   for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
+  const std::map<int32_t, std::string> addresses = ServerAddresses(table);
   for (int i = 0; i < request.shards_size(); ++i) {
     const ShardSpec& spec = request.shards(i);
     const std::string empty;
@@ -290,7 +301,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
         // chief's first placement): what the cluster's table says counts.
         const auto placed = units.find(ShardKey(spec.variable().name(), spec.shard()));
         bool promoted = false;
-        if (placed != units.end()) ApplyUnit(table, *placed->second, shard, &promoted);
+        if (placed != units.end()) ApplyUnit(table, addresses, *placed->second, shard, &promoted);
       }
       LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}{}", spec.variable().name(),
                spec.shard(), spec.num_shards(), spec.row_offset(), spec.row_offset() + spec.rows(),
@@ -359,8 +370,7 @@ absl::Status ParameterServer::CheckCopyHere(const std::string& variable, int sha
                                             const std::string& primary) const {
   const std::string key = ShardKey(variable, shard);
   absl::MutexLock lock(&placement_mu_);
-  std::map<int32_t, std::string> addresses;
-  for (const PlacedServer& server : placement_.servers()) addresses[server.id()] = server.address();
+  std::map<int32_t, std::string> addresses = ServerAddresses(placement_);
   const PlacedUnit* unit = nullptr;
   for (const PlacedUnit& u : placement_.units()) {
     if (u.key() == key) unit = &u;

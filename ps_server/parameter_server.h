@@ -259,7 +259,11 @@ class ParameterServer {
   // Makes `shard` the copy `unit` of `table` says it is here: a backup of
   // its primary, or the primary (promoted, if it was a backup: the first
   // promotion of the table sets *promoted) replicating to its backups.
-  void ApplyUnit(const Placement& table, const PlacedUnit& unit, Shard* shard, bool* promoted);
+  // `addresses`: ServerAddresses(table).
+  void ApplyUnit(const Placement& table, const std::map<int32_t, std::string>& addresses,
+                 const PlacedUnit& unit, Shard* shard, bool* promoted);
+  // Each server's address in `table`, by id.
+  static std::map<int32_t, std::string> ServerAddresses(const Placement& table);
   // The replicator of this server's primaries, from own_address_; it
   // reports caught-up copies to the coordination.
   void MakeReplicator();
