@@ -37,7 +37,7 @@ mkdir -p "$stage/libexec" "$stage/lib" "$stage/bin" "$stage/data"
 # first, then CUDA's (FULCRUM_CUDA_LIBS, set by run.sh), then the system's.
 wrap() {  # NAME PATH_UNDER_BIN
   local name=$1 path=$2 up
-  up=$(dirname "$path" | sed 's|[^/][^/]*|..|g')
+  up=$(dirname "$path" | sed 's|^\.$||; s|[^/][^/]*|..|g')  # bin/a/b/x: ../..; bin/x: nothing
   mkdir -p "$stage/bin/$(dirname "$path")"
   cat > "$stage/bin/$path" <<EOF
 #!/bin/sh

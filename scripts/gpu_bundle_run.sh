@@ -3,8 +3,9 @@
 # Needs only a POSIX shell, tar and gzip, a CUDA driver and CUDA's own
 # libraries; everything else is in the bundle.
 #
-#   ./run.sh              # CUDA tests, then 2-epoch trainings: cuda against cpu
-#   ./run.sh --cpu-only   # the CPU training alone (proves the bundle runs anywhere)
+#   ./run.sh              # CUDA tests, trainings on cuda against cpu, memcheck
+#   ./run.sh --cpu-only   # the CPU training, and that the CUDA tests' binary
+#                         # starts (proves the bundle runs anywhere)
 #
 # Logs and summaries go to $OUT when set (the device tool brings it back),
 # else to a folder it names. Exits 1 when a test or a run failed.
@@ -19,11 +20,21 @@ tar -xzf "$here/payload.tar.gz" -C "$work" || { echo "run.sh: cannot unpack the 
 cp "$here"/*-ubyte.gz "$work/data/"
 failures=0
 say() { echo "run.sh: $*" | tee -a "$logs/report.txt"; }
+# bounded SECONDS COMMAND...: the command, stopped after SECONDS where the
+# system has timeout(1).
+bounded() {
+  secs=$1
+  shift
+  if command -v timeout >/dev/null; then timeout "$secs" "$@"; else "$@"; fi
+}
 
-# CUDA's libraries, wherever this machine keeps them.
+# CUDA's libraries, wherever this machine keeps them: the toolkit's first,
+# then those of pip's nvidia-* wheels (where images often keep NCCL).
 cuda_libs=""
 for dir in ${CUDA_HOME:+$CUDA_HOME/lib64} /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-           $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' '); do
+           $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' ') \
+           /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib \
+           /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/lib/python3/dist-packages/nvidia/*/lib; do
   [ -d "$dir" ] && cuda_libs="$cuda_libs${cuda_libs:+:}$dir"
 done
 export FULCRUM_CUDA_LIBS="$cuda_libs"
@@ -37,46 +48,37 @@ if ! $cpu_only; then
   fi
   say "CUDA libraries from: ${cuda_libs:-the default paths of the system}; $gpus GPU(s)"
 
-  # The CUDA tests: plain, with every launch synchronous, and under
-  # compute-sanitizer's memcheck where it is installed.
+  # The CUDA tests: plain, and with every launch synchronous (and, last of
+  # all, under compute-sanitizer's memcheck where it is installed).
   test_bin="$work/bin/cuda_device_test"
-  if "$test_bin" > "$logs/cuda_device_test.log" 2>&1; then
+  if bounded 300 "$test_bin" > "$logs/cuda_device_test.log" 2>&1; then
     say "cuda_device_test: passed"
   else
     say "cuda_device_test: FAILED (see cuda_device_test.log)"
     tail -30 "$logs/cuda_device_test.log"
     failures=$((failures + 1))
   fi
-  if CUDA_LAUNCH_BLOCKING=1 "$test_bin" > "$logs/cuda_device_test_blocking.log" 2>&1; then
+  if CUDA_LAUNCH_BLOCKING=1 bounded 300 "$test_bin" > "$logs/cuda_device_test_blocking.log" 2>&1; then
     say "cuda_device_test with CUDA_LAUNCH_BLOCKING=1: passed"
   else
     say "cuda_device_test with CUDA_LAUNCH_BLOCKING=1: FAILED"
     failures=$((failures + 1))
   fi
-  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  if [ -n "$sanitizer" ]; then
-    if "$sanitizer" --target-processes all --error-exitcode 3 "$test_bin" \
-        > "$logs/compute_sanitizer.log" 2>&1; then
-      say "compute-sanitizer memcheck: clean ($(grep -o 'ERROR SUMMARY: [0-9]* errors' "$logs/compute_sanitizer.log" | tail -1))"
-    else
-      say "compute-sanitizer memcheck: FAILED (see compute_sanitizer.log)"
-      tail -30 "$logs/compute_sanitizer.log"
-      failures=$((failures + 1))
-    fi
-  else
-    say "compute-sanitizer: not installed here, not run"
-  fi
 fi
 
-# A 2-epoch sync training through the launcher: 2 servers and WORKERS
-# workers of REPLICAS local replicas each, on DEVICE.
+# A training through the launcher: WORKERS workers of REPLICAS local
+# replicas each, on DEVICE, 2 epochs unless the worker flags that follow say
+# otherwise; the cluster is $cluster's (2 servers, sync, unless set).
 field() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -1 | sed 's/.*: *//'; }
-train() {  # NAME DEVICE WORKERS REPLICAS
-  name=$1
+train() {  # NAME DEVICE WORKERS REPLICAS [WORKER_FLAG...]
+  name=$1 device=$2 workers=$3 replicas=$4
+  shift 4
   # Plaintext: the device machine may lack openssl to make certificates.
-  if "$work/bin/deploy/local_cluster" --insecure --bin_dir="$work/bin" --num_ps=2 --num_workers="$3" \
-      --mode=sync --summary_json="$logs/$name.json" -- --data_dir="$work/data" --epochs=2 \
-      --device="$2" --local_replicas="$4" > "$logs/$name.log" 2>&1; then
+  # shellcheck disable=SC2086 # $cluster is a list of flags
+  if bounded 600 "$work/bin/deploy/local_cluster" --insecure --bin_dir="$work/bin" \
+      ${cluster:---num_ps=2 --mode=sync} --num_workers="$workers" --summary_json="$logs/$name.json" -- \
+      --data_dir="$work/data" --epochs=2 --device="$device" --local_replicas="$replicas" "$@" \
+      > "$logs/$name.log" 2>&1; then
     accuracy=$(field test_accuracy "$logs/$name.json")
     rate=$(field examples_per_sec "$logs/$name.json")
     say "$(printf '%-34s accuracy %-8s examples/s %s' "$name" "$accuracy" "$rate")"
@@ -87,16 +89,56 @@ train() {  # NAME DEVICE WORKERS REPLICAS
     failures=$((failures + 1))
   fi
 }
+ratio() {  # CPU_RUN CUDA_RUN
+  eval "cpu=\${rate_$1:-} cuda=\${rate_$2:-}"
+  [ -n "$cpu" ] && [ -n "$cuda" ] &&
+    say "$2/$1 examples/s: $(awk "BEGIN { printf \"%.2f\", $cuda / $cpu }")"
+}
 train cpu_2_workers cpu 2 1
-if ! $cpu_only; then
+if $cpu_only; then
+  # No GPU to run the CUDA tests on: that their binary starts is checked.
+  if "$work/bin/cuda_device_test" --gtest_list_tests > "$logs/cuda_device_test_list.log" 2>&1; then
+    say "cuda_device_test: starts, $(grep -c '^  ' "$logs/cuda_device_test_list.log") tests (they need a GPU)"
+  else
+    say "cuda_device_test: FAILED to start (see cuda_device_test_list.log)"
+    tail -5 "$logs/cuda_device_test_list.log"
+    failures=$((failures + 1))
+  fi
+else
   train cuda_2_workers cuda 2 1
   if [ "$gpus" -ge 2 ]; then
     train cuda_1_worker_all_gpus cuda 1 "$gpus"
   else
     say "the NCCL path (one worker, a replica per GPU) needs 2 GPUs; this machine has $gpus"
   fi
-  if [ -n "${rate_cpu_2_workers:-}" ] && [ -n "${rate_cuda_2_workers:-}" ]; then
-    say "cuda/cpu examples/s: $(awk "BEGIN { printf \"%.2f\", ${rate_cuda_2_workers} / ${rate_cpu_2_workers} }" 2>/dev/null || echo "$rate_cuda_2_workers / $rate_cpu_2_workers")"
+  ratio cpu_2_workers cuda_2_workers
+  # All-reduce between 2 workers, no servers, on the device the worker picks
+  # itself (--device=auto), which on a GPU machine must be CUDA.
+  cluster="--num_ps=0 --strategy=multi_worker_mirrored"
+  train allreduce_auto_2_workers auto 2 1
+  cluster=""
+  if [ -f "$logs/allreduce_auto_2_workers.log" ] && \
+      ! grep -q "device: CUDA" "$logs/allreduce_auto_2_workers.log"; then
+    say "allreduce_auto_2_workers: --device=auto did not pick CUDA on a GPU machine"
+    failures=$((failures + 1))
+  fi
+  # A model where the matrix products, not the wire, take the time: 2,048
+  # wide hidden layers, 1,024 examples a step, one epoch.
+  train wide_cpu_1_worker cpu 1 1 --hidden=2048,2048 --batch_size=1024 --epochs=1
+  train wide_cuda_1_worker cuda 1 1 --hidden=2048,2048 --batch_size=1024 --epochs=1
+  ratio wide_cpu_1_worker wide_cuda_1_worker
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -n "$sanitizer" ]; then
+    if bounded 180 "$sanitizer" --target-processes all --error-exitcode 3 "$test_bin" \
+        > "$logs/compute_sanitizer.log" 2>&1; then
+      say "compute-sanitizer memcheck: clean ($(grep -o 'ERROR SUMMARY: [0-9]* errors' "$logs/compute_sanitizer.log" | tail -1))"
+    else
+      say "compute-sanitizer memcheck: FAILED (see compute_sanitizer.log)"
+      tail -30 "$logs/compute_sanitizer.log"
+      failures=$((failures + 1))
+    fi
+  else
+    say "compute-sanitizer: not installed here, not run"
   fi
 fi
 say "logs in $logs; $failures failure(s)"

@@ -348,7 +348,7 @@ else
     report gpu_bundle_cpu FAILED "scripts/gpu_bundle.sh failed"
   elif out=$(docker run --rm --network none --user 10001 -v "$bundle/gpu-bundle:/bundle:ro" \
                -e OUT=/tmp/out debian:12 /bundle/run.sh --cpu-only 2>&1); then
-    log "$(grep 'run.sh: cpu_2_workers' <<< "$out")"
+    log "$(grep 'run.sh: cpu_2_workers\|run.sh: cuda_device_test' <<< "$out")"
     report gpu_bundle_cpu PASSED
   else
     tail -20 <<< "$out" >&2
