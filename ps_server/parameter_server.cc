@@ -162,6 +162,21 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
     const auto found = units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
     if (found != units.end()) ApplyUnit(table, addresses, *found->second, shard, &promoted);
   }
+  int64_t applied = placement_applied_.load();
+  while (applied < table.epoch() &&
+         !placement_applied_.compare_exchange_weak(applied, table.epoch())) {
+  }
+}
+
+absl::Status ParameterServer::CheckPrimary(const Shard& shard, int64_t routed_by) const {
+  absl::Status status = shard.CheckPrimary();
+  const int64_t applied = placement_applied_.load();
+  if (status.ok() || routed_by <= applied) return status;
+  // The client heard of a newer table than this server has applied: the
+  // shard may be promoted here in a moment, so the call is worth retrying.
+  return absl::UnavailableError(absl::StrCat(status.message(), " by placement table epoch ",
+                                             applied, "; the call was routed by epoch ", routed_by,
+                                             ", which this server has not applied yet"));
 }
 
 std::map<int32_t, std::string> ParameterServer::ServerAddresses(const Placement& table) {
@@ -469,7 +484,7 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
     if (!shard.ok()) return shard.status();
     // A backup copy serves readers (tools, evaluators), not workers.
     if (request.has_worker_id()) {
-      if (absl::Status s = (*shard)->CheckPrimary(); !s.ok()) return s;
+      if (absl::Status s = CheckPrimary(**shard, request.placement_epoch()); !s.ok()) return s;
     }
     shards.push_back(*shard);
   }
@@ -534,7 +549,7 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
     const ShardSlice& grad = request.gradients(i);
     absl::StatusOr<Shard*> found = store_.Find(grad.variable(), grad.shard());
     if (!found.ok()) return found.status();
-    if (absl::Status s = (*found)->CheckPrimary(); !s.ok()) return s;
+    if (absl::Status s = CheckPrimary(**found, request.placement_epoch()); !s.ok()) return s;
     std::vector<int>& list = slices[*found];
     if (list.empty()) {
       pushed.push_back(

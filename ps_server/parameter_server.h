@@ -275,6 +275,10 @@ class ParameterServer {
   // its snapshot (Replicate): only one the placement table puts here.
   absl::StatusOr<Shard*> CreateCopy(const ShardSpec& spec, const std::string& primary);
 
+  // OK when `shard` is a primary. A backup copy answers FAILED_PRECONDITION
+  // naming its primary, or UNAVAILABLE (retried) when the call was routed
+  // by a newer placement table (`routed_by`) than this server has applied.
+  absl::Status CheckPrimary(const Shard& shard, int64_t routed_by) const;
   // ABORTED when the caller learned its versions from another incarnation.
   absl::Status CheckIncarnation(uint64_t incarnation) const;
   // OK, or why the coordination says this server may take no writes.
@@ -294,6 +298,8 @@ class ParameterServer {
   std::atomic<Coordination*> coordination_{nullptr};
   mutable absl::Mutex placement_mu_;
   Placement placement_ ABSL_GUARDED_BY(placement_mu_);  // the last applied; epoch 0: none
+  // The newest epoch whose units every shard here has taken on.
+  std::atomic<int64_t> placement_applied_{0};
 
   std::atomic<int64_t> updates_applied_{0};
   std::atomic<int64_t> stale_dropped_{0};

@@ -247,6 +247,16 @@ TEST_P(ReplicationTest, WorkersPushAndPullOnlyAtThePrimary) {
   pull.add_shards()->set_variable("w");
   EXPECT_THAT(backup_->Pull(pull, absl::Now() + absl::Seconds(30)).status().message(),
               HasSubstr("its primary is primary:2222"));
+  // Routed by a placement table newer than the backup has applied (it has
+  // none): it may be promoted in a moment, so the client is told to retry.
+  PushRequest routed = RandomPush(0, 0, 1);
+  routed.set_placement_epoch(1);
+  const absl::Status ahead = backup_->Push(routed).status();
+  EXPECT_EQ(ahead.code(), absl::StatusCode::kUnavailable) << ahead;
+  EXPECT_THAT(ahead.message(), HasSubstr("routed by epoch 1, which this server has not applied"));
+  pull.set_placement_epoch(1);
+  EXPECT_EQ(backup_->Pull(pull, absl::Now() + absl::Seconds(30)).status().code(),
+            absl::StatusCode::kUnavailable);
   // And the backup takes no updates but its primary's: the primary refuses.
   ReplicateRequest forged;
   ShardUpdate* update = forged.add_updates();
