@@ -233,6 +233,7 @@ TEST(AllReduceStrategyTest, ARestartedMemberRejoinsAndTheGroupGrowsBack) {
   std::vector<int64_t> steps(4);
   absl::Mutex mu;
   int64_t leader_steps = 0;
+  int64_t rejoined_first = 0;  // the first epoch the restarted rank trains
   auto run = [&](int r, int64_t dies_at) {
     AllReduceStrategyOptions options = Quick();
     options.epochs = kEpochs;
@@ -240,7 +241,11 @@ TEST(AllReduceStrategyTest, ARestartedMemberRejoinsAndTheGroupGrowsBack) {
     results[r] = strategy.Start(&weights[r]);
     const int64_t first = strategy.ResumedBatches(4, kExamples / 4) / (kExamples / 4);
     if (r == 2 && dies_at < 0) {
-      EXPECT_EQ(first, 2) << "epoch 2 is the first dealt after it asked";
+      // It asks in the second epoch, or later where the others ran ahead
+      // while it started (a slow machine): it trains from the next.
+      EXPECT_GE(first, 2) << "it trains no epoch dealt before it asked";
+      absl::MutexLock lock(&mu);
+      rejoined_first = first;
     }
     if (results[r].ok()) {
       results[r] = TrainEpochs(
@@ -268,9 +273,11 @@ TEST(AllReduceStrategyTest, ARestartedMemberRejoinsAndTheGroupGrowsBack) {
   links[2] = std::make_unique<InProcessLinks>(&mailbox, 2);
   threads[2] = std::thread(run, 2, -1);
   for (std::thread& t : threads) t.join();
+  // Epoch 0 over four, then over three until the epoch it trains from.
+  const int64_t expected_steps = 30 + 40 * (rejoined_first - 1) + 30 * (kEpochs - rejoined_first);
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
-    EXPECT_EQ(steps[r], 30 + 40 + 30 + 30) << "rank " << r;
+    EXPECT_EQ(steps[r], expected_steps) << "rank " << r;
     for (const char* name : {"kernel", "bias"}) {
       EXPECT_EQ(weights[r][name].values, weights[0][name].values) << "rank " << r << " " << name;
     }
