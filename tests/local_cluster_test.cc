@@ -76,15 +76,14 @@ TEST(LocalClusterTest, TrainsWithBfloat16OnTheWire) {
   EXPECT_GT(std::stod(match[1]), 0.80);
 }
 
-// Every shard on both servers; a copy for each server more than there are
-// is refused.
 // Replicated shards through the launcher, which starts an etcd for them:
 // a server killed (-9) mid-run and never restarted fails over to its
 // shards' backups, the copies it held are made again on the others, and
-// the sync job completes at its usual accuracy with no process restarted.
-TEST(LocalClusterTest, TrainsWithReplicatedShardsThroughAServerLostForGood) {
-  const std::string summary = TempPath("replicated-summary.json");
-  ChildProcess cluster("cluster", Launcher({"--num_ps=3", "--num_workers=2", "--mode=sync",
+// the job in `mode` completes at its usual accuracy with no process
+// restarted.
+void TrainThroughAServerLostForGood(const std::string& mode) {
+  const std::string summary = TempPath("replicated-" + mode + "-summary.json");
+  ChildProcess cluster("cluster", Launcher({"--num_ps=3", "--num_workers=2", "--mode=" + mode,
                                             "--replication=2", "--summary_json=" + summary, "--",
                                             "--epochs=1", "--hidden=64", "--log_every_steps=100"}));
   auto started = cluster.WaitForLine("[launcher] started ps 1 (pid ", absl::Seconds(60));
@@ -109,7 +108,20 @@ TEST(LocalClusterTest, TrainsWithReplicatedShardsThroughAServerLostForGood) {
   const std::string json = ReadWholeFile(summary);
   ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
   EXPECT_GT(std::stod(match[1]), 0.80);
+}
 
+TEST(LocalClusterTest, SyncTrainsWithReplicatedShardsThroughAServerLostForGood) {
+  TrainThroughAServerLostForGood("sync");
+}
+TEST(LocalClusterTest, AsyncTrainsWithReplicatedShardsThroughAServerLostForGood) {
+  TrainThroughAServerLostForGood("async");
+}
+TEST(LocalClusterTest, SspTrainsWithReplicatedShardsThroughAServerLostForGood) {
+  TrainThroughAServerLostForGood("ssp");
+}
+
+// A copy for each server more than there are is refused.
+TEST(LocalClusterTest, MoreCopiesThanServersIsAFlagError) {
   ChildProcess three("three", Launcher({"--num_ps=2", "--replication=3"}));
   EXPECT_EQ(three.Wait(absl::Seconds(60)), 2);
   EXPECT_TRUE(three.HasLine("--replication=3 needs between 1 and --num_ps (2) servers"));
