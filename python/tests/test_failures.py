@@ -1,6 +1,7 @@
 """A PyTorch job survives what a C++ job survives: a server killed and
-restarted by the launcher, the chief killed and restarted, and a worker
-killed for good in sync mode, whose share of the data is then re-dealt."""
+restarted by the launcher, a server lost for good with replicated shards,
+the chief killed and restarted, and a worker killed for good in sync mode,
+whose share of the data is then re-dealt."""
 
 import json
 import os
@@ -120,6 +121,27 @@ def test_a_killed_server_is_restarted_restores_and_the_job_completes(tmp_path):
     assert "[launcher] restarting ps 1 (restart 1 of 2)" in text
     assert "restoring from checkpoint" in text
     assert "restarted: its" in text  # the workers gave it their variables again
+    assert accuracy(tmp_path) > 0.7
+
+
+def test_a_server_lost_for_good_fails_over_to_its_backups(tmp_path):
+    """--replication=2: a server killed for good (never restarted) has its
+    shards' backups promoted; the PyTorch job follows the new primaries and
+    completes, with no process restarted."""
+    cluster = launch(
+        tmp_path,
+        "--num_ps=3",
+        "--num_workers=2",
+        "--mode=sync",
+        "--replication=2",
+        worker_flags=["--epochs=3"],
+    )
+    text = kill_when(
+        cluster, r"\[launcher\] started ps 1 \(pid (\d+)\)", r"\[worker 0\] chief: epoch 1/3"
+    )
+    assert "lost its lease in etcd: its shards fail over" in text
+    assert "[launcher] restarting" not in text
+    assert "chief: epoch 3/3" in text
     assert accuracy(tmp_path) > 0.7
 
 
