@@ -53,12 +53,19 @@ PsServerConfig Config(ConsistencyMode mode, int workers, int index = 0, int serv
 // allows, is applied at once and its answer queued for Read.
 class DirectStream : public ReplicaStream {
  public:
+  // The bytes of the largest request any stream was written.
+  static std::atomic<size_t> largest_request;
+
   DirectStream(ParameterServer* backup, absl::Notification* open, std::atomic<int>* calls,
                bool broken)
       : backup_(backup), open_(open), calls_(calls), closed_(broken) {}
 
   bool Write(const ReplicateRequest& request) override {
     ++*calls_;
+    size_t largest = largest_request.load();
+    const size_t bytes = request.ByteSizeLong();
+    while (bytes > largest && !largest_request.compare_exchange_weak(largest, bytes)) {
+    }
     if (open_ != nullptr) open_->WaitForNotification();
     absl::MutexLock lock(&mu_);
     if (closed_) return false;
@@ -102,6 +109,8 @@ class DirectStream : public ReplicaStream {
   absl::Status status_ ABSL_GUARDED_BY(mu_) = absl::UnavailableError("the stream broke");
 };
 
+std::atomic<size_t> DirectStream::largest_request{0};
+
 // Streams to the backup; the first `broken` of them break at once.
 class DirectLink : public ReplicaLink {
  public:
@@ -123,13 +132,13 @@ class DirectLink : public ReplicaLink {
 };
 
 // Variable w [6, 5] with Adam, randomly initialised, in `shards` shards.
-std::vector<ShardSpec> Shards(int shards) {
+std::vector<ShardSpec> Shards(int shards, int64_t rows = 6) {
   std::vector<ShardSpec> out;
   for (int i = 0; i < shards; ++i) {
     ShardSpec spec;
     VariableSpec* v = spec.mutable_variable();
     v->set_name("w");
-    v->add_shape(6);
+    v->add_shape(rows);
     v->add_shape(5);
     v->set_dtype(DT_FLOAT);
     v->mutable_initializer()->set_kind(InitializerSpec::RANDOM_NORMAL);
@@ -138,8 +147,8 @@ std::vector<ShardSpec> Shards(int shards) {
     v->mutable_optimizer()->set_learning_rate(0.01f);
     spec.set_shard(i);
     spec.set_num_shards(shards);
-    spec.set_row_offset(int64_t{6} / shards * i);
-    spec.set_rows(6 / shards);
+    spec.set_row_offset(rows / shards * i);
+    spec.set_rows(rows / shards);
     out.push_back(spec);
   }
   return out;
@@ -499,9 +508,10 @@ TEST(ReplicationFailoverTest, AnSspPullAfterAFailoverWaitsForThePushesThePrimary
 // as the first table of `replication` copies places it.
 class ThreeServers {
  public:
-  explicit ThreeServers(int replication)
+  // w [rows, 5] in one shard, with `replication` copies.
+  explicit ThreeServers(int replication, int64_t rows = 6)
       : table_(*InitialPlacement({{kPrimary, ""}, {kBackup, ""}, {kThird, ""}},
-                                 {{ShardKey("w", 0), 120}}, replication)) {
+                                 {{ShardKey("w", 0), rows * 5 * 4}}, replication)) {
     const Placement& table = table_;
     for (int i = 0; i < 3; ++i) {
       servers_.push_back(std::make_unique<ParameterServer>(
@@ -512,7 +522,7 @@ class ThreeServers {
     const PlacedUnit& unit = table.units(0);
     for (int c = 0; c < unit.copies_size(); ++c) {
       CreateShardsRequest request;
-      *request.add_shards() = Shards(1)[0];
+      *request.add_shards() = Shards(1, rows)[0];
       ShardCopy* copy = request.add_copies();
       for (int b = 1; c == 0 && b < unit.copies_size(); ++b)
         copy->add_backups(Address(table, unit.copies(b).server()));
@@ -665,6 +675,31 @@ TEST(ReplicationFailoverTest, ACopyMadeAgainIsFilledFromThePrimaryAndReportedCau
   part->mutable_snapshot()->mutable_spec()->mutable_variable()->set_name("v");
   EXPECT_THAT(cluster.At(primary).Replicate(stray).status().message(),
               HasSubstr("has no copy here of third:2222"));
+}
+
+// A copy filled from a snapshot of many parts: they go in several calls,
+// each about the replicator's bound (a snapshot's parts once went in one
+// call, which past gRPC's message limit was refused, and sent again, for
+// ever).
+TEST(ReplicationFailoverTest, ALargeSnapshotGoesInCallsOfBoundedSize) {
+  ThreeServers cluster(2, int64_t{1} << 20);  // 20 MiB of values, 60 MiB with Adam's slots
+  const std::string primary = cluster.CopyAt(0);
+  const std::string lost = cluster.CopyAt(1);
+  RecordingCoordination coordination;
+  cluster.At(primary).SetCoordination(&coordination);
+  absl::StatusOr<Placement> without =
+      WithoutServer(cluster.table(), cluster.table().units(0).copies(1).server());
+  ASSERT_TRUE(without.ok()) << without.status();
+  const Placement repaired = Repaired(*without);
+  const std::string third = ThreeServers::Address(repaired, repaired.units(0).copies(1).server());
+  DirectStream::largest_request = 0;
+  cluster.Apply(repaired, lost);
+  EXPECT_THAT(coordination.AwaitReports(absl::Seconds(60)),
+              ::testing::ElementsAre(absl::StrCat("w/0 on ", third)));
+  EXPECT_EQ(cluster.Read(third), cluster.Read(primary));
+  // The bound and one part of 4 MiB over it, at most (and the fields).
+  EXPECT_GT(DirectStream::largest_request.load(), size_t{4} << 20);
+  EXPECT_LE(DirectStream::largest_request.load(), Replicator::kMaxCallBytes + (size_t{5} << 20));
 }
 
 TEST(ReplicationCreateTest, CopiesThatCannotBeAreRefusedByName) {

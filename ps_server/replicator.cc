@@ -6,12 +6,6 @@
 #include "common/logging.h"
 
 namespace fulcrum {
-namespace {
-
-// A call carries updates up to about this many bytes of gradients.
-constexpr size_t kMaxCallBytes = size_t{32} << 20;
-
-}  // namespace
 
 Replicator::Replicator(std::string own_address, ReplicaLinkFactory connect,
                        CaughtUpCallback caught_up, int window, absl::Duration retry_after)
@@ -233,7 +227,7 @@ void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
       size_t bytes = 0;
       while (!peer->queue.empty() && (batch.shards.empty() || bytes < kMaxCallBytes)) {
         auto& [shard, update] = peer->queue.front();
-        bytes += update.gradient().size();
+        bytes += update.gradient().size() + update.snapshot().data().size();
         batch.shards.push_back(shard);
         *made->add_updates() = std::move(update);
         peer->queue.pop_front();

@@ -58,6 +58,10 @@ using ReplicaLinkFactory = std::function<std::unique_ptr<ReplicaLink>(const std:
 
 class Replicator {
  public:
+  // A call carries updates (gradients, snapshot parts) up to about this
+  // many bytes: it goes past it by one update at most.
+  static constexpr size_t kMaxCallBytes = size_t{32} << 20;
+
   // `own_address`: this server's, which its calls carry (a backup takes
   // updates only from its primary); `window`: calls in flight on a stream;
   // `retry_after`: how long a sender waits before opening a broken stream
