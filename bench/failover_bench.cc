@@ -1,15 +1,25 @@
 // failover_bench: how long a job waits when a parameter server is lost for
-// good. Each round starts a fresh cluster: an etcd of its own, three
-// ps_server processes with --replication=2 (plaintext, on 127.0.0.1), and
-// one async worker pushing to a variable in six shards, so that every push
-// reaches every server. After --warmup pushes one server is killed (-9)
-// and never restarted; the failover is the time from the kill to the first
-// push acknowledged after it. Prints name=value lines: failover_p50_ms and
+// good, and how fast a server that comes back is filled again. Each round
+// starts a fresh cluster: an etcd of its own, three ps_server processes
+// with --replication=2 (plaintext, on 127.0.0.1), and one async worker
+// pushing to a variable in six shards, so that every push reaches every
+// server. After --warmup pushes one server is killed (-9) and never
+// restarted; the failover is the time from the kill to the first push
+// acknowledged after it. Prints name=value lines: failover_p50_ms and
 // failover_max_ms over the rounds, the push's own p50 before the kill, and
 // the failover against the etcd lease, which bounds how soon the others
 // may take the lost server's shards.
 //
+// Then the catch-up: a cluster holding --catch_up_mib of SGD values (two
+// copies of each 4 MiB shard, so each server holds two thirds of it) has
+// a server killed and started again at once at its address. It rejoins
+// holding nothing, and its copies are filled from their primaries; the
+// catch-up is the time from its start to every copy of every shard ready
+// again. Prints catch_up_secs and catch_up_MBps (the bytes it was sent
+// over that time); bench/run.sh sets the rate against raw loopback TCP.
+//
 //   failover_bench --ps_server=bazel-bin/ps_server/ps_server [--rounds=10]
+//                  [--catch_up_mib=1536]
 #include <signal.h>
 #include <stdlib.h>
 
@@ -28,16 +38,22 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/etcd/local_etcd.h"
 #include "common/subprocess.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/ps_service.grpc.pb.h"
 
 ABSL_FLAG(std::string, ps_server, "", "The ps_server binary (required).");
 ABSL_FLAG(int, rounds, 10, "Fresh clusters, one server killed in each.");
 ABSL_FLAG(int, warmup, 50, "Pushes before the kill.");
 ABSL_FLAG(int, lease_secs, 1, "The servers' --etcd_lease_secs.");
+ABSL_FLAG(int, catch_up_mib, 1536,
+          "The catch-up's variable, in MiB, a multiple of 4 (the restarted server holds two "
+          "thirds of it); 0: no catch-up.");
 
 namespace {
 
@@ -65,16 +81,19 @@ class Cluster {
     }
     etcd_ = *std::move(etcd);
     std::vector<std::string> hosts(kServers, "127.0.0.1:0");
+    absl::MutexLock lock(&mu_);
     for (int i = 0; i < kServers; ++i) {
-      servers_.push_back(std::make_unique<fulcrum::Subprocess>(std::vector<std::string>{
-          ps_server, "--ps_hosts=" + absl::StrJoin(hosts, ","), "--worker_hosts=127.0.0.1:1",
-          absl::StrCat("--task_index=", i), "--bind_host=127.0.0.1", "--port=0", "--mode=async",
-          "--insecure", "--replication=2", "--etcd=" + etcd_->endpoint(),
-          "--etcd_prefix=/failover-bench/", absl::StrCat("--etcd_lease_secs=", lease_secs)}));
+      argv_.push_back(
+          {ps_server, "--ps_hosts=" + absl::StrJoin(hosts, ","), "--worker_hosts=127.0.0.1:1",
+           absl::StrCat("--task_index=", i), "--bind_host=127.0.0.1", "--port=0", "--mode=async",
+           "--insecure", "--replication=2", "--etcd=" + etcd_->endpoint(),
+           "--etcd_prefix=/failover-bench/", absl::StrCat("--etcd_lease_secs=", lease_secs)});
+      servers_.push_back(std::make_unique<fulcrum::Subprocess>(argv_.back()));
       addresses_.push_back(AwaitAddress(*servers_.back()));
     }
     reader_ = std::thread([this] {
       while (!stop_) {
+        absl::MutexLock lock(&mu_);
         for (auto& server : servers_) server->ReadLines(absl::Milliseconds(20));
       }
     });
@@ -90,7 +109,22 @@ class Cluster {
            std::none_of(addresses_.begin(), addresses_.end(),
                         [](const std::string& a) { return a.empty(); });
   }
-  void Kill(int i) { ::kill(servers_[i]->pid(), SIGKILL); }
+  void Kill(int i) {
+    absl::MutexLock lock(&mu_);
+    ::kill(servers_[i]->pid(), SIGKILL);
+  }
+  // Kills server i (-9) and starts it again at its address; whether it
+  // listens there again.
+  bool Restart(int i) {
+    absl::MutexLock lock(&mu_);
+    servers_[i]->Signal(SIGKILL);
+    while (!servers_[i]->Poll().has_value()) servers_[i]->ReadLines(absl::Milliseconds(20));
+    std::vector<std::string> argv = argv_[i];
+    std::replace(argv.begin(), argv.end(), std::string("--port=0"),
+                 "--port=" + addresses_[i].substr(addresses_[i].rfind(':') + 1));
+    servers_[i] = std::make_unique<fulcrum::Subprocess>(argv);
+    return AwaitAddress(*servers_[i]) == addresses_[i];
+  }
 
  private:
   // Reads the server's output until it says where it listens, having joined
@@ -108,33 +142,44 @@ class Cluster {
   }
 
   std::unique_ptr<fulcrum::LocalEtcd> etcd_;
-  std::vector<std::unique_ptr<fulcrum::Subprocess>> servers_;
+  absl::Mutex mu_;  // the reader reads the servers' output in turn
+  std::vector<std::vector<std::string>> argv_;
+  std::vector<std::unique_ptr<fulcrum::Subprocess>> servers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> addresses_;
   std::atomic<bool> stop_{false};
   std::thread reader_;
 };
 
-// One round: the failover time, and the pushes' times before the kill;
-// nothing when the cluster failed.
-std::optional<absl::Duration> Round(const std::string& ps_server, std::vector<double>* push_ms) {
-  Cluster cluster(ps_server, absl::GetFlag(FLAGS_lease_secs));
-  if (!cluster.up()) return std::nullopt;
+// The async worker of `cluster` with w [rows, cols] created in `shards`
+// shards (SGD); null when the creation failed.
+std::unique_ptr<fulcrum::PsClient> Worker(const Cluster& cluster, int64_t rows, int64_t cols,
+                                          int shards) {
   fulcrum::PsClientOptions options;
   options.worker_id = 0;
   std::unique_ptr<fulcrum::PsClient> worker =
       fulcrum::NewGrpcPsClient(cluster.addresses(), options);
   fulcrum::VariableSpec spec;
   spec.set_name("w");
-  spec.add_shape(1536);
-  spec.add_shape(64);
+  spec.add_shape(rows);
+  spec.add_shape(cols);
   spec.set_dtype(fulcrum::DT_FLOAT);
   spec.mutable_partitioner()->set_kind(fulcrum::PartitionerSpec::FIXED_SHARDS);
-  spec.mutable_partitioner()->set_num_shards(6);
+  spec.mutable_partitioner()->set_num_shards(shards);
   spec.mutable_optimizer()->set_learning_rate(1e-3f);
   if (absl::Status s = worker->CreateVariables({spec}); !s.ok()) {
     std::fprintf(stderr, "failover_bench: %s\n", s.ToString().c_str());
-    return std::nullopt;
+    return nullptr;
   }
+  return worker;
+}
+
+// One round: the failover time, and the pushes' times before the kill;
+// nothing when the cluster failed.
+std::optional<absl::Duration> Round(const std::string& ps_server, std::vector<double>* push_ms) {
+  Cluster cluster(ps_server, absl::GetFlag(FLAGS_lease_secs));
+  if (!cluster.up()) return std::nullopt;
+  std::unique_ptr<fulcrum::PsClient> worker = Worker(cluster, 1536, 64, 6);
+  if (worker == nullptr) return std::nullopt;
   fulcrum::TensorMap gradient;
   gradient["w"] = fulcrum::DenseTensor{{1536, 64}, std::vector<float>(size_t{1536} * 64, 1.0f)};
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
@@ -153,6 +198,57 @@ std::optional<absl::Duration> Round(const std::string& ps_server, std::vector<do
   return absl::Now() - killed;
 }
 
+// What a server says of its shards; empty when it does not answer.
+fulcrum::DescribeResponse Describe(const std::string& address) {
+  auto stub =
+      fulcrum::PsService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  fulcrum::DescribeResponse described;
+  if (!stub->Describe(&context, fulcrum::DescribeRequest(), &described).ok()) return {};
+  return described;
+}
+
+struct CatchUp {
+  absl::Duration took;
+  int64_t bytes = 0;  // of the copies the restarted server was filled with
+};
+
+// A server of a cluster holding `mib` MiB restarted at once: the time from
+// its start until it holds copies and no primary is still filling one, and
+// the bytes of its copies; nothing when the cluster failed.
+std::optional<CatchUp> MeasureCatchUp(const std::string& ps_server, int64_t mib) {
+  Cluster cluster(ps_server, absl::GetFlag(FLAGS_lease_secs));
+  if (!cluster.up()) return std::nullopt;
+  // Rows of 4 KiB, in shards of 4 MiB.
+  if (Worker(cluster, mib * 256, 1024, static_cast<int>(mib / 4)) == nullptr) return std::nullopt;
+  const absl::Time start = absl::Now();
+  if (!cluster.Restart(1)) {
+    std::fprintf(stderr, "failover_bench: the restarted server did not listen at its address\n");
+    return std::nullopt;
+  }
+  const std::string& restarted = cluster.addresses()[1];
+  for (const absl::Time deadline = start + absl::Minutes(10); absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(50))) {  // polls the servers' state
+    CatchUp caught{absl::Now() - start, 0};
+    bool ready = true;
+    for (const std::string& address : cluster.addresses()) {
+      const fulcrum::DescribeResponse described = Describe(address);
+      if (address == restarted && described.shards().empty()) ready = false;
+      for (const fulcrum::ShardInfo& shard : described.shards()) {
+        if (!shard.catching_up().empty()) ready = false;
+        if (address != restarted) continue;
+        int64_t elements = 1;
+        for (int64_t d : shard.shape()) elements *= d;
+        caught.bytes += elements * static_cast<int64_t>(sizeof(float));
+      }
+    }
+    if (ready) return caught;
+  }
+  std::fprintf(stderr, "failover_bench: the restarted server was not filled in 10 minutes\n");
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,6 +259,11 @@ int main(int argc, char** argv) {
   const std::string ps_server = absl::GetFlag(FLAGS_ps_server);
   if (ps_server.empty()) {
     std::fprintf(stderr, "failover_bench: --ps_server is required\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_rounds) < 1 || absl::GetFlag(FLAGS_catch_up_mib) % 4 != 0) {
+    std::fprintf(stderr,
+                 "failover_bench: --rounds must be 1 or more, --catch_up_mib a multiple of 4\n");
     return 2;
   }
   std::vector<double> failover_ms;
@@ -182,5 +283,13 @@ int main(int argc, char** argv) {
   std::printf("failover_max_ms=%.0f\n", Quantile(failover_ms, 1.0));
   std::printf("failover_push_p50_ms=%.2f\n", Quantile(push_ms, 0.5));
   std::printf("failover_p50_vs_lease=%.2f\n", p50 / lease_ms);
+  if (const int64_t mib = absl::GetFlag(FLAGS_catch_up_mib); mib > 0) {
+    std::optional<CatchUp> caught = MeasureCatchUp(ps_server, mib);
+    if (!caught) return 1;
+    const double secs = absl::ToDoubleSeconds(caught->took);
+    std::printf("catch_up_GiB=%.2f\n", static_cast<double>(caught->bytes) / (1 << 30));
+    std::printf("catch_up_secs=%.2f\n", secs);
+    std::printf("catch_up_MBps=%.1f\n", static_cast<double>(caught->bytes) / 1e6 / secs);
+  }
   return 0;
 }

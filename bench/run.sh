@@ -33,7 +33,9 @@
 #        against the model's size (bench/export_bench.py);
 #   12.  the failover of a server lost for good (--replication=2 with
 #        etcd) over fresh clusters, against the etcd lease that bounds
-#        detection and the push's own time (bench:failover_bench).
+#        detection and the push's own time; and the catch-up of a server
+#        restarted holding nothing (1 GiB of copies refilled), against raw
+#        TCP on loopback (bench:failover_bench).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -104,5 +106,8 @@ bench/keras_bench.sh $quick
 PYTHONPATH="$bin/python/site" /usr/bin/python3 bench/python_bench.py --bin_dir="$bin" $quick
 /usr/bin/python3 bench/memory_bench.py --bin_dir="$bin"
 /usr/bin/python3 bench/export_bench.py --bin_dir="$bin"
-"$bin/bench/failover_bench" --ps_server="$bin/ps_server/ps_server" \
-  --rounds="$([ -n "$quick" ] && echo 3 || echo 10)" 2>/dev/null
+out=$("$bin/bench/failover_bench" --ps_server="$bin/ps_server/ps_server" \
+  --rounds="$([ -n "$quick" ] && echo 3 || echo 10)" \
+  --catch_up_mib="$([ -n "$quick" ] && echo 192 || echo 1536)" 2>/dev/null)
+echo "$out"
+python3 -c "print('catch_up_vs_tcp=%.2f' % ($(sed -n 's/^catch_up_MBps=//p' <<< "$out") / $tcp_mbs))"
