@@ -42,10 +42,9 @@
 #include "absl/time/clock.h"
 #include "common/etcd/local_etcd.h"
 #include "common/subprocess.h"
+#include "common/tensor.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/ps_service.grpc.pb.h"
 
 ABSL_FLAG(std::string, ps_server, "", "The ps_server binary (required).");
 ABSL_FLAG(int, rounds, 10, "Fresh clusters, one server killed in each.");
@@ -198,17 +197,6 @@ std::optional<absl::Duration> Round(const std::string& ps_server, std::vector<do
   return absl::Now() - killed;
 }
 
-// What a server says of its shards; empty when it does not answer.
-fulcrum::DescribeResponse Describe(const std::string& address) {
-  auto stub =
-      fulcrum::PsService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  fulcrum::DescribeResponse described;
-  if (!stub->Describe(&context, fulcrum::DescribeRequest(), &described).ok()) return {};
-  return described;
-}
-
 struct CatchUp {
   absl::Duration took;
   int64_t bytes = 0;  // of the copies the restarted server was filled with
@@ -221,26 +209,26 @@ std::optional<CatchUp> MeasureCatchUp(const std::string& ps_server, int64_t mib)
   Cluster cluster(ps_server, absl::GetFlag(FLAGS_lease_secs));
   if (!cluster.up()) return std::nullopt;
   // Rows of 4 KiB, in shards of 4 MiB.
-  if (Worker(cluster, mib * 256, 1024, static_cast<int>(mib / 4)) == nullptr) return std::nullopt;
+  std::unique_ptr<fulcrum::PsClient> worker =
+      Worker(cluster, mib * 256, 1024, static_cast<int>(mib / 4));
+  if (worker == nullptr) return std::nullopt;
   const absl::Time start = absl::Now();
   if (!cluster.Restart(1)) {
     std::fprintf(stderr, "failover_bench: the restarted server did not listen at its address\n");
     return std::nullopt;
   }
-  const std::string& restarted = cluster.addresses()[1];
   for (const absl::Time deadline = start + absl::Minutes(10); absl::Now() < deadline;
        absl::SleepFor(absl::Milliseconds(50))) {  // polls the servers' state
+    // By server, in the cluster's order; one that left the worker's table
+    // answers nothing.
+    absl::StatusOr<std::vector<fulcrum::DescribeResponse>> described = worker->Describe();
+    if (!described.ok()) continue;
     CatchUp caught{absl::Now() - start, 0};
-    bool ready = true;
-    for (const std::string& address : cluster.addresses()) {
-      const fulcrum::DescribeResponse described = Describe(address);
-      if (address == restarted && described.shards().empty()) ready = false;
-      for (const fulcrum::ShardInfo& shard : described.shards()) {
+    bool ready = !(*described)[1].shards().empty();
+    for (size_t ps = 0; ps < described->size(); ++ps) {
+      for (const fulcrum::ShardInfo& shard : (*described)[ps].shards()) {
         if (!shard.catching_up().empty()) ready = false;
-        if (address != restarted) continue;
-        int64_t elements = 1;
-        for (int64_t d : shard.shape()) elements *= d;
-        caught.bytes += elements * static_cast<int64_t>(sizeof(float));
+        if (ps == 1) caught.bytes += fulcrum::NumElements(shard.shape()) * int64_t{sizeof(float)};
       }
     }
     if (ready) return caught;
