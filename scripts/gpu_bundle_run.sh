@@ -27,6 +27,17 @@ bounded() {
   shift
   if command -v timeout >/dev/null; then timeout "$secs" "$@"; else "$@"; fi
 }
+# step NAME COMMAND...: runs the command, its output to $logs/NAME.log; when
+# it fails, says so, shows the log's end and counts a failure. Its status.
+step() {
+  name=$1
+  shift
+  "$@" > "$logs/$name.log" 2>&1 && return 0
+  say "$name: FAILED (see $name.log)"
+  tail -30 "$logs/$name.log"
+  failures=$((failures + 1))
+  return 1
+}
 
 # CUDA's libraries, wherever this machine keeps them: the toolkit's first,
 # then those of pip's nvidia-* wheels (where images often keep NCCL).
@@ -51,19 +62,9 @@ if ! $cpu_only; then
   # The CUDA tests: plain, and with every launch synchronous (and, last of
   # all, under compute-sanitizer's memcheck where it is installed).
   test_bin="$work/bin/cuda_device_test"
-  if bounded 300 "$test_bin" > "$logs/cuda_device_test.log" 2>&1; then
-    say "cuda_device_test: passed"
-  else
-    say "cuda_device_test: FAILED (see cuda_device_test.log)"
-    tail -30 "$logs/cuda_device_test.log"
-    failures=$((failures + 1))
-  fi
-  if CUDA_LAUNCH_BLOCKING=1 bounded 300 "$test_bin" > "$logs/cuda_device_test_blocking.log" 2>&1; then
+  step cuda_device_test bounded 300 "$test_bin" && say "cuda_device_test: passed"
+  step cuda_device_test_blocking bounded 300 env CUDA_LAUNCH_BLOCKING=1 "$test_bin" &&
     say "cuda_device_test with CUDA_LAUNCH_BLOCKING=1: passed"
-  else
-    say "cuda_device_test with CUDA_LAUNCH_BLOCKING=1: FAILED"
-    failures=$((failures + 1))
-  fi
 fi
 
 # A training through the launcher: WORKERS workers of REPLICAS local
@@ -75,19 +76,13 @@ train() {  # NAME DEVICE WORKERS REPLICAS [WORKER_FLAG...]
   shift 4
   # Plaintext: the device machine may lack openssl to make certificates.
   # shellcheck disable=SC2086 # $cluster is a list of flags
-  if bounded 600 "$work/bin/deploy/local_cluster" --insecure --bin_dir="$work/bin" \
+  step "$name" bounded 600 "$work/bin/deploy/local_cluster" --insecure --bin_dir="$work/bin" \
       ${cluster:---num_ps=2 --mode=sync} --num_workers="$workers" --summary_json="$logs/$name.json" -- \
-      --data_dir="$work/data" --epochs=2 --device="$device" --local_replicas="$replicas" "$@" \
-      > "$logs/$name.log" 2>&1; then
-    accuracy=$(field test_accuracy "$logs/$name.json")
-    rate=$(field examples_per_sec "$logs/$name.json")
-    say "$(printf '%-34s accuracy %-8s examples/s %s' "$name" "$accuracy" "$rate")"
-    eval "rate_$name=\${rate%.*}"
-  else
-    say "$name: FAILED (see $name.log)"
-    tail -30 "$logs/$name.log"
-    failures=$((failures + 1))
-  fi
+      --data_dir="$work/data" --epochs=2 --device="$device" --local_replicas="$replicas" "$@" || return 0
+  accuracy=$(field test_accuracy "$logs/$name.json")
+  rate=$(field examples_per_sec "$logs/$name.json")
+  say "$(printf '%-34s accuracy %-8s examples/s %s' "$name" "$accuracy" "$rate")"
+  eval "rate_$name=\${rate%.*}"
 }
 ratio() {  # CPU_RUN CUDA_RUN
   eval "cpu=\${rate_$1:-} cuda=\${rate_$2:-}"
@@ -97,13 +92,8 @@ ratio() {  # CPU_RUN CUDA_RUN
 train cpu_2_workers cpu 2 1
 if $cpu_only; then
   # No GPU to run the CUDA tests on: that their binary starts is checked.
-  if "$work/bin/cuda_device_test" --gtest_list_tests > "$logs/cuda_device_test_list.log" 2>&1; then
+  step cuda_device_test_list "$work/bin/cuda_device_test" --gtest_list_tests &&
     say "cuda_device_test: starts, $(grep -c '^  ' "$logs/cuda_device_test_list.log") tests (they need a GPU)"
-  else
-    say "cuda_device_test: FAILED to start (see cuda_device_test_list.log)"
-    tail -5 "$logs/cuda_device_test_list.log"
-    failures=$((failures + 1))
-  fi
 else
   train cuda_2_workers cuda 2 1
   if [ "$gpus" -ge 2 ]; then
@@ -129,14 +119,8 @@ else
   ratio wide_cpu_1_worker wide_cuda_1_worker
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if [ -n "$sanitizer" ]; then
-    if bounded 180 "$sanitizer" --target-processes all --error-exitcode 3 "$test_bin" \
-        > "$logs/compute_sanitizer.log" 2>&1; then
+    step compute_sanitizer bounded 180 "$sanitizer" --target-processes all --error-exitcode 3 "$test_bin" &&
       say "compute-sanitizer memcheck: clean ($(grep -o 'ERROR SUMMARY: [0-9]* errors' "$logs/compute_sanitizer.log" | tail -1))"
-    else
-      say "compute-sanitizer memcheck: FAILED (see compute_sanitizer.log)"
-      tail -30 "$logs/compute_sanitizer.log"
-      failures=$((failures + 1))
-    fi
   else
     say "compute-sanitizer: not installed here, not run"
   fi
