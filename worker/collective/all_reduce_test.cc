@@ -147,6 +147,21 @@ TEST(PeerLinksTest, RoundsDropTheOldAndShowAPeerThatMovedOn) {
             absl::StatusCode::kDeadlineExceeded);
 }
 
+// A sender that replaced its stream: what the old one still delivers
+// after the new one opened is dropped, and the old one's end does not
+// break the link.
+TEST(PeerLinksTest, WhatAReplacedStreamStillCarriesIsDropped) {
+  Mailbox mailbox(2);
+  const uint64_t old_stream = mailbox.Open(0, 1);
+  const uint64_t new_stream = mailbox.Open(0, 1);
+  mailbox.Put(0, 1, old_stream, 0, {1.0f});
+  mailbox.Break(0, 1, old_stream, absl::UnavailableError("the old stream ended"));
+  mailbox.Put(0, 1, new_stream, 0, {2.0f});
+  auto taken = mailbox.Take(0, 1, 0, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, std::vector<float>{2.0f});
+}
+
 // A rank that never takes part fails the others within the timeout, naming
 // the silent peer, instead of hanging.
 TEST(AllReduceFailureTest, ASilentRankFailsTheOthersNamingIt) {

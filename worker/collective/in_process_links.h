@@ -25,7 +25,7 @@ class InProcessLinks final : public MailboxLinks {
     return SendOwned(peer, std::vector<float>(data.begin(), data.end()));
   }
   absl::Status SendOwned(int peer, std::vector<float> data) override {
-    mailbox_->Put(rank(), peer, tag(), std::move(data));
+    mailbox_->Put(rank(), peer, streams_[peer], tag(), std::move(data));
     return absl::OkStatus();
   }
 

@@ -22,9 +22,11 @@ uint64_t Mailbox::Open(int from, int to, StreamOrder order) {
   return queue.streams;
 }
 
-void Mailbox::Put(int from, int to, uint64_t tag, std::vector<float> message) {
+void Mailbox::Put(int from, int to, uint64_t stream, uint64_t tag, std::vector<float> message) {
   absl::MutexLock lock(&mu_);
-  queues_[{from, to}].messages.push_back({tag, std::move(message)});
+  Queue& queue = queues_[{from, to}];
+  if (queue.streams != stream) return;
+  queue.messages.push_back({tag, std::move(message)});
   newest_tag_[to] = std::max(newest_tag_[to], tag);
 }
 

@@ -42,8 +42,11 @@ class Mailbox {
   // newer stream that is already open here: the stale one is to be ended.
   uint64_t Open(int from, int to, StreamOrder order = {}) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // A message sent in round `tag` (PeerLinks::tag).
-  void Put(int from, int to, uint64_t tag, std::vector<float> message) ABSL_LOCKS_EXCLUDED(mu_);
+  // A message sent in round `tag` (PeerLinks::tag) on stream `stream`
+  // (Open's number). Dropped when a newer stream has opened since: its
+  // sender replaced that stream, and what it still carried with it.
+  void Put(int from, int to, uint64_t stream, uint64_t tag, std::vector<float> message)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stream `stream` from `from` to `to` is gone: once its queue is empty,
   // Take answers `why`. Ignored when a newer stream has opened since.

@@ -64,7 +64,7 @@ class Incoming final : public grpc::ServerGenericBidiReactor {
       }
       from_ = message->from;
     }
-    inbox_->Put(from_, rank_, message->round, std::move(message->data));
+    inbox_->Put(from_, rank_, stream_, message->round, std::move(message->data));
     buffer_.Clear();
     StartRead(&buffer_);
   }
@@ -135,20 +135,19 @@ class Outgoing {
     writer_thread_ = std::thread([this] { WriteLoop(); });
   }
 
-  // Writes what was queued and closes the stream once the peer has read
-  // it all (a write that completed is only in gRPC's hands: cancelling then
-  // could lose it). A peer that never came, or died, is waited for a
-  // second at most; an abandoned stream not at all.
+  // Writes what was queued (of an abandoned stream, only what is being
+  // written) and closes the stream once the peer has read it all: a write
+  // that completed is only in gRPC's hands, and cancelling then could lose
+  // it; the peer would also take a cancelled stream for a broken link,
+  // though its replacement is on the way. A peer that never came, or died,
+  // is waited for a second at most.
   ~Outgoing() {
     {
       absl::MutexLock lock(&mu_);
       closing_ = true;
-      if (abandoned_) {
-        queue_.clear();
-      } else {
-        auto finished = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return finished_; };
-        mu_.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(1));
-      }
+      if (abandoned_) queue_.clear();
+      auto finished = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return finished_; };
+      mu_.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(1));
     }
     context_.TryCancel();
     writer_thread_.join();
@@ -327,13 +326,14 @@ absl::Status GrpcPeerLinks::Reconnect(int peer) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", impl_->rank, ": no address of rank ", peer, " (Connect first)"));
   }
-  if (impl_->outgoing[peer] != nullptr) impl_->outgoing[peer]->Abandon();
+  std::unique_ptr<Outgoing> old = std::move(impl_->outgoing[peer]);
+  if (old != nullptr) old->Abandon();
   impl_->outgoing[peer] =
       std::make_unique<Outgoing>(impl_->rank, peer, impl_->addresses[peer], impl_->tls,
                                  impl_->token, StreamOrder{impl_->sender, ++impl_->streams_opened});
   // A notice opens the stream now, so that a peer that dies breaks this
   // rank's link to it even if they never exchanged data, and the peer
-  // learns of a reconnection at once.
+  // learns of a reconnection at once; the old stream is closed after it.
   return impl_->outgoing[peer]->Send({}, tag());
 }
 

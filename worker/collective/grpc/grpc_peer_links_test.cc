@@ -175,6 +175,22 @@ TEST(GrpcPeerLinksTest, ARestartedRankReconnects) {
   EXPECT_EQ(*received, (std::vector<float>{4.0f, 5.0f, 6.0f}));
 }
 
+// A rank that reconnects to a live peer (a leader admitting a rank it
+// took for a joiner) replaces its stream without the peer ever seeing its
+// link broken, and what it sends on the new stream arrives.
+TEST(GrpcPeerLinksTest, AReconnectionToALivePeerNeverBreaksItsLink) {
+  auto links = StartGroup(2);
+  ASSERT_EQ(links.size(), size_t{2});
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(links[0]->Reconnect(1).ok());
+    const float message[] = {static_cast<float>(i)};
+    ASSERT_TRUE(links[0]->Send(1, message).ok());
+    auto received = links[1]->Recv(0, absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(received.ok()) << "reconnection " << i << ": " << received.status();
+    EXPECT_EQ(*received, std::vector<float>{static_cast<float>(i)});
+  }
+}
+
 // A collective stream opened by hand, as a peer (or an impostor) would.
 class RawStream {
  public:
