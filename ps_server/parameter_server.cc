@@ -149,6 +149,7 @@ absl::Status ParameterServer::CheckServing() const {
 }
 
 void ParameterServer::ApplyPlacement(const Placement& table) {
+  absl::MutexLock applying(&apply_mu_);
   {
     absl::MutexLock lock(&placement_mu_);
     if (table.epoch() <= placement_.epoch()) return;
@@ -162,10 +163,7 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
     const auto found = units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
     if (found != units.end()) ApplyUnit(table, addresses, *found->second, shard, &promoted);
   }
-  int64_t applied = placement_applied_.load();
-  while (applied < table.epoch() &&
-         !placement_applied_.compare_exchange_weak(applied, table.epoch())) {
-  }
+  placement_applied_ = table.epoch();
 }
 
 absl::Status ParameterServer::CheckPrimary(const Shard& shard, int64_t routed_by) const {
@@ -234,6 +232,31 @@ void ParameterServer::ApplyUnit(const Placement& table,
   }
 }
 
+void ParameterServer::PlaceCreated(const std::vector<std::pair<Shard*, const ShardCopy*>>& copies) {
+  if (copies.empty()) return;
+  absl::MutexLock applying(&apply_mu_);
+  Placement table;  // the cluster's, as this server knows it
+  {
+    absl::MutexLock lock(&placement_mu_);
+    table = placement_;
+  }
+  std::map<std::string, const PlacedUnit*> units;
+  for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
+  const std::map<int32_t, std::string> addresses = ServerAddresses(table);
+  bool promoted = false;
+  for (const auto& [shard, copy] : copies) {
+    if (!copy->primary().empty()) shard->MakeBackup(copy->primary());
+    if (!copy->backups().empty()) {
+      replicator_->Replicate(shard, {copy->backups().begin(), copy->backups().end()});
+    }
+    // Created late (by a restarted worker, whose request follows the
+    // chief's first placement): what the cluster's table says counts.
+    const auto placed =
+        units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
+    if (placed != units.end()) ApplyUnit(table, addresses, *placed->second, shard, &promoted);
+  }
+}
+
 absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) { return checkpoints_.Enable(fs); }
 
 absl::Status ParameterServer::CheckIncarnation(uint64_t incarnation) const {
@@ -281,14 +304,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
           config_.max_message_bytes() / 2, "): give the variable a partitioner (MAX_SIZE)"));
     }
   }
-  Placement table;  // the cluster's, as this server knows it
-  {
-    absl::MutexLock lock(&placement_mu_);
-    table = placement_;
-  }
-  std::map<std::string, const PlacedUnit*> units;
-  for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
-  const std::map<int32_t, std::string> addresses = ServerAddresses(table);
+  std::vector<std::pair<Shard*, const ShardCopy*>> copies;  // created, of a replicated shard
   for (int i = 0; i < request.shards_size(); ++i) {
     const ShardSpec& spec = request.shards(i);
     const std::string empty;
@@ -307,16 +323,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       const ShardCopy& copy =
           request.copies_size() > 0 ? request.copies(i) : ShardCopy::default_instance();
       if (!copy.primary().empty() || !copy.backups().empty()) {
-        Shard* shard = *store_.Find(spec.variable().name(), spec.shard());
-        if (!copy.primary().empty()) shard->MakeBackup(copy.primary());
-        if (!copy.backups().empty()) {
-          replicator_->Replicate(shard, {copy.backups().begin(), copy.backups().end()});
-        }
-        // Created late (by a restarted worker, whose request follows the
-        // chief's first placement): what the cluster's table says counts.
-        const auto placed = units.find(ShardKey(spec.variable().name(), spec.shard()));
-        bool promoted = false;
-        if (placed != units.end()) ApplyUnit(table, addresses, *placed->second, shard, &promoted);
+        copies.emplace_back(*store_.Find(spec.variable().name(), spec.shard()), &copy);
       }
       LOG_INFO("created variable '{}' shard {}/{} rows [{}, {}){}{}", spec.variable().name(),
                spec.shard(), spec.num_shards(), spec.row_offset(), spec.row_offset() + spec.rows(),
@@ -331,6 +338,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       response.set_existing(response.existing() + 1);
     }
   }
+  PlaceCreated(copies);
   if (request.placement().units_size() > 0) {
     if (absl::Status s = CheckServing(); !s.ok()) return s;
     Coordination* coordination = coordination_.load();

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -83,7 +84,8 @@ class ParameterServer {
   // it is in `table` (a backup whose primary was lost is promoted, a
   // primary's updates go to the backups the table lists, a backup follows
   // its new primary). A table no newer than the last one changes nothing.
-  void ApplyPlacement(const Placement& table);
+  // Tables applied on several threads at once take effect one at a time.
+  void ApplyPlacement(const Placement& table) ABSL_LOCKS_EXCLUDED(apply_mu_);
 
   // Checks that config().checkpoint_dir is writable (creating it) and loads
   // its newest complete checkpoint, falling back past corrupt ones; shards
@@ -261,7 +263,13 @@ class ParameterServer {
   // promotion of the table sets *promoted) replicating to its backups.
   // `addresses`: ServerAddresses(table).
   void ApplyUnit(const Placement& table, const std::map<int32_t, std::string>& addresses,
-                 const PlacedUnit& unit, Shard* shard, bool* promoted);
+                 const PlacedUnit& unit, Shard* shard, bool* promoted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // The replicated shards CreateShards created: each becomes the copy its
+  // request names, then the one this server's table places here, if the
+  // table has the shard yet.
+  void PlaceCreated(const std::vector<std::pair<Shard*, const ShardCopy*>>& copies)
+      ABSL_LOCKS_EXCLUDED(apply_mu_);
   // Each server's address in `table`, by id.
   static std::map<int32_t, std::string> ServerAddresses(const Placement& table);
   // The replicator of this server's primaries, from own_address_; it
@@ -296,6 +304,10 @@ class ParameterServer {
   // Of store_'s primaries with backups; null without a ReplicaLinkFactory.
   std::unique_ptr<Replicator> replicator_;
   std::atomic<Coordination*> coordination_{nullptr};
+  // Held while a table is applied to the shards (ApplyPlacement,
+  // PlaceCreated): tables come on several threads, and an older one must
+  // not undo a newer one. Taken before placement_mu_.
+  absl::Mutex apply_mu_ ABSL_ACQUIRED_BEFORE(placement_mu_);
   mutable absl::Mutex placement_mu_;
   Placement placement_ ABSL_GUARDED_BY(placement_mu_);  // the last applied; epoch 0: none
   // The newest epoch whose units every shard here has taken on.

@@ -448,6 +448,46 @@ TEST(ReplicationFailoverTest, ATableWithoutABackupDropsItAndOneWithoutThePrimary
   EXPECT_EQ(backup.Describe().shards(0).primary(), "");
 }
 
+// Tables reach a server on several threads (etcd's watch, the caught-up
+// marker, a worker's CreateShards), in any order: applied at once, an
+// older one (its backups) must not undo a newer one (every shard promoted
+// here, its primary's server lost), whichever thread gets in first.
+TEST(ReplicationFailoverTest, TablesAppliedAtOnceEndAsTheNewestSays) {
+  constexpr int kShards = 64;
+  std::vector<PlacementUnitSpec> units;
+  CreateShardsRequest as_backups;
+  for (const ShardSpec& spec : Shards(kShards, kShards)) {
+    units.push_back({ShardKey("w", spec.shard()), 20});
+    *as_backups.add_shards() = spec;
+    as_backups.add_copies()->set_primary(kPrimary);
+  }
+  absl::StatusOr<Placement> older = InitialPlacement({{kPrimary, ""}, {kBackup, ""}}, units, 2);
+  ASSERT_TRUE(older.ok()) << older.status();
+  absl::StatusOr<Placement> newer = WithoutServer(*older, 0);
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  for (int round = 0; round < 100; ++round) {
+    ParameterServer server(Config(ASYNC, 1, 1));
+    ASSERT_TRUE(server.CreateShards(as_backups).ok());
+    std::atomic<int> ready{0};
+    auto apply = [&](const Placement& table) {
+      ++ready;
+      while (ready.load() < 2) std::this_thread::yield();
+      server.ApplyPlacement(table);
+    };
+    std::thread old_one(apply, *older);
+    std::thread new_one(apply, *newer);
+    old_one.join();
+    new_one.join();
+    const DescribeResponse described = server.Describe();
+    ASSERT_EQ(described.placement().epoch(), newer->epoch());
+    for (const ShardInfo& shard : described.shards()) {
+      ASSERT_EQ(shard.primary(), "")
+          << "round " << round << ": shard " << shard.shard() << " is a backup of "
+          << shard.primary() << " though the newest table promoted it";
+    }
+  }
+}
+
 // SSP at bound 0, two workers. Each push reaches both servers; worker 0's
 // last one reached the backup's server but not the primary, which is then
 // lost. Once promoted, the backup counts worker 0 at the clock of that
