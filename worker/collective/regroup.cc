@@ -83,6 +83,26 @@ absl::StatusOr<Regrouping> Lead(PeerLinks& links, const std::vector<int>& heard,
   return decision;
 }
 
+// The leader's next message of this round, by `deadline`. ABORTED as soon
+// as any rank is in a later round: the round is over. (A joiner can also
+// have been invited by a rank that leads nothing: a member's notice can
+// reach it on a stream opened to its previous process, which the new one
+// took over.)
+absl::StatusOr<std::vector<float>> AwaitLeader(PeerLinks& links, int leader, absl::Time deadline) {
+  for (;;) {
+    const absl::Time until = std::min(deadline, absl::Now() + absl::Milliseconds(50));
+    auto message = links.Recv(leader, until);
+    if (message.status().code() != absl::StatusCode::kDeadlineExceeded || until == deadline) {
+      return message;
+    }
+    if (links.NewestTag() > links.tag()) {
+      return absl::AbortedError(absl::StrCat("rank ", links.rank(), ": a rank moved on to round ",
+                                             links.NewestTag(), " while rank ", leader,
+                                             " had not decided round ", links.tag()));
+    }
+  }
+}
+
 // A member or joiner: sends its state to the leader and takes its decision.
 absl::StatusOr<Regrouping> Follow(PeerLinks& links, int leader, const MemberState& mine,
                                   absl::Duration timeout) {
@@ -91,7 +111,7 @@ absl::StatusOr<Regrouping> Follow(PeerLinks& links, int leader, const MemberStat
   PutBits(static_cast<uint64_t>(mine.dealt_epoch), report + 2);
   report[4] = mine.joining ? 1.0f : 0.0f;
   if (absl::Status s = links.Send(leader, report); !s.ok()) return s;
-  auto message = links.Recv(leader, absl::Now() + 2 * timeout);
+  auto message = AwaitLeader(links, leader, absl::Now() + 2 * timeout);
   if (!message.ok()) return message.status();
   if (message->size() < 6 || message->size() < 6 + static_cast<size_t>((*message)[5])) {
     return absl::InternalError(absl::StrCat("regroup: rank ", leader, " sent ", message->size(),

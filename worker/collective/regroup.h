@@ -71,7 +71,9 @@ absl::StatusOr<Regrouping> Regroup(PeerLinks& links, const std::vector<int>& cur
 
 // Called by a joiner that got a notice of round `round` from `leader`
 // (PeerLinks::AwaitRound): reports to it as a joiner and takes its
-// decision. FAILED_PRECONDITION when the leader left it out.
+// decision. FAILED_PRECONDITION when the leader left it out; ABORTED as
+// soon as any rank is in a later round (the notice may have come from a
+// member, not the leader: look for the later round's).
 absl::StatusOr<Regrouping> JoinGroup(PeerLinks& links, int leader, uint64_t round,
                                      absl::Duration timeout);
 

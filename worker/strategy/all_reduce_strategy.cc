@@ -347,8 +347,12 @@ absl::Status AllReduceStrategy::Join(int leader, uint64_t round, absl::Time dead
     // The state's model differs from this one: asking again cannot help.
     if (decision.ok() && status.code() == absl::StatusCode::kFailedPrecondition) return status;
     LOG_WARN("joining failed: {}; asking again", status.message());
-    for (int peer = 0; peer < links_->size(); ++peer) {
-      if (peer != links_->rank()) links_->Reconnect(peer).IgnoreError();
+    // A later round is on: its leader invites this worker, or tells it
+    // that it moved on. Else reconnecting asks the leader again.
+    if (status.code() != absl::StatusCode::kAborted) {
+      for (int peer = 0; peer < links_->size(); ++peer) {
+        if (peer != links_->rank()) links_->Reconnect(peer).IgnoreError();
+      }
     }
     auto invited = links_->AwaitRound(-1, deadline);
     if (!invited.ok()) {
