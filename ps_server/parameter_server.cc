@@ -130,15 +130,19 @@ void ParameterServer::ServeAt(const std::string& address) {
 }
 
 void ParameterServer::MakeReplicator() {
+  ReplicatorOptions options;
+  options.catch_up_bytes_per_sec = config_.catch_up_bytes_per_sec();
   replicator_ = std::make_unique<Replicator>(
-      own_address_, replicas_, [this](Shard* shard, const std::string& address) {
+      own_address_, replicas_,
+      [this](Shard* shard, const std::string& address) {
         LOG_INFO("{}: the copy on {} has caught up", shard->label(), address);
         Coordination* coordination = coordination_.load();
         if (coordination != nullptr) {
           coordination->CaughtUp(ShardKey(shard->spec().variable().name(), shard->spec().shard()),
                                  address);
         }
-      });
+      },
+      options);
 }
 
 absl::Status ParameterServer::CheckServing() const {

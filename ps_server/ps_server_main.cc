@@ -81,6 +81,11 @@ ABSL_FLAG(int, replication, 1,
           "Copies of each shard, on that many servers (at most the number of ps tasks); give "
           "every server the same. A primary answers a push once every backup has applied it. "
           "With --etcd, a server lost for good fails over (docs/replication.md).");
+ABSL_FLAG(int64_t, catch_up_mib_per_sec, 256,
+          "With --replication >= 2: the rate, in MiB/s, at which this server sends the "
+          "snapshots that fill copies catching up (a restarted or new server's, after a loss), "
+          "to all servers together, so that re-replication leaves training its bandwidth; the "
+          "updates of other shards overtake them. 0: unbounded.");
 ABSL_FLAG(std::string, etcd, "",
           "host:port of the etcd that coordinates replicated shards (--replication >= 2): each "
           "server holds a lease there, and when one is lost (dead, or cut off) for longer than "
@@ -153,6 +158,12 @@ absl::StatusOr<PsServerConfig> ConfigFromFlags() {
   config.set_etcd_endpoint(absl::GetFlag(FLAGS_etcd));
   config.set_etcd_prefix(absl::GetFlag(FLAGS_etcd_prefix));
   config.set_etcd_lease_ms(int64_t{absl::GetFlag(FLAGS_etcd_lease_secs)} * 1000);
+  const int64_t catch_up_mib = absl::GetFlag(FLAGS_catch_up_mib_per_sec);
+  if (catch_up_mib < 0 || catch_up_mib > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--catch_up_mib_per_sec: must be in [0, 2^30], got ", catch_up_mib));
+  }
+  config.set_catch_up_bytes_per_sec(catch_up_mib << 20);
   if (absl::Status s = ValidatePsServerConfig(config); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("flags: ", s.message()));
   }

@@ -8,12 +8,11 @@
 namespace fulcrum {
 
 Replicator::Replicator(std::string own_address, ReplicaLinkFactory connect,
-                       CaughtUpCallback caught_up, int window, absl::Duration retry_after)
+                       CaughtUpCallback caught_up, ReplicatorOptions options)
     : own_address_(std::move(own_address)),
       connect_(std::move(connect)),
       caught_up_(std::move(caught_up)),
-      window_(window),
-      retry_after_(retry_after) {}
+      options_(options) {}
 
 Replicator::~Replicator() {
   std::map<std::string, std::unique_ptr<Peer>> peers;
@@ -78,8 +77,8 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
     DropUnusedPeers();
     return;
   }
-  std::vector<Peer*> peers;  // every copy's
-  std::vector<Peer*> fresh;  // those that take the snapshot first
+  std::vector<Peer*> peers;                   // every copy's
+  std::vector<std::pair<Peer*, bool>> fresh;  // those that take the snapshot first; catching up
   std::vector<std::shared_ptr<std::atomic<int64_t>>> filling;
   int64_t committed = 0;
   {
@@ -104,7 +103,7 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
       } else if (fill || catching) {
         copy.acked = -1;
         copy.filled_at = std::make_shared<std::atomic<int64_t>>(-1);
-        fresh.push_back(copy.peer);
+        fresh.emplace_back(copy.peer, catching);
         filling.push_back(copy.filled_at);
       } else {
         copy.acked = version;  // created alike
@@ -126,8 +125,8 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
   if (!fresh.empty()) {
     forwarding.snapshot = [&fresh, &filling, shard](std::vector<ShardUpdate> parts) {
       for (const auto& at : filling) *at = parts.front().version();
-      for (Peer* peer : fresh) {
-        for (const ShardUpdate& part : parts) Enqueue(peer, shard, part);
+      for (const auto& [peer, catching] : fresh) {
+        for (const ShardUpdate& part : parts) Enqueue(peer, shard, part, catching);
       }
     };
   }
@@ -162,9 +161,42 @@ std::vector<std::string> Replicator::CatchingUpOf(const Shard* shard) {
   return AddressesOf(shard, true);
 }
 
-void Replicator::Enqueue(Peer* peer, Shard* shard, ShardUpdate update) {
+void Replicator::Enqueue(Peer* peer, Shard* shard, ShardUpdate update, bool paced) {
   absl::MutexLock lock(&peer->mu);
-  peer->queue.emplace_back(shard, std::move(update));
+  peer->queue.push_back({shard, std::move(update), paced});
+  ++peer->queued;
+}
+
+Replicator::Batch Replicator::TakeBatchLocked(Peer* peer) {
+  Batch batch;
+  auto made = std::make_shared<ReplicateRequest>();
+  made->set_primary(own_address_);
+  size_t bytes = 0;
+  std::set<const Shard*> held;  // a part of theirs waits: their updates after it too
+  const absl::Time now = absl::Now();
+  for (auto it = peer->queue.begin();
+       it != peer->queue.end() && (batch.shards.empty() || bytes < kMaxCallBytes);) {
+    const size_t size = it->update.gradient().size() + it->update.snapshot().data().size();
+    if (held.count(it->shard) == 0 && it->paced && options_.catch_up_bytes_per_sec > 0) {
+      absl::MutexLock lock(&pace_mu_);
+      if (paced_until_ > now) {
+        held.insert(it->shard);
+      } else {
+        paced_until_ = now + absl::Seconds(static_cast<double>(size) /
+                                           static_cast<double>(options_.catch_up_bytes_per_sec));
+      }
+    }
+    if (held.count(it->shard) > 0) {
+      ++it;
+      continue;
+    }
+    bytes += size;
+    batch.shards.push_back(it->shard);
+    *made->add_updates() = std::move(it->update);
+    it = peer->queue.erase(it);
+  }
+  batch.request = std::move(made);
+  return batch;
 }
 
 void Replicator::Send(Peer* peer) {
@@ -190,11 +222,11 @@ void Replicator::Send(Peer* peer) {
     if (peer->stopping) return;
     LOG_WARN("replicating to {}: {}; {} call(s) unanswered, sent again in {}", peer->address,
              ended.ok() ? "the stream ended" : ended.ToString(), peer->in_flight.size(),
-             absl::FormatDuration(retry_after_));
+             absl::FormatDuration(options_.retry_after));
     if (peer->mu.AwaitWithTimeout(
             absl::Condition(
                 +[](Peer* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu) { return p->stopping; }, peer),
-            retry_after_)) {
+            options_.retry_after)) {
       return;
     }
   }
@@ -211,28 +243,36 @@ void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
   for (const auto& request : again) {
     if (!stream->Write(*request)) return;
   }
+  // When all the queue holds waits for the rate: the count of updates
+  // queued then, and when the rate allows the next part.
+  constexpr uint64_t kNone = ~uint64_t{0};
+  uint64_t waiting_at = kNone;
+  absl::Time wake = absl::InfiniteFuture();
   for (;;) {
     std::shared_ptr<const ReplicateRequest> request;
     {
       absl::MutexLock lock(&peer->mu);
-      auto ready = [peer, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu) {
+      auto ready = [peer, this, waiting_at]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu) {
         return peer->stopping || peer->broken ||
-               (!peer->queue.empty() && static_cast<int>(peer->in_flight.size()) < window_);
+               (!peer->queue.empty() &&
+                static_cast<int>(peer->in_flight.size()) < options_.window &&
+                peer->queued != waiting_at);
       };
-      peer->mu.Await(absl::Condition(&ready));
+      peer->mu.AwaitWithDeadline(absl::Condition(&ready), wake);
       if (peer->stopping || peer->broken) return;
-      Batch batch;
-      auto made = std::make_shared<ReplicateRequest>();
-      made->set_primary(own_address_);
-      size_t bytes = 0;
-      while (!peer->queue.empty() && (batch.shards.empty() || bytes < kMaxCallBytes)) {
-        auto& [shard, update] = peer->queue.front();
-        bytes += update.gradient().size() + update.snapshot().data().size();
-        batch.shards.push_back(shard);
-        *made->add_updates() = std::move(update);
-        peer->queue.pop_front();
+      waiting_at = kNone;
+      wake = absl::InfiniteFuture();
+      if (peer->queue.empty() || static_cast<int>(peer->in_flight.size()) >= options_.window) {
+        continue;
       }
-      request = batch.request = std::move(made);
+      Batch batch = TakeBatchLocked(peer);
+      if (batch.shards.empty()) {
+        waiting_at = peer->queued;
+        absl::MutexLock pacing(&pace_mu_);
+        wake = paced_until_;
+        continue;
+      }
+      request = batch.request;
       peer->in_flight.push_back(std::move(batch));
     }
     if (!stream->Write(*request)) return;

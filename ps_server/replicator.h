@@ -8,7 +8,9 @@
 // again (a backup takes an update it has already applied as a no-op).
 // A copy that may differ from the primary (new to it, or catching up) is
 // first sent the shard's snapshot; one catching up holds back no commit,
-// and is reported once it has the snapshot. Thread-safe.
+// and is reported once it has the snapshot. The snapshots of copies that
+// catch up go at a bounded rate, which the updates of other shards
+// overtake (those of the same shard wait behind them). Thread-safe.
 #ifndef FULCRUM_PS_SERVER_REPLICATOR_H_
 #define FULCRUM_PS_SERVER_REPLICATOR_H_
 
@@ -56,6 +58,16 @@ class ReplicaLink {
 // Opens the link to the server at `address`.
 using ReplicaLinkFactory = std::function<std::unique_ptr<ReplicaLink>(const std::string& address)>;
 
+// How a Replicator sends: `window`: calls in flight on a stream;
+// `retry_after`: how long a sender waits before opening a broken stream
+// again; `catch_up_bytes_per_sec`: the rate of the snapshots sent to copies
+// that catch up, to all servers together (0: unbounded).
+struct ReplicatorOptions {
+  int window = 4;
+  absl::Duration retry_after = absl::Seconds(1);
+  int64_t catch_up_bytes_per_sec = 0;
+};
+
 class Replicator {
  public:
   // A call carries updates (gradients, snapshot parts) up to about this
@@ -63,14 +75,12 @@ class Replicator {
   static constexpr size_t kMaxCallBytes = size_t{32} << 20;
 
   // `own_address`: this server's, which its calls carry (a backup takes
-  // updates only from its primary); `window`: calls in flight on a stream;
-  // `retry_after`: how long a sender waits before opening a broken stream
-  // again. `caught_up` is told, from a thread of the replicator's, of each
-  // catching-up copy (its shard, its server's address) once it has applied
-  // the snapshot; it must not call back into the replicator.
+  // updates only from its primary). `caught_up` is told, from a thread of the replicator's, of each
+  // catching-up copy (its shard, its server's address) once it has applied the snapshot; it must
+  // not call back into the replicator.
   using CaughtUpCallback = std::function<void(Shard* shard, const std::string& address)>;
   Replicator(std::string own_address, ReplicaLinkFactory connect, CaughtUpCallback caught_up = {},
-             int window = 4, absl::Duration retry_after = absl::Seconds(1));
+             ReplicatorOptions options = {});
   // Stops the senders (what they had not sent is dropped) and the shards'
   // forwarding to them.
   ~Replicator();
@@ -101,11 +111,19 @@ class Replicator {
     // Shared with the Write that sends it, so that it is never copied.
     std::shared_ptr<const ReplicateRequest> request;
   };
+  // An update queued for a server; `paced`: a part of the snapshot of a
+  // copy that catches up.
+  struct Queued {
+    Shard* shard;
+    ShardUpdate update;
+    bool paced;
+  };
   struct Peer {
     std::string address;
     std::unique_ptr<ReplicaLink> link;
     absl::Mutex mu;
-    std::deque<std::pair<Shard*, ShardUpdate>> queue ABSL_GUARDED_BY(mu);
+    std::deque<Queued> queue ABSL_GUARDED_BY(mu);
+    uint64_t queued ABSL_GUARDED_BY(mu) = 0;  // updates ever queued
     // Sent on the stream and not answered yet, oldest first.
     std::deque<Batch> in_flight ABSL_GUARDED_BY(mu);
     bool broken ABSL_GUARDED_BY(mu) = false;  // the stream's reader saw it end
@@ -136,7 +154,11 @@ class Replicator {
   // Stops the senders to servers that hold no shard's backup any more (the
   // table dropped them), which would otherwise call a lost server for ever.
   void DropUnusedPeers() ABSL_LOCKS_EXCLUDED(mu_);
-  static void Enqueue(Peer* peer, Shard* shard, ShardUpdate update);
+  static void Enqueue(Peer* peer, Shard* shard, ShardUpdate update, bool paced = false);
+  // The next call to `peer`: what its queue holds, in order, up to about
+  // kMaxCallBytes, but for paced parts the rate does not allow yet, and the
+  // updates of their shards after them. Empty when nothing may go now.
+  Batch TakeBatchLocked(Peer* peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu);
   // The sender's loop: opens the stream, sends again what it had in flight,
   // then what queues, in order, until stopped.
   void Send(Peer* peer);
@@ -150,8 +172,11 @@ class Replicator {
   const std::string own_address_;
   const ReplicaLinkFactory connect_;
   const CaughtUpCallback caught_up_;
-  const int window_;
-  const absl::Duration retry_after_;
+  const ReplicatorOptions options_;
+  // Paced parts go once this time has come; each moves it on by its bytes
+  // at the rate.
+  absl::Mutex pace_mu_;  // taken under a peer's mu
+  absl::Time paced_until_ ABSL_GUARDED_BY(pace_mu_) = absl::InfinitePast();
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
   std::map<Shard*, Copies> copies_ ABSL_GUARDED_BY(mu_);

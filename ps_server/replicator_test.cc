@@ -1,0 +1,149 @@
+// The replicator against a backup server that answers at once: what it
+// sends, when, and in what order.
+#include "ps_server/replicator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/tensor.h"
+
+namespace fulcrum {
+namespace {
+
+constexpr int64_t kFloats = 4096;  // a shard's: 16 KiB, one snapshot part
+
+// Shard 0 of 1 of `name` [kFloats], updated by SGD.
+Shard MakeShard(const std::string& name) {
+  ShardSpec spec;
+  VariableSpec* v = spec.mutable_variable();
+  v->set_name(name);
+  v->add_shape(kFloats);
+  v->set_dtype(DT_FLOAT);
+  v->mutable_optimizer()->set_learning_rate(0.5f);
+  *v = CanonicalSpec(*v);
+  spec.set_num_shards(1);
+  spec.set_rows(kFloats);
+  auto contents = NewShardContents(spec, nullptr, "");
+  EXPECT_TRUE(contents.ok()) << contents.status();
+  return Shard(spec, *std::move(contents));
+}
+
+// What the backup server was sent: each update's variable, whether it was
+// a snapshot's part, and when it came.
+struct Received {
+  std::string variable;
+  bool snapshot;
+  absl::Time at;
+};
+
+// A backup server that takes everything and answers each update with its
+// version at once.
+class AnsweringStream : public ReplicaStream {
+ public:
+  AnsweringStream(absl::Mutex* mu, std::vector<Received>* log) : log_mu_(mu), log_(log) {}
+  bool Write(const ReplicateRequest& request) override {
+    ReplicateResponse answer;
+    {
+      absl::MutexLock lock(log_mu_);
+      for (const ShardUpdate& update : request.updates()) {
+        log_->push_back({update.variable(), update.has_snapshot(), absl::Now()});
+        answer.add_versions(update.version());
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    if (closed_) return false;
+    answers_.push_back(std::move(answer));
+    return true;
+  }
+  bool Read(ReplicateResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    auto readable = [this]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !answers_.empty(); };
+    mu_.Await(absl::Condition(&readable));
+    if (answers_.empty()) return false;
+    *response = std::move(answers_.front());
+    answers_.pop_front();
+    return true;
+  }
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  absl::Status Finish() override { return absl::OkStatus(); }
+
+ private:
+  absl::Mutex* const log_mu_;
+  std::vector<Received>* const log_;
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<ReplicateResponse> answers_ ABSL_GUARDED_BY(mu_);
+};
+
+class AnsweringLink : public ReplicaLink {
+ public:
+  AnsweringLink(absl::Mutex* mu, std::vector<Received>* log) : mu_(mu), log_(log) {}
+  std::unique_ptr<ReplicaStream> Open() override {
+    return std::make_unique<AnsweringStream>(mu_, log_);
+  }
+
+ private:
+  absl::Mutex* const mu_;
+  std::vector<Received>* const log_;
+};
+
+// Two copies catch up on a server that also holds a ready backup of a
+// third shard: their snapshots go at the rate (the second no sooner than
+// the first's bytes allow), while an update of the third shard overtakes
+// the second snapshot, and is committed before that copy has caught up.
+TEST(ReplicatorTest, CatchingUpSnapshotsArePacedAndOtherShardsOvertakeThem) {
+  constexpr int64_t kRate = kFloats * 4 / 5;  // a part each 5 s
+  absl::Mutex mu;
+  std::vector<Received> log;
+  std::map<std::string, absl::Time> caught_up;
+  // Made before the replicator, which stops forwarding their updates as it goes.
+  Shard ready = MakeShard("ready"), first = MakeShard("first"), second = MakeShard("second");
+  ReplicatorOptions options;
+  options.catch_up_bytes_per_sec = kRate;
+  Replicator replicator(
+      "primary:1", [&](const std::string&) { return std::make_unique<AnsweringLink>(&mu, &log); },
+      [&](Shard* shard, const std::string&) {
+        absl::MutexLock lock(&mu);
+        caught_up[shard->spec().variable().name()] = absl::Now();
+      },
+      options);
+  replicator.Replicate(&ready, {"backup:1"});
+  replicator.Replicate(&first, {}, {"backup:1"});
+  replicator.Replicate(&second, {}, {"backup:1"});
+
+  std::vector<float> ones(kFloats, 1.0f);
+  ShardGradient grad;
+  grad.worker = 0;
+  grad.push_id = 1;
+  grad.parts = {AsFloatBytes(ones)};
+  ASSERT_TRUE(ready.ApplyNow(grad, -1).ok());
+  ASSERT_TRUE(ready.AwaitCommitted(1, absl::Now() + absl::Seconds(30)).ok());
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(caught_up.count("second"), 0u) << "the second snapshot went before the update";
+    auto both = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return caught_up.size() == 2; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(60)));
+    std::map<std::string, absl::Time> sent;
+    std::vector<std::string> order;
+    for (const Received& r : log) {
+      order.push_back(r.variable);
+      if (r.snapshot) sent[r.variable] = r.at;
+    }
+    EXPECT_THAT(order, ::testing::ElementsAre("first", "ready", "second"));
+    EXPECT_GE(sent["second"] - sent["first"], absl::Seconds(5) - absl::Milliseconds(10));
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum
