@@ -17,9 +17,16 @@
 // catch-up is the time from its start to every copy of every shard ready
 // again. Prints catch_up_secs and catch_up_MBps (the bytes it was sent
 // over that time); bench/run.sh sets the rate against raw loopback TCP.
+// What the catch-up costs the training: a second worker pushes to a small
+// variable of its own (as the failover rounds' worker does) before the
+// restart and all through the catch-up; catch_up_push_p50_ms is its
+// pushes' median meanwhile, catch_up_push_vs_before that against the
+// median before.
+// The servers' --catch_up_mib_per_sec is --catch_up_mib_per_sec (0, the
+// default here: unbounded, the wire's and the servers' own speed).
 //
 //   failover_bench --ps_server=bazel-bin/ps_server/ps_server [--rounds=10]
-//                  [--catch_up_mib=1536]
+//                  [--catch_up_mib=1536] [--catch_up_mib_per_sec=0]
 #include <signal.h>
 #include <stdlib.h>
 
@@ -53,6 +60,9 @@ ABSL_FLAG(int, lease_secs, 1, "The servers' --etcd_lease_secs.");
 ABSL_FLAG(int, catch_up_mib, 1536,
           "The catch-up's variable, in MiB, a multiple of 4 (the restarted server holds two "
           "thirds of it); 0: no catch-up.");
+ABSL_FLAG(int, catch_up_mib_per_sec, 0,
+          "The servers' --catch_up_mib_per_sec: each primary's bound on the snapshots it sends "
+          "(the restarted server is filled by two); 0: unbounded.");
 
 namespace {
 
@@ -83,10 +93,12 @@ class Cluster {
     absl::MutexLock lock(&mu_);
     for (int i = 0; i < kServers; ++i) {
       argv_.push_back(
-          {ps_server, "--ps_hosts=" + absl::StrJoin(hosts, ","), "--worker_hosts=127.0.0.1:1",
-           absl::StrCat("--task_index=", i), "--bind_host=127.0.0.1", "--port=0", "--mode=async",
-           "--insecure", "--replication=2", "--etcd=" + etcd_->endpoint(),
-           "--etcd_prefix=/failover-bench/", absl::StrCat("--etcd_lease_secs=", lease_secs)});
+          {ps_server, "--ps_hosts=" + absl::StrJoin(hosts, ","),
+           "--worker_hosts=127.0.0.1:1,127.0.0.1:2", absl::StrCat("--task_index=", i),
+           "--bind_host=127.0.0.1", "--port=0", "--mode=async", "--insecure", "--replication=2",
+           "--etcd=" + etcd_->endpoint(), "--etcd_prefix=/failover-bench/",
+           absl::StrCat("--etcd_lease_secs=", lease_secs),
+           absl::StrCat("--catch_up_mib_per_sec=", absl::GetFlag(FLAGS_catch_up_mib_per_sec))});
       servers_.push_back(std::make_unique<fulcrum::Subprocess>(argv_.back()));
       addresses_.push_back(AwaitAddress(*servers_.back()));
     }
@@ -149,16 +161,16 @@ class Cluster {
   std::thread reader_;
 };
 
-// The async worker of `cluster` with w [rows, cols] created in `shards`
-// shards (SGD); null when the creation failed.
-std::unique_ptr<fulcrum::PsClient> Worker(const Cluster& cluster, int64_t rows, int64_t cols,
-                                          int shards) {
+// Async worker `id` of `cluster` with `name` [rows, cols] created in
+// `shards` shards (SGD); null when the creation failed.
+std::unique_ptr<fulcrum::PsClient> Worker(const Cluster& cluster, int id, const std::string& name,
+                                          int64_t rows, int64_t cols, int shards) {
   fulcrum::PsClientOptions options;
-  options.worker_id = 0;
+  options.worker_id = id;
   std::unique_ptr<fulcrum::PsClient> worker =
       fulcrum::NewGrpcPsClient(cluster.addresses(), options);
   fulcrum::VariableSpec spec;
-  spec.set_name("w");
+  spec.set_name(name);
   spec.add_shape(rows);
   spec.add_shape(cols);
   spec.set_dtype(fulcrum::DT_FLOAT);
@@ -172,19 +184,33 @@ std::unique_ptr<fulcrum::PsClient> Worker(const Cluster& cluster, int64_t rows, 
   return worker;
 }
 
+// The gradient of ones of `name` [1536, 64], the variable pushes are
+// timed with.
+fulcrum::TensorMap Ones(const std::string& name) {
+  fulcrum::TensorMap gradient;
+  gradient[name] = fulcrum::DenseTensor{{1536, 64}, std::vector<float>(size_t{1536} * 64, 1.0f)};
+  return gradient;
+}
+
+// A push's milliseconds; nothing when it failed.
+std::optional<double> TimedPush(fulcrum::PsClient& worker, const fulcrum::TensorMap& gradient) {
+  const absl::Time start = absl::Now();
+  if (!worker.Push(gradient).ok()) return std::nullopt;
+  return Millis(absl::Now() - start);
+}
+
 // One round: the failover time, and the pushes' times before the kill;
 // nothing when the cluster failed.
 std::optional<absl::Duration> Round(const std::string& ps_server, std::vector<double>* push_ms) {
   Cluster cluster(ps_server, absl::GetFlag(FLAGS_lease_secs));
   if (!cluster.up()) return std::nullopt;
-  std::unique_ptr<fulcrum::PsClient> worker = Worker(cluster, 1536, 64, 6);
+  std::unique_ptr<fulcrum::PsClient> worker = Worker(cluster, 0, "w", 1536, 64, 6);
   if (worker == nullptr) return std::nullopt;
-  fulcrum::TensorMap gradient;
-  gradient["w"] = fulcrum::DenseTensor{{1536, 64}, std::vector<float>(size_t{1536} * 64, 1.0f)};
+  const fulcrum::TensorMap gradient = Ones("w");
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
-    const absl::Time start = absl::Now();
-    if (!worker->Push(gradient).ok()) return std::nullopt;
-    push_ms->push_back(Millis(absl::Now() - start));
+    const std::optional<double> ms = TimedPush(*worker, gradient);
+    if (!ms) return std::nullopt;
+    push_ms->push_back(*ms);
   }
   const absl::Time killed = absl::Now();
   cluster.Kill(1);
@@ -200,18 +226,13 @@ std::optional<absl::Duration> Round(const std::string& ps_server, std::vector<do
 struct CatchUp {
   absl::Duration took;
   int64_t bytes = 0;  // of the copies the restarted server was filled with
+  std::vector<double> push_ms_before, push_ms_during;  // the training worker's
 };
 
-// A server of a cluster holding `mib` MiB restarted at once: the time from
-// its start until it holds copies and no primary is still filling one, and
-// the bytes of its copies; nothing when the cluster failed.
-std::optional<CatchUp> MeasureCatchUp(const std::string& ps_server, int64_t mib) {
-  Cluster cluster(ps_server, absl::GetFlag(FLAGS_lease_secs));
-  if (!cluster.up()) return std::nullopt;
-  // Rows of 4 KiB, in shards of 4 MiB.
-  std::unique_ptr<fulcrum::PsClient> worker =
-      Worker(cluster, mib * 256, 1024, static_cast<int>(mib / 4));
-  if (worker == nullptr) return std::nullopt;
+// Restarts server 1 of `cluster` at once, and polls until it holds copies
+// and no primary is still filling one: the time from its start, and the
+// bytes of its copies; nothing when that failed.
+std::optional<CatchUp> AwaitCaughtUp(Cluster& cluster, fulcrum::PsClient& worker) {
   const absl::Time start = absl::Now();
   if (!cluster.Restart(1)) {
     std::fprintf(stderr, "failover_bench: the restarted server did not listen at its address\n");
@@ -221,9 +242,9 @@ std::optional<CatchUp> MeasureCatchUp(const std::string& ps_server, int64_t mib)
        absl::SleepFor(absl::Milliseconds(50))) {  // polls the servers' state
     // By server, in the cluster's order; one that left the worker's table
     // answers nothing.
-    absl::StatusOr<std::vector<fulcrum::DescribeResponse>> described = worker->Describe();
+    absl::StatusOr<std::vector<fulcrum::DescribeResponse>> described = worker.Describe();
     if (!described.ok()) continue;
-    CatchUp caught{absl::Now() - start, 0};
+    CatchUp caught{absl::Now() - start, 0, {}, {}};
     bool ready = !(*described)[1].shards().empty();
     for (size_t ps = 0; ps < described->size(); ++ps) {
       for (const fulcrum::ShardInfo& shard : (*described)[ps].shards()) {
@@ -235,6 +256,40 @@ std::optional<CatchUp> MeasureCatchUp(const std::string& ps_server, int64_t mib)
   }
   std::fprintf(stderr, "failover_bench: the restarted server was not filled in 10 minutes\n");
   return std::nullopt;
+}
+
+// The catch-up of a server of a cluster holding `mib` MiB restarted at
+// once, and the training worker's pushes before and during it.
+std::optional<CatchUp> MeasureCatchUp(const std::string& ps_server, int64_t mib) {
+  Cluster cluster(ps_server, absl::GetFlag(FLAGS_lease_secs));
+  if (!cluster.up()) return std::nullopt;
+  // Rows of 4 KiB, in shards of 4 MiB.
+  std::unique_ptr<fulcrum::PsClient> worker =
+      Worker(cluster, 0, "w", mib * 256, 1024, static_cast<int>(mib / 4));
+  std::unique_ptr<fulcrum::PsClient> trainer = Worker(cluster, 1, "v", 1536, 64, 6);
+  if (worker == nullptr || trainer == nullptr) return std::nullopt;
+  const fulcrum::TensorMap gradient = Ones("v");
+  std::vector<double> before;
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
+    const std::optional<double> ms = TimedPush(*trainer, gradient);
+    if (!ms) return std::nullopt;
+    before.push_back(*ms);
+  }
+  std::vector<double> during;
+  std::atomic<bool> done{false};
+  std::thread training([&] {  // a push that fails (in the failover) is not counted
+    while (!done) {
+      if (std::optional<double> ms = TimedPush(*trainer, gradient)) during.push_back(*ms);
+    }
+  });
+  std::optional<CatchUp> caught = AwaitCaughtUp(cluster, *worker);
+  done = true;
+  training.join();
+  if (caught) {
+    caught->push_ms_before = std::move(before);
+    caught->push_ms_during = std::move(during);
+  }
+  return caught;
 }
 
 }  // namespace
@@ -278,6 +333,13 @@ int main(int argc, char** argv) {
     std::printf("catch_up_GiB=%.2f\n", static_cast<double>(caught->bytes) / (1 << 30));
     std::printf("catch_up_secs=%.2f\n", secs);
     std::printf("catch_up_MBps=%.1f\n", static_cast<double>(caught->bytes) / 1e6 / secs);
+    if (caught->push_ms_during.empty()) {
+      std::fprintf(stderr, "failover_bench: no push was acknowledged during the catch-up\n");
+      return 1;
+    }
+    const double during = Quantile(caught->push_ms_during, 0.5);
+    std::printf("catch_up_push_p50_ms=%.2f\n", during);
+    std::printf("catch_up_push_vs_before=%.2f\n", during / Quantile(caught->push_ms_before, 0.5));
   }
   return 0;
 }

@@ -35,7 +35,8 @@
 #        etcd) over fresh clusters, against the etcd lease that bounds
 #        detection and the push's own time; and the catch-up of a server
 #        restarted holding nothing (1 GiB of copies refilled), against raw
-#        TCP on loopback (bench:failover_bench).
+#        TCP on loopback, and a training worker's pushes meanwhile against
+#        its pushes before (bench:failover_bench).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
