@@ -5,7 +5,6 @@
 #include <stdlib.h>
 
 #include <atomic>
-#include <deque>
 #include <memory>
 #include <random>
 #include <string>
@@ -19,6 +18,7 @@
 #include "common/partitioner.h"
 #include "common/placement.h"
 #include "common/tensor.h"
+#include "ps_server/answered_stream.h"
 #include "ps_server/coordination.h"
 #include "ps_server/parameter_server.h"
 #include "ps_server/replicator.h"
@@ -51,14 +51,17 @@ PsServerConfig Config(ConsistencyMode mode, int workers, int index = 0, int serv
 
 // The backup server called in place of a network: each write, once `open`
 // allows, is applied at once and its answer queued for Read.
-class DirectStream : public ReplicaStream {
+class DirectStream : public AnsweredStream {
  public:
   // The bytes of the largest request any stream was written.
   static std::atomic<size_t> largest_request;
 
   DirectStream(ParameterServer* backup, absl::Notification* open, std::atomic<int>* calls,
                bool broken)
-      : backup_(backup), open_(open), calls_(calls), closed_(broken) {}
+      : AnsweredStream(broken, absl::UnavailableError("the stream broke")),
+        backup_(backup),
+        open_(open),
+        calls_(calls) {}
 
   bool Write(const ReplicateRequest& request) override {
     ++*calls_;
@@ -67,46 +70,13 @@ class DirectStream : public ReplicaStream {
     while (bytes > largest && !largest_request.compare_exchange_weak(largest, bytes)) {
     }
     if (open_ != nullptr) open_->WaitForNotification();
-    absl::MutexLock lock(&mu_);
-    if (closed_) return false;
-    absl::StatusOr<ReplicateResponse> answer = backup_->Replicate(request);
-    if (!answer.ok()) {
-      status_ = answer.status();
-      closed_ = true;
-      return false;
-    }
-    answers_.push_back(*std::move(answer));
-    return true;
-  }
-  bool Read(ReplicateResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &DirectStream::ReadableLocked));
-    if (answers_.empty()) return false;
-    *response = std::move(answers_.front());
-    answers_.pop_front();
-    return true;
-  }
-  void Cancel() override {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-  }
-  absl::Status Finish() override {
-    absl::MutexLock lock(&mu_);
-    return status_;
+    return AnswerWith([&] { return backup_->Replicate(request); });
   }
 
  private:
-  bool ReadableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return closed_ || !answers_.empty();
-  }
-
   ParameterServer* backup_;
   absl::Notification* open_;
   std::atomic<int>* calls_;
-  absl::Mutex mu_;
-  bool closed_ ABSL_GUARDED_BY(mu_);
-  std::deque<ReplicateResponse> answers_ ABSL_GUARDED_BY(mu_);
-  absl::Status status_ ABSL_GUARDED_BY(mu_) = absl::UnavailableError("the stream broke");
 };
 
 std::atomic<size_t> DirectStream::largest_request{0};

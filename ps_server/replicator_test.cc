@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/tensor.h"
+#include "ps_server/answered_stream.h"
 
 namespace fulcrum {
 namespace {
@@ -45,45 +45,24 @@ struct Received {
 
 // A backup server that takes everything and answers each update with its
 // version at once.
-class AnsweringStream : public ReplicaStream {
+class AnsweringStream : public AnsweredStream {
  public:
   AnsweringStream(absl::Mutex* mu, std::vector<Received>* log) : log_mu_(mu), log_(log) {}
   bool Write(const ReplicateRequest& request) override {
-    ReplicateResponse answer;
-    {
+    return AnswerWith([&] {
+      ReplicateResponse answer;
       absl::MutexLock lock(log_mu_);
       for (const ShardUpdate& update : request.updates()) {
         log_->push_back({update.variable(), update.has_snapshot(), absl::Now()});
         answer.add_versions(update.version());
       }
-    }
-    absl::MutexLock lock(&mu_);
-    if (closed_) return false;
-    answers_.push_back(std::move(answer));
-    return true;
+      return absl::StatusOr<ReplicateResponse>(std::move(answer));
+    });
   }
-  bool Read(ReplicateResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    auto readable = [this]()
-                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !answers_.empty(); };
-    mu_.Await(absl::Condition(&readable));
-    if (answers_.empty()) return false;
-    *response = std::move(answers_.front());
-    answers_.pop_front();
-    return true;
-  }
-  void Cancel() override {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-  }
-  absl::Status Finish() override { return absl::OkStatus(); }
 
  private:
   absl::Mutex* const log_mu_;
   std::vector<Received>* const log_;
-  absl::Mutex mu_;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<ReplicateResponse> answers_ ABSL_GUARDED_BY(mu_);
 };
 
 class AnsweringLink : public ReplicaLink {
