@@ -219,7 +219,9 @@ absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
   }
   if (replication == 1) return backups;
   std::vector<PlacementServer> servers;
-  for (int ps = 0; ps < servers_.size(); ++ps) servers.push_back({servers_.address(ps), ""});
+  for (int ps = 0; ps < servers_.size(); ++ps) {
+    servers.push_back({servers_.address(ps), servers_.Left(ps) ? "" : (*described)[ps].zone()});
+  }
   std::vector<PlacementUnitSpec> units;
   for (const VariablePlacement& variable : placed) {
     const int64_t row_bytes =

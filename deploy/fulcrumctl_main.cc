@@ -99,9 +99,10 @@ int Status(const std::vector<std::string>& hosts) {
     const DescribeResponse& d = (*described)[i];
     bool serving = false;
     std::cout << absl::StrFormat(
-        "ps %d %s  health %s  mode %s  incarnation %x  restored step %d  updates %d  stale "
+        "ps %d %s%s  health %s  mode %s  incarnation %x  restored step %d  updates %d  stale "
         "dropped %d  memory %s of %s%s\n",
-        i, hosts[i], Health(hosts[i], absl::Seconds(absl::GetFlag(FLAGS_timeout_secs)), &serving),
+        i, hosts[i], d.zone().empty() ? "" : absl::StrCat("  zone ", d.zone()),
+        Health(hosts[i], absl::Seconds(absl::GetFlag(FLAGS_timeout_secs)), &serving),
         ConsistencyModeName(d.mode()), d.incarnation(), d.restored_step(), d.updates_applied(),
         d.stale_gradients_dropped(), FormatBytes(d.memory_bytes()),
         FormatBytes(d.max_memory_bytes()), d.job_done() ? "  JOB DONE" : "");

@@ -75,7 +75,8 @@ void Membership::JoinTable() {
       if (!without.ok()) return without.status();
       next = *std::move(without);
     }
-    absl::StatusOr<Placement> with = WithServer(next, {options_.address, ""}, /*balance=*/false);
+    absl::StatusOr<Placement> with =
+        WithServer(next, {options_.address, options_.zone}, /*balance=*/false);
     if (!with.ok()) return with.status();
     return Repaired(*with);
   });

@@ -49,6 +49,7 @@ class Membership : public Coordination {
   struct Options {
     std::string prefix;                     // the job's keys: "/fulcrum/<job>/"
     std::string address;                    // this server's, as the cluster spec names it
+    std::string zone;                       // its --zone, which it rejoins the table with
     absl::Duration ttl = absl::Seconds(3);  // of the lease (whole seconds)
   };
   using TableCallback = std::function<void(const Placement&)>;

@@ -58,6 +58,12 @@ absl::Status ValidatePsServerConfig(const PsServerConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes: must be >= 1 MiB, got ", config.max_message_bytes()));
   }
+  if (config.zone().size() > 63 ||
+      config.zone().find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                      "0123456789._-") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zone: at most 63 letters, digits, '.', '_' or '-', got '", config.zone(), "'"));
+  }
   if (!config.etcd_endpoint().empty()) {
     if (config.etcd_lease_ms() < 1000 || config.etcd_lease_ms() % 1000 != 0) {
       return absl::InvalidArgumentError(
@@ -827,6 +833,7 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_ps_index(config_.cluster().task().index());
   response.set_num_ps(config_.cluster().cluster().ps_size());
   response.set_replication(std::max(1, config_.replication()));
+  response.set_zone(config_.zone());
   {
     absl::MutexLock lock(&placement_mu_);
     *response.mutable_placement() = placement_;

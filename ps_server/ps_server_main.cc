@@ -81,6 +81,11 @@ ABSL_FLAG(int, replication, 1,
           "Copies of each shard, on that many servers (at most the number of ps tasks); give "
           "every server the same. A primary answers a push once every backup has applied it. "
           "With --etcd, a server lost for good fails over (docs/replication.md).");
+ABSL_FLAG(std::string, zone, "",
+          "With --replication >= 2: the failure zone of this server's machine (a rack, a cloud "
+          "zone; letters, digits, '.', '_', '-'): the copies of each shard go to servers of "
+          "different zones where there are enough, so that a zone lost loses no shard. \"\": "
+          "a zone of its own.");
 ABSL_FLAG(int64_t, catch_up_mib_per_sec, 256,
           "With --replication >= 2: the rate, in MiB/s, at which this server sends the "
           "snapshots that fill copies catching up (a restarted or new server's, after a loss), "
@@ -164,6 +169,7 @@ absl::StatusOr<PsServerConfig> ConfigFromFlags() {
         absl::StrCat("--catch_up_mib_per_sec: must be in [0, 2^30], got ", catch_up_mib));
   }
   config.set_catch_up_bytes_per_sec(catch_up_mib << 20);
+  config.set_zone(absl::GetFlag(FLAGS_zone));
   if (absl::Status s = ValidatePsServerConfig(config); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("flags: ", s.message()));
   }
@@ -252,6 +258,7 @@ int Run() {
     Membership::Options options;
     options.prefix = config->etcd_prefix();
     options.address = address;
+    options.zone = config->zone();
     options.ttl = absl::Milliseconds(config->etcd_lease_ms());
     auto joined = Membership::Join(
         std::make_unique<Etcd>(config->etcd_endpoint(), grpc::InsecureChannelCredentials()),

@@ -633,6 +633,10 @@ TEST(PsClusterTest, BadFlagsExitWithAClearError) {
                                      "--auth_token_file=" + ::testing::TempDir() + "/short.token"});
   EXPECT_EQ(short_token.Wait(absl::Seconds(30)), 2);
   EXPECT_TRUE(short_token.WaitForLine("a token needs at least 16", absl::Seconds(1)));
+  ChildProcess bad_zone("zone", {RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0",
+                                 "--worker_hosts=127.0.0.1:1", "--insecure", "--zone=rack 1"});
+  EXPECT_EQ(bad_zone.Wait(absl::Seconds(30)), 2);
+  EXPECT_TRUE(bad_zone.WaitForLine("zone: at most 63 letters", absl::Seconds(1)));
 }
 
 // With token files, a plaintext server takes data calls with the cluster

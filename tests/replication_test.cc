@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -459,6 +460,39 @@ TEST_F(ReplicationClusterTest, ARestartedServerRejoinsAsBackupsFilledFromThePrim
   TensorMap values;
   ASSERT_TRUE(worker->Pull({"w"}, &values).ok());
   for (float v : values["w"].values) ASSERT_EQ(v, -pushes);
+}
+
+// Four servers in two zones (--zone): each shard's two copies are in
+// different zones, and each server says its zone.
+TEST_F(ReplicationClusterTest, TheCopiesOfAShardAreInDifferentZones) {
+  const std::vector<std::string> zones = {"a", "a", "b", "b"};
+  std::vector<std::vector<std::string>> flags;
+  for (const std::string& zone : zones) {
+    flags.push_back(ServerFlags(2));
+    flags.back().push_back("--zone=" + zone);
+  }
+  std::vector<std::string> addresses;
+  auto servers = StartServers(4, flags, &addresses);
+  for (const std::string& address : addresses) ASSERT_FALSE(address.empty());
+  ASSERT_TRUE(NewGrpcPsClient(addresses, Client("chief"))->CreateVariables({Ones(8)}).ok());
+  std::map<std::string, std::string> zone_of;
+  std::vector<DescribeResponse> described;
+  for (const std::string& address : addresses) {
+    described.push_back(DescribeAt(address));
+    zone_of[address] = described.back().zone();
+  }
+  int primaries = 0;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    EXPECT_EQ(zone_of[addresses[i]], zones[i]);
+    for (const ShardInfo& shard : described[i].shards()) {
+      if (!shard.primary().empty()) continue;
+      ++primaries;
+      ASSERT_EQ(shard.backups_size(), 1) << shard.shard();
+      EXPECT_NE(zone_of[shard.backups(0)], zones[i])
+          << "shard " << shard.shard() << " on " << addresses[i] << " and " << shard.backups(0);
+    }
+  }
+  EXPECT_EQ(primaries, 8);
 }
 
 TEST_F(ReplicationClusterTest, ServersThatDisagreeOnReplicationAreNamed) {
