@@ -95,8 +95,8 @@ ABSL_FLAG(std::string, etcd, "",
           "host:port of the etcd that coordinates replicated shards (--replication >= 2): each "
           "server holds a lease there, and when one is lost (dead, or cut off) for longer than "
           "--etcd_lease_secs its shards' backups take over, with no restart. Give every server "
-          "of the job the same etcd and --etcd_prefix. \"\": none (copies stay where the chief "
-          "placed them).");
+          "of the job the same etcd and --etcd_prefix; one not reachable yet is asked again for a "
+          "minute. \"\": none (copies stay where the chief placed them).");
 ABSL_FLAG(std::string, etcd_prefix, "/fulcrum/job/",
           "The job's keys in etcd (one prefix per job, ending with '/'): <prefix>servers/<address> "
           "and <prefix>placement, the placement table.");
@@ -260,9 +260,23 @@ int Run() {
     options.address = address;
     options.zone = config->zone();
     options.ttl = absl::Milliseconds(config->etcd_lease_ms());
-    auto joined = Membership::Join(
-        std::make_unique<Etcd>(config->etcd_endpoint(), grpc::InsecureChannelCredentials()),
-        options, [&ps](const Placement& table) { ps.ApplyPlacement(table); });
+    // etcd may start after the servers (compose, Kubernetes): an etcd
+    // not reachable yet is asked again, for a minute.
+    const absl::Time patience = absl::Now() + absl::Minutes(1);
+    absl::StatusOr<std::unique_ptr<Membership>> joined;
+    for (;;) {
+      joined = Membership::Join(
+          std::make_unique<Etcd>(config->etcd_endpoint(), grpc::InsecureChannelCredentials()),
+          options, [&ps](const Placement& table) { ps.ApplyPlacement(table); });
+      const absl::StatusCode code = joined.status().code();
+      if (joined.ok() || absl::Now() > patience ||
+          (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded)) {
+        break;
+      }
+      LOG_WARN("etcd at {} is not reachable yet ({}); asking again", config->etcd_endpoint(),
+               joined.status().message());
+      absl::SleepFor(absl::Seconds(1));
+    }
     if (!joined.ok()) {
       LOG_ERROR("joining the job in etcd at {}: {}", config->etcd_endpoint(),
                 joined.status().message());
