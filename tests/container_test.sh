@@ -6,7 +6,9 @@
 # kills a parameter server mid-training and starts it again, and checks that
 # it restored the checkpoint, that every container exits 0 and the chief's
 # test accuracy (one run serves both: a clean run checks nothing more, and
-# took 2 more minutes); then the same cluster with
+# took 2 more minutes); then with replicated shards
+# (deploy/docker-compose.replicated.yml: three servers, etcd), one server
+# killed for good and the job completing without it; then the same cluster with
 # Python workers (deploy/docker-compose.python.yml: the image's package and
 # examples/numpy_linear.py); then with TensorFlow programs
 # (deploy/docker/Dockerfile.tensorflow's image and
@@ -25,7 +27,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-CHECKS=(image ldd kill_and_start compose_python compose_tensorflow compose_all_reduce gpu_bundle_cpu)
+CHECKS=(image ldd kill_and_start compose_replicated compose_python compose_tensorflow
+  compose_all_reduce gpu_bundle_cpu)
 # The bars sit below what single runs measure (0.875-0.889 clean, 0.879-0.885
 # with a server killed: sync steps sum gradients in arrival order, so runs
 # differ in the third decimal) and above what a worker training alone
@@ -59,7 +62,7 @@ logged() { grep -c -- "$2" <(docker logs "$1" 2>&1) >/dev/null; }
 FULCRUM_CERTS=$(mktemp -d /var/tmp/fulcrum-certs.XXXXXX)
 export FULCRUM_CERTS
 scripts/make_certs.sh "$FULCRUM_CERTS" --owner 10001 \
-  --hosts ps-0,ps-1,chief,worker-0,worker-1 > /dev/null
+  --hosts ps-0,ps-1,ps-2,chief,worker-0,worker-1 > /dev/null
 
 started_engine=""
 cleanup() {
@@ -183,16 +186,25 @@ summary_accuracy() {  # empty for a run that writes no summary (the Python run's
     /checkpoints/summary.json 2>/dev/null |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["test_accuracy"])' 2>/dev/null
 }
-wait_job() {  # waits for every container to exit; 0 when all exited 0
-  local deadline=$(($(date +%s) + JOB_TIMEOUT)) id bad=0
+# Containers the run's judgement leaves out (ids, space-separated): one
+# killed for good, a service that never exits.
+unjudged=""
+judged_ids() {
+  local id
   for id in $(container_ids); do
+    [[ " $unjudged " == *" $id "* ]] || echo "$id"
+  done
+}
+wait_job() {  # waits for every judged container to exit; 0 when all exited 0
+  local deadline=$(($(date +%s) + JOB_TIMEOUT)) id bad=0
+  for id in $(judged_ids); do
     local left=$((deadline - $(date +%s)))
     if ((left <= 0)) || ! timeout "$left" docker wait "$id" >/dev/null; then
       log "$(docker inspect -f '{{.Name}}' "$id") still running after ${JOB_TIMEOUT}s"
       bad=1
     fi
   done
-  for id in $(container_ids); do
+  for id in $(judged_ids); do
     local name code
     name=$(docker inspect -f '{{.Name}}' "$id")
     code=$(docker inspect -f '{{.State.ExitCode}}' "$id")
@@ -211,21 +223,24 @@ up() {
 at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)" 2>/dev/null; }
 
 # Once container WATCHED logs TEXT, kills container VICTIM (of compose
-# service SERVICE) and starts the service again; 0 if it did, 1 if WATCHED
-# stopped or JOB_TIMEOUT passed first.
-kill_and_start() {  # WATCHED TEXT SERVICE VICTIM
+# service SERVICE); 0 if it did, 1 if WATCHED stopped or JOB_TIMEOUT passed
+# first.
+kill_when() {  # WATCHED TEXT SERVICE VICTIM
   local deadline=$(($(date +%s) + JOB_TIMEOUT))
   while (($(date +%s) < deadline)); do
     if logged "$1" "$2"; then
       docker kill "$4" >/dev/null || return 1
       log "killed $3 once its run logged '$2'"
-      "${compose[@]}" start "$3" >&2
       return 0
     fi
     [ "$(docker inspect -f '{{.State.Running}}' "$1")" = true ] || return 1
     sleep 1  # polls the log for TEXT
   done
   return 1
+}
+# As kill_when, then starts the service again.
+kill_and_start() {  # WATCHED TEXT SERVICE VICTIM
+  kill_when "$@" && "${compose[@]}" start "$3" >&2
 }
 
 # Waits for the run (started at $start) to end, then reports check NAME:
@@ -286,6 +301,31 @@ run_with() {  # NAME OVERRIDE BAR CHECK
     report "$1" FAILED "docker-compose up failed"
   fi
 }
+
+log "replicated run: 3 servers, each shard on 2 of them, and etcd"
+log "(deploy/docker-compose.replicated.yml); ps-1 killed for good in the chief's second epoch"
+compose=(docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.replicated.yml
+  -p "$project")
+start=$(date +%s)
+killed=""
+if up; then
+  chief=$("${compose[@]}" ps -q chief)
+  ps1=$("${compose[@]}" ps -q ps-1)
+  unjudged="$ps1 $("${compose[@]}" ps -q etcd)"
+  kill_when "$chief" "epoch 2/" ps-1 "$ps1" && killed=yes
+fi
+ps1_failed_over() {
+  logged "$("${compose[@]}" ps -q ps-0)" "the primary now" ||
+    logged "$("${compose[@]}" ps -q ps-2)" "the primary now" ||
+    echo "no server took over a shard of ps-1's"
+}
+if [ -n "$killed" ]; then
+  judge compose_replicated "$KILL_ACCURACY" ps1_failed_over
+else
+  "${compose[@]}" logs --tail 30 >&2 2>&1
+  report compose_replicated FAILED "the chief never reached its second epoch to kill ps-1 in"
+fi
+unjudged=""
 
 log "Python run: the same cluster, its chief and workers examples/numpy_linear.py"
 log "(deploy/docker-compose.python.yml), sync, mutual TLS"

@@ -83,6 +83,8 @@ docker-compose -f "$compose" -f "$root/deploy/docker-compose.python.yml" config 
   fail "docker-compose.python.yml does not validate"
 docker-compose -f "$compose" -f "$root/deploy/docker-compose.tensorflow.yml" config -q ||
   fail "docker-compose.tensorflow.yml does not validate"
+docker-compose -f "$compose" -f "$root/deploy/docker-compose.replicated.yml" config -q ||
+  fail "docker-compose.replicated.yml does not validate"
 docker-compose -f "$root/deploy/docker-compose.all-reduce.yml" config -q ||
   fail "docker-compose.all-reduce.yml does not validate"
 sed 's/condition: service_healthy/condition: whenever/' "$compose" > "$tmp/broken.yml"
