@@ -6,18 +6,24 @@
 # server for a few seconds, the worker's calls fail and are retried, and the
 # job still completes. Then all-reduce workers on the four hosts, one of them
 # cut off: the others regroup and go on, and it stops for want of a
-# quorum; once the network heals, it is started again and rejoins. Every
-# connection is mutual TLS, with certificates naming the hosts' addresses.
-# Needs root. Every namespace is removed at the end.
+# quorum; once the network heals, it is started again and rejoins. Last,
+# replicated shards: three servers with --replication=2 and an etcd on a
+# host of its own; one server is cut off from everyone. Its lease runs out,
+# so it takes no writes, the others take over its shards and fill new
+# copies of them, and the job goes on; once the network heals it finds its
+# lease gone and joins the table again (holding nothing: the two others hold
+# both copies of everything by then). Every connection to a server or worker is
+# mutual TLS, with certificates naming the hosts' addresses (etcd's is
+# plaintext). Needs root. Every namespace is removed at the end.
 set -euo pipefail
 root=${TEST_SRCDIR}/${TEST_WORKSPACE}
 ps_server=$root/ps_server/ps_server
 worker=$root/worker/worker
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/multihost.XXXXXX")
 tag=f$$  # namespaces of this run only
-hosts=(ps0 ps1 w0 w1)
-declare -A address=([ps0]=10.250.$(($$ % 200)).1 [ps1]=10.250.$(($$ % 200)).2
-                    [w0]=10.250.$(($$ % 200)).3 [w1]=10.250.$(($$ % 200)).4)
+hosts=(ps0 ps1 w0 w1 ps2 etcd)
+net=10.250.$(($$ % 200))
+declare -A address=([ps0]=$net.1 [ps1]=$net.2 [w0]=$net.3 [w1]=$net.4 [ps2]=$net.5 [etcd]=$net.6)
 pids=()
 
 cleanup() {
@@ -43,7 +49,8 @@ done
 
 certs=$tmp/certs
 "$root/scripts/make_certs.sh" "$certs" --roles ps,chief,worker \
-  --hosts "${address[ps0]},${address[ps1]},${address[w0]},${address[w1]}" > /dev/null
+  --hosts "${address[ps0]},${address[ps1]},${address[w0]},${address[w1]},${address[ps2]}" \
+  > /dev/null
 tls() { echo "--tls_cert=$certs/$1.pem --tls_key=$certs/$1.key --tls_ca=$certs/ca.pem"; }
 
 ps_hosts=${address[ps0]}:2222,${address[ps1]}:2222
@@ -158,3 +165,58 @@ accuracy=$(sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p' "$tmp/ar-summary.jso
 python3 -c "import sys; sys.exit(0 if float('$accuracy') >= 0.80 else 1)" ||
   { echo "FAIL: all-reduce test accuracy $accuracy < 0.80" >&2; exit 1; }
 echo "all-reduce across hosts went on without a partitioned worker and took it back: test accuracy $accuracy"
+
+# Replicated shards across hosts: ps0, ps1 and ps2 (on w1's host's
+# neighbour) with two copies of each shard, coordinated by an etcd on a host
+# of its own, and one async worker on w0. Once it trains, ps1 is cut off
+# from every host for 10 s, five times its 2 s lease.
+pids=()
+on etcd etcd --name=multihost --data-dir="$tmp/etcd" \
+  --listen-client-urls="http://${address[etcd]}:2379" \
+  --advertise-client-urls="http://${address[etcd]}:2379" \
+  --listen-peer-urls="http://127.0.0.1:2380" > "$tmp/etcd.log" 2>&1 &
+pids+=($!)
+r_ps_hosts=${address[ps0]}:2222,${address[ps1]}:2222,${address[ps2]}:2222
+r_server() {  # INDEX HOST
+  # shellcheck disable=SC2046  # tls's flags are words
+  on "$2" "$ps_server" --ps_hosts="$r_ps_hosts" --worker_hosts="${address[w0]}:2222" \
+    --task_index="$1" --mode=async --replication=2 --etcd="${address[etcd]}:2379" \
+    --etcd_prefix=/multihost/ --etcd_lease_secs=2 $(tls ps) > "$tmp/r$1.log" 2>&1 &
+  pids+=($!)
+}
+r_server 0 ps0
+r_server 1 ps1
+r_server 2 ps2
+# shellcheck disable=SC2046
+on w0 "$worker" --ps_hosts="$r_ps_hosts" --worker_hosts="${address[w0]}:2222" --task_index=0 \
+  --mode=async --epochs=10 --hidden=64 --log_every_steps=50 --device=cpu $(tls chief) \
+  --summary_json="$tmp/r-summary.json" > "$tmp/rw.log" 2>&1 &
+chief=$!
+await_line "$tmp/rw.log" "step 100/" "$chief" ||
+  { cat "$tmp"/r*.log >&2; echo "FAIL: the replicated job never trained" >&2; exit 1; }
+on ps1 nft add table inet fulcrum_partition
+on ps1 nft add chain inet fulcrum_partition out '{ type filter hook output priority 0; }'
+on ps1 nft add chain inet fulcrum_partition in '{ type filter hook input priority 0; }'
+on ps1 nft add rule inet fulcrum_partition out ip daddr "$net.0/24" drop
+on ps1 nft add rule inet fulcrum_partition in ip saddr "$net.0/24" drop
+echo "partition: ps1 is cut off from every host, etcd among them"
+sleep 10  # the partition's length, not a synchronisation
+on ps1 nft delete table inet fulcrum_partition
+echo "partition healed"
+status=0
+timeout 300 tail --pid="$chief" -f /dev/null || true
+wait "$chief" || status=1
+grep -h "lease\|the primary now\|is ready\|joins again" "$tmp"/r[012].log | cut -c1-200 | head -20 || true
+if [ $status != 0 ]; then cat "$tmp"/r*.log >&2; echo "FAIL: the replicated job failed" >&2; exit 1; fi
+grep -q "the primary now" "$tmp/r0.log" "$tmp/r2.log" ||
+  { echo "FAIL: no other server took over a shard of the cut-off server's" >&2; exit 1; }
+grep -q "lease in etcd ran out: the others took its shards; it joins again" "$tmp/r1.log" ||
+  { cat "$tmp/r1.log" >&2; echo "FAIL: the cut-off server did not find its lease gone" >&2; exit 1; }
+grep -q "the copy of .* on ${address[ps0]}:2222 is ready" "$tmp/r2.log" ||
+  grep -q "the copy of .* on ${address[ps2]}:2222 is ready" "$tmp/r0.log" ||
+  { cat "$tmp"/r*.log >&2; echo "FAIL: no copy of the cut-off server's was made again" >&2; exit 1; }
+accuracy=$(sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p' "$tmp/r-summary.json")
+python3 -c "import sys; sys.exit(0 if float('$accuracy') >= 0.80 else 1)" ||
+  { echo "FAIL: replicated test accuracy $accuracy < 0.80" >&2; exit 1; }
+echo "replicated shards across hosts went on without a cut-off server, which joined again:" \
+  "test accuracy $accuracy"

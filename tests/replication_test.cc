@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/etcd/local_etcd.h"
 #include "common/rpc/credentials.h"
+#include "common/tensor.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "proto/ps_service.grpc.pb.h"
@@ -460,6 +461,46 @@ TEST_F(ReplicationClusterTest, ARestartedServerRejoinsAsBackupsFilledFromThePrim
   TensorMap values;
   ASSERT_TRUE(worker->Pull({"w"}, &values).ok());
   for (float v : values["w"].values) ASSERT_EQ(v, -pushes);
+}
+
+// A server that cannot reach etcd (cut off, or etcd down) takes no push
+// once its lease may have run out, since the others may
+// hold its shards by then: the side of a partition without etcd stops, and
+// no shard has two primaries taking writes. Here etcd stops, which cuts
+// every server off.
+TEST_F(ReplicationClusterTest, AServerCutOffFromEtcdTakesNoWritesOnceItsLeaseMayHaveRunOut) {
+  std::vector<std::string> flags;
+  std::vector<std::string> addresses;
+  auto servers = StartCoordinated(ASYNC, 1, "/cut-off/", &flags, &addresses);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(NewGrpcPsClient(addresses, Client("chief"))->CreateVariables({Ones(6)}).ok());
+  // A push of ones to a shard ps 0 is the primary of, each with a new id.
+  PushPullRequest request;
+  PushRequest* push = request.mutable_push();
+  push->set_worker_id(0);
+  const DescribeResponse described = DescribeAt(addresses[0]);
+  for (const ShardInfo& shard : described.shards()) {
+    if (!shard.primary().empty()) continue;
+    ShardSlice* slice = push->add_gradients();
+    slice->set_variable("w");
+    slice->set_shard(shard.shard());
+    const std::vector<int64_t> shape(shard.shape().begin(), shard.shape().end());
+    EncodeFloatTensor(shape, std::vector<float>(NumElements(shape), 1.0f), slice->mutable_tensor());
+    break;
+  }
+  ASSERT_EQ(push->gradients_size(), 1);
+  auto push_at_0 = [&] {
+    push->set_push_id(push->push_id() + 1);
+    grpc::ClientContext context;
+    PullResponse answer;
+    return Stub(addresses[0], "worker")->PushPullSmall(&context, request, &answer);
+  };
+  grpc::Status pushed = push_at_0();
+  ASSERT_TRUE(pushed.ok()) << pushed.error_message();
+  etcd_.reset();
+  ASSERT_TRUE(Eventually([&] { return !(pushed = push_at_0()).ok(); }, absl::Seconds(30)));
+  EXPECT_EQ(pushed.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(pushed.error_message(), HasSubstr("lease in etcd ran out"));
 }
 
 // Four servers in two zones (--zone): each shard's two copies are in
