@@ -79,6 +79,16 @@ on w1 "$worker" --ps_hosts="$ps_hosts" --worker_hosts="$worker_hosts" --task_ind
 other=$!
 pids+=("$other")
 
+# Drops every packet between HOST and the other hosts, or no more.
+cut_off() {  # HOST
+  on "$1" nft add table inet fulcrum_partition
+  on "$1" nft add chain inet fulcrum_partition out '{ type filter hook output priority 0; }'
+  on "$1" nft add chain inet fulcrum_partition in '{ type filter hook input priority 0; }'
+  on "$1" nft add rule inet fulcrum_partition out ip daddr "$net.0/24" drop
+  on "$1" nft add rule inet fulcrum_partition in ip saddr "$net.0/24" drop
+}
+heal() { on "$1" nft delete table inet fulcrum_partition; }
+
 # Until `file` holds `text` (or process `pid` ended): polls a log file
 # written by another process.
 await_line() {  # FILE TEXT PID
@@ -99,7 +109,7 @@ on w1 nft add chain inet fulcrum_partition out '{ type filter hook output priori
 on w1 nft add rule inet fulcrum_partition out ip daddr "${address[ps1]}" drop
 echo "partition: worker 1 cannot reach ps1"
 sleep 8  # the partition's length, not a synchronisation
-on w1 nft delete table inet fulcrum_partition
+heal w1
 echo "partition healed"
 
 status=0
@@ -133,21 +143,17 @@ ar_worker() {  # INDEX LOG
 for i in 0 1 2 3; do ar_worker $i "$tmp/ar$i.log"; done
 await_line "$tmp/ar3.log" "step 100/" "${pids[3]}" ||
   { cat "$tmp"/ar*.log >&2; echo "FAIL: all-reduce worker 3 never trained" >&2; exit 1; }
-on w1 nft add table inet fulcrum_partition
-on w1 nft add chain inet fulcrum_partition out '{ type filter hook output priority 0; }'
-on w1 nft add chain inet fulcrum_partition in '{ type filter hook input priority 0; }'
-on w1 nft add rule inet fulcrum_partition out ip daddr "${address[ps0]%.*}.0/24" drop
-on w1 nft add rule inet fulcrum_partition in ip saddr "${address[ps0]%.*}.0/24" drop
+cut_off w1
 echo "partition: all-reduce worker 3 is cut off from the others"
 timeout 120 tail --pid="${pids[3]}" -f /dev/null || true
-cut_off=0
-wait "${pids[3]}" || cut_off=$?
-if [ "$cut_off" != 1 ] || ! grep -q "not a quorum" "$tmp/ar3.log"; then
+stopped=0
+wait "${pids[3]}" || stopped=$?
+if [ "$stopped" != 1 ] || ! grep -q "not a quorum" "$tmp/ar3.log"; then
   cat "$tmp"/ar3.log >&2
   echo "FAIL: the cut-off worker did not stop for want of a quorum" >&2
   exit 1
 fi
-on w1 nft delete table inet fulcrum_partition
+heal w1
 echo "partition healed: all-reduce worker 3 starts again"
 ar_worker 3 "$tmp/ar3-again.log"
 status=0
@@ -194,14 +200,10 @@ on w0 "$worker" --ps_hosts="$r_ps_hosts" --worker_hosts="${address[w0]}:2222" --
 chief=$!
 await_line "$tmp/rw.log" "step 100/" "$chief" ||
   { cat "$tmp"/r*.log >&2; echo "FAIL: the replicated job never trained" >&2; exit 1; }
-on ps1 nft add table inet fulcrum_partition
-on ps1 nft add chain inet fulcrum_partition out '{ type filter hook output priority 0; }'
-on ps1 nft add chain inet fulcrum_partition in '{ type filter hook input priority 0; }'
-on ps1 nft add rule inet fulcrum_partition out ip daddr "$net.0/24" drop
-on ps1 nft add rule inet fulcrum_partition in ip saddr "$net.0/24" drop
+cut_off ps1
 echo "partition: ps1 is cut off from every host, etcd among them"
 sleep 10  # the partition's length, not a synchronisation
-on ps1 nft delete table inet fulcrum_partition
+heal ps1
 echo "partition healed"
 status=0
 timeout 300 tail --pid="$chief" -f /dev/null || true
