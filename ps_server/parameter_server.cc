@@ -165,15 +165,19 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
     if (table.epoch() <= placement_.epoch()) return;
     placement_ = table;
   }
+  ApplyUnits(table, store_.All());
+  placement_applied_ = table.epoch();
+}
+
+void ParameterServer::ApplyUnits(const Placement& table, const std::vector<Shard*>& shards) {
   std::map<std::string, const PlacedUnit*> units;
   for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
   const std::map<int32_t, std::string> addresses = ServerAddresses(table);
   bool promoted = false;
-  for (Shard* shard : store_.All()) {
+  for (Shard* shard : shards) {
     const auto found = units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
     if (found != units.end()) ApplyUnit(table, addresses, *found->second, shard, &promoted);
   }
-  placement_applied_ = table.epoch();
 }
 
 absl::Status ParameterServer::CheckPrimary(const Shard& shard, int64_t routed_by) const {
@@ -245,26 +249,22 @@ void ParameterServer::ApplyUnit(const Placement& table,
 void ParameterServer::PlaceCreated(const std::vector<std::pair<Shard*, const ShardCopy*>>& copies) {
   if (copies.empty()) return;
   absl::MutexLock applying(&apply_mu_);
-  Placement table;  // the cluster's, as this server knows it
-  {
-    absl::MutexLock lock(&placement_mu_);
-    table = placement_;
-  }
-  std::map<std::string, const PlacedUnit*> units;
-  for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
-  const std::map<int32_t, std::string> addresses = ServerAddresses(table);
-  bool promoted = false;
+  std::vector<Shard*> shards;
   for (const auto& [shard, copy] : copies) {
     if (!copy->primary().empty()) shard->MakeBackup(copy->primary());
     if (!copy->backups().empty()) {
       replicator_->Replicate(shard, {copy->backups().begin(), copy->backups().end()});
     }
-    // Created late (by a restarted worker, whose request follows the
-    // chief's first placement): what the cluster's table says counts.
-    const auto placed =
-        units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
-    if (placed != units.end()) ApplyUnit(table, addresses, *placed->second, shard, &promoted);
+    shards.push_back(shard);
   }
+  // Created late (by a restarted worker, whose request follows the
+  // chief's first placement): what the cluster's table says counts.
+  Placement table;  // the cluster's, as this server knows it
+  {
+    absl::MutexLock lock(&placement_mu_);
+    table = placement_;
+  }
+  ApplyUnits(table, shards);
 }
 
 absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) { return checkpoints_.Enable(fs); }

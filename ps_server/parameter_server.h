@@ -258,6 +258,10 @@ class ParameterServer {
   void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
+  // Makes each of `shards` that `table` places what the table says it is
+  // here (ApplyUnit).
+  void ApplyUnits(const Placement& table, const std::vector<Shard*>& shards)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Makes `shard` the copy `unit` of `table` says it is here: a backup of
   // its primary, or the primary (promoted, if it was a backup: the first
   // promotion of the table sets *promoted) replicating to its backups.
