@@ -134,6 +134,61 @@ void DropIfDrained(Placement& placement, int position) {
   placement.mutable_servers()->DeleteSubrange(position, 1);
 }
 
+// Moves copies onto the server at `target` from the servers holding the
+// most bytes, as Balanced says; whether any moved.
+bool MoveOnto(Placement& next, int target) {
+  const PlacedServer& server = next.servers(target);
+  const int32_t id = server.id();
+  int takers = 0;
+  int64_t total = 0;
+  Loads loads(next);
+  for (int i = 0; i < next.servers_size(); ++i) {
+    if (!next.servers(i).draining()) ++takers;
+    total += loads.bytes[i];
+  }
+  const int64_t mean = total / takers;
+  // Units by bytes, largest first (by key among equals), moved from the
+  // most loaded server holding a copy that may move to the new one.
+  std::vector<PlacedUnit*> units;
+  for (PlacedUnit& unit : *next.mutable_units()) units.push_back(&unit);
+  std::stable_sort(units.begin(), units.end(), [](const PlacedUnit* a, const PlacedUnit* b) {
+    return a->bytes() != b->bytes() ? a->bytes() > b->bytes() : a->key() < b->key();
+  });
+  bool moved = false;
+  for (PlacedUnit* unit : units) {
+    if (loads.bytes[target] + unit->bytes() > mean || unit->bytes() == 0) continue;
+    if (std::any_of(unit->copies().begin(), unit->copies().end(),
+                    [&](const PlacedCopy& c) { return c.server() == id; })) {
+      continue;  // it has a copy already
+    }
+    std::set<std::string> zones;
+    for (const PlacedCopy& copy : unit->copies()) {
+      zones.insert(next.servers(ServerPosition(next, copy.server())).zone());
+    }
+    int from = -1;
+    for (const PlacedCopy& copy : unit->copies()) {
+      const int position = ServerPosition(next, copy.server());
+      if (copy.catching_up() || BeingReplaced(*unit, copy.server()) ||
+          loads.bytes[position] - unit->bytes() < loads.bytes[target] + unit->bytes()) {
+        continue;  // moving it would not even the two out
+      }
+      // The new server's zone must not repeat one of the other copies'.
+      const std::string& own = next.servers(position).zone();
+      const bool zone_ok =
+          server.zone().empty() || server.zone() == own || zones.count(server.zone()) == 0;
+      if (zone_ok && (from < 0 || loads.bytes[position] > loads.bytes[from])) from = position;
+    }
+    if (from < 0) continue;
+    const bool primary = unit->copies(0).server() == next.servers(from).id();
+    AddCatchingUp(*unit, id, next.servers(from).id());
+    loads.bytes[from] -= unit->bytes();
+    loads.Add(target, unit->bytes(), primary);
+    if (primary) loads.primary_bytes[from] -= unit->bytes();
+    moved = true;
+  }
+  return moved;
+}
+
 absl::Status NotFound(const Placement& placement, int32_t id) {
   return absl::NotFoundError(absl::StrCat("server ", id, " is not in the placement table (epoch ",
                                           placement.epoch(), ")"));
@@ -327,51 +382,20 @@ absl::StatusOr<Placement> WithServer(const Placement& placement, const Placement
   added->set_id(id);
   added->set_address(server.address);
   added->set_zone(server.zone);
-  if (!balance) return next;
-  const int target = next.servers_size() - 1;
-
-  int takers = 0;
-  int64_t total = 0;
-  Loads loads(next);
-  for (int i = 0; i < next.servers_size(); ++i) {
-    if (!next.servers(i).draining()) ++takers;
-    total += loads.bytes[i];
-  }
-  const int64_t mean = total / takers;
-  // Units by bytes, largest first (by key among equals), moved from the
-  // most loaded server holding a copy that may move to the new one.
-  std::vector<PlacedUnit*> units;
-  for (PlacedUnit& unit : *next.mutable_units()) units.push_back(&unit);
-  std::stable_sort(units.begin(), units.end(), [](const PlacedUnit* a, const PlacedUnit* b) {
-    return a->bytes() != b->bytes() ? a->bytes() > b->bytes() : a->key() < b->key();
-  });
-  for (PlacedUnit* unit : units) {
-    if (loads.bytes[target] + unit->bytes() > mean || unit->bytes() == 0) continue;
-    std::set<std::string> zones;
-    for (const PlacedCopy& copy : unit->copies()) {
-      zones.insert(next.servers(ServerPosition(next, copy.server())).zone());
-    }
-    int from = -1;
-    for (const PlacedCopy& copy : unit->copies()) {
-      const int position = ServerPosition(next, copy.server());
-      if (copy.catching_up() || BeingReplaced(*unit, copy.server()) ||
-          loads.bytes[position] - unit->bytes() < loads.bytes[target] + unit->bytes()) {
-        continue;  // moving it would not even the two out
-      }
-      // The new server's zone must not repeat one of the other copies'.
-      const std::string& own = next.servers(position).zone();
-      const bool zone_ok =
-          server.zone.empty() || server.zone == own || zones.count(server.zone) == 0;
-      if (zone_ok && (from < 0 || loads.bytes[position] > loads.bytes[from])) from = position;
-    }
-    if (from < 0) continue;
-    const bool primary = unit->copies(0).server() == next.servers(from).id();
-    AddCatchingUp(*unit, id, next.servers(from).id());
-    loads.bytes[from] -= unit->bytes();
-    loads.Add(target, unit->bytes(), primary);
-    if (primary) loads.primary_bytes[from] -= unit->bytes();
-  }
+  if (balance) MoveOnto(next, next.servers_size() - 1);
   return next;
+}
+
+absl::StatusOr<Placement> Balanced(const Placement& placement, int32_t id) {
+  const int position = ServerPosition(placement, id);
+  if (position < 0) return NotFound(placement, id);
+  if (placement.servers(position).draining()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", id, " is draining: it takes no copies"));
+  }
+  Placement next = placement;
+  if (!MoveOnto(next, position)) return placement;
+  return NextEpoch(std::move(next));
 }
 
 absl::StatusOr<Placement> Draining(const Placement& placement, int32_t id) {

@@ -81,13 +81,19 @@ absl::StatusOr<Placement> WithoutServer(const Placement& placement, int32_t id);
 Placement Repaired(const Placement& placement);
 
 // A server joins with the next id. When `balance`, copies then move onto
-// it from the servers holding the most bytes, the largest units that fit
-// first, while it holds at most the mean bytes per server (counting a copy
-// being replaced as gone); else it holds nothing yet (a restarted server,
+// it as Balanced moves them; else it holds nothing yet (a restarted server,
 // which Repaired then gives the copies it lost). INVALID_ARGUMENT for an
 // address in the table already.
 absl::StatusOr<Placement> WithServer(const Placement& placement, const PlacementServer& server,
                                      bool balance = true);
+
+// Copies move onto server `id` (one that joined holding nothing, say) from
+// the servers holding the most bytes, the largest units that fit first,
+// while it holds at most the mean bytes per server (counting a copy being
+// replaced as gone), each as a catching-up copy that replaces the one it
+// moves. The same table when none moves. NOT_FOUND; FAILED_PRECONDITION
+// for a draining server.
+absl::StatusOr<Placement> Balanced(const Placement& placement, int32_t id);
 
 // Server `id` is to leave: it is marked draining and each of its copies
 // not yet being replaced gets a catching-up copy, on a chosen server, to

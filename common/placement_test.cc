@@ -224,6 +224,26 @@ TEST(PlacementTest, ARejoiningServerTakesTheLostCopiesAndNoPrimaryMoves) {
   EXPECT_EQ(on_it, 6);  // every copy server 2 held, remade on it
 }
 
+// A server that joined holding nothing (as a ps_server with --etcd does)
+// is given its share later (fulcrumctl add-server): the same moves as a
+// server added balanced, and a second call moves nothing more.
+TEST(PlacementTest, AServerThatJoinedEmptyIsBalancedLikeOneAddedBalanced) {
+  const Placement before = *InitialPlacement(Servers(2), Units(12), 2);
+  const Placement empty = *WithServer(before, {"10.0.0.9:2222", ""}, /*balance=*/false);
+  absl::StatusOr<Placement> balanced = Balanced(empty, 2);
+  ASSERT_TRUE(balanced.ok()) << balanced.status();
+  EXPECT_EQ(balanced->epoch(), empty.epoch() + 1);
+  const Placement added = *WithServer(before, {"10.0.0.9:2222", ""});
+  for (int i = 0; i < added.units_size(); ++i) {
+    EXPECT_EQ(Holders(balanced->units(i)), Holders(added.units(i))) << added.units(i).key();
+  }
+  const Placement after = AllCaughtUp(*balanced);
+  EXPECT_EQ(Balanced(after, 2)->epoch(), after.epoch());  // nothing left to move
+  EXPECT_EQ(Balanced(after, 7).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Balanced(*Draining(after, 2), 1).status().code(), absl::StatusCode::kOk);
+  EXPECT_THAT(Balanced(*Draining(after, 2), 2).status().message(), HasSubstr("draining"));
+}
+
 TEST(PlacementTest, ADrainedServerHandsOverItsCopiesThenLeaves) {
   const Placement before = *InitialPlacement(Servers(3), Units(9), 2);
   absl::StatusOr<Placement> draining = Draining(before, 0);

@@ -214,10 +214,18 @@ void ParameterServer::ApplyUnit(const Placement& table,
     if (c > 0) (unit.copies(c).catching_up() ? catching_up : backups).push_back(address);
   }
   if (primary != own_address_) {
-    // A backup (or a copy the table no longer has: it serves no worker).
-    if (!shard->IsBackup() && replicator_ != nullptr) replicator_->Replicate(shard, {});
+    // A backup, or a copy the table no longer has. A primary made one
+    // first fails the pushes waiting for versions its copies may lack
+    // (their clients make them again at the new primary), then sends its
+    // copies nothing more.
+    const bool demoted = !shard->IsBackup();
     shard->MakeBackup(primary);
-    if (!held) LOG_WARN("{}: the table (epoch {}) has no copy here", shard->label(), table.epoch());
+    if (demoted && replicator_ != nullptr) replicator_->Replicate(shard, {});
+    if (!held && !own_address_.empty()) {
+      LOG_INFO("{}: the table (epoch {}) has no copy here any more: freed", shard->label(),
+               table.epoch());
+      store_.Remove(shard->spec().variable().name(), shard->spec().shard());
+    }
     return;
   }
   if (shard->IsBackup()) {
@@ -399,6 +407,22 @@ absl::StatusOr<ReplicateResponse> ParameterServer::Replicate(const ReplicateRequ
   return response;
 }
 
+absl::StatusOr<Shard*> ParameterServer::FindShard(const std::string& variable, int shard) const {
+  absl::StatusOr<Shard*> found = store_.Find(variable, shard);
+  if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
+  const std::string key = ShardKey(variable, shard);
+  absl::MutexLock lock(&placement_mu_);
+  for (const PlacedUnit& unit : placement_.units()) {
+    if (unit.key() != key) continue;
+    // Not NOT_FOUND, which says this server lost the caller's state.
+    return absl::FailedPreconditionError(
+        absl::StrCat("variable '", variable, "' shard ", shard,
+                     " has no copy here: by placement table epoch ", placement_.epoch(),
+                     " its primary is ", ServerAddresses(placement_)[unit.copies(0).server()]));
+  }
+  return found;
+}
+
 absl::Status ParameterServer::CheckCopyHere(const std::string& variable, int shard,
                                             const std::string& primary) const {
   const std::string key = ShardKey(variable, shard);
@@ -498,7 +522,7 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
   }
   std::vector<Shard*> shards;
   for (const ShardRef& ref : request.shards()) {
-    absl::StatusOr<Shard*> shard = store_.Find(ref.variable(), ref.shard());
+    absl::StatusOr<Shard*> shard = FindShard(ref.variable(), ref.shard());
     if (!shard.ok()) return shard.status();
     // A backup copy serves readers (tools, evaluators), not workers.
     if (request.has_worker_id()) {
@@ -565,7 +589,7 @@ absl::StatusOr<std::vector<ParameterServer::PushedShard>> ParameterServer::Decod
   std::map<Shard*, std::vector<int>> slices;  // indices into request.gradients()
   for (int i = 0; i < request.gradients_size(); ++i) {
     const ShardSlice& grad = request.gradients(i);
-    absl::StatusOr<Shard*> found = store_.Find(grad.variable(), grad.shard());
+    absl::StatusOr<Shard*> found = FindShard(grad.variable(), grad.shard());
     if (!found.ok()) return found.status();
     if (absl::Status s = CheckPrimary(**found, request.placement_epoch()); !s.ok()) return s;
     std::vector<int>& list = slices[*found];
@@ -646,6 +670,13 @@ absl::Status ParameterServer::AdmitPushBytes(uint64_t incarnation, int64_t bytes
   if (absl::Status s = CheckIncarnation(incarnation); !s.ok()) return s;
   if (absl::Status s = CheckServing(); !s.ok()) return s;
   const int64_t held = store_.value_bytes();
+  if (bytes > held && placement_applied_.load() > 0) {
+    // Not NOT_FOUND or RESOURCE_EXHAUSTED: the caller's shards moved away.
+    return absl::FailedPreconditionError(
+        absl::StrCat("push carries ", bytes, " bytes of gradients; this server holds ", held,
+                     " bytes of variables since placement table epoch ", placement_applied_.load(),
+                     ": its shards moved to other servers"));
+  }
   if (held == 0 && bytes > 0) {
     return absl::NotFoundError("this server holds no variables (did it restart?)");
   }
@@ -736,7 +767,7 @@ absl::Status ParameterServer::IncomingPush::Add(PushRequest* part, ReceivedBytes
   }
   for (int i = 0; i < part->gradients_size(); ++i) {
     ShardSlice& slice = *part->mutable_gradients(i);
-    absl::StatusOr<Shard*> shard = ps_->store_.Find(slice.variable(), slice.shard());
+    absl::StatusOr<Shard*> shard = ps_->FindShard(slice.variable(), slice.shard());
     if (!shard.ok()) return shard.status();
     if (applied_.contains(*shard)) {
       return absl::InvalidArgumentError(

@@ -179,7 +179,9 @@ class ParameterServer {
   // on arriving. A restart is said first, so that a client can tell it and
   // recover even while a restarted server is being refilled: ABORTED for an
   // earlier incarnation, NOT_FOUND when this server holds no variables.
-  // Then at most every shard here once (RESOURCE_EXHAUSTED). A transport
+  // Then at most every shard here once (RESOURCE_EXHAUSTED; once a
+  // placement table is applied, FAILED_PRECONDITION saying the shards
+  // moved, as for a server that holds none then). A transport
   // that receives a push in parts asks as they come, before buffering more.
   absl::Status AdmitPushBytes(uint64_t incarnation, int64_t bytes) const;
 
@@ -264,8 +266,9 @@ class ParameterServer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Makes `shard` the copy `unit` of `table` says it is here: a backup of
   // its primary, or the primary (promoted, if it was a backup: the first
-  // promotion of the table sets *promoted) replicating to its backups.
-  // `addresses`: ServerAddresses(table).
+  // promotion of the table sets *promoted) replicating to its backups; a
+  // shard the unit has no copy of here (it moved away) is freed
+  // (VariableStore::Remove). `addresses`: ServerAddresses(table).
   void ApplyUnit(const Placement& table, const std::map<int32_t, std::string>& addresses,
                  const PlacedUnit& unit, Shard* shard, bool* promoted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
@@ -279,6 +282,10 @@ class ParameterServer {
   // The replicator of this server's primaries, from own_address_; it
   // reports caught-up copies to the coordination.
   void MakeReplicator();
+  // The shard, for a worker's call: NOT_FOUND when there is no such shard
+  // (the server lost the caller's state), but FAILED_PRECONDITION naming
+  // its primary when the placement table has it elsewhere (it moved away).
+  absl::StatusOr<Shard*> FindShard(const std::string& variable, int shard) const;
   // OK when the placement table puts a backup copy of `variable`'s
   // `shard` here, of `primary`; else FAILED_PRECONDITION saying so.
   absl::Status CheckCopyHere(const std::string& variable, int shard,

@@ -687,6 +687,53 @@ TEST(ReplicationFailoverTest, ACopyMadeAgainIsFilledFromThePrimaryAndReportedCau
               HasSubstr("has no copy here of third:2222"));
 }
 
+// The primary's server is drained (fulcrumctl remove-server): a copy on
+// the third server catches up from its snapshot, and from the moment it
+// is reported every push the primary acknowledges is on it too; once the
+// table swaps them it is the primary, with the push ids (a push made again
+// there is DUPLICATE), and the drained server frees its copy, leaves the
+// table and names the new primary to a worker's push.
+TEST(ReplicationFailoverTest, AMovedPrimaryLacksNoAcknowledgedPushAndTheOldCopyIsFreed) {
+  ThreeServers cluster(2);
+  const std::string primary = cluster.CopyAt(0);
+  const std::string backup = cluster.CopyAt(1);
+  RecordingCoordination coordination;
+  cluster.At(primary).SetCoordination(&coordination);
+  for (uint64_t id = 1; id <= 3; ++id)
+    ASSERT_TRUE(cluster.At(primary).Push(OnesPushWithId(id)).ok());
+
+  const int32_t drained_id = cluster.table().units(0).copies(0).server();
+  absl::StatusOr<Placement> draining = Draining(cluster.table(), drained_id);
+  ASSERT_TRUE(draining.ok()) << draining.status();
+  const PlacedCopy& moving = draining->units(0).copies(2);
+  ASSERT_TRUE(moving.catching_up() && moving.replaces() == drained_id);
+  const std::string third = ThreeServers::Address(*draining, moving.server());
+  cluster.Apply(*draining);
+  EXPECT_THAT(coordination.AwaitReports(absl::Seconds(30)),
+              ::testing::ElementsAre(absl::StrCat("w/0 on ", third)));
+  // Acknowledged by the primary: so on the copy that takes its place.
+  ASSERT_TRUE(cluster.At(primary).Push(OnesPushWithId(4)).ok());
+  EXPECT_EQ(cluster.Read(third), cluster.Read(primary));
+  EXPECT_EQ(cluster.Read(third).second, 4);
+
+  absl::StatusOr<Placement> moved = CaughtUp(*draining, ShardKey("w", 0), moving.server());
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->servers_size(), 2);  // the drained server left the table
+  cluster.Apply(*moved);
+  EXPECT_EQ(cluster.At(primary).Describe().shards_size(), 0);
+  const absl::Status refused = cluster.At(primary).Push(OnesPushWithId(5)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("its shards moved to other servers"));
+  absl::StatusOr<PushResponse> again = cluster.At(third).Push(OnesPushWithId(4));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->results(0).outcome(), ShardPushResult::DUPLICATE);
+  absl::StatusOr<PushResponse> pushed = cluster.At(third).Push(OnesPushWithId(5));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->results(0).outcome(), ShardPushResult::APPLIED);
+  EXPECT_EQ(cluster.Read(third).second, 5);
+  EXPECT_EQ(cluster.Read(backup), cluster.Read(third));
+}
+
 // A copy filled from a snapshot of many parts: they go in several calls,
 // each about the replicator's bound (a snapshot's parts once went in one
 // call, which past gRPC's message limit was refused, and sent again, for

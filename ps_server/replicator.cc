@@ -69,17 +69,25 @@ Replicator::Peer* Replicator::PeerLocked(const std::string& address) {
 void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups,
                            const std::vector<std::string>& catching_up, bool fill) {
   if (backups.empty() && catching_up.empty()) {
+    std::vector<Peer*> dropped;
     {
       absl::MutexLock lock(&mu_);
-      copies_.erase(shard);
+      const auto found = copies_.find(shard);
+      if (found != copies_.end()) {
+        for (const Copy& copy : found->second) dropped.push_back(copy.peer);
+        copies_.erase(found);
+      }
     }
-    shard->ForwardUpdates({});  // commits what it has
+    for (Peer* peer : dropped) Unqueue(peer, shard);
+    shard->ForwardUpdates({});  // commits what it has, if still a primary
     DropUnusedPeers();
     return;
   }
   std::vector<Peer*> peers;                   // every copy's
   std::vector<std::pair<Peer*, bool>> fresh;  // those that take the snapshot first; catching up
   std::vector<std::shared_ptr<std::atomic<int64_t>>> filling;
+  std::vector<Peer*> dropped;  // copies it had that it no longer has
+  bool waited_for = !backups.empty();
   int64_t committed = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -100,6 +108,8 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
       if (kept != nullptr) {
         copy.acked = kept->acked;
         copy.filled_at = kept->filled_at;
+        copy.waited = kept->waited;
+        waited_for = waited_for || copy.waited;
       } else if (fill || catching) {
         copy.acked = -1;
         copy.filled_at = std::make_shared<std::atomic<int64_t>>(-1);
@@ -113,15 +123,22 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
     };
     for (const std::string& address : backups) add(address, false);
     for (const std::string& address : catching_up) add(address, true);
+    if (before != copies_.end()) {
+      for (const Copy& old : before->second) {
+        if (std::none_of(peers.begin(), peers.end(), [&](Peer* p) { return p == old.peer; }))
+          dropped.push_back(old.peer);
+      }
+    }
     committed = CommittedOf(next, version);
     copies_[shard] = std::move(next);
   }
+  for (Peer* peer : dropped) Unqueue(peer, shard);
   Shard::Forwarding forwarding;
   forwarding.forward = [peers, shard](ShardUpdate update) {
     for (size_t i = 0; i + 1 < peers.size(); ++i) Enqueue(peers[i], shard, update);
     Enqueue(peers.back(), shard, std::move(update));
   };
-  forwarding.commits_wait = !backups.empty();
+  forwarding.commits_wait = waited_for;
   if (!fresh.empty()) {
     forwarding.snapshot = [&fresh, &filling, shard](std::vector<ShardUpdate> parts) {
       for (const auto& at : filling) *at = parts.front().version();
@@ -137,7 +154,7 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
 
 int64_t Replicator::CommittedOf(const Copies& copies, int64_t version) {
   for (const Copy& copy : copies) {
-    if (!copy.catching_up) version = std::min(version, copy.acked);
+    if (!copy.catching_up || copy.waited) version = std::min(version, copy.acked);
   }
   return version;
 }
@@ -199,6 +216,20 @@ Replicator::Batch Replicator::TakeBatchLocked(Peer* peer) {
   return batch;
 }
 
+void Replicator::DropUnqueued(Batch& batch) {
+  if (std::find(batch.shards.begin(), batch.shards.end(), nullptr) == batch.shards.end()) return;
+  auto kept = std::make_shared<ReplicateRequest>();
+  kept->set_primary(batch.request->primary());
+  std::vector<Shard*> shards;
+  for (size_t i = 0; i < batch.shards.size(); ++i) {
+    if (batch.shards[i] == nullptr) continue;
+    shards.push_back(batch.shards[i]);
+    *kept->add_updates() = batch.request->updates(static_cast<int>(i));
+  }
+  batch.shards = std::move(shards);
+  batch.request = std::move(kept);
+}
+
 void Replicator::Send(Peer* peer) {
   for (;;) {
     std::unique_ptr<ReplicaStream> stream = peer->link->Open();
@@ -238,7 +269,10 @@ void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
   std::vector<std::shared_ptr<const ReplicateRequest>> again;
   {
     absl::MutexLock lock(&peer->mu);
-    for (const Batch& batch : peer->in_flight) again.push_back(batch.request);
+    for (Batch& batch : peer->in_flight) {
+      DropUnqueued(batch);
+      again.push_back(batch.request);
+    }
   }
   for (const auto& request : again) {
     if (!stream->Write(*request)) return;
@@ -296,6 +330,7 @@ void Replicator::Receive(Peer* peer, ReplicaStream* stream) {
       }
     }
     for (size_t i = 0; i < batch.shards.size(); ++i) {
+      if (batch.shards[i] == nullptr) continue;  // its copy there went meanwhile
       Acked(batch.shards[i], peer, response.versions(static_cast<int>(i)));
     }
   }
@@ -305,6 +340,7 @@ void Replicator::Receive(Peer* peer, ReplicaStream* stream) {
 
 void Replicator::Acked(Shard* shard, const Peer* peer, int64_t version) {
   int64_t committed = 0;
+  bool filled = false;  // a catching-up copy has its snapshot: it is waited for from now on
   bool caught_up = false;
   {
     absl::MutexLock lock(&mu_);
@@ -315,14 +351,43 @@ void Replicator::Acked(Shard* shard, const Peer* peer, int64_t version) {
       copy.acked = std::max(copy.acked, version);
       if (copy.catching_up && copy.filled_at != nullptr) {
         const int64_t at = copy.filled_at->load();
-        caught_up = at >= 0 && version >= at;
+        filled = !copy.waited && at >= 0 && version >= at;
+        caught_up = copy.waited && at >= 0 && version >= at;
         if (caught_up) copy.filled_at->store(-1);  // reported once
       }
     }
     committed = CommittedOf(found->second, shard->version());
   }
   shard->Committed(committed);
+  if (filled) {
+    // From here every version the shard makes waits for the copy, and it
+    // is reported once it has every version acknowledged before: so a copy
+    // that takes this one's place (a move) lacks no acknowledged push.
+    shard->WaitForCommits();
+    absl::MutexLock lock(&mu_);
+    const auto found = copies_.find(shard);
+    if (found == copies_.end()) return;
+    for (Copy& copy : found->second) {
+      if (copy.peer != peer || !copy.catching_up || copy.waited || copy.filled_at == nullptr)
+        continue;
+      copy.waited = true;
+      const int64_t at = shard->version();  // >= any version committed without it
+      caught_up = copy.acked >= at;
+      copy.filled_at->store(caught_up ? -1 : at);
+    }
+  }
   if (caught_up && caught_up_) caught_up_(shard, peer->address);
+}
+
+void Replicator::Unqueue(Peer* peer, const Shard* shard) {
+  absl::MutexLock lock(&peer->mu);
+  peer->queue.erase(std::remove_if(peer->queue.begin(), peer->queue.end(),
+                                   [shard](const Queued& q) { return q.shard == shard; }),
+                    peer->queue.end());
+  for (Batch& batch : peer->in_flight) {
+    std::replace(batch.shards.begin(), batch.shards.end(), const_cast<Shard*>(shard),
+                 static_cast<Shard*>(nullptr));
+  }
 }
 
 }  // namespace fulcrum

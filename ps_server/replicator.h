@@ -7,8 +7,11 @@
 // a broken stream is opened again and what it had not answered is sent
 // again (a backup takes an update it has already applied as a no-op).
 // A copy that may differ from the primary (new to it, or catching up) is
-// first sent the shard's snapshot; one catching up holds back no commit,
-// and is reported once it has the snapshot. The snapshots of copies that
+// first sent the shard's snapshot; one catching up holds back no commit
+// until it has the snapshot, then every commit, and is reported caught up
+// once it has every version acknowledged before: so a copy that takes
+// another's place (a move) lacks no acknowledged push. A copy that goes
+// is sent nothing more of its shard. The snapshots of copies that
 // catch up go at a bounded rate, which the updates of other shards
 // overtake (those of the same shard wait behind them). Thread-safe.
 #ifndef FULCRUM_PS_SERVER_REPLICATOR_H_
@@ -107,7 +110,7 @@ class Replicator {
  private:
   // One call's updates, and the shard of each.
   struct Batch {
-    std::vector<Shard*> shards;
+    std::vector<Shard*> shards;  // null: dropped (Unqueue)
     // Shared with the Write that sends it, so that it is never copied.
     std::shared_ptr<const ReplicateRequest> request;
   };
@@ -136,6 +139,9 @@ class Replicator {
     Peer* peer = nullptr;
     int64_t acked = 0;  // -1: it is taking a snapshot
     bool catching_up = false;
+    // A catching-up copy that has its snapshot: the shard's commits wait
+    // for it too, before it is reported caught up.
+    bool waited = false;
     // Of the snapshot it was sent (set as it is taken, before any answer);
     // -1: none, or reported caught up.
     std::shared_ptr<std::atomic<int64_t>> filled_at;
@@ -155,6 +161,12 @@ class Replicator {
   // table dropped them), which would otherwise call a lost server for ever.
   void DropUnusedPeers() ABSL_LOCKS_EXCLUDED(mu_);
   static void Enqueue(Peer* peer, Shard* shard, ShardUpdate update, bool paced = false);
+  // `shard`'s copy on `peer` went: what is queued for it there is dropped,
+  // and what is in flight is not sent again (its entries in the batches
+  // become null: the server may refuse them now).
+  static void Unqueue(Peer* peer, const Shard* shard);
+  // `batch` without the updates Unqueue dropped.
+  static void DropUnqueued(Batch& batch);
   // The next call to `peer`: what its queue holds, in order, up to about
   // kMaxCallBytes, but for paced parts the rate does not allow yet, and the
   // updates of their shards after them. Empty when nothing may go now.

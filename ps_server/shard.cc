@@ -67,11 +67,12 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType enco
                          int64_t max_slice_bytes, OutgoingPull* out) const {
   absl::ReaderMutexLock lock(&mu_);
   auto ready = [this, min_version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return cancelled_ || committed_version_ >= min_version;
+    return cancelled_ || retired_ || committed_version_ >= min_version;
   };
   if (!ready()) mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   // UNAVAILABLE, so that clients retry: the server is going away.
   if (cancelled_) return absl::UnavailableError(absl::StrCat(label_, ": server is shutting down"));
+  if (retired_) return RetiredError();
   if (committed_version_ < min_version) {
     return absl::DeadlineExceededError(absl::StrCat(
         label_, ": still at version ", committed_version_,
@@ -146,7 +147,14 @@ void Shard::ForwardUpdates(Forwarding forwarding) {
   if (forwarding.snapshot) forwarding.snapshot(SnapshotLocked(forwarding.part_bytes));
   forward_ = std::move(forwarding.forward);
   commits_wait_ = forward_ && forwarding.commits_wait;
-  if (!commits_wait_) committed_version_ = version_;
+  // A primary made a backup keeps its uncommitted versions uncommitted:
+  // the pushes waiting for them fail (AwaitCommitted).
+  if (!commits_wait_ && primary_.empty()) committed_version_ = version_;
+}
+
+void Shard::WaitForCommits() {
+  absl::MutexLock lock(&mu_);
+  if (forward_) commits_wait_ = true;
 }
 
 std::vector<ShardUpdate> Shard::SnapshotLocked(int64_t part_bytes) const {
@@ -236,9 +244,16 @@ int64_t Shard::committed_version() const {
 absl::Status Shard::AwaitCommitted(int64_t version, absl::Time deadline) const {
   absl::ReaderMutexLock lock(&mu_);
   auto committed = [this, version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return cancelled_ || committed_version_ >= version;
+    return cancelled_ || committed_version_ >= version || !primary_.empty();
   };
   mu_.AwaitWithDeadline(absl::Condition(&committed), deadline);
+  if (!primary_.empty()) {
+    // Its copies may lack the version, and the new primary refuses it
+    // from here: the push is made again there, by its push id.
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, " moved to the primary ", primary_, " before version ", version,
+                     " was on every copy; the push goes to it again"));
+  }
   if (committed_version_ >= version) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(label_, ": version ", version,
                                              " is not yet on every backup (they have ",
@@ -248,6 +263,29 @@ absl::Status Shard::AwaitCommitted(int64_t version, absl::Time deadline) const {
 void Shard::MakeBackup(const std::string& primary) {
   absl::MutexLock lock(&mu_);
   primary_ = primary;
+  // A step's gradients accumulated here are the new primary's to take
+  // again (clients push them again by the table).
+  accumulated_.clear();
+  accumulated_from_.clear();
+}
+
+void Shard::Retire() {
+  absl::MutexLock lock(&mu_);
+  if (primary_.empty()) primary_ = "(none)";
+  retired_ = true;
+  forward_ = nullptr;
+  commits_wait_ = false;
+  values_ = std::make_shared<std::vector<float>>();  // a pull's snapshot keeps its own
+  slots_.clear();
+  std::vector<float>().swap(accumulated_);
+  accumulated_from_.clear();
+  std::vector<float>().swap(filling_);
+  filling_version_ = -1;
+}
+
+absl::Status Shard::RetiredError() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat(label_, " has no copy here any more: it moved to other servers"));
 }
 
 void Shard::Promote() {
@@ -262,6 +300,11 @@ bool Shard::IsBackup() const {
 
 absl::Status Shard::CheckPrimary() const {
   absl::ReaderMutexLock lock(&mu_);
+  return CheckPrimaryLocked();
+}
+
+absl::Status Shard::CheckPrimaryLocked() const {
+  if (retired_) return RetiredError();
   if (primary_.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat(label_, " here is a backup copy; its primary is ", primary_));
@@ -269,6 +312,7 @@ absl::Status Shard::CheckPrimary() const {
 
 absl::StatusOr<int64_t> Shard::ApplyReplicated(const ShardUpdate& update, absl::string_view from) {
   absl::MutexLock lock(&mu_);
+  if (retired_) return RetiredError();
   if (primary_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         label_, " here is not a backup copy: it takes no updates from another server"));
@@ -304,6 +348,7 @@ absl::StatusOr<int64_t> Shard::ApplyReplicated(const ShardUpdate& update, absl::
 
 absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64_t max_staleness) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
   if (absl::Status s = CheckNotFromFutureLocked(grad.computed_at); !s.ok()) return s;
   const int64_t staleness = version_ - grad.computed_at;
   if (max_staleness >= 0 && staleness > max_staleness) {
@@ -328,6 +373,7 @@ void Shard::ApplyAccumulatedLocked() {
 
 absl::StatusOr<ShardPushResult> Shard::Accumulate(const ShardGradient& grad, int required) {
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
   if (absl::Status s = CheckNotFromFutureLocked(grad.computed_at); !s.ok()) return s;
   const int64_t staleness = version_ - grad.computed_at;
   if (staleness > 0) return ResultLocked(ShardPushResult::STALE, staleness);
@@ -360,7 +406,8 @@ absl::StatusOr<ShardPushResult> Shard::Accumulate(const ShardGradient& grad, int
 
 bool Shard::CompleteIfReady(int required) {
   absl::MutexLock lock(&mu_);
-  if (accumulated_from_.empty() || static_cast<int>(accumulated_from_.size()) < required) {
+  if (!primary_.empty() || accumulated_from_.empty() ||
+      static_cast<int>(accumulated_from_.size()) < required) {
     return false;
   }
   ApplyAccumulatedLocked();
@@ -374,6 +421,7 @@ void Shard::Cancel() {
 
 absl::Status Shard::WriteCheckpoint(CheckpointFileWriter& writer) const {
   absl::ReaderMutexLock lock(&mu_);
+  if (retired_) return RetiredError();
   ShardCheckpoint meta;
   *meta.mutable_spec() = spec_;
   meta.set_version(version_);

@@ -112,20 +112,31 @@ class Shard {
     int64_t part_bytes = int64_t{4} << 20;
   };
   void ForwardUpdates(Forwarding forwarding) ABSL_LOCKS_EXCLUDED(mu_);
+  // From now on a version is committed only once Committed says so, though
+  // the forwarding was set without a backup to wait for: a copy that caught
+  // up, to take this one's place, has every version acknowledged from here.
+  void WaitForCommits() ABSL_LOCKS_EXCLUDED(mu_);
   // Every backup has applied the updates up to `version`.
   void Committed(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
   int64_t committed_version() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until `version` is committed: OK, or at `deadline` UNAVAILABLE
-  // saying the backups have not applied it.
+  // saying the backups have not applied it, or FAILED_PRECONDITION once
+  // the shard is made a backup (its primary moved) before then.
   absl::Status AwaitCommitted(int64_t version, absl::Time deadline) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Makes this a backup copy of the primary at `primary`: it takes that
-  // primary's updates (ApplyReplicated) and no worker's push or pull.
+  // primary's updates (ApplyReplicated) and no worker's push or pull. The
+  // gradients a sync step accumulated here are dropped.
   void MakeBackup(const std::string& primary) ABSL_LOCKS_EXCLUDED(mu_);
+  // The placement table has no copy of the shard here any more (it moved,
+  // or this server left the table): its memory goes, and every call on it
+  // from now on, or waiting, fails FAILED_PRECONDITION saying it moved.
+  void Retire() ABSL_LOCKS_EXCLUDED(mu_);
   // Makes a backup copy the primary, its primary being lost: it takes
   // workers' pushes and pulls from now on, from the version it has.
   void Promote() ABSL_LOCKS_EXCLUDED(mu_);
-  // FAILED_PRECONDITION naming the primary when this is a backup copy.
+  // FAILED_PRECONDITION naming the primary when this is a backup copy (or
+  // retired). ApplyNow and Accumulate check it too, under the shard's lock.
   absl::Status CheckPrimary() const ABSL_LOCKS_EXCLUDED(mu_);
   bool IsBackup() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -136,11 +147,11 @@ class Shard {
   // push ids, a version back or ahead) once whole. The version to answer:
   // the shard's, or -1 for a part of a snapshot not yet whole. An update it
   // has applied already changes nothing; FAILED_PRECONDITION for one that
-  // skips a version or a snapshot's part, INVALID_ARGUMENT for one of
-  // another shard or size, or given to a copy that is not a backup;
-  // FAILED_PRECONDITION when `from` (the sender's address) is not its
-  // primary (the primary changed, or a server the table dropped goes on
-  // sending).
+  // skips a version or a snapshot's part, or given to a retired copy;
+  // INVALID_ARGUMENT for one of another shard or size, or given to a copy
+  // that is not a backup; FAILED_PRECONDITION when `from` (the sender's
+  // address) is not its primary (the primary changed, or a server the
+  // table dropped goes on sending).
   absl::StatusOr<int64_t> ApplyReplicated(const ShardUpdate& update, absl::string_view from)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -152,6 +163,8 @@ class Shard {
 
  private:
   absl::Status CheckNotFromFutureLocked(int64_t computed_at) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status CheckPrimaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status RetiredError() const;
   ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Makes values_ this shard's alone, copying them if a snapshot is out.
@@ -195,6 +208,7 @@ class Shard {
   std::vector<float> filling_ ABSL_GUARDED_BY(mu_);
   int64_t filling_version_ ABSL_GUARDED_BY(mu_) = -1;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool retired_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace fulcrum

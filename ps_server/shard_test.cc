@@ -268,6 +268,61 @@ TEST(ShardReplicationTest, AWaitingPullIsServedOnlyWhatTheBackupsHave) {
   commit.join();
 }
 
+// A primary made a backup (its shard moved to another server) before its
+// backups had a version: the push waiting for that version fails, rather
+// than being answered, and the shard takes no more pushes.
+TEST(ShardReplicationTest, APrimaryMovedAwayFailsThePushesItsCopiesLackAndTakesNoMore) {
+  Shard primary = MakeShard(0.0f);
+  primary.ForwardUpdates({[](const ShardUpdate&) {}});
+  Gradient g(0, 0, 1.0f, 7);
+  ASSERT_TRUE(primary.ApplyNow(g.grad, -1).ok());
+  absl::Status awaited;
+  std::thread waiter([&] { awaited = primary.AwaitCommitted(1, absl::Now() + absl::Seconds(60)); });
+  primary.MakeBackup("10.0.0.2:2222");
+  primary.ForwardUpdates({});  // what the replicator does as the shard stops being a primary
+  waiter.join();
+  EXPECT_EQ(awaited.code(), absl::StatusCode::kFailedPrecondition) << awaited;
+  EXPECT_THAT(awaited.message(), HasSubstr("moved to the primary 10.0.0.2:2222 before version 1"));
+  EXPECT_EQ(primary.committed_version(), 0);
+  EXPECT_EQ(primary.ApplyNow(Gradient(0, 1, 1.0f, 8).grad, -1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(primary.Accumulate(Gradient(0, 1, 1.0f, 9).grad, 2).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // Its copy goes from this server: every call on it fails, saying so.
+  primary.Retire();
+  OutgoingPull out;
+  const absl::Status read =
+      primary.Read(0, absl::Now() + absl::Seconds(1), DT_FLOAT, 1 << 20, &out);
+  EXPECT_THAT(read.message(), HasSubstr("has no copy here any more"));
+  EXPECT_EQ(primary.CheckPrimary().code(), absl::StatusCode::kFailedPrecondition);
+  ShardUpdate update;
+  update.set_variable("w");
+  update.set_version(2);
+  update.set_averaged(1);
+  update.set_gradient(std::string(16, '\0'));
+  EXPECT_EQ(primary.ApplyReplicated(update, "10.0.0.2:2222").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// A primary whose only copy is catching up (a move with one copy) commits
+// each version as it makes it, until the copy has caught up: from then on
+// a version is committed only once the copy has it.
+TEST(ShardReplicationTest, WaitForCommitsHoldsBackTheVersionsTheCopyLacks) {
+  Shard primary = MakeShard(0.0f);
+  Shard::Forwarding forwarding;
+  forwarding.forward = [](const ShardUpdate&) {};
+  forwarding.commits_wait = false;
+  primary.ForwardUpdates(forwarding);
+  ASSERT_TRUE(primary.ApplyNow(Gradient(0, 0, 1.0f, 1).grad, -1).ok());
+  EXPECT_EQ(primary.committed_version(), 1);
+  primary.WaitForCommits();
+  ASSERT_TRUE(primary.ApplyNow(Gradient(0, 1, 1.0f, 2).grad, -1).ok());
+  EXPECT_EQ(primary.committed_version(), 1);
+  primary.Committed(2);
+  EXPECT_EQ(primary.committed_version(), 2);
+}
+
 TEST(ShardReplicationTest, ABackupRefusesAGapAnotherShardsUpdateAndTakesARepeatOnce) {
   Shard backup = MakeShard(1.0f);
   EXPECT_TRUE(backup.CheckPrimary().ok());

@@ -76,6 +76,21 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
   auto shard = std::make_unique<Shard>(std::move(spec), *std::move(contents));
   value_bytes_ += NumElements(shard->shape()) * static_cast<int64_t>(sizeof(float));
   shards_.emplace(key, std::move(shard));
+  counted_bytes_[key] = bytes;
+  return true;
+}
+
+bool VariableStore::Remove(const std::string& variable, int shard) {
+  absl::MutexLock lock(&mu_);
+  const Key key(variable, shard);
+  auto it = shards_.find(key);
+  if (it == shards_.end()) return false;
+  it->second->Retire();
+  memory_bytes_ -= counted_bytes_[key];
+  counted_bytes_.erase(key);
+  value_bytes_ -= NumElements(it->second->shape()) * static_cast<int64_t>(sizeof(float));
+  retired_.push_back(std::move(it->second));
+  shards_.erase(it);
   return true;
 }
 

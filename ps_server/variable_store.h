@@ -45,9 +45,16 @@ class VariableStore {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The shard, or NOT_FOUND naming the variable and shard. Shards live as
-  // long as the store.
+  // long as the store, removed or not.
   absl::StatusOr<Shard*> Find(const std::string& variable, int shard) const
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The shard goes (its copy moved away): it is retired (Shard::Retire:
+  // its memory freed, every call on it failing), leaves Find and All, and
+  // no longer counts against the budget; the object itself stays, for the
+  // calls that hold it. A later Create makes a new one. False when there
+  // is no such shard.
+  bool Remove(const std::string& variable, int shard) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every shard, ordered by variable name and shard index.
   std::vector<Shard*> All() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -82,6 +89,8 @@ class VariableStore {
   mutable absl::Mutex mu_;
   int64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<Key, std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, int64_t> counted_bytes_ ABSL_GUARDED_BY(mu_);         // of each shard, by Create
+  std::vector<std::unique_ptr<Shard>> retired_ ABSL_GUARDED_BY(mu_);  // Removed
   std::atomic<int64_t> value_bytes_{0};
   // The spec every shard of a variable was created with.
   std::map<std::string, VariableSpec> variables_ ABSL_GUARDED_BY(mu_);
