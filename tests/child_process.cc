@@ -21,14 +21,48 @@ namespace fulcrum {
 
 ChildProcess::ChildProcess(std::string label, std::vector<std::string> argv,
                            std::vector<std::string> env)
-    : label_(std::move(label)), process_(std::move(argv), SubprocessOptions{std::move(env)}) {}
+    : label_(std::move(label)), process_(std::move(argv), SubprocessOptions{std::move(env)}) {
+  reader_ = std::thread([this] { Read(); });
+}
 
-bool ChildProcess::ReadSome(absl::Duration timeout) {
-  for (std::string& line : process_.ReadLines(timeout)) {
-    std::fprintf(stderr, "[%s] %s\n", label_.c_str(), line.c_str());
-    lines_.push_back(std::move(line));
+ChildProcess::~ChildProcess() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
   }
-  return process_.output_fd() >= 0;
+  reader_.join();
+}
+
+void ChildProcess::Read() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    std::vector<std::string> lines = process_.ReadLines(absl::Milliseconds(50));
+    for (const std::string& line : lines) {
+      std::fprintf(stderr, "[%s] %s\n", label_.c_str(), line.c_str());
+    }
+    absl::MutexLock lock(&mu_);
+    for (std::string& line : lines) read_.push_back(std::move(line));
+    if (process_.output_fd() < 0) {
+      ended_ = true;
+      return;
+    }
+  }
+}
+
+bool ChildProcess::Take() const {
+  absl::MutexLock lock(&mu_);
+  for (std::string& line : read_) lines_.push_back(std::move(line));
+  read_.clear();
+  return ended_;
+}
+
+void ChildProcess::AwaitMore(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto more = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended_ || !read_.empty(); };
+  mu_.AwaitWithDeadline(absl::Condition(&more), deadline);
 }
 
 std::optional<std::string> ChildProcess::WaitForLine(const std::string& text,
@@ -36,17 +70,12 @@ std::optional<std::string> ChildProcess::WaitForLine(const std::string& text,
   const absl::Time deadline = absl::Now() + timeout;
   size_t checked = 0;
   while (true) {
+    const bool ended = Take();
     for (; checked < lines_.size(); ++checked) {
       if (lines_[checked].find(text) != std::string::npos) return lines_[checked];
     }
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration() || !ReadSome(left)) {
-      // The output ended: what it ended with is checked once more.
-      for (; checked < lines_.size(); ++checked) {
-        if (lines_[checked].find(text) != std::string::npos) return lines_[checked];
-      }
-      return std::nullopt;
-    }
+    if (ended || absl::Now() >= deadline) return std::nullopt;
+    AwaitMore(deadline);
   }
 }
 
@@ -54,18 +83,17 @@ std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (!process_.Poll()) {
     if (absl::Now() > deadline) return std::nullopt;
-    // Reading keeps the child from blocking on a full pipe; once its output
-    // has closed, the exit is checked every few milliseconds.
-    if (!ReadSome(absl::Milliseconds(10))) absl::SleepFor(absl::Milliseconds(5));
+    absl::SleepFor(absl::Milliseconds(5));  // the exit is checked every few milliseconds
   }
-  while (absl::Now() < deadline && ReadSome(absl::Milliseconds(10))) {
-  }
+  // What it wrote before it exited.
+  while (!Take() && absl::Now() < deadline) AwaitMore(deadline);
   return process_.Poll();
 }
 
 void ChildProcess::Signal(int sig) { process_.Signal(sig); }
 
 bool ChildProcess::HasLine(const std::string& text) const {
+  Take();
   for (const std::string& line : lines_) {
     if (line.find(text) != std::string::npos) return true;
   }

@@ -1,14 +1,19 @@
 // A child process for multi-process tests (a Subprocess, common/subprocess.h):
 // started with arguments and extra environment, its stdout and stderr read
 // line by line and echoed, killed and reaped when the object goes away.
+// The output is read all the time, on a thread of the object's own, so a
+// child whose lines nobody waits for never blocks on a full pipe.
 // Thread-compatible.
 #ifndef FULCRUM_TESTS_CHILD_PROCESS_H_
 #define FULCRUM_TESTS_CHILD_PROCESS_H_
 
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
 
@@ -20,6 +25,7 @@ class ChildProcess {
   // process's environment. Its output is echoed to this process's stderr,
   // each line prefixed with `label`.
   ChildProcess(std::string label, std::vector<std::string> argv, std::vector<std::string> env = {});
+  ~ChildProcess();  // kills the child, once its output's reader has stopped
 
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -34,19 +40,30 @@ class ChildProcess {
 
   void Signal(int sig);
 
-  // Every line read so far.
+  // Every line the last WaitForLine, Wait or HasLine had read.
   const std::vector<std::string>& lines() const { return lines_; }
 
   // Whether a line read so far contains `text`.
   bool HasLine(const std::string& text) const;
 
  private:
-  // Reads what is available within `timeout`; false at end of output.
-  bool ReadSome(absl::Duration timeout);
+  // The reader thread's loop: reads and echoes lines until the output ends.
+  void Read();
+  // Takes the lines the reader has read since into lines_; whether the
+  // output has ended.
+  bool Take() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the reader has more lines, the output ended or `deadline`.
+  void AwaitMore(absl::Time deadline) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string label_;
   Subprocess process_;
-  std::vector<std::string> lines_;
+  mutable absl::Mutex mu_;
+  mutable std::vector<std::string> read_ ABSL_GUARDED_BY(mu_);  // not yet taken
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;                     // the output ended
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The caller's thread's only: what Take moved out of read_.
+  mutable std::vector<std::string> lines_;
+  std::thread reader_;
 };
 
 // The path of a binary built by Bazel, from the test's runfiles, e.g.
