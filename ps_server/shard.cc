@@ -81,8 +81,12 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType enco
         " at the deadline, waiting for ", min_version));
   }
   if (encoding == DT_FLOAT) out->snapshots.push_back(values_);
-  return AppendShardSlices(spec_.variable().name(), spec_.shard(), version_, shape_, *values_,
-                           encoding, max_slice_bytes, out->response.mutable_slices(), &out->lent);
+  // The committed version, which every copy has: a gradient computed from
+  // these values is never from a version a promoted copy lacks (the values
+  // may hold the updates after it, on their way to the backups).
+  return AppendShardSlices(spec_.variable().name(), spec_.shard(), committed_version_, shape_,
+                           *values_, encoding, max_slice_bytes, out->response.mutable_slices(),
+                           &out->lent);
 }
 
 absl::Status Shard::CheckComputedAt(int64_t computed_at) const {

@@ -63,9 +63,11 @@ class Shard {
   // passes cannot fail the same check when it is applied.
   absl::Status CheckComputedAt(int64_t computed_at) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Waits until the version is >= min_version (until `deadline`), then
-  // appends the values in float `encoding` to `out` as slices of at most
-  // max_slice_bytes (one row at the least). DT_FLOAT values are not copied:
+  // Waits until the committed version is >= min_version (until
+  // `deadline`), then appends the values in float `encoding` to `out` as
+  // slices of at most max_slice_bytes (one row at the least), each saying
+  // the committed version (the values may hold later updates not yet on
+  // every backup). DT_FLOAT values are not copied:
   // the slices lend them from a snapshot of the shard that `out` holds,
   // and that later pushes leave alone (copy on write). DEADLINE_EXCEEDED
   // at the deadline; UNAVAILABLE once Cancel; OUT_OF_RANGE for values

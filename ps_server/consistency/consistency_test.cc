@@ -211,6 +211,13 @@ std::string TheSlowWorkerCatchesUp(Cluster& c) {
                c.Pull(0, 0, 2)});
 }
 
+// A server that joined mid-run (ps_server --etcd, fulcrumctl add-server)
+// has seen no push of either worker: each worker's pull tells it the
+// worker's clock, so that neither waits for the other for ever.
+std::string AServerThatJoinedLateLearnsClocksFromPulls(Cluster& c) {
+  return Join({c.Pull(0, 0, 5), c.Pull(1, 0, 5), c.Pull(0, 0, 5)});
+}
+
 std::string APushWithoutAClock(Cluster& c) { return Join({c.Push(0, 0, 1, -1), c.State()}); }
 
 std::string AReaderPullsWithoutAWorkerId(Cluster& c) {
@@ -293,6 +300,12 @@ const Row kRows[] = {
      "APPLIED | APPLIED/1 | waiting: ssp: worker 0 at clock 2 waits for worker(s) 1 to reach "
      "clock 1 | APPLIED/2 | v3 w=-3"},
 
+    {"a server that joined late learns clocks from pulls", ASYNC, "v0 w=0 | v0 w=0 | v0 w=0"},
+    {"a server that joined late learns clocks from pulls", SYNC, "v0 w=0 | v0 w=0 | v0 w=0"},
+    {"a server that joined late learns clocks from pulls", SSP,
+     "waiting: ssp: worker 0 at clock 5 waits for worker(s) 1 to reach clock 4 | v0 w=0 | v0 "
+     "w=0"},
+
     {"a push without a clock", ASYNC, "APPLIED | v1 w=-1"},
     {"a push without a clock", SYNC, "ACCUMULATED | v0 w=0"},
     {"a push without a clock", SSP, "INVALID_ARGUMENT | v0 w=0"},
@@ -318,6 +331,8 @@ std::string RunScenario(const Row& row) {
   Cluster cluster(row.mode);
   if (scenario == "each worker pushes once") return EachWorkerPushesOnce(cluster);
   if (scenario == "a push from an old version") return APushFromAnOldVersion(cluster);
+  if (scenario == "a server that joined late learns clocks from pulls")
+    return AServerThatJoinedLateLearnsClocksFromPulls(cluster);
   if (scenario == "a retried push applies once") return ARetriedPushAppliesOnce(cluster);
   if (scenario == "a worker two clocks ahead pulls") return AWorkerTwoClocksAheadPulls(cluster);
   if (scenario == "a silent worker's lease runs out") {

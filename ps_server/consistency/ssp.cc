@@ -69,8 +69,12 @@ class SspPolicy final : public ConsistencyPolicy {
     const int64_t min_clock = pull.clock() - bound_;
     absl::MutexLock lock(&mu_);
     // A pull at clock c follows the push at c - 2, acknowledged (a
-    // push-pull carries the push at c - 1 with it).
-    HeardLocked(clocks_[pull.worker_id()], pull.clock() - 1, pull.placement_epoch());
+    // push-pull carries the push at c - 1 with it, applied here first), so
+    // its worker's pushes up to c - 1 are in here: a server that joined
+    // the job mid-run learns the clocks of the workers that call it.
+    WorkerClock& puller = clocks_[pull.worker_id()];
+    puller.clock = std::max(puller.clock, pull.clock());
+    HeardLocked(puller, pull.clock() - 1, pull.placement_epoch());
     auto ready = [this, min_clock, &pull]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return cancelled_ || BehindLocked(min_clock, pull).empty();
     };
