@@ -160,32 +160,41 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
   return absl::OkStatus();
 }
 
-bool DenseCalls::Reroute() {
+bool DenseCalls::Reroute(const absl::Status& failed) {
+  if (servers_.placement().epoch() <= routed_epoch_ &&
+      failed.code() == absl::StatusCode::kFailedPrecondition && servers_.following()) {
+    // A server that holds no primary of a shard any more (it moved) says
+    // so: the table that moved it is newer than this client's.
+    servers_.RefreshPlacement(absl::Now() + servers_.options().call_timeout);
+  }
   const Placement table = servers_.placement();
   if (table.epoch() <= routed_epoch_) return false;
   routed_epoch_ = table.epoch();
-  std::map<int32_t, int> index;  // of each server id
+  std::map<int32_t, std::string> addresses;  // of each server id
   for (const PlacedServer& server : table.servers()) {
-    index[server.id()] = servers_.IndexOf(server.address());
+    addresses[server.id()] = server.address();
+    // A server added to the running job joins this client's set (ssp:
+    // every push reaches it, so that it keeps every worker's clock).
+    servers_.Add(server.address());
   }
-  std::map<std::string, int> primaries;  // by unit key
+  std::map<std::string, std::string> primaries;  // by unit key
   for (const PlacedUnit& unit : table.units())
-    primaries[unit.key()] = index[unit.copies(0).server()];
+    primaries[unit.key()] = addresses[unit.copies(0).server()];
   for (VariablePlacement& variable : placement_) {
     for (ShardPlacement& shard : variable.shards) {
       const auto found = primaries.find(ShardKey(variable.spec.name(), shard.shard));
-      if (found == primaries.end() || found->second == shard.ps) continue;
-      if (found->second < 0) {
+      if (found == primaries.end() || found->second == servers_.address(shard.ps)) continue;
+      const int ps = servers_.IndexOf(found->second);
+      if (ps < 0) {
         LOG_ERROR(
-            "variable '{}' shard {}: its primary in the placement table (epoch {}) is a "
+            "variable '{}' shard {}: its primary in the placement table (epoch {}) is {}, a "
             "server this client was not given",
-            variable.spec.name(), shard.shard, table.epoch());
+            variable.spec.name(), shard.shard, table.epoch(), found->second);
         continue;
       }
       LOG_INFO("variable '{}' shard {}: its primary is now ps {} ({}), placement epoch {}",
-               variable.spec.name(), shard.shard, found->second, servers_.address(found->second),
-               table.epoch());
-      shard.ps = found->second;
+               variable.spec.name(), shard.shard, ps, found->second, table.epoch());
+      shard.ps = ps;
     }
   }
   return true;
@@ -623,8 +632,8 @@ void DenseCalls::KeepAccumulated(
   }
 }
 
-void DenseCalls::PushAccumulatedAgain() {
-  if (accumulated_.empty()) return;
+absl::Status DenseCalls::PushAccumulatedAgain() {
+  if (accumulated_.empty()) return absl::OkStatus();
   std::vector<PushRequest> requests(servers_.size());
   std::vector<bool> involved(servers_.size());
   for (const ShardSlice& slice : accumulated_) {
@@ -654,12 +663,13 @@ void DenseCalls::PushAccumulatedAgain() {
   if (!status.ok()) {
     LOG_WARN("pushing the step's gradients again to the shards' new primaries: {}",
              status.message());
-    return;
+    return status;
   }
   LOG_INFO(
       "the step's gradients pushed again to the shards' primaries: {} accumulated, {} applied, "
       "{} already there",
       stats.accumulated, stats.applied, stats.duplicate + stats.stale);
+  return absl::OkStatus();
 }
 
 void DenseCalls::AfterPush(const Pushes& pushes, const std::vector<bool>& dropped) {

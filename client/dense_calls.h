@@ -67,9 +67,12 @@ class DenseCalls {
   absl::StatusOr<std::vector<std::vector<int>>> PlaceBackups(
       const std::vector<VariablePlacement>& placed, Placement* table);
   // Follows the servers' placement table when it is newer than the one the
-  // shards are routed by: each shard goes to its primary there. Whether it
-  // was newer (a call that failed may then be made again).
-  bool Reroute();
+  // shards are routed by: each shard goes to its primary there (a server
+  // new to this client joins its set). A call that `failed` because a
+  // shard moved (FAILED_PRECONDITION) asks the servers for their table
+  // first. Whether it was newer (a call that failed may then be made
+  // again).
+  bool Reroute(const absl::Status& failed = absl::OkStatus());
   absl::StatusOr<const VariablePlacement*> Find(const std::string& name) const;
   absl::StatusOr<std::vector<const VariablePlacement*>> Resolve(
       const std::vector<std::string>& names) const;
@@ -96,16 +99,18 @@ class DenseCalls {
                                          const std::vector<const VariablePlacement*>& variables,
                                          const TensorViews& out, uint64_t push_id);
   // Runs `attempt` (returning a status or a status-or) again each time it
-  // fails while the placement table moved on: a server left, and its
-  // shards' primaries are elsewhere (Reroute).
+  // fails while the placement table moved on: a server left, or shards
+  // moved, and their primaries are elsewhere (Reroute).
   template <typename Attempt>
   auto Rerouting(const char* what, const Attempt& attempt) -> decltype(attempt()) {
     for (;;) {
       auto result = attempt();
-      if (result.ok() || !Reroute()) return result;
+      if (result.ok() || !Reroute(StatusOf(result))) return result;
       LOG_WARN("{}: {}; made again with the placement table of epoch {}", what,
                StatusOf(result).message(), routed_epoch_);
-      PushAccumulatedAgain();
+      // By the newest table: one may have moved a shard again meanwhile.
+      absl::Status again = PushAccumulatedAgain();
+      while (!again.ok() && Reroute(again)) again = PushAccumulatedAgain();
     }
   }
   static const absl::Status& StatusOf(const absl::Status& status) { return status; }
@@ -168,8 +173,9 @@ class DenseCalls {
       const std::vector<const google::protobuf::RepeatedPtrField<ShardPushResult>*>& results);
   // The kept gradients, each to its shard's primary now, with the push's
   // id: a primary that has them (or has applied their step) answers
-  // DUPLICATE or STALE.
-  void PushAccumulatedAgain();
+  // DUPLICATE or STALE. Kept until the next push: an error is logged and
+  // returned, for the caller to follow a newer table and try again.
+  absl::Status PushAccumulatedAgain();
   // Sets the versions the next pulls wait for, after a push that the
   // servers in `dropped` lost; advances the clock.
   void AfterPush(const Pushes& pushes, const std::vector<bool>& dropped);

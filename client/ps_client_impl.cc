@@ -16,10 +16,10 @@ std::unique_ptr<ClientConsistencyPolicy> PolicyOf(ConsistencyMode mode) {
 }  // namespace
 
 PsClientImpl::PsClientImpl(std::vector<std::unique_ptr<PsTransport>> servers,
-                           PsClientOptions options)
+                           PsClientOptions options, ServerSet::Connect connect)
     : options_(std::move(options)),
       policy_(PolicyOf(options_.mode)),
-      servers_(std::move(servers), options_, *policy_),
+      servers_(std::move(servers), options_, *policy_, std::move(connect)),
       dense_(&servers_),
       rows_(&servers_) {
   servers_.SetForgetHook([this](const std::vector<bool>& recovered) {

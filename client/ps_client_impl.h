@@ -29,7 +29,9 @@ namespace fulcrum {
 class PsClientImpl final : public PsClient {
  public:
   // A client over `servers` (one per PS task, in task order).
-  PsClientImpl(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options);
+  // `connect` opens the way to a server that joined later (ServerSet).
+  PsClientImpl(std::vector<std::unique_ptr<PsTransport>> servers, PsClientOptions options,
+               ServerSet::Connect connect = nullptr);
 
   PsClientImpl(const PsClientImpl&) = delete;
   PsClientImpl& operator=(const PsClientImpl&) = delete;

@@ -73,15 +73,40 @@ PushStats AddPushResults(const google::protobuf::RepeatedPtrField<ShardPushResul
 }
 
 ServerSet::ServerSet(std::vector<std::unique_ptr<PsTransport>> servers,
-                     const PsClientOptions& options, const ClientConsistencyPolicy& policy)
-    : servers_(std::move(servers)),
+                     const PsClientOptions& options, const ClientConsistencyPolicy& policy,
+                     Connect connect)
+    : servers_(std::make_move_iterator(servers.begin()), std::make_move_iterator(servers.end())),
+      connect_(std::move(connect)),
       options_(options),
       policy_(policy),
-      fan_out_(static_cast<int>(servers_.size()) - 1),
-      incarnations_(servers_.size(), 0),
-      create_requests_(servers_.size()),
+      fan_out_(static_cast<int>(servers.size()) - 1),
+      incarnations_(servers.size(), 0),
+      create_requests_(servers.size()),
       push_ids_(std::random_device()()) {
-  CHECK(!servers_.empty());
+  CHECK(!servers.empty());
+}
+
+int ServerSet::size() const {
+  absl::ReaderMutexLock lock(&servers_mu_);
+  return static_cast<int>(servers_.size());
+}
+
+PsTransport& ServerSet::server(int ps) const {
+  absl::ReaderMutexLock lock(&servers_mu_);
+  return *servers_[ps];
+}
+
+int ServerSet::Add(const std::string& address) {
+  if (const int known = IndexOf(address); known >= 0 || !connect_) return known;
+  std::unique_ptr<PsTransport> transport = connect_(address);
+  if (following_) transport->FailFast();
+  incarnations_.push_back(0);
+  create_requests_.emplace_back();
+  absl::MutexLock lock(&servers_mu_);
+  servers_.push_back(std::move(transport));
+  const int ps = static_cast<int>(servers_.size()) - 1;
+  LOG_INFO("ps {} ({}): a server that joined the cluster", ps, address);
+  return ps;
 }
 
 ServerSet::~ServerSet() {
@@ -97,7 +122,8 @@ uint64_t ServerSet::NewPushId() {
 
 absl::Status ServerSet::ForEachServer(const std::vector<bool>& involved, const std::string& what,
                                       const ServerCall& call) {
-  std::vector<absl::Status> results(servers_.size());
+  const int n = static_cast<int>(involved.size());
+  std::vector<absl::Status> results(n);
   auto run = [&](int ps) {
     const absl::Time give_up = absl::Now() + options_.retry_timeout;
     absl::Duration backoff = options_.initial_backoff;
@@ -131,11 +157,11 @@ absl::Status ServerSet::ForEachServer(const std::vector<bool>& involved, const s
     }
   };
   std::vector<int> calls;
-  for (int ps = 0; ps < size(); ++ps) {
+  for (int ps = 0; ps < n; ++ps) {
     if (involved[ps]) calls.push_back(ps);
   }
   ParallelFor(fan_out_, static_cast<int>(calls.size()), [&](int i) { run(calls[i]); });
-  for (int ps = 0; ps < size(); ++ps) {
+  for (int ps = 0; ps < n; ++ps) {
     if (!results[ps].ok()) {
       return absl::Status(
           results[ps].code(),
@@ -146,15 +172,20 @@ absl::Status ServerSet::ForEachServer(const std::vector<bool>& involved, const s
 }
 
 absl::Status ServerSet::ForEveryServer(const std::string& what, const ServerCall& call) {
-  std::vector<bool> involved(servers_.size());
-  for (int ps = 0; ps < size(); ++ps) involved[ps] = !Left(ps);
-  return ForEachServer(involved, what, call);
+  return ForEachServer(NotLeft(), what, call);
+}
+
+std::vector<bool> ServerSet::NotLeft() const {
+  std::vector<bool> involved(size());
+  for (size_t ps = 0; ps < involved.size(); ++ps) involved[ps] = !Left(static_cast<int>(ps));
+  return involved;
 }
 
 void ServerSet::FollowPlacement() {
   if (following_.exchange(true)) return;
   // A server that cannot be reached is looked up in the table between
   // attempts, instead of being waited for through each whole attempt.
+  absl::ReaderMutexLock lock(&servers_mu_);
   for (const auto& server : servers_) server->FailFast();
 }
 
@@ -165,16 +196,17 @@ Placement ServerSet::placement() const {
 
 int ServerSet::IndexOf(const std::string& address) const {
   for (int ps = 0; ps < size(); ++ps) {
-    if (servers_[ps]->address() == address) return ps;
+    if (server(ps).address() == address) return ps;
   }
   return -1;
 }
 
 bool ServerSet::Left(int ps) const {
+  const std::string own = address(ps);
   absl::MutexLock lock(&placement_mu_);
   if (placement_.epoch() == 0) return false;
   for (const PlacedServer& server : placement_.servers()) {
-    if (server.address() == servers_[ps]->address()) return false;
+    if (server.address() == own) return false;
   }
   return true;
 }
@@ -182,7 +214,7 @@ bool ServerSet::Left(int ps) const {
 void ServerSet::RefreshPlacement(absl::Time deadline, int skip) {
   for (int ps = 0; ps < size(); ++ps) {
     if (ps == skip || Left(ps)) continue;
-    absl::StatusOr<DescribeResponse> described = servers_[ps]->Describe(deadline);
+    absl::StatusOr<DescribeResponse> described = server(ps).Describe(deadline);
     if (!described.ok()) continue;
     absl::MutexLock lock(&placement_mu_);
     if (described->placement().epoch() > placement_.epoch()) {
@@ -210,7 +242,7 @@ absl::Status ServerSet::ForEachServerRecovering(const std::vector<bool>& involve
                                                 const std::string& what, const ServerCall& call,
                                                 const ServerCall& after_recovery,
                                                 std::vector<bool>* recovered) {
-  recovered->assign(servers_.size(), false);
+  recovered->assign(involved.size(), false);
   absl::Status status = ForEachServer(involved, what, [&](int ps, absl::Time deadline) {
     absl::Status called = call(ps, deadline);
     if (!LostState(called)) return called;
@@ -238,7 +270,7 @@ void ServerSet::RememberCreated(std::vector<CreateShardsRequest> requests,
 
 void ServerSet::RememberTables(const std::vector<EmbeddingTableSpec>& tables,
                                const std::vector<uint64_t>& incarnations) {
-  for (size_t ps = 0; ps < servers_.size(); ++ps) {
+  for (size_t ps = 0; ps < incarnations_.size(); ++ps) {
     // A server that restarted since the variables were made keeps its old
     // incarnation here: the next call is ABORTED and recovers it whole.
     if (incarnations_[ps] == 0) incarnations_[ps] = incarnations[ps];
@@ -282,7 +314,7 @@ absl::StatusOr<CreateShardsResponse> ServerSet::CreateOn(int ps, const CreateSha
     CreateShardsResponse sum;
     bool one_incarnation = true;
     for (const CreateShardsRequest& part : parts) {
-      auto created = servers_[ps]->CreateShards(part, deadline);
+      auto created = server(ps).CreateShards(part, deadline);
       if (!created.ok()) return created.status();
       if (sum.incarnation() != 0 && created->incarnation() != sum.incarnation()) {
         one_incarnation = false;  // it restarted meanwhile: the parts before are gone
@@ -349,9 +381,11 @@ absl::StatusOr<std::vector<HeartbeatResponse>> ServerSet::SendHeartbeat(bool fin
   HeartbeatRequest request;
   request.set_worker_id(options_.worker_id);
   request.set_finished(finished);
-  std::vector<HeartbeatResponse> answers(servers_.size());
-  absl::Status status = ForEveryServer("heartbeat", [&](int ps, absl::Time deadline) {
-    return Keep(servers_[ps]->Heartbeat(request, deadline), &answers[ps]);
+  // Sized once: the training thread may add a server meanwhile.
+  const std::vector<bool> involved = NotLeft();
+  std::vector<HeartbeatResponse> answers(involved.size());
+  absl::Status status = ForEachServer(involved, "heartbeat", [&](int ps, absl::Time deadline) {
+    return Keep(server(ps).Heartbeat(request, deadline), &answers[ps]);
   });
   if (!status.ok()) return status;
   return answers;
@@ -375,9 +409,10 @@ void ServerSet::StartHeartbeats(absl::Duration interval) {
 }
 
 absl::StatusOr<std::vector<DescribeResponse>> ServerSet::Describe() {
-  std::vector<DescribeResponse> responses(servers_.size());
-  absl::Status status = ForEveryServer("describe", [&](int ps, absl::Time deadline) {
-    return Keep(servers_[ps]->Describe(deadline), &responses[ps]);
+  const std::vector<bool> involved = NotLeft();
+  std::vector<DescribeResponse> responses(involved.size());
+  absl::Status status = ForEachServer(involved, "describe", [&](int ps, absl::Time deadline) {
+    return Keep(server(ps).Describe(deadline), &responses[ps]);
   });
   if (!status.ok()) return status;
   return responses;
@@ -386,22 +421,23 @@ absl::StatusOr<std::vector<DescribeResponse>> ServerSet::Describe() {
 absl::StatusOr<std::vector<SaveCheckpointResponse>> ServerSet::SaveCheckpoint(int64_t step) {
   SaveCheckpointRequest request;
   request.set_step(step);
-  std::vector<SaveCheckpointResponse> responses(servers_.size());
-  absl::Status status = ForEveryServer("checkpoint", [&](int ps, absl::Time deadline) {
-    return Keep(servers_[ps]->SaveCheckpoint(request, deadline), &responses[ps]);
+  const std::vector<bool> involved = NotLeft();
+  std::vector<SaveCheckpointResponse> responses(involved.size());
+  absl::Status status = ForEachServer(involved, "checkpoint", [&](int ps, absl::Time deadline) {
+    return Keep(server(ps).SaveCheckpoint(request, deadline), &responses[ps]);
   });
   if (!status.ok()) return status;
   // The files written: none by a server that left.
   std::vector<SaveCheckpointResponse> written;
-  for (int ps = 0; ps < size(); ++ps) {
-    if (!Left(ps)) written.push_back(std::move(responses[ps]));
+  for (size_t ps = 0; ps < involved.size(); ++ps) {
+    if (involved[ps] && !Left(static_cast<int>(ps))) written.push_back(std::move(responses[ps]));
   }
   return written;
 }
 
 absl::Status ServerSet::JobDone(const std::string& reason) {
   return ForEveryServer("job done", [&](int ps, absl::Time deadline) {
-    return servers_[ps]->JobDone(reason, deadline);
+    return server(ps).JobDone(reason, deadline);
   });
 }
 

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
@@ -75,18 +76,29 @@ class ServerSet {
   // Forgets what was learned from the servers marked in `recovered`.
   using ForgetHook = std::function<void(const std::vector<bool>& recovered)>;
 
+  // Opens the connection to a server that joined the cluster later.
+  using Connect = std::function<std::unique_ptr<PsTransport>(const std::string& address)>;
+
   // `servers`: one per PS task, in task order; not empty. `options` and
-  // `policy` must outlive the set.
+  // `policy` must outlive the set. `connect`, when given, lets the set
+  // grow by the servers a placement table names (Add).
   ServerSet(std::vector<std::unique_ptr<PsTransport>> servers, const PsClientOptions& options,
-            const ClientConsistencyPolicy& policy);
+            const ClientConsistencyPolicy& policy, Connect connect = nullptr);
   ~ServerSet();  // stops the heartbeats
 
   ServerSet(const ServerSet&) = delete;
   ServerSet& operator=(const ServerSet&) = delete;
 
-  int size() const { return static_cast<int>(servers_.size()); }
-  PsTransport& server(int ps) const { return *servers_[ps]; }
-  std::string address(int ps) const { return servers_[ps]->address(); }
+  // Servers are only ever added (Add), at the end, so an index stays
+  // valid; a set that grew has the servers of its task list first.
+  int size() const ABSL_LOCKS_EXCLUDED(servers_mu_);
+  PsTransport& server(int ps) const ABSL_LOCKS_EXCLUDED(servers_mu_);
+  std::string address(int ps) const { return server(ps).address(); }
+  // The index of the server at `address`, connecting to it first when it
+  // is not one of the set's (a server added to a running job: the
+  // placement table names it); -1 when the set cannot connect (no
+  // Connect). Called by the thread that makes the calls, between calls.
+  int Add(const std::string& address) ABSL_LOCKS_EXCLUDED(servers_mu_);
   const PsClientOptions& options() const { return options_; }
   const ClientConsistencyPolicy& policy() const { return policy_; }
   // Whether every push goes to server `ps`, gradients for it or none (SSP:
@@ -109,6 +121,7 @@ class ServerSet {
   // (UNAVAILABLE, saying it left; its shards are elsewhere: placement())
   // and it is left out of the calls to every server.
   void FollowPlacement();
+  bool following() const { return following_; }
   // The newest placement table learned from the servers; epoch 0: none.
   Placement placement() const ABSL_LOCKS_EXCLUDED(placement_mu_);
   // Asks the servers that have not left, but `skip`, for their table (the
@@ -127,6 +140,8 @@ class ServerSet {
                              const ServerCall& call);
   // ForEachServer on every server that has not left.
   absl::Status ForEveryServer(const std::string& what, const ServerCall& call);
+  // One flag per server: whether it has not left.
+  std::vector<bool> NotLeft() const;
 
   // ForEachServer for calls on the client's state. A server that answers
   // that it lost it (it restarted) is recovered: its shards and tables are
@@ -181,7 +196,10 @@ class ServerSet {
   // Creates this client's shards and tables on server `ps` again.
   absl::Status Recover(int ps, absl::Time deadline);
 
-  const std::vector<std::unique_ptr<PsTransport>> servers_;
+  mutable absl::Mutex servers_mu_;
+  // A deque: what server() returned stays where it is as the set grows.
+  std::deque<std::unique_ptr<PsTransport>> servers_ ABSL_GUARDED_BY(servers_mu_);
+  const Connect connect_;
   const PsClientOptions& options_;
   const ClientConsistencyPolicy& policy_;
   ThreadPool fan_out_;  // ForEachServer's calls beside the caller's own

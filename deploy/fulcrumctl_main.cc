@@ -8,6 +8,10 @@
 //   fulcrumctl export     --checkpoint_dir=DIR --out=FILE [--format=safetensors|npz] [--step=N]
 //                         [--slots]   the trained model, as files other tools read
 //   fulcrumctl health     --address=h:p        exit 0 when SERVING (a probe for images)
+//   fulcrumctl add-server    h:p [--nowait]    the server (started with --etcd) takes its
+//                                              share of the shards, moved live
+//   fulcrumctl remove-server h:p [--nowait]    the server hands its shards to the others
+//                                              and leaves the job
 //
 // The servers come from --ps_hosts, else from the cluster spec (--cluster_spec,
 // else TF_CONFIG).
@@ -33,6 +37,7 @@
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
 #include "common/memory_size.h"
+#include "common/rpc/authorization.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/security_flags.h"
 #include "common/tensor.h"
@@ -40,6 +45,7 @@
 #include "fulcrum/job_checkpoints.h"
 #include "fulcrum/ps_client.h"
 #include "proto/health.grpc.pb.h"
+#include "proto/ps_service.grpc.pb.h"
 
 ABSL_FLAG(std::string, address, "", "health: the host:port to probe.");
 ABSL_FLAG(int, timeout_secs, 5, "Deadline of each call, in seconds.");
@@ -54,6 +60,10 @@ ABSL_FLAG(std::string, format, "",
           "export: safetensors or npz; empty: by --out's extension (.npz is npz, else "
           "safetensors).");
 ABSL_FLAG(bool, slots, false, "export: the optimizer slots too (<name>.slot<k>, <table>.slots).");
+ABSL_FLAG(bool, wait, true,
+          "add-server, remove-server: wait until every copy has moved, showing progress; "
+          "--nowait returns once the move has begun.");
+ABSL_FLAG(int, wait_secs, 1800, "add-server, remove-server: how long to wait for the moves.");
 
 namespace fulcrum {
 namespace {
@@ -264,6 +274,95 @@ int Export() {
   return 0;
 }
 
+// A stub to the server at `address`, and a context for one call to it.
+std::unique_ptr<PsService::Stub> Stub(const std::string& address) {
+  return PsService::NewStub(grpc::CreateChannel(address, MakeChannelCredentials(g_tls)));
+}
+void Prepare(grpc::ClientContext* context) {
+  context->set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_secs))));
+  if (!g_token.empty()) context->AddMetadata(kTokenMetadataKey, TokenMetadata(g_token));
+}
+
+// The copies still moving onto the server at `address` (off it, when
+// `drain`) by `table`; -1 when the server is not in it.
+int Moving(const Placement& table, const std::string& address, bool drain) {
+  int32_t id = -1;
+  for (const PlacedServer& server : table.servers()) {
+    if (server.address() == address) id = server.id();
+  }
+  if (id < 0) return -1;
+  int moving = 0;
+  for (const PlacedUnit& unit : table.units()) {
+    for (const PlacedCopy& copy : unit.copies()) {
+      moving += (drain ? copy.has_replaces() && copy.replaces() == id
+                       : copy.catching_up() && copy.server() == id)
+                    ? 1
+                    : 0;
+    }
+  }
+  return moving;
+}
+
+// add-server (`drain` false) and remove-server.
+int Rebalance(const std::string& address, bool drain) {
+  const char* command = drain ? "remove-server" : "add-server";
+  if (address.empty()) {
+    std::cerr << "fulcrumctl: " << command << " needs the server's host:port\n";
+    return 2;
+  }
+  auto stub = Stub(address);
+  RebalanceRequest request;
+  request.set_drain(drain);
+  RebalanceResponse response;
+  grpc::ClientContext context;
+  Prepare(&context);
+  const grpc::Status status = stub->Rebalance(&context, request, &response);
+  if (!status.ok()) {
+    std::cerr << "fulcrumctl: " << command << " " << address << ": " << status.error_message()
+              << "\n";
+    return 1;
+  }
+  const int total = response.moving();
+  std::cout << absl::StrFormat("%s: %d cop%s moving %s %s (placement epoch %d)\n", command, total,
+                               total == 1 ? "y" : "ies", drain ? "off" : "onto", address,
+                               response.placement().epoch())
+            << std::flush;
+  if (!absl::GetFlag(FLAGS_wait)) return 0;
+  const absl::Time start = absl::Now();
+  const absl::Time give_up = start + absl::Seconds(absl::GetFlag(FLAGS_wait_secs));
+  int left = total;
+  while (left > 0) {
+    if (absl::Now() > give_up) {
+      std::cerr << absl::StrFormat("fulcrumctl: %s: %d of %d cop%s still moving after %s\n",
+                                   command, left, total, total == 1 ? "y" : "ies",
+                                   absl::FormatDuration(absl::Now() - start));
+      return 1;
+    }
+    absl::SleepFor(absl::Milliseconds(500));  // polls the server's table
+    grpc::ClientContext describe;
+    Prepare(&describe);
+    DescribeResponse described;
+    const grpc::Status asked = stub->Describe(&describe, DescribeRequest(), &described);
+    if (!asked.ok()) {
+      std::cerr << "fulcrumctl: " << command << ": asking " << address << ": "
+                << asked.error_message() << "; asking again\n";
+      continue;
+    }
+    const int now = Moving(described.placement(), address, drain);
+    if (now == left) continue;
+    left = std::max(now, 0);
+    std::cout << absl::StrFormat("  %d of %d moved (%s)\n", total - left, total,
+                                 absl::FormatDuration(
+                                     absl::Trunc(absl::Now() - start, absl::Milliseconds(100))))
+              << std::flush;
+  }
+  std::cout << (drain ? absl::StrCat(address,
+                                     " holds no copy and has left the job: it may be stopped now\n")
+                      : absl::StrCat(address, " holds its share\n"));
+  return 0;
+}
+
 int Stop(const std::vector<std::string>& hosts) {
   if (absl::Status s = Client(hosts)->JobDone(absl::GetFlag(FLAGS_reason)); !s.ok()) {
     std::cerr << "fulcrumctl: " << s.message() << "\n";
@@ -287,7 +386,11 @@ int main(int argc, char** argv) {
       "  fulcrumctl stop       --ps_hosts=h:p,... [--reason=TEXT]\n"
       "  fulcrumctl export     --checkpoint_dir=DIR --out=FILE [--format=safetensors|npz]\n"
       "                        [--step=N] [--slots]   (the model, for other tools)\n"
-      "  fulcrumctl health     --address=h:p    (exit 0 when SERVING: a probe)\n\n"
+      "  fulcrumctl health     --address=h:p    (exit 0 when SERVING: a probe)\n"
+      "  fulcrumctl add-server    h:p [--nowait] [--wait_secs=N]\n"
+      "  fulcrumctl remove-server h:p [--nowait] [--wait_secs=N]\n"
+      "      shards move live onto a server (started with the job's --etcd; it joined\n"
+      "      holding nothing) or off one, which then leaves the job\n\n"
       "The servers come from --ps_hosts, else from the cluster spec (--cluster_spec, else\n"
       "TF_CONFIG). Calls are secured with --tls_cert, --tls_key and --tls_ca (mutual TLS),\n"
       "or plaintext with --insecure.");
@@ -317,6 +420,9 @@ int main(int argc, char** argv) {
               << "\n";
     return serving ? 0 : 1;
   }
+  if (command == "add-server" || command == "remove-server") {
+    return fulcrum::Rebalance(args.size() > 2 ? args[2] : "", command == "remove-server");
+  }
   auto hosts = fulcrum::PsHostsFromFlags();
   if (!hosts.ok()) {
     std::cerr << "fulcrumctl: " << hosts.status().message() << "\n";
@@ -328,7 +434,7 @@ int main(int argc, char** argv) {
   if (command == "checkpoint") return fulcrum::Checkpoint(*hosts);
   if (command == "stop") return fulcrum::Stop(*hosts);
   std::cerr << "fulcrumctl: unknown command '" << command
-            << "'; one of status, variables, tables, checkpoint, stop, export, health (see "
-               "--help)\n";
+            << "'; one of status, variables, tables, checkpoint, stop, export, health, "
+               "add-server, remove-server (see --help)\n";
   return 2;
 }

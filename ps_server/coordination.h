@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proto/placement.pb.h"
 
 namespace fulcrum {
@@ -25,6 +26,12 @@ class Coordination {
   // applied this primary's snapshot: the table may count it ready
   // (CaughtUp), which it does in the background.
   virtual void CaughtUp(const std::string& key, const std::string& address) = 0;
+  // This server takes its share of the cluster's copies, each moved onto
+  // it live from a server holding more (Balanced); or, with `drain`, hands
+  // each copy it holds to another server (Draining) and leaves the table
+  // once they have all caught up, and does not join it again. The table
+  // that says so.
+  virtual absl::StatusOr<Placement> Rebalance(bool drain) = 0;
 };
 
 }  // namespace fulcrum

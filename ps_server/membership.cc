@@ -63,6 +63,10 @@ absl::Status Membership::Register() {
 }
 
 void Membership::JoinTable() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (drained_) return;  // it left for good
+  }
   absl::Status status = ChangeTable([&](const Placement& current) -> absl::StatusOr<Placement> {
     if (current.servers().empty()) return current;  // the chief's first table makes it
     // What the table says this address holds is gone with its last
@@ -85,7 +89,7 @@ void Membership::JoinTable() {
 }
 
 absl::Status Membership::ChangeTable(
-    const std::function<absl::StatusOr<Placement>(const Placement&)>& change) {
+    const std::function<absl::StatusOr<Placement>(const Placement&)>& change, Placement* written) {
   for (;;) {
     Placement current;
     int64_t revision = 0;  // 0: no table yet
@@ -101,6 +105,7 @@ absl::Status Membership::ChangeTable(
     }
     absl::StatusOr<Placement> next = change(current);
     if (!next.ok()) return next.status();
+    if (written != nullptr) *written = *next;
     if (next->epoch() == current.epoch()) return absl::OkStatus();  // nothing to change
     absl::StatusOr<int64_t> put =
         etcd_->CompareAndPut(TableKey(), next->SerializeAsString(), revision);
@@ -115,6 +120,33 @@ absl::Status Membership::ChangeTable(
 
 absl::Status Membership::AddUnits(const Placement& table) {
   return ChangeTable([&](const Placement& current) { return WithUnits(current, table); });
+}
+
+absl::StatusOr<Placement> Membership::Rebalance(bool drain) {
+  Placement written;
+  absl::Status status = ChangeTable(
+      [&](const Placement& current) -> absl::StatusOr<Placement> {
+        for (const PlacedServer& server : current.servers()) {
+          if (server.address() != options_.address) continue;
+          if (server.draining() && !drain) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("server ", options_.address, " is being drained"));
+          }
+          return drain ? Draining(current, server.id()) : Balanced(current, server.id());
+        }
+        return absl::FailedPreconditionError(
+            absl::StrCat("server ", options_.address, " is not in the placement table (epoch ",
+                         current.epoch(), "): ",
+                         current.servers().empty() ? "no replicated shard has been created yet"
+                                                   : "it has left, or not joined yet"));
+      },
+      &written);
+  if (!status.ok()) return status;
+  if (drain) {
+    absl::MutexLock lock(&mu_);
+    drained_ = true;
+  }
+  return written;
 }
 
 void Membership::Remove(const std::string& address) {

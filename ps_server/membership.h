@@ -16,7 +16,9 @@
 // takes itself out of it as it registers: it holds nothing of what the
 // table says it holds, and its backups take over. It joins the table
 // again as a new server, and the copies the table lacks then are made on
-// it (the fewest bytes), catching up from their primaries.
+// it (the fewest bytes), catching up from their primaries. Asked to
+// (Rebalance), it takes its share of the others' copies, or hands its own
+// to them and leaves.
 //
 // No split brain: a server takes no writes once its lease may have run
 // out (CheckServing), and a backup takes updates only from the primary
@@ -70,6 +72,7 @@ class Membership : public Coordination {
   absl::Status CheckServing() const override ABSL_LOCKS_EXCLUDED(mu_);
   void CaughtUp(const std::string& key, const std::string& address) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<Placement> Rebalance(bool drain) override ABSL_LOCKS_EXCLUDED(mu_);
 
   // The table as last seen; epoch 0 before the first.
   Placement table() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -83,9 +86,9 @@ class Membership : public Coordination {
   absl::Status Register() ABSL_LOCKS_EXCLUDED(mu_);
   // Changes the table by `change` (of the current one, empty when there is
   // none) until its compare-and-put wins; a change that returns the table
-  // as it was writes nothing.
-  absl::Status ChangeTable(
-      const std::function<absl::StatusOr<Placement>(const Placement&)>& change);
+  // as it was writes nothing. The table then, in *written when given.
+  absl::Status ChangeTable(const std::function<absl::StatusOr<Placement>(const Placement&)>& change,
+                           Placement* written = nullptr);
   // The server at `address` is lost for good: out of the table, and the
   // copies it held made again on the others.
   void Remove(const std::string& address);
@@ -112,6 +115,8 @@ class Membership : public Coordination {
   Placement table_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool watch_broken_ ABSL_GUARDED_BY(mu_) = false;
+  // Rebalance(drain): the server leaves the table and never joins it again.
+  bool drained_ ABSL_GUARDED_BY(mu_) = false;
   // Copies reported caught up, not yet marked in the table: unit key, and
   // the address of the copy's server.
   std::deque<std::pair<std::string, std::string>> caught_up_ ABSL_GUARDED_BY(mu_);

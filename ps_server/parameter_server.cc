@@ -275,6 +275,41 @@ void ParameterServer::PlaceCreated(const std::vector<std::pair<Shard*, const Sha
   ApplyUnits(table, shards);
 }
 
+absl::StatusOr<RebalanceResponse> ParameterServer::Rebalance(const RebalanceRequest& request) {
+  Coordination* coordination = coordination_.load();
+  if (coordination == nullptr) {
+    return absl::FailedPreconditionError(
+        "rebalance: this server is not coordinated through etcd (ps_server --etcd): its shards "
+        "cannot move");
+  }
+  if (request.drain() && !store_.AllTables().empty()) {
+    // Tables' key ranges are not in the placement table yet.
+    return absl::FailedPreconditionError(
+        absl::StrCat("rebalance: this server holds ", store_.AllTables().size(),
+                     " embedding table(s), whose rows do not move: it cannot leave a running job"));
+  }
+  absl::StatusOr<Placement> table = coordination->Rebalance(request.drain());
+  if (!table.ok()) return table.status();
+  RebalanceResponse response;
+  int32_t id = -1;
+  for (const PlacedServer& server : table->servers()) {
+    if (server.address() == own_address_) id = server.id();
+  }
+  for (const PlacedUnit& unit : table->units()) {
+    for (const PlacedCopy& copy : unit.copies()) {
+      if (request.drain() ? copy.has_replaces() && copy.replaces() == id
+                          : copy.catching_up() && copy.server() == id) {
+        response.set_moving(response.moving() + 1);
+      }
+    }
+  }
+  LOG_INFO("rebalance: {} {} cop{} {} this server (placement epoch {})",
+           request.drain() ? "draining:" : "taking its share:", response.moving(),
+           response.moving() == 1 ? "y" : "ies", request.drain() ? "off" : "onto", table->epoch());
+  *response.mutable_placement() = *std::move(table);
+  return response;
+}
+
 absl::Status ParameterServer::EnableCheckpoints(FileSystem* fs) { return checkpoints_.Enable(fs); }
 
 absl::Status ParameterServer::CheckIncarnation(uint64_t incarnation) const {

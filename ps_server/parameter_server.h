@@ -87,6 +87,13 @@ class ParameterServer {
   // Tables applied on several threads at once take effect one at a time.
   void ApplyPlacement(const Placement& table) ABSL_LOCKS_EXCLUDED(apply_mu_);
 
+  // Shards move live onto this server (its share of the cluster's copies)
+  // or, with `drain`, off it, after which it leaves the placement table
+  // (Coordination::Rebalance). FAILED_PRECONDITION without coordination,
+  // or when a drained server holds embedding tables (their rows do not
+  // move yet).
+  absl::StatusOr<RebalanceResponse> Rebalance(const RebalanceRequest& request);
+
   // Checks that config().checkpoint_dir is writable (creating it) and loads
   // its newest complete checkpoint, falling back past corrupt ones; shards
   // created from then on are filled from it. Call once, before serving.

@@ -622,6 +622,9 @@ class RecordingCoordination : public Coordination {
  public:
   absl::Status AddUnits(const Placement&) override { return absl::OkStatus(); }
   absl::Status CheckServing() const override { return absl::OkStatus(); }
+  absl::StatusOr<Placement> Rebalance(bool) override {
+    return absl::UnimplementedError("not in this test");
+  }
   void CaughtUp(const std::string& key, const std::string& address) override {
     absl::MutexLock lock(&mu_);
     reported_.push_back(absl::StrCat(key, " on ", address));

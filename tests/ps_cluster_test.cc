@@ -274,7 +274,7 @@ TEST(PsClusterTest, AHostileClientGetsAnErrorForEachAndTheServerServesOn) {
   // and bytes that are no protobuf at all.
   for (const char* method :
        {"CreateShards", "Pull", "Push", "PushPull", "PullSmall", "PushPullSmall", "PullRows",
-        "PushRows", "Heartbeat", "Describe", "SaveCheckpoint", "JobDone"}) {
+        "PushRows", "Heartbeat", "Describe", "SaveCheckpoint", "JobDone", "Rebalance"}) {
     for (const std::string& garbage :
          {std::string("\x0a\x7f\x01", 3), std::string(11, '\xff'), std::string("\x08")}) {
       const grpc::Status status =

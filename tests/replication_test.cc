@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -102,6 +103,21 @@ class ReplicationClusterTest : public ::testing::Test {
                                                               std::vector<std::string>* flags,
                                                               std::vector<std::string>* addresses);
   void KillOneForGood(ConsistencyMode mode);
+  // Mid-run, a fourth server is added (fulcrumctl add-server) and one of
+  // the first three removed (remove-server).
+  void AddOneRemoveAnother(ConsistencyMode mode);
+  // The Pushers' clients over `addresses` in `mode`, having created w.
+  std::vector<std::unique_ptr<PsClient>> Workers(const std::vector<std::string>& addresses,
+                                                 ConsistencyMode mode);
+  // fulcrumctl with `args`, as the operator runs it (its certificate).
+  std::unique_ptr<ChildProcess> Ctl(const std::vector<std::string>& args) const {
+    const TlsFiles tls = Tls("fulcrumctl");
+    std::vector<std::string> argv = {RunfilePath("deploy/fulcrumctl")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(),
+                {"--tls_cert=" + tls.cert, "--tls_key=" + tls.key, "--tls_ca=" + tls.ca});
+    return std::make_unique<ChildProcess>("fulcrumctl", argv);
+  }
   // What the server at `address` says of itself (empty when it does not
   // answer).
   DescribeResponse DescribeAt(const std::string& address) {
@@ -284,92 +300,167 @@ std::vector<std::unique_ptr<ChildProcess>> ReplicationClusterTest::StartCoordina
   return servers;
 }
 
-void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
-  constexpr int kWorkers = 4;
-  constexpr int kSteps = 60;
-  std::vector<std::string> flags;
-  std::vector<std::string> addresses;
-  auto servers = StartCoordinated(mode, kWorkers, "/exactness/", &flags, &addresses);
-  ASSERT_FALSE(HasFailure());
+// Workers of a job in `mode`, each pushing ones to its own quarter of w's
+// rows (pulling first), on threads of their own: `steps` pushes each, or
+// with `until_stopped` as many more as it takes each to reach, after Stop,
+// two more than the most any had then (all the same number: sync steps
+// wait for every worker). They count their acknowledged pushes, and in
+// ssp the pulls that missed a push their staleness bound requires.
+class Pushers {
+ public:
+  static constexpr int kWorkers = 4;
 
+  Pushers(std::vector<std::unique_ptr<PsClient>>* clients, ConsistencyMode mode, int steps,
+          bool until_stopped = false)
+      : acknowledged_(kWorkers, 0), failed_(kWorkers) {
+    for (int w = 0; w < kWorkers; ++w) {
+      threads_.emplace_back([this, client = (*clients)[w].get(), mode, steps, until_stopped, w] {
+        Run(client, mode, steps, until_stopped, w);
+      });
+    }
+  }
+  ~Pushers() { Join(); }
+
+  // Whether every worker has `n` pushes acknowledged (or failed) within
+  // `timeout`.
+  bool AwaitEach(int64_t n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto each = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (int w = 0; w < kWorkers; ++w) {
+        if (acknowledged_[w] < n && failed_[w].ok()) return false;
+      }
+      return true;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&each), timeout);
+  }
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    stop_at_ = *std::max_element(acknowledged_.begin(), acknowledged_.end()) + 2;
+  }
+  void Join() {
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  // The fewest pushes a worker has had acknowledged so far.
+  int64_t Fewest() {
+    absl::MutexLock lock(&mu_);
+    return *std::min_element(acknowledged_.begin(), acknowledged_.end());
+  }
+  // After Join.
+  const std::vector<int64_t>& acknowledged() const { return acknowledged_; }
+  const std::vector<absl::Status>& failed() const { return failed_; }
+  const std::vector<std::string>& too_stale() const { return too_stale_; }
+
+ private:
+  void Run(PsClient* client, ConsistencyMode mode, int steps, bool until_stopped, int w) {
+    TensorMap gradient;
+    gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 0.0f)};
+    for (size_t i = 0; i < kElements; ++i) {
+      if (i / 8 % kWorkers == static_cast<size_t>(w)) gradient["w"].values[i] = 1.0f;
+    }
+    TensorMap values;
+    // A sync step waits for every worker once all have come.
+    if (absl::Status s = client->AwaitJobStart(nullptr); !s.ok()) {
+      absl::MutexLock lock(&mu_);
+      failed_[w] = s;
+      return;
+    }
+    for (int step = 0;; ++step) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (step >= std::max<int64_t>(steps, until_stopped ? stop_at_ : 0)) return;
+      }
+      absl::Status pulled = client->Pull({"w"}, &values);
+      if (pulled.ok() && mode == SSP) {
+        // At clock `step`, every worker's first step - k pushes are in.
+        const float at_most = -static_cast<float>(std::max(step - kBound, 0));
+        for (size_t i = 0; i < kElements; i += 8) {
+          if (values["w"].values[i] <= at_most) continue;
+          absl::MutexLock lock(&mu_);
+          too_stale_.push_back(absl::StrCat("worker ", w, " at clock ", step, " read ",
+                                            values["w"].values[i], " in row ", i / 8, ", at most ",
+                                            at_most));
+        }
+      }
+      absl::StatusOr<PushStats> pushed =
+          pulled.ok() ? client->Push(gradient) : absl::StatusOr<PushStats>(pulled);
+      absl::MutexLock lock(&mu_);
+      if (!pushed.ok()) {
+        failed_[w] = pushed.status();
+        return;
+      }
+      ++acknowledged_[w];
+    }
+  }
+
+  absl::Mutex mu_;
+  std::vector<int64_t> acknowledged_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> too_stale_ ABSL_GUARDED_BY(mu_);
+  int64_t stop_at_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<int64_t>::max();
+  std::vector<std::thread> threads_;
+};
+
+// Pushers' clients over `addresses`, having created w in 6 shards.
+std::vector<std::unique_ptr<PsClient>> ReplicationClusterTest::Workers(
+    const std::vector<std::string>& addresses, ConsistencyMode mode) {
   std::vector<std::unique_ptr<PsClient>> workers;
-  for (int w = 0; w < kWorkers; ++w) {
+  for (int w = 0; w < Pushers::kWorkers; ++w) {
     PsClientOptions options = Client(w == 0 ? "chief" : "worker");
     options.worker_id = w;
     options.mode = mode;
     workers.push_back(NewGrpcPsClient(addresses, options));
     // Every shard on a primary and a backup of the three.
-    ASSERT_TRUE(workers.back()->CreateVariables({Ones(6)}).ok());
+    const absl::Status created = workers.back()->CreateVariables({Ones(6)});
+    EXPECT_TRUE(created.ok()) << created;
   }
-  std::vector<int64_t> acknowledged(kWorkers, 0);
-  std::vector<absl::Status> failed(kWorkers);
-  std::vector<std::string> too_stale;  // ssp: pulls that missed a push their bound requires
-  absl::Mutex mu;
-  std::vector<std::thread> threads;
-  for (int w = 0; w < kWorkers; ++w) {
-    threads.emplace_back([&, w] {
-      TensorMap gradient;
-      gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 0.0f)};
-      for (size_t i = 0; i < kElements; ++i) {
-        if (i / 8 % kWorkers == static_cast<size_t>(w)) gradient["w"].values[i] = 1.0f;
-      }
-      TensorMap values;
-      // A sync step waits for every worker once all have come.
-      if (absl::Status s = workers[w]->AwaitJobStart(nullptr); !s.ok()) {
-        absl::MutexLock lock(&mu);
-        failed[w] = s;
-        return;
-      }
-      for (int step = 0; step < kSteps; ++step) {
-        absl::Status pulled = workers[w]->Pull({"w"}, &values);
-        if (pulled.ok() && mode == SSP) {
-          // At clock `step`, every worker's first step - k pushes are in.
-          const float at_most = -static_cast<float>(std::max(step - kBound, 0));
-          for (size_t i = 0; i < kElements; i += 8) {
-            if (values["w"].values[i] <= at_most) continue;
-            absl::MutexLock lock(&mu);
-            too_stale.push_back(absl::StrCat("worker ", w, " at clock ", step, " read ",
-                                             values["w"].values[i], " in row ", i / 8, ", at most ",
-                                             at_most));
-          }
-        }
-        absl::StatusOr<PushStats> pushed =
-            pulled.ok() ? workers[w]->Push(gradient) : absl::StatusOr<PushStats>(pulled);
-        absl::MutexLock lock(&mu);
-        if (!pushed.ok()) {
-          failed[w] = pushed.status();
-          return;
-        }
-        ++acknowledged[w];
-      }
-    });
+  return workers;
+}
+
+// Whether every element of w, as `reader` pulls it, is minus the pushes
+// `acknowledged` of its row's worker (each applied once), a quarter of
+// them in sync (each step applies the mean of the four workers' pushes).
+::testing::AssertionResult EachPushAppliedOnce(PsClient& reader, ConsistencyMode mode,
+                                               const std::vector<int64_t>& acknowledged) {
+  TensorMap values;
+  if (absl::Status s = reader.Pull({"w"}, &values); !s.ok()) {
+    return ::testing::AssertionFailure() << "pull: " << s;
   }
-  {
-    absl::MutexLock lock(&mu);
-    auto twenty_each = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      for (int w = 0; w < kWorkers; ++w) {
-        if (acknowledged[w] < 20 && failed[w].ok()) return false;
-      }
-      return true;
-    };
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&twenty_each), absl::Seconds(120)));
+  if (values["w"].values.size() != kElements) return ::testing::AssertionFailure() << "size";
+  for (size_t i = 0; i < kElements; ++i) {
+    const float expected = -static_cast<float>(acknowledged[i / 8 % Pushers::kWorkers]) *
+                           (mode == SYNC ? 0.25f : 1.0f);
+    if (values["w"].values[i] != expected) {
+      return ::testing::AssertionFailure()
+             << "element " << i << " is " << values["w"].values[i] << ", not " << expected;
+    }
   }
+  return ::testing::AssertionSuccess();
+}
+
+void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
+  constexpr int kSteps = 60;
+  std::vector<std::string> flags;
+  std::vector<std::string> addresses;
+  auto servers = StartCoordinated(mode, Pushers::kWorkers, "/exactness/", &flags, &addresses);
+  ASSERT_FALSE(HasFailure());
+  std::vector<std::unique_ptr<PsClient>> workers = Workers(addresses, mode);
+  ASSERT_FALSE(HasFailure());
+  Pushers pushers(&workers, mode, kSteps);
+  ASSERT_TRUE(pushers.AwaitEach(20, absl::Seconds(120)));
   servers[1]->Signal(SIGKILL);
   // The survivors see its lease go, and take it out of the table.
   EXPECT_TRUE(servers[0]->WaitForLine("lost its lease in etcd", absl::Seconds(30)));
-  for (std::thread& t : threads) t.join();
-  for (int w = 0; w < kWorkers; ++w) {
-    EXPECT_TRUE(failed[w].ok()) << "worker " << w << ": " << failed[w];
-    EXPECT_EQ(acknowledged[w], kSteps) << "worker " << w;
+  pushers.Join();
+  for (int w = 0; w < Pushers::kWorkers; ++w) {
+    EXPECT_TRUE(pushers.failed()[w].ok()) << "worker " << w << ": " << pushers.failed()[w];
+    EXPECT_EQ(pushers.acknowledged()[w], kSteps) << "worker " << w;
   }
-  EXPECT_THAT(too_stale, ::testing::IsEmpty());
-  const float expected = mode == SYNC ? -kSteps / static_cast<float>(kWorkers) : -kSteps;
+  EXPECT_THAT(pushers.too_stale(), ::testing::IsEmpty());
+  EXPECT_TRUE(EachPushAppliedOnce(*workers[0], mode, pushers.acknowledged()));
   TensorMap values;
   ASSERT_TRUE(workers[0]->Pull({"w"}, &values).ok());
-  ASSERT_EQ(values["w"].values.size(), kElements);
-  for (size_t i = 0; i < kElements; ++i) {
-    ASSERT_EQ(values["w"].values[i], expected) << "element " << i;
-  }
   // The copies the lost server held are made again on the two others,
   // from their primaries, in the background: every shard ends with a
   // ready backup, and its two copies read the same.
@@ -405,6 +496,86 @@ TEST_F(ReplicationClusterTest, AServerKilledForGoodLosesNoSyncStep) { KillOneFor
 
 TEST_F(ReplicationClusterTest, AServerKilledForGoodKeepsSspClocksAndItsBound) {
   KillOneForGood(SSP);
+}
+
+// A server added to a running job (fulcrumctl add-server) takes its
+// share of the copies, moved live, and another removed (fulcrumctl
+// remove-server) hands its copies to the others and leaves the job. The
+// workers, given the first three servers, follow the shards (to the new
+// server too), and no push is lost or applied twice: every element ends
+// at exactly minus its worker's acknowledged pushes (a quarter in sync), and in
+// ssp no pull misses a push its bound requires.
+void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode) {
+  std::vector<std::string> flags;
+  std::vector<std::string> addresses;
+  auto servers = StartCoordinated(mode, Pushers::kWorkers, "/membership/", &flags, &addresses);
+  ASSERT_FALSE(HasFailure());
+  std::vector<std::unique_ptr<PsClient>> workers = Workers(addresses, mode);
+  ASSERT_FALSE(HasFailure());
+  Pushers pushers(&workers, mode, 20, /*until_stopped=*/true);
+  ASSERT_TRUE(pushers.AwaitEach(10, absl::Seconds(120)));
+
+  std::string added;
+  auto fourth = StartServer(3, 4, Pushers::kWorkers, flags, 0, &added);
+  ASSERT_FALSE(added.empty());
+  ASSERT_TRUE(fourth->WaitForLine("coordinated through etcd", absl::Seconds(30)));
+  auto add = Ctl({"add-server", added});
+  ASSERT_EQ(add->Wait(absl::Seconds(120)), 0);
+  EXPECT_TRUE(add->HasLine(added + " holds its share"));
+  EXPECT_GT(DescribeAt(added).shards_size(), 0);
+  ASSERT_TRUE(pushers.AwaitEach(pushers.Fewest() + 10, absl::Seconds(120)));
+
+  auto remove = Ctl({"remove-server", addresses[1]});
+  ASSERT_EQ(remove->Wait(absl::Seconds(120)), 0);
+  EXPECT_TRUE(remove->HasLine(addresses[1] + " holds no copy and has left the job"));
+  EXPECT_EQ(DescribeAt(addresses[1]).shards_size(), 0);  // its copies freed
+  ASSERT_TRUE(pushers.AwaitEach(pushers.Fewest() + 10, absl::Seconds(120)));
+  pushers.Stop();
+  pushers.Join();
+  for (int w = 0; w < Pushers::kWorkers; ++w) {
+    EXPECT_TRUE(pushers.failed()[w].ok()) << "worker " << w << ": " << pushers.failed()[w];
+  }
+  EXPECT_TRUE(EachPushAppliedOnce(*workers[0], mode, pushers.acknowledged()));
+  EXPECT_THAT(pushers.too_stale(), ::testing::IsEmpty());
+
+  // The table has the added server and not the removed one; every shard
+  // has a primary and a ready backup there, bit-identical, and some of the
+  // primaries are on the added server (the workers reached it).
+  const std::vector<std::string> now = {addresses[0], addresses[2], added};
+  std::vector<std::string> in_table;
+  const DescribeResponse first = DescribeAt(addresses[0]);
+  for (const PlacedServer& server : first.placement().servers())
+    in_table.push_back(server.address());
+  EXPECT_THAT(in_table, ::testing::UnorderedElementsAreArray(now));
+  int primaries = 0;
+  int on_added = 0;
+  for (const std::string& address : now) {
+    const DescribeResponse described = DescribeAt(address);
+    EXPECT_TRUE(EveryShardBackedUp(described)) << address;
+    for (const ShardInfo& shard : described.shards()) {
+      if (!shard.primary().empty()) continue;
+      ++primaries;
+      on_added += address == added ? 1 : 0;
+      ASSERT_EQ(shard.backups_size(), 1) << address << " shard " << shard.shard();
+      const std::string bytes = ReadAt(address, {shard.shard()});
+      EXPECT_FALSE(bytes.empty());
+      EXPECT_EQ(bytes, ReadAt(shard.backups(0), {shard.shard()})) << "shard " << shard.shard();
+    }
+  }
+  EXPECT_EQ(primaries, 6);
+  EXPECT_GT(on_added, 0);
+}
+
+TEST_F(ReplicationClusterTest, AServerAddedAndAnotherRemovedLoseNoAsyncPush) {
+  AddOneRemoveAnother(ASYNC);
+}
+
+TEST_F(ReplicationClusterTest, AServerAddedAndAnotherRemovedLoseNoSyncStep) {
+  AddOneRemoveAnother(SYNC);
+}
+
+TEST_F(ReplicationClusterTest, AServerAddedAndAnotherRemovedKeepSspClocksAndItsBound) {
+  AddOneRemoveAnother(SSP);
 }
 
 // A server killed (-9) and started again at once at its address, as the

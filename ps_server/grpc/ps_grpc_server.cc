@@ -294,6 +294,16 @@ class PsGrpcServer::Service final
     return grpc::Status::OK;
   }
 
+  grpc::Status Rebalance(grpc::ServerContext* context, const RebalanceRequest* request,
+                         RebalanceResponse* response) override {
+    RpcTimer timer(metrics_, "Rebalance");
+    if (grpc::Status s = Allow(*context, kControl, "Rebalance"); !s.ok()) return s;
+    auto rebalanced = ps_->Rebalance(*request);
+    if (!rebalanced.ok()) return ToGrpcStatus(rebalanced.status());
+    *response = *std::move(rebalanced);
+    return grpc::Status::OK;
+  }
+
  private:
   enum CallKind { kData, kControl, kPeer };
   // OK when the peer may make `call`, of `kind` (Access); a refusal is

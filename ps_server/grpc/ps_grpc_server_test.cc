@@ -128,6 +128,13 @@ TEST_F(PsGrpcServerTest, RefusesAndCountsCallsWithoutTheToken) {
   EXPECT_EQ(stub_->JobDone(&control, done, &done_response).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(Refused("JobDone"), 1);
+  grpc::ClientContext rebalance_context;
+  RebalanceRequest drain;
+  drain.set_drain(true);
+  RebalanceResponse moved;
+  EXPECT_EQ(stub_->Rebalance(&rebalance_context, drain, &moved).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Refused("Rebalance"), 1);
 
   // The new table calls are data calls, guarded as the others.
   grpc::ClientContext read_context;
