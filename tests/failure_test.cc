@@ -332,11 +332,15 @@ TEST_P(AllReduceFailureTest, WorkersGoOnWithoutAKilledOneAndTakeItBack) {
   ASSERT_EQ(workers[killed]->Wait(absl::Seconds(30)), 128 + SIGKILL);
   ASSERT_TRUE(workers[leader]->WaitForLine(
       absl::StrCat("the group is now ranks ", absl::StrJoin(others, ", ")), absl::Seconds(30)));
+  // Back once the three have dealt an epoch over themselves (a worker back
+  // sooner joins before that epoch, which is then dealt over four).
+  const std::string dealt_over_three =
+      absl::StrCat("dealt over the group's 3 worker(s) (ranks ", absl::StrJoin(others, ", "), ")");
+  ASSERT_TRUE(workers[leader]->WaitForLine(dealt_over_three, absl::Seconds(120)));
   workers[killed] =
       std::make_unique<ChildProcess>(absl::StrCat("worker", killed, "-again"), argvs[killed]);
   for (int w = 0; w < 4; ++w) EXPECT_EQ(workers[w]->Wait(kJobTimeout), 0) << "worker " << w;
-  EXPECT_TRUE(workers[3]->HasLine(absl::StrCat("dealt over the group's 3 worker(s) (ranks ",
-                                               absl::StrJoin(others, ", "), ")")));
+  EXPECT_TRUE(workers[3]->HasLine(dealt_over_three));
   EXPECT_TRUE(workers[leader]->HasLine(
       absl::StrCat("the group is now ranks 0, 1, 2, 3 (leader ", leader, ")")));
   EXPECT_TRUE(workers[killed]->HasLine(absl::StrCat("rank(s) ", killed, " joined")));
