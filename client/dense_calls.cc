@@ -226,7 +226,11 @@ absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
                        servers_.address(ps), ") ", (*described)[ps].replication()));
     }
   }
-  if (replication == 1) return backups;
+  // Servers that coordinate through etcd keep a table of single copies
+  // too, so that shards can move (fulcrumctl add-server, remove-server).
+  const bool coordinated = std::any_of(described->begin(), described->end(),
+                                       [](const DescribeResponse& d) { return d.coordinated(); });
+  if (replication == 1 && !coordinated) return backups;
   std::vector<PlacementServer> servers;
   for (int ps = 0; ps < servers_.size(); ++ps) {
     servers.push_back({servers_.address(ps), servers_.Left(ps) ? "" : (*described)[ps].zone()});

@@ -61,7 +61,8 @@ class DenseCalls {
  private:
   // Each of `placed`'s shards' backups (server indices; none each when
   // the servers' --replication is 1), placed as common/placement.h says,
-  // and that placement table in *table (left as it is when unreplicated).
+  // and that placement table in *table (left as it is when unreplicated
+  // and the servers do not coordinate through etcd).
   // With more than one server it first asks them for the cluster's table,
   // and follows it when there is one (servers that left are not asked).
   absl::StatusOr<std::vector<std::vector<int>>> PlaceBackups(

@@ -1,6 +1,7 @@
 #include "client/server_set.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -18,27 +19,6 @@ namespace {
 bool LostState(const absl::Status& status) {
   return status.code() == absl::StatusCode::kNotFound ||
          status.code() == absl::StatusCode::kAborted;
-}
-
-// `request` without the shards `table` places, and their copies: a server
-// that restarted and rejoined the table takes those from their primaries.
-CreateShardsRequest WithoutPlacedShards(const CreateShardsRequest& request,
-                                        const Placement& table) {
-  std::set<std::string> placed;
-  for (const PlacedUnit& unit : table.units()) placed.insert(unit.key());
-  CreateShardsRequest out = request;
-  out.clear_shards();
-  out.clear_copies();
-  out.clear_initial_values();
-  out.clear_placement();
-  for (int i = 0; i < request.shards_size(); ++i) {
-    const ShardSpec& spec = request.shards(i);
-    if (placed.count(ShardKey(spec.variable().name(), spec.shard())) > 0) continue;
-    *out.add_shards() = spec;
-    if (request.copies_size() > 0) *out.add_copies() = request.copies(i);
-    if (request.initial_values_size() > 0) out.add_initial_values(request.initial_values(i));
-  }
-  return out;
 }
 
 // The longest wait between retries of a server that does not answer while
@@ -250,7 +230,7 @@ absl::Status ServerSet::ForEachServerRecovering(const std::vector<bool>& involve
     if (HasLeft(ps, deadline)) return LeftError(ps);
     (*recovered)[ps] = true;
     if (absl::Status s = Recover(ps, deadline); !s.ok()) return s;
-    if (following_) {
+    if (following_ && !KeptItsPlace(ps)) {
       // It rejoined the table holding nothing: the call is made again by
       // the table (DenseCalls::Rerouting), the shards' copies elsewhere.
       return absl::AbortedError(absl::StrCat("restarted and rejoined the placement table (epoch ",
@@ -333,11 +313,59 @@ absl::StatusOr<CreateShardsResponse> ServerSet::CreateOn(int ps, const CreateSha
       absl::StrCat("ps ", ps, " (", address(ps), ") restarted while its variables were created"));
 }
 
+bool ServerSet::KeptItsPlace(int ps) const {
+  const Placement table = placement();
+  const std::string at = address(ps);
+  for (const PlacedServer& server : table.servers()) {
+    if (server.address() != at) continue;
+    for (const PlacedUnit& unit : table.units()) {
+      if (unit.copies(0).server() == server.id()) return true;
+    }
+  }
+  return false;
+}
+
+CreateShardsRequest ServerSet::RecoveryRequest(int ps) const {
+  const CreateShardsRequest& own = create_requests_[ps];
+  if (!following_) return own;
+  const Placement table = placement();
+  const std::string at = address(ps);
+  std::map<int32_t, std::string> addresses;
+  for (const PlacedServer& server : table.servers()) addresses[server.id()] = server.address();
+  std::set<std::string> placed;  // every unit of the table; those whose primary it is:
+  std::set<std::string> primary_here;
+  for (const PlacedUnit& unit : table.units()) {
+    placed.insert(unit.key());
+    if (addresses[unit.copies(0).server()] == at) primary_here.insert(unit.key());
+  }
+  CreateShardsRequest out = own;
+  out.clear_shards();
+  out.clear_copies();
+  out.clear_initial_values();
+  out.clear_placement();
+  bool values = false;
+  auto add = [&](const CreateShardsRequest& from, int i) {
+    *out.add_shards() = from.shards(i);
+    *out.add_copies() = from.copies_size() > 0 ? from.copies(i) : ShardCopy();
+    out.add_initial_values(from.initial_values_size() > 0 ? from.initial_values(i) : "");
+    values = values || !out.initial_values().rbegin()->empty();
+  };
+  for (int i = 0; i < own.shards_size(); ++i) {
+    const ShardSpec& spec = own.shards(i);
+    if (placed.count(ShardKey(spec.variable().name(), spec.shard())) == 0) add(own, i);
+  }
+  for (const CreateShardsRequest& request : create_requests_) {
+    for (int i = 0; i < request.shards_size(); ++i) {
+      const ShardSpec& spec = request.shards(i);
+      if (primary_here.erase(ShardKey(spec.variable().name(), spec.shard())) > 0) add(request, i);
+    }
+  }
+  if (!values) out.clear_initial_values();
+  return out;
+}
+
 absl::Status ServerSet::Recover(int ps, absl::Time deadline) {
-  // Where the servers keep a placement table, a restarted server rejoined
-  // it, and its copies are filled from their primaries, not created here.
-  const CreateShardsRequest request =
-      following_ ? WithoutPlacedShards(create_requests_[ps], placement()) : create_requests_[ps];
+  const CreateShardsRequest request = RecoveryRequest(ps);
   auto created = CreateOn(ps, request, deadline);
   if (!created.ok()) return created.status();
   incarnations_[ps] = created->incarnation();

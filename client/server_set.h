@@ -193,6 +193,16 @@ class ServerSet {
   absl::Status LeftError(int ps) const;
   // Renews the lease (and says `finished`) on every server; their answers.
   absl::StatusOr<std::vector<HeartbeatResponse>> SendHeartbeat(bool finished);
+  // What server `ps`, restarted, is given again: its tables, and its
+  // shards but, where the servers keep a placement table, those the table
+  // places (a restarted server rejoined it holding nothing, and its copies
+  // are filled from their primaries) except those whose primary the table
+  // says it is (their only copy, --replication=1: created again, from the
+  // checkpoint, wherever the client first created them).
+  CreateShardsRequest RecoveryRequest(int ps) const;
+  // Whether server `ps`, restarted, is still the primary of some shard in
+  // the placement table (its only copy: it kept its place).
+  bool KeptItsPlace(int ps) const;
   // Creates this client's shards and tables on server `ps` again.
   absl::Status Recover(int ps, absl::Time deadline);
 

@@ -76,6 +76,13 @@ void Membership::JoinTable() {
     for (const PlacedServer& server : current.servers()) {
       if (server.address() != options_.address) continue;
       absl::StatusOr<Placement> without = WithoutServer(current, server.id());
+      if (without.status().code() == absl::StatusCode::kDataLoss) {
+        // Its copies are the only ones (--replication=1): it keeps its
+        // place, and its clients create its shards again, from the
+        // checkpoint, as they do for a restarted unreplicated server.
+        LOG_INFO("rejoining the placement table at its place: {}", without.status().message());
+        return current;
+      }
       if (!without.ok()) return without.status();
       next = *std::move(without);
     }
@@ -159,6 +166,11 @@ void Membership::Remove(const std::string& address) {
     }
     return current;  // not in it (any more)
   });
+  if (status.code() == absl::StatusCode::kDataLoss) {
+    LOG_WARN("server {} keeps its place in the placement table until it restarts: {}", address,
+             status.message());
+    return;
+  }
   if (status.ok()) return;
   LOG_ERROR("taking server {} out of the placement table: {}", address, status.ToString());
 }

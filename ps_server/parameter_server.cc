@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint/restored_variables.h"
@@ -442,6 +443,21 @@ absl::StatusOr<ReplicateResponse> ParameterServer::Replicate(const ReplicateRequ
   return response;
 }
 
+bool ParameterServer::LacksOwnPrimaries() const {
+  absl::MutexLock lock(&placement_mu_);
+  const std::map<int32_t, std::string> addresses = ServerAddresses(placement_);
+  for (const PlacedUnit& unit : placement_.units()) {
+    const auto primary = addresses.find(unit.copies(0).server());
+    if (primary == addresses.end() || primary->second != own_address_) continue;
+    const size_t slash = unit.key().rfind('/');
+    if (slash == std::string::npos) continue;
+    int shard = 0;
+    if (!absl::SimpleAtoi(unit.key().substr(slash + 1), &shard)) continue;
+    if (!store_.Find(unit.key().substr(0, slash), shard).ok()) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<Shard*> ParameterServer::FindShard(const std::string& variable, int shard) const {
   absl::StatusOr<Shard*> found = store_.Find(variable, shard);
   if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
@@ -449,11 +465,12 @@ absl::StatusOr<Shard*> ParameterServer::FindShard(const std::string& variable, i
   absl::MutexLock lock(&placement_mu_);
   for (const PlacedUnit& unit : placement_.units()) {
     if (unit.key() != key) continue;
+    const std::string primary = ServerAddresses(placement_)[unit.copies(0).server()];
+    if (primary == own_address_) return found;  // lost with a restart: NOT_FOUND
     // Not NOT_FOUND, which says this server lost the caller's state.
-    return absl::FailedPreconditionError(
-        absl::StrCat("variable '", variable, "' shard ", shard,
-                     " has no copy here: by placement table epoch ", placement_.epoch(),
-                     " its primary is ", ServerAddresses(placement_)[unit.copies(0).server()]));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "variable '", variable, "' shard ", shard, " has no copy here: by placement table epoch ",
+        placement_.epoch(), " its primary is ", primary));
   }
   return found;
 }
@@ -705,7 +722,7 @@ absl::Status ParameterServer::AdmitPushBytes(uint64_t incarnation, int64_t bytes
   if (absl::Status s = CheckIncarnation(incarnation); !s.ok()) return s;
   if (absl::Status s = CheckServing(); !s.ok()) return s;
   const int64_t held = store_.value_bytes();
-  if (bytes > held && placement_applied_.load() > 0) {
+  if (bytes > held && placement_applied_.load() > 0 && !LacksOwnPrimaries()) {
     // Not NOT_FOUND or RESOURCE_EXHAUSTED: the caller's shards moved away.
     return absl::FailedPreconditionError(
         absl::StrCat("push carries ", bytes, " bytes of gradients; this server holds ", held,
@@ -900,6 +917,7 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_num_ps(config_.cluster().cluster().ps_size());
   response.set_replication(std::max(1, config_.replication()));
   response.set_zone(config_.zone());
+  response.set_coordinated(!config_.etcd_endpoint().empty());
   {
     absl::MutexLock lock(&placement_mu_);
     *response.mutable_placement() = placement_;

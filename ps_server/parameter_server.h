@@ -293,6 +293,9 @@ class ParameterServer {
   // (the server lost the caller's state), but FAILED_PRECONDITION naming
   // its primary when the placement table has it elsewhere (it moved away).
   absl::StatusOr<Shard*> FindShard(const std::string& variable, int shard) const;
+  // Whether the placement table makes this server the primary of a shard
+  // it does not hold (it restarted, with the only copy: --replication=1).
+  bool LacksOwnPrimaries() const ABSL_LOCKS_EXCLUDED(placement_mu_);
   // OK when the placement table puts a backup copy of `variable`'s
   // `shard` here, of `primary`; else FAILED_PRECONDITION saying so.
   absl::Status CheckCopyHere(const std::string& variable, int shard,

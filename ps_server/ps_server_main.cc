@@ -92,11 +92,12 @@ ABSL_FLAG(int64_t, catch_up_mib_per_sec, 256,
           "to all servers together, so that re-replication leaves training its bandwidth; the "
           "updates of other shards overtake them. 0: unbounded.");
 ABSL_FLAG(std::string, etcd, "",
-          "host:port of the etcd that coordinates replicated shards (--replication >= 2): each "
-          "server holds a lease there, and when one is lost (dead, or cut off) for longer than "
-          "--etcd_lease_secs its shards' backups take over, with no restart. Give every server "
-          "of the job the same etcd and --etcd_prefix; one not reachable yet is asked again for a "
-          "minute. \"\": none (copies stay where the chief placed them).");
+          "host:port of the etcd that coordinates the shards' copies: each server holds a lease "
+          "there, and when one is lost (dead, or cut off) for longer than --etcd_lease_secs its "
+          "shards' backups take over (--replication >= 2), with no restart; shards move between "
+          "servers with fulcrumctl add-server and remove-server (any --replication). Give every "
+          "server of the job the same etcd and --etcd_prefix; one not reachable yet is asked "
+          "again for a minute. \"\": none (copies stay where the chief placed them).");
 ABSL_FLAG(std::string, etcd_prefix, "/fulcrum/job/",
           "The job's keys in etcd (one prefix per job, ending with '/'): <prefix>servers/<address> "
           "and <prefix>placement, the placement table.");

@@ -101,11 +101,12 @@ class ReplicationClusterTest : public ::testing::Test {
   std::vector<std::unique_ptr<ChildProcess>> StartCoordinated(ConsistencyMode mode, int workers,
                                                               const std::string& prefix,
                                                               std::vector<std::string>* flags,
-                                                              std::vector<std::string>* addresses);
+                                                              std::vector<std::string>* addresses,
+                                                              int replication = 2);
   void KillOneForGood(ConsistencyMode mode);
   // Mid-run, a fourth server is added (fulcrumctl add-server) and one of
   // the first three removed (remove-server).
-  void AddOneRemoveAnother(ConsistencyMode mode);
+  void AddOneRemoveAnother(ConsistencyMode mode, int replication = 2);
   // The Pushers' clients over `addresses` in `mode`, having created w.
   std::vector<std::unique_ptr<PsClient>> Workers(const std::vector<std::string>& addresses,
                                                  ConsistencyMode mode);
@@ -273,7 +274,7 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
 // requires: a worker at clock c sees at least c - k pushes of each.
 std::vector<std::unique_ptr<ChildProcess>> ReplicationClusterTest::StartCoordinated(
     ConsistencyMode mode, int workers, const std::string& prefix, std::vector<std::string>* flags,
-    std::vector<std::string>* addresses) {
+    std::vector<std::string>* addresses, int replication) {
   std::string dir = ::testing::TempDir() + "/etcd-XXXXXX";
   EXPECT_NE(mkdtemp(dir.data()), nullptr);
   absl::StatusOr<std::unique_ptr<LocalEtcd>> etcd = LocalEtcd::Start(dir);
@@ -282,7 +283,7 @@ std::vector<std::unique_ptr<ChildProcess>> ReplicationClusterTest::StartCoordina
     return {};
   }
   etcd_ = *std::move(etcd);
-  *flags = ServerFlags(2);
+  *flags = ServerFlags(replication);
   flags->insert(flags->end(),
                 {absl::StrCat("--mode=", absl::AsciiStrToLower(ConsistencyMode_Name(mode))),
                  absl::StrCat("--staleness=", kBound), "--etcd=" + etcd_->endpoint(),
@@ -505,10 +506,11 @@ TEST_F(ReplicationClusterTest, AServerKilledForGoodKeepsSspClocksAndItsBound) {
 // server too), and no push is lost or applied twice: every element ends
 // at exactly minus its worker's acknowledged pushes (a quarter in sync), and in
 // ssp no pull misses a push its bound requires.
-void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode) {
+void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode, int replication) {
   std::vector<std::string> flags;
   std::vector<std::string> addresses;
-  auto servers = StartCoordinated(mode, Pushers::kWorkers, "/membership/", &flags, &addresses);
+  auto servers =
+      StartCoordinated(mode, Pushers::kWorkers, "/membership/", &flags, &addresses, replication);
   ASSERT_FALSE(HasFailure());
   std::vector<std::unique_ptr<PsClient>> workers = Workers(addresses, mode);
   ASSERT_FALSE(HasFailure());
@@ -539,8 +541,8 @@ void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode) {
   EXPECT_THAT(pushers.too_stale(), ::testing::IsEmpty());
 
   // The table has the added server and not the removed one; every shard
-  // has a primary and a ready backup there, bit-identical, and some of the
-  // primaries are on the added server (the workers reached it).
+  // has a primary and (replicated) a ready backup there, bit-identical, and
+  // some of the primaries are on the added server (the workers reached it).
   const std::vector<std::string> now = {addresses[0], addresses[2], added};
   std::vector<std::string> in_table;
   const DescribeResponse first = DescribeAt(addresses[0]);
@@ -551,12 +553,13 @@ void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode) {
   int on_added = 0;
   for (const std::string& address : now) {
     const DescribeResponse described = DescribeAt(address);
-    EXPECT_TRUE(EveryShardBackedUp(described)) << address;
+    if (replication > 1) EXPECT_TRUE(EveryShardBackedUp(described)) << address;
     for (const ShardInfo& shard : described.shards()) {
       if (!shard.primary().empty()) continue;
       ++primaries;
       on_added += address == added ? 1 : 0;
-      ASSERT_EQ(shard.backups_size(), 1) << address << " shard " << shard.shard();
+      ASSERT_EQ(shard.backups_size(), replication - 1) << address << " shard " << shard.shard();
+      if (replication == 1) continue;
       const std::string bytes = ReadAt(address, {shard.shard()});
       EXPECT_FALSE(bytes.empty());
       EXPECT_EQ(bytes, ReadAt(shard.backups(0), {shard.shard()})) << "shard " << shard.shard();
@@ -576,6 +579,117 @@ TEST_F(ReplicationClusterTest, AServerAddedAndAnotherRemovedLoseNoSyncStep) {
 
 TEST_F(ReplicationClusterTest, AServerAddedAndAnotherRemovedKeepSspClocksAndItsBound) {
   AddOneRemoveAnother(SSP);
+}
+
+// With one copy of each shard (--replication=1 and --etcd), the moves are
+// of the only copy: the same exactness holds.
+TEST_F(ReplicationClusterTest, WithOneCopyAServerAddedAndAnotherRemovedLoseNoPush) {
+  AddOneRemoveAnother(ASYNC, /*replication=*/1);
+}
+
+// With one copy of each shard, a server that restarts keeps its place in
+// the table (no other copy can take it), and its clients create its
+// shards again there, as for an unreplicated server: those the table
+// moved onto it too.
+TEST_F(ReplicationClusterTest, WithOneCopyARestartedServerKeepsItsPlaceAndItsShards) {
+  std::vector<std::string> flags;
+  std::vector<std::string> addresses;
+  auto servers = StartCoordinated(ASYNC, 1, "/one-copy/", &flags, &addresses, 1);
+  ASSERT_FALSE(HasFailure());
+  std::unique_ptr<PsClient> worker = NewGrpcPsClient(addresses, Client("chief"));
+  ASSERT_TRUE(worker->CreateVariables({Ones(6)}).ok());
+  std::string added;
+  auto fourth = StartServer(3, 4, 1, flags, 0, &added);
+  ASSERT_FALSE(added.empty());
+  ASSERT_TRUE(fourth->WaitForLine("coordinated through etcd", absl::Seconds(30)));
+  auto add = Ctl({"add-server", added});
+  ASSERT_EQ(add->Wait(absl::Seconds(120)), 0);
+  const int on_added = DescribeAt(added).shards_size();
+  ASSERT_GT(on_added, 0);
+  TensorMap gradient;
+  gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
+  ASSERT_TRUE(worker->Push(gradient).ok());  // the worker follows the moves
+
+  fourth->Signal(SIGKILL);
+  ASSERT_TRUE(fourth->Wait(absl::Seconds(30)).has_value());
+  const int port = std::stoi(added.substr(added.rfind(':') + 1));
+  std::string restarted;
+  fourth = StartServer(3, 4, 1, flags, port, &restarted);
+  ASSERT_EQ(restarted, added);
+  EXPECT_TRUE(fourth->WaitForLine("rejoining the placement table at its place", absl::Seconds(30)));
+  for (int i = 0; i < 2; ++i) {  // the first finds it restarted: its part is lost
+    absl::StatusOr<PushStats> pushed = worker->Push(gradient);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+  }
+  EXPECT_EQ(DescribeAt(added).shards_size(), on_added);
+  TensorMap values;
+  ASSERT_TRUE(worker->Pull({"w"}, &values).ok());
+  // Those created again (no checkpoint) have the push after the restart.
+  const DescribeResponse again = DescribeAt(added);
+  for (const ShardInfo& shard : again.shards()) {
+    EXPECT_TRUE(shard.primary().empty());
+    EXPECT_GE(shard.version(), 1) << "shard " << shard.shard();
+  }
+}
+
+// A server frozen (SIGSTOP: a partition that cuts it off from everyone,
+// etcd among them, or a long pause) past its lease while four async
+// workers push: the others take it out of the table and promote its
+// shards' backups. Thawed, it takes no write (its lease may have run out),
+// frees the copies the table moved away and joins the table again holding
+// nothing; fulcrumctl add-server gives it copies again. The pushes it held
+// when it froze are made again at the new primaries: every element ends
+// at exactly minus its worker's acknowledged pushes, and no shard ever had
+// two primaries whose writes both count.
+TEST_F(ReplicationClusterTest, AFrozenServerAcknowledgesNothingItsSuccessorsLackAndRejoins) {
+  std::vector<std::string> flags;
+  std::vector<std::string> addresses;
+  auto servers = StartCoordinated(ASYNC, Pushers::kWorkers, "/frozen/", &flags, &addresses);
+  ASSERT_FALSE(HasFailure());
+  std::vector<std::unique_ptr<PsClient>> workers = Workers(addresses, ASYNC);
+  ASSERT_FALSE(HasFailure());
+  Pushers pushers(&workers, ASYNC, 20, /*until_stopped=*/true);
+  ASSERT_TRUE(pushers.AwaitEach(10, absl::Seconds(120)));
+
+  servers[1]->Signal(SIGSTOP);
+  EXPECT_TRUE(servers[0]->WaitForLine("lost its lease in etcd", absl::Seconds(30)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const DescribeResponse described = DescribeAt(addresses[0]);
+        for (const PlacedServer& server : described.placement().servers()) {
+          if (server.address() == addresses[1]) return false;
+        }
+        return described.placement().epoch() > 0;
+      },
+      absl::Seconds(30)))
+      << "the frozen server is still in the table";
+  servers[1]->Signal(SIGCONT);
+  EXPECT_TRUE(servers[1]->WaitForLine("lease in etcd ran out", absl::Seconds(30)));
+  ASSERT_TRUE(pushers.AwaitEach(pushers.Fewest() + 10, absl::Seconds(120)));
+  ASSERT_TRUE(
+      Eventually([&] { return DescribeAt(addresses[1]).shards_size() == 0; }, absl::Seconds(30)))
+      << "the thawed server kept copies the table moved away";
+
+  auto add = Ctl({"add-server", addresses[1]});
+  ASSERT_EQ(add->Wait(absl::Seconds(120)), 0);
+  EXPECT_GT(DescribeAt(addresses[1]).shards_size(), 0);
+  ASSERT_TRUE(pushers.AwaitEach(pushers.Fewest() + 10, absl::Seconds(120)));
+  pushers.Stop();
+  pushers.Join();
+  for (int w = 0; w < Pushers::kWorkers; ++w) {
+    EXPECT_TRUE(pushers.failed()[w].ok()) << "worker " << w << ": " << pushers.failed()[w];
+  }
+  EXPECT_TRUE(EachPushAppliedOnce(*workers[0], ASYNC, pushers.acknowledged()));
+  for (const std::string& address : addresses) {
+    const DescribeResponse described = DescribeAt(address);
+    EXPECT_TRUE(EveryShardBackedUp(described)) << address;
+    for (const ShardInfo& shard : described.shards()) {
+      if (!shard.primary().empty()) continue;
+      ASSERT_EQ(shard.backups_size(), 1) << address << " shard " << shard.shard();
+      EXPECT_EQ(ReadAt(address, {shard.shard()}), ReadAt(shard.backups(0), {shard.shard()}))
+          << "shard " << shard.shard();
+    }
+  }
 }
 
 // A server killed (-9) and started again at once at its address, as the
