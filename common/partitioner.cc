@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/placement.h"
@@ -85,6 +86,15 @@ absl::StatusOr<std::vector<VariablePlacement>> PlaceVariables(
 
 std::string ShardKey(absl::string_view variable, int shard) {
   return absl::StrCat(variable, "/", shard);
+}
+
+bool ParseShardKey(absl::string_view key, std::string* variable, int* shard) {
+  const size_t slash = key.rfind('/');
+  if (slash == absl::string_view::npos || !absl::SimpleAtoi(key.substr(slash + 1), shard)) {
+    return false;
+  }
+  *variable = std::string(key.substr(0, slash));
+  return true;
 }
 
 }  // namespace fulcrum

@@ -52,6 +52,8 @@ absl::StatusOr<std::vector<VariablePlacement>> PlaceVariables(
 
 // A shard's key in the placement table: "variable/shard".
 std::string ShardKey(absl::string_view variable, int shard);
+// The variable and shard of a ShardKey; false for a key that is not one.
+bool ParseShardKey(absl::string_view key, std::string* variable, int* shard);
 
 }  // namespace fulcrum
 

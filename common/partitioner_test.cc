@@ -29,6 +29,16 @@ PartitionerSpec Fixed(int n) {
   return p;
 }
 
+TEST(PartitionerTest, ShardKeysParseBack) {
+  std::string variable;
+  int shard = -1;
+  ASSERT_TRUE(ParseShardKey(ShardKey("dense/kernel", 12), &variable, &shard));
+  EXPECT_EQ(variable, "dense/kernel");
+  EXPECT_EQ(shard, 12);
+  EXPECT_FALSE(ParseShardKey("table#3", &variable, &shard));
+  EXPECT_FALSE(ParseShardKey("w/x", &variable, &shard));
+}
+
 TEST(PartitionerTest, SplitsLikeTensorFlow) {
   EXPECT_THAT(SplitRows(13, 5), ElementsAre(3, 3, 3, 2, 2));
   EXPECT_THAT(SplitRows(4, 4), ElementsAre(1, 1, 1, 1));

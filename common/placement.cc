@@ -451,4 +451,20 @@ absl::StatusOr<Placement> CaughtUp(const Placement& placement, absl::string_view
   return next;
 }
 
+int CopiesMoving(const Placement& placement, absl::string_view address, bool off) {
+  const auto server = std::find_if(placement.servers().begin(), placement.servers().end(),
+                                   [&](const PlacedServer& s) { return s.address() == address; });
+  if (server == placement.servers().end()) return -1;
+  int moving = 0;
+  for (const PlacedUnit& unit : placement.units()) {
+    for (const PlacedCopy& copy : unit.copies()) {
+      if (off ? copy.has_replaces() && copy.replaces() == server->id()
+              : copy.catching_up() && copy.server() == server->id()) {
+        ++moving;
+      }
+    }
+  }
+  return moving;
+}
+
 }  // namespace fulcrum

@@ -109,6 +109,11 @@ absl::StatusOr<Placement> Draining(const Placement& placement, int32_t id);
 // up.
 absl::StatusOr<Placement> CaughtUp(const Placement& placement, absl::string_view key, int32_t id);
 
+// The copies still moving onto the server at `address` by `placement`
+// (catching up there), or, with `off`, off it (copies elsewhere that
+// replace its own); -1 when no server of the table has that address.
+int CopiesMoving(const Placement& placement, absl::string_view address, bool off);
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_COMMON_PLACEMENT_H_

@@ -239,6 +239,14 @@ TEST(PlacementTest, AServerThatJoinedEmptyIsBalancedLikeOneAddedBalanced) {
   }
   const Placement after = AllCaughtUp(*balanced);
   EXPECT_EQ(Balanced(after, 2)->epoch(), after.epoch());  // nothing left to move
+  int catching_up = 0;
+  for (const PlacedUnit& u : balanced->units()) {
+    for (const PlacedCopy& c : u.copies()) catching_up += c.catching_up() ? 1 : 0;
+  }
+  EXPECT_GT(catching_up, 0);
+  EXPECT_EQ(CopiesMoving(*balanced, "10.0.0.9:2222", /*off=*/false), catching_up);
+  EXPECT_EQ(CopiesMoving(after, "10.0.0.9:2222", /*off=*/false), 0);
+  EXPECT_EQ(CopiesMoving(*balanced, "10.0.0.5:2222", /*off=*/false), -1);
   EXPECT_EQ(Balanced(after, 7).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Balanced(*Draining(after, 2), 1).status().code(), absl::StatusCode::kOk);
   EXPECT_THAT(Balanced(*Draining(after, 2), 2).status().message(), HasSubstr("draining"));
@@ -259,6 +267,8 @@ TEST(PlacementTest, ADrainedServerHandsOverItsCopiesThenLeaves) {
     EXPECT_EQ(Holders(u)[0], was[0]);
     EXPECT_TRUE(u.copies(2).catching_up() && u.copies(2).replaces() == 0);
   }
+  EXPECT_EQ(CopiesMoving(*draining, "10.0.0.0:2222", /*off=*/true), 6);  // 9 units x 2 / 3
+  EXPECT_EQ(CopiesMoving(*draining, "10.0.0.0:2222", /*off=*/false), 0);
   const Placement after = AllCaughtUp(*draining);
   ASSERT_EQ(after.servers_size(), 2);
   for (const PlacedUnit& u : after.units()) {

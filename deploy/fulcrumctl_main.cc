@@ -37,6 +37,7 @@
 #include "common/consistency_mode.h"
 #include "common/file_system.h"
 #include "common/memory_size.h"
+#include "common/placement.h"
 #include "common/rpc/authorization.h"
 #include "common/rpc/credentials.h"
 #include "common/rpc/security_flags.h"
@@ -284,26 +285,6 @@ void Prepare(grpc::ClientContext* context) {
   if (!g_token.empty()) context->AddMetadata(kTokenMetadataKey, TokenMetadata(g_token));
 }
 
-// The copies still moving onto the server at `address` (off it, when
-// `drain`) by `table`; -1 when the server is not in it.
-int Moving(const Placement& table, const std::string& address, bool drain) {
-  int32_t id = -1;
-  for (const PlacedServer& server : table.servers()) {
-    if (server.address() == address) id = server.id();
-  }
-  if (id < 0) return -1;
-  int moving = 0;
-  for (const PlacedUnit& unit : table.units()) {
-    for (const PlacedCopy& copy : unit.copies()) {
-      moving += (drain ? copy.has_replaces() && copy.replaces() == id
-                       : copy.catching_up() && copy.server() == id)
-                    ? 1
-                    : 0;
-    }
-  }
-  return moving;
-}
-
 // add-server (`drain` false) and remove-server.
 int Rebalance(const std::string& address, bool drain) {
   const char* command = drain ? "remove-server" : "add-server";
@@ -349,7 +330,7 @@ int Rebalance(const std::string& address, bool drain) {
                 << asked.error_message() << "; asking again\n";
       continue;
     }
-    const int now = Moving(described.placement(), address, drain);
+    const int now = CopiesMoving(described.placement(), address, drain);
     if (now == left) continue;
     left = std::max(now, 0);
     std::cout << absl::StrFormat("  %d of %d moved (%s)\n", total - left, total,

@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/memory_size.h"
 #include "common/partitioner.h"
+#include "common/placement.h"
 #include "common/row_push.h"
 #include "common/tensor.h"
 
@@ -292,18 +293,7 @@ absl::StatusOr<RebalanceResponse> ParameterServer::Rebalance(const RebalanceRequ
   absl::StatusOr<Placement> table = coordination->Rebalance(request.drain());
   if (!table.ok()) return table.status();
   RebalanceResponse response;
-  int32_t id = -1;
-  for (const PlacedServer& server : table->servers()) {
-    if (server.address() == own_address_) id = server.id();
-  }
-  for (const PlacedUnit& unit : table->units()) {
-    for (const PlacedCopy& copy : unit.copies()) {
-      if (request.drain() ? copy.has_replaces() && copy.replaces() == id
-                          : copy.catching_up() && copy.server() == id) {
-        response.set_moving(response.moving() + 1);
-      }
-    }
-  }
+  response.set_moving(CopiesMoving(*table, own_address_, request.drain()));
   LOG_INFO("rebalance: {} {} cop{} {} this server (placement epoch {})",
            request.drain() ? "draining:" : "taking its share:", response.moving(),
            response.moving() == 1 ? "y" : "ies", request.drain() ? "off" : "onto", table->epoch());
@@ -449,11 +439,11 @@ bool ParameterServer::LacksOwnPrimaries() const {
   for (const PlacedUnit& unit : placement_.units()) {
     const auto primary = addresses.find(unit.copies(0).server());
     if (primary == addresses.end() || primary->second != own_address_) continue;
-    const size_t slash = unit.key().rfind('/');
-    if (slash == std::string::npos) continue;
+    std::string variable;
     int shard = 0;
-    if (!absl::SimpleAtoi(unit.key().substr(slash + 1), &shard)) continue;
-    if (!store_.Find(unit.key().substr(0, slash), shard).ok()) return true;
+    if (ParseShardKey(unit.key(), &variable, &shard) && !store_.Find(variable, shard).ok()) {
+      return true;
+    }
   }
   return false;
 }
