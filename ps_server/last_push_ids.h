@@ -15,11 +15,19 @@ class LastPushIds {
   // True when `worker` (>= 0, checked by the server) pushed `push_id`
   // last; else remembers it. A push_id of 0 is never seen.
   bool Seen(int worker, uint64_t push_id) {
-    if (push_id == 0) return false;
-    if (static_cast<size_t>(worker) >= ids_.size()) ids_.resize(worker + 1, 0);
-    if (ids_[worker] == push_id) return true;
-    ids_[worker] = push_id;
+    if (IsLast(worker, push_id)) return true;
+    Record(worker, push_id);
     return false;
+  }
+  // True when `worker` pushed `push_id` (not 0) last; remembers nothing.
+  bool IsLast(int worker, uint64_t push_id) const {
+    return push_id != 0 && static_cast<size_t>(worker) < ids_.size() && ids_[worker] == push_id;
+  }
+  // Remembers `push_id` (not 0) as `worker`'s last push.
+  void Record(int worker, uint64_t push_id) {
+    if (push_id == 0) return;
+    if (static_cast<size_t>(worker) >= ids_.size()) ids_.resize(worker + 1, 0);
+    ids_[worker] = push_id;
   }
 
   // Each worker's last push id, by worker id (0: none), as a copy of the

@@ -371,6 +371,7 @@ void Shard::ApplyAccumulatedLocked() {
   for (float& g : accumulated_) g *= scale;
   const FloatBytes mean = AsFloatBytes(accumulated_);
   ApplyLocked(absl::MakeConstSpan(&mean, 1), averaged, accumulated_from_);
+  for (const Taken& taken : accumulated_from_) last_push_ids_.Record(taken.worker, taken.push_id);
   accumulated_.clear();
   accumulated_from_.clear();
 }
@@ -381,9 +382,13 @@ absl::StatusOr<ShardPushResult> Shard::Accumulate(const ShardGradient& grad, int
   if (absl::Status s = CheckNotFromFutureLocked(grad.computed_at); !s.ok()) return s;
   const int64_t staleness = version_ - grad.computed_at;
   if (staleness > 0) return ResultLocked(ShardPushResult::STALE, staleness);
+  // A push is remembered once its step is applied, not when it is added:
+  // a snapshot of this shard (a copy that takes the primary's place) lacks
+  // the step being accumulated, so the pushes added to it must count as
+  // not taken there, and be taken when pushed again.
   if (std::any_of(accumulated_from_.begin(), accumulated_from_.end(),
                   [&](const Taken& t) { return t.worker == grad.worker; }) ||
-      last_push_ids_.Seen(grad.worker, grad.push_id)) {
+      last_push_ids_.IsLast(grad.worker, grad.push_id)) {
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
   const bool first = accumulated_.empty();

@@ -433,5 +433,35 @@ TEST(ShardReplicationTest, ASnapshotInPartsMakesACopyThatDiffersBitIdentical) {
               HasSubstr("is not one of its 45 floats"));
 }
 
+// A sync step being accumulated is not in a snapshot, and neither are the
+// pushes added to it: a copy that takes the primary's place (a move) takes
+// them when their workers push them again, and the step completes there.
+TEST(ShardReplicationTest, ASnapshotLeavesOutTheStepBeingAccumulatedAndItsPushes) {
+  Shard primary = MakeShard(1.0f);
+  Shard copy = MakeShard(1.0f);
+  copy.MakeBackup("primary:1");
+  Gradient first(0, 0, 0.5f, /*push_id=*/7);
+  ASSERT_EQ(primary.Accumulate(first.grad, 2)->outcome(), ShardPushResult::ACCUMULATED);
+  EXPECT_EQ(primary.Accumulate(first.grad, 2)->outcome(), ShardPushResult::DUPLICATE);
+  std::vector<ShardUpdate> parts;
+  primary.ForwardUpdates({[](ShardUpdate) {}, true,
+                          [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); },
+                          1 << 20});
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].snapshot().push_ids_size() > 0 ? parts[0].snapshot().push_ids(0) : 0u, 0u)
+      << "a push of the step being accumulated";
+  ASSERT_TRUE(copy.ApplyReplicated(parts[0], "primary:1").ok());
+  copy.Promote();
+  EXPECT_EQ(copy.Accumulate(first.grad, 2)->outcome(), ShardPushResult::ACCUMULATED);
+  Gradient second(1, 0, 1.5f, /*push_id=*/9);
+  EXPECT_EQ(copy.Accumulate(second.grad, 2)->outcome(), ShardPushResult::APPLIED);
+  EXPECT_EQ(copy.version(), 1);
+  // Once applied, a retry of either is DUPLICATE... or STALE, as its step
+  // has passed; never taken twice.
+  EXPECT_NE(copy.Accumulate(first.grad, 2)->outcome(), ShardPushResult::ACCUMULATED);
+  Gradient retried(0, 1, 0.5f, /*push_id=*/7);
+  EXPECT_EQ(copy.Accumulate(retried.grad, 2)->outcome(), ShardPushResult::DUPLICATE);
+}
+
 }  // namespace
 }  // namespace fulcrum
