@@ -46,6 +46,7 @@
 #include "common/cluster_spec.h"
 #include "common/etcd/local_etcd.h"
 #include "common/loopback.h"
+#include "common/rpc/credentials.h"
 #include "common/subprocess.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
@@ -98,7 +99,8 @@ ABSL_FLAG(bool, insecure, false,
           "--control_token_file).");
 ABSL_FLAG(std::string, tls_dir, "",
           "Mutual TLS from this directory of scripts/make_certs.sh's files: ca.pem, and ps, "
-          "chief and worker .pem and .key. Empty: a CA and certificates are made for this run "
+          "chief and worker .pem and .key (and etcd's, for the etcd of --replication >= 2). Empty: "
+          "a CA and certificates are made for this run "
           "in a temporary directory, removed when the launcher exits.");
 ABSL_FLAG(std::string, bin_dir, "",
           "Directory holding ps_server/ps_server and worker/worker; default: the bazel-bin "
@@ -323,9 +325,11 @@ std::map<std::string, std::vector<std::string>> InsecureFlags(std::string* made)
 
 // The security flags of each role ("ps", "chief", "worker"): InsecureFlags,
 // or mutual TLS from the files in --tls_dir, else in `made` (made with
-// scripts/make_certs.sh, from this program's runfiles). Empty on an error,
-// which is printed.
-std::map<std::string, std::vector<std::string>> SecurityFlags(std::string* made) {
+// scripts/make_certs.sh, from this program's runfiles), and then in `etcd`
+// the files the run's etcd serves with. Empty on an error, which is
+// printed.
+std::map<std::string, std::vector<std::string>> SecurityFlags(std::string* made,
+                                                              fulcrum::TlsFiles* etcd) {
   if (absl::GetFlag(FLAGS_insecure)) return InsecureFlags(made);
   const std::vector<std::string> roles = {"ps", "chief", "worker"};
   std::map<std::string, std::vector<std::string>> flags;
@@ -348,7 +352,7 @@ std::map<std::string, std::vector<std::string>> SecurityFlags(std::string* made)
       return {};
     }
     const std::string command =
-        absl::StrCat(script, " ", dir, " --roles ps,chief,worker,fulcrumctl > /dev/null");
+        absl::StrCat(script, " ", dir, " --roles ps,chief,worker,fulcrumctl,etcd > /dev/null");
     if (std::system(command.c_str()) != 0) {
       std::fprintf(stderr,
                    "local_cluster: making certificates with %s failed (its error is above); "
@@ -366,6 +370,7 @@ std::map<std::string, std::vector<std::string>> SecurityFlags(std::string* made)
                    absl::StrCat("--tls_key=", dir, "/", role, ".key"),
                    absl::StrCat("--tls_ca=", dir, "/ca.pem")};
   }
+  *etcd = {dir + "/etcd.pem", dir + "/etcd.key", dir + "/ca.pem"};
   return flags;
 }
 
@@ -401,7 +406,8 @@ int Run(const std::vector<std::string>& worker_args) {
   const auto remove_run_dir = absl::MakeCleanup([&] {
     if (!run_dir.empty()) std::filesystem::remove_all(run_dir);
   });
-  std::map<std::string, std::vector<std::string>> security = SecurityFlags(&run_dir);
+  fulcrum::TlsFiles etcd_tls;  // plaintext with --insecure
+  std::map<std::string, std::vector<std::string>> security = SecurityFlags(&run_dir, &etcd_tls);
   if (security.empty()) return 1;
   const std::string mode = all_reduce ? "sync" : absl::GetFlag(FLAGS_mode);
   // The all-reduce strategies are synchronous, and take no mode flags.
@@ -436,16 +442,25 @@ int Run(const std::vector<std::string>& worker_args) {
       etcd_dir.clear();
       return 1;
     }
+    if (etcd_tls.enabled() &&
+        (access(etcd_tls.cert.c_str(), R_OK) != 0 || access(etcd_tls.key.c_str(), R_OK) != 0)) {
+      std::fprintf(stderr,
+                   "local_cluster: --replication=%d runs an etcd over mutual TLS with etcd.pem "
+                   "and etcd.key of --tls_dir, and %s is not readable (scripts/make_certs.sh "
+                   "DIR --roles etcd makes them with the same CA)\n",
+                   replication, etcd_tls.cert.c_str());
+      return 1;
+    }
     absl::StatusOr<std::unique_ptr<fulcrum::LocalEtcd>> started =
-        fulcrum::LocalEtcd::Start(etcd_dir);
+        fulcrum::LocalEtcd::Start(etcd_dir, etcd_tls);
     if (!started.ok()) {
       std::fprintf(stderr, "local_cluster: --replication=%d: %s\n", replication,
                    std::string(started.status().message()).c_str());
       return 1;
     }
     etcd = *std::move(started);
-    std::printf("[launcher] etcd on %s coordinates the replicated shards\n",
-                etcd->endpoint().c_str());
+    std::printf("[launcher] etcd on %s (%s) coordinates the replicated shards\n",
+                etcd->endpoint().c_str(), etcd_tls.enabled() ? "mutual TLS" : "plaintext");
     ps_flags.push_back(absl::StrCat("--replication=", replication));
     ps_flags.push_back("--etcd=" + etcd->endpoint());
   }

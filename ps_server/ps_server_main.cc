@@ -97,7 +97,10 @@ ABSL_FLAG(std::string, etcd, "",
           "shards' backups take over (--replication >= 2), with no restart; shards move between "
           "servers with fulcrumctl add-server and remove-server (any --replication). Give every "
           "server of the job the same etcd and --etcd_prefix; one not reachable yet is asked "
-          "again for a minute. \"\": none (copies stay where the chief placed them).");
+          "again for a minute. The server talks to it as to its peers: mutual TLS with its "
+          "--tls_* files (etcd must present a certificate of the job's CA and require clients "
+          "to, as docs/replication.md shows), plaintext only with --insecure. \"\": none (copies "
+          "stay where the chief placed them).");
 ABSL_FLAG(std::string, etcd_prefix, "/fulcrum/job/",
           "The job's keys in etcd (one prefix per job, ending with '/'): <prefix>servers/<address> "
           "and <prefix>placement, the placement table.");
@@ -267,8 +270,8 @@ int Run() {
     absl::StatusOr<std::unique_ptr<Membership>> joined;
     for (;;) {
       joined = Membership::Join(
-          std::make_unique<Etcd>(config->etcd_endpoint(), grpc::InsecureChannelCredentials()),
-          options, [&ps](const Placement& table) { ps.ApplyPlacement(table); });
+          std::make_unique<Etcd>(config->etcd_endpoint(), MakeChannelCredentials(*tls)), options,
+          [&ps](const Placement& table) { ps.ApplyPlacement(table); });
       const absl::StatusCode code = joined.status().code();
       if (joined.ok() || absl::Now() > patience ||
           (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded)) {

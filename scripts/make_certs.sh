@@ -6,7 +6,7 @@
 #                             [--owner UID]
 #
 # DIR gets ca.pem and ca.key, and <role>.pem and <role>.key for each role
-# (default: chief, worker, ps, fulcrumctl). A role's certificate names it
+# (default: chief, worker, ps, fulcrumctl, etcd). A role's certificate names it
 # as its subject's common name and as a URI SAN, fulcrum://<role>; its DNS
 # and IP SANs are localhost, 127.0.0.1 and the --hosts (the names peers
 # dial: service names in docker-compose or Kubernetes), so that clients can
@@ -26,7 +26,7 @@ case "${1:-}" in '' | -h | --help | -*) usage ;; esac
 dir=$1
 shift
 hosts=""
-roles="chief,worker,ps,fulcrumctl"
+roles="chief,worker,ps,fulcrumctl,etcd"
 days=365
 owner=""
 while [ $# -gt 0 ]; do

@@ -62,7 +62,7 @@ logged() { grep -c -- "$2" <(docker logs "$1" 2>&1) >/dev/null; }
 FULCRUM_CERTS=$(mktemp -d /var/tmp/fulcrum-certs.XXXXXX)
 export FULCRUM_CERTS
 scripts/make_certs.sh "$FULCRUM_CERTS" --owner 10001 \
-  --hosts ps-0,ps-1,ps-2,chief,worker-0,worker-1 > /dev/null
+  --hosts ps-0,ps-1,ps-2,chief,worker-0,worker-1,etcd > /dev/null
 
 started_engine=""
 cleanup() {

@@ -96,7 +96,7 @@ fi
 # kustomization.yaml lists them all, and a broken one fails.
 validate=/opt/fulcrum-tools/venv/bin/kubernetes-validate
 k8s=$root/deploy/k8s
-for dir in "$k8s" "$k8s/all-reduce"; do  # the base, and the all-reduce variant
+for dir in "$k8s/base" "$k8s/all-reduce" "$k8s/replicated"; do  # the base, and the variants
   manifests=()
   for path in "$dir"/*.yaml; do
     [ "${path##*/}" = kustomization.yaml ] || manifests+=("${path##*/}")
@@ -108,9 +108,25 @@ for dir in "$k8s" "$k8s/all-reduce"; do  # the base, and the all-reduce variant
       fail "$dir/kustomization.yaml misses $manifest"
   done
 done
-sed 's/completions: 2/completions: two/' "$k8s/worker-job.yaml" > "$tmp/broken-job.yaml"
+sed 's/completions: 2/completions: two/' "$k8s/base/worker-job.yaml" > "$tmp/broken-job.yaml"
 if "$validate" --strict --quiet "$tmp/broken-job.yaml" >/dev/null 2>&1; then
   fail "a broken manifest validated"
+fi
+
+# Each kustomization builds (kustomize, in kubectl, where it is installed:
+# Debian 12 packages no kubectl), and the replicated variant runs three
+# servers with two copies of each shard, coordinated by its etcd over TLS.
+if command -v kubectl > /dev/null; then
+  cp -rL "$k8s" "$tmp/k8s"  # kustomize does not follow the runfiles' links
+  for dir in "" /all-reduce /replicated; do
+    kubectl kustomize "$tmp/k8s$dir" > "$tmp/built.yaml" || fail "kustomize cannot build k8s$dir"
+  done
+  for expected in 'completions: 3' '--replication=2' '--etcd=fulcrum-etcd:2379' \
+    'fulcrum-ps-2.fulcrum-ps:2222' '--client-cert-auth' 'secretName: fulcrum-tls-etcd'; do
+    grep -q -- "$expected" "$tmp/built.yaml" || fail "the replicated variant lacks $expected"
+  done
+else
+  echo "kubectl not installed: the kustomize builds were not checked"
 fi
 
 if ((failures)); then exit 1; fi

@@ -13,8 +13,8 @@
 # copies of them, and the job goes on; once the network heals it finds its
 # lease gone and joins the table again (holding nothing: the two others hold
 # both copies of everything by then). Every connection to a server or worker is
-# mutual TLS, with certificates naming the hosts' addresses (etcd's is
-# plaintext). Needs root. Every namespace is removed at the end.
+# mutual TLS, with certificates naming the hosts' addresses, etcd's too.
+# Needs root. Every namespace is removed at the end.
 set -euo pipefail
 root=${TEST_SRCDIR}/${TEST_WORKSPACE}
 ps_server=$root/ps_server/ps_server
@@ -48,8 +48,8 @@ for h in "${hosts[@]}"; do
 done
 
 certs=$tmp/certs
-"$root/scripts/make_certs.sh" "$certs" --roles ps,chief,worker \
-  --hosts "${address[ps0]},${address[ps1]},${address[w0]},${address[w1]},${address[ps2]}" \
+"$root/scripts/make_certs.sh" "$certs" --roles ps,chief,worker,etcd \
+  --hosts "${address[ps0]},${address[ps1]},${address[w0]},${address[w1]},${address[ps2]},${address[etcd]}" \
   > /dev/null
 tls() { echo "--tls_cert=$certs/$1.pem --tls_key=$certs/$1.key --tls_ca=$certs/ca.pem"; }
 
@@ -178,9 +178,11 @@ echo "all-reduce across hosts went on without a partitioned worker and took it b
 # from every host for 10 s, five times its 2 s lease.
 pids=()
 on etcd etcd --name=multihost --data-dir="$tmp/etcd" \
-  --listen-client-urls="http://${address[etcd]}:2379" \
-  --advertise-client-urls="http://${address[etcd]}:2379" \
-  --listen-peer-urls="http://127.0.0.1:2380" > "$tmp/etcd.log" 2>&1 &
+  --listen-client-urls="https://${address[etcd]}:2379" \
+  --advertise-client-urls="https://${address[etcd]}:2379" \
+  --listen-peer-urls="http://127.0.0.1:2380" --cert-file="$certs/etcd.pem" \
+  --key-file="$certs/etcd.key" --client-cert-auth --trusted-ca-file="$certs/ca.pem" \
+  > "$tmp/etcd.log" 2>&1 &
 pids+=($!)
 r_ps_hosts=${address[ps0]}:2222,${address[ps1]}:2222,${address[ps2]}:2222
 r_server() {  # INDEX HOST

@@ -277,7 +277,7 @@ std::vector<std::unique_ptr<ChildProcess>> ReplicationClusterTest::StartCoordina
     std::vector<std::string>* addresses, int replication) {
   std::string dir = ::testing::TempDir() + "/etcd-XXXXXX";
   EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  absl::StatusOr<std::unique_ptr<LocalEtcd>> etcd = LocalEtcd::Start(dir);
+  absl::StatusOr<std::unique_ptr<LocalEtcd>> etcd = LocalEtcd::Start(dir, Tls("etcd"));
   if (!etcd.ok()) {
     ADD_FAILURE() << etcd.status();
     return {};

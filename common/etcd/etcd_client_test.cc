@@ -4,6 +4,7 @@
 #include <grpcpp/security/credentials.h>
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/etcd/local_etcd.h"
 #include "common/loopback.h"
+#include "common/rpc/credentials.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -160,9 +162,46 @@ TEST(EtcdUnreachableTest, CallsFailNamingTheEndpointWithinTheirTimeout) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
+// Certificates of a job's CA (scripts/make_certs.sh) in a new directory.
+std::string MakeCerts(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/" + name + "-XXXXXX";
+  EXPECT_NE(mkdtemp(dir.data()), nullptr);
+  const std::string command = "scripts/make_certs.sh " + dir + " > /dev/null";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  return dir;
+}
+
+TlsFiles Role(const std::string& dir, const std::string& role) {
+  return {dir + "/" + role + ".pem", dir + "/" + role + ".key", dir + "/ca.pem"};
+}
+
+// An etcd over mutual TLS takes the clients whose certificate its CA
+// signed, and no other: not plaintext, not another job's certificate.
+TEST(LocalEtcdTest, OverTlsItTakesOnlyClientsOfItsCa) {
+  const std::string certs = MakeCerts("certs");
+  const std::string other = MakeCerts("other");
+  std::string dir = ::testing::TempDir() + "/etcd-tls-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  absl::StatusOr<std::unique_ptr<LocalEtcd>> started = LocalEtcd::Start(dir, Role(certs, "etcd"));
+  ASSERT_TRUE(started.ok()) << started.status();
+  const std::string endpoint = (*started)->endpoint();
+
+  Etcd ps(endpoint, MakeChannelCredentials(Role(certs, "ps")), absl::Seconds(5));
+  ASSERT_TRUE(ps.Put("/job/k", "v").ok());
+  absl::StatusOr<EtcdValue> read = ps.Get("/job/k");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->value, "v");
+
+  Etcd plaintext(endpoint, grpc::InsecureChannelCredentials(), absl::Seconds(2));
+  EXPECT_EQ(plaintext.Put("/job/k", "plaintext").status().code(), absl::StatusCode::kUnavailable);
+  Etcd stranger(endpoint, MakeChannelCredentials(Role(other, "ps")), absl::Seconds(2));
+  EXPECT_EQ(stranger.Put("/job/k", "stranger").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ps.Get("/job/k")->value, "v");
+}
+
 TEST(LocalEtcdTest, AMissingProgramIsNamedWithItsPackage) {
   absl::StatusOr<std::unique_ptr<LocalEtcd>> started =
-      LocalEtcd::Start(::testing::TempDir() + "/none", "/nonexistent/etcd");
+      LocalEtcd::Start(::testing::TempDir() + "/none", {}, "/nonexistent/etcd");
   EXPECT_EQ(started.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(started.status().message(), HasSubstr("etcd-server"));
 }

@@ -1,6 +1,5 @@
 #include "common/etcd/local_etcd.h"
 
-#include <grpcpp/security/credentials.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,6 +27,7 @@ bool OnPath(const std::string& binary) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& data_dir,
+                                                            const TlsFiles& tls,
                                                             const std::string& binary,
                                                             absl::Duration timeout) {
   if (!OnPath(binary)) {
@@ -38,20 +38,33 @@ absl::StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::Start(const std::string& d
   if (ports[0] == 0 || ports[1] == 0) {
     return absl::UnavailableError("no free ports on 127.0.0.1 for etcd");
   }
-  const std::string client = absl::StrCat("http://127.0.0.1:", ports[0]);
+  const std::string client =
+      absl::StrCat(tls.enabled() ? "https" : "http", "://127.0.0.1:", ports[0]);
+  // One member: its peer port takes no peer, and stays plaintext on loopback.
   const std::string peer = absl::StrCat("http://127.0.0.1:", ports[1]);
-  auto process = std::make_unique<Subprocess>(std::vector<std::string>{
-      binary, "--name=fulcrum", "--data-dir=" + data_dir, "--listen-client-urls=" + client,
-      "--advertise-client-urls=" + client, "--listen-peer-urls=" + peer,
-      "--initial-advertise-peer-urls=" + peer, "--initial-cluster=fulcrum=" + peer, "--logger=zap",
-      "--log-outputs=stderr", "--log-level=error"});
+  std::vector<std::string> argv = {binary,
+                                   "--name=fulcrum",
+                                   "--data-dir=" + data_dir,
+                                   "--listen-client-urls=" + client,
+                                   "--advertise-client-urls=" + client,
+                                   "--listen-peer-urls=" + peer,
+                                   "--initial-advertise-peer-urls=" + peer,
+                                   "--initial-cluster=fulcrum=" + peer,
+                                   "--logger=zap",
+                                   "--log-outputs=stderr",
+                                   "--log-level=error"};
+  if (tls.enabled()) {
+    argv.insert(argv.end(), {"--cert-file=" + tls.cert, "--key-file=" + tls.key,
+                             "--client-cert-auth", "--trusted-ca-file=" + tls.ca});
+  }
+  auto process = std::make_unique<Subprocess>(argv);
   const std::string endpoint = absl::StrCat("127.0.0.1:", ports[0]);
   std::vector<std::string> output;
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline && !process->Poll().has_value()) {
     // A new connection each time: one made before etcd serves can hang
     // in its handshake long after etcd is up.
-    Etcd etcd(endpoint, grpc::InsecureChannelCredentials(), absl::Milliseconds(500));
+    Etcd etcd(endpoint, MakeChannelCredentials(tls), absl::Milliseconds(500));
     const absl::Status probe = etcd.Get("/fulcrum-probe").status();
     if (probe.ok() || absl::IsNotFound(probe)) {
       return std::unique_ptr<LocalEtcd>(new LocalEtcd(endpoint, std::move(process)));
