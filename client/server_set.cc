@@ -449,18 +449,56 @@ absl::StatusOr<std::vector<DescribeResponse>> ServerSet::Describe() {
 absl::StatusOr<std::vector<SaveCheckpointResponse>> ServerSet::SaveCheckpoint(int64_t step) {
   SaveCheckpointRequest request;
   request.set_step(step);
-  const std::vector<bool> involved = NotLeft();
-  std::vector<SaveCheckpointResponse> responses(involved.size());
-  absl::Status status = ForEachServer(involved, "checkpoint", [&](int ps, absl::Time deadline) {
-    return Keep(server(ps).SaveCheckpoint(request, deadline), &responses[ps]);
-  });
-  if (!status.ok()) return status;
-  // The files written: none by a server that left.
-  std::vector<SaveCheckpointResponse> written;
-  for (size_t ps = 0; ps < involved.size(); ++ps) {
-    if (involved[ps] && !Left(static_cast<int>(ps))) written.push_back(std::move(responses[ps]));
+  // Each server writes the primaries its placement table places on it,
+  // and names the table: files written by one table, the newest this
+  // client knows (so that every server it names was asked), hold each
+  // shard once. Shards that move or fail over meanwhile make the servers
+  // write by different tables; then they write again, by the newest. A
+  // client that did not follow the table yet (fulcrumctl) follows it once
+  // the servers name one.
+  constexpr int kTries = 10;
+  for (int attempt = 1;; ++attempt) {
+    int64_t newest = 0;
+    if (following_) {
+      RefreshPlacement(absl::Now() + options_.call_timeout);
+      const Placement table = placement();
+      newest = table.epoch();
+      for (const PlacedServer& placed : table.servers()) Add(placed.address());
+    }
+    const std::vector<bool> involved = NotLeft();
+    std::vector<SaveCheckpointResponse> responses(involved.size());
+    absl::Status status = ForEachServer(involved, "checkpoint", [&](int ps, absl::Time deadline) {
+      return Keep(server(ps).SaveCheckpoint(request, deadline), &responses[ps]);
+    });
+    if (!status.ok()) return status;
+    // The files written: none by a server that left.
+    std::vector<SaveCheckpointResponse> written;
+    std::set<int64_t> epochs;
+    for (size_t ps = 0; ps < involved.size(); ++ps) {
+      if (!involved[ps] || Left(static_cast<int>(ps))) continue;
+      epochs.insert(responses[ps].placement_epoch());
+      written.push_back(std::move(responses[ps]));
+    }
+    if (epochs == std::set<int64_t>{0} || (epochs.size() == 1 && *epochs.begin() == newest)) {
+      return written;
+    }
+    if (!following_) {  // now it knows that the servers hold a table
+      FollowPlacement();
+      continue;
+    }
+    const std::string seen = absl::StrJoin(epochs, ", ");
+    if (attempt >= kTries) {
+      return absl::UnavailableError(
+          absl::StrCat("checkpoint ", step, ": in each of ", kTries,
+                       " tries the servers wrote it by different placement tables (epochs ", seen,
+                       ", the newest ", newest, "): shards kept moving; take it once they moved"));
+    }
+    LOG_WARN(
+        "checkpoint {}: the servers wrote it by placement tables {} (the newest {}): shards "
+        "moved meanwhile; writing it again",
+        step, seen, newest);
+    absl::SleepFor(absl::Milliseconds(100) * attempt);
   }
-  return written;
 }
 
 absl::Status ServerSet::JobDone(const std::string& reason) {

@@ -434,16 +434,30 @@ absl::StatusOr<ReplicateResponse> ParameterServer::Replicate(const ReplicateRequ
 }
 
 bool ParameterServer::LacksOwnPrimaries() const {
-  absl::MutexLock lock(&placement_mu_);
+  std::set<std::string> primaries;
+  {
+    absl::MutexLock lock(&placement_mu_);
+    primaries = PrimariesHereLocked();
+  }
+  std::string variable;
+  int shard = 0;
+  return FirstMissing(primaries, &variable, &shard);
+}
+
+std::set<std::string> ParameterServer::PrimariesHereLocked() const {
+  std::set<std::string> keys;
   const std::map<int32_t, std::string> addresses = ServerAddresses(placement_);
   for (const PlacedUnit& unit : placement_.units()) {
     const auto primary = addresses.find(unit.copies(0).server());
-    if (primary == addresses.end() || primary->second != own_address_) continue;
-    std::string variable;
-    int shard = 0;
-    if (ParseShardKey(unit.key(), &variable, &shard) && !store_.Find(variable, shard).ok()) {
-      return true;
-    }
+    if (primary != addresses.end() && primary->second == own_address_) keys.insert(unit.key());
+  }
+  return keys;
+}
+
+bool ParameterServer::FirstMissing(const std::set<std::string>& keys, std::string* variable,
+                                   int* shard) const {
+  for (const std::string& key : keys) {
+    if (ParseShardKey(key, variable, shard) && !store_.Find(*variable, *shard).ok()) return true;
   }
   return false;
 }
@@ -952,7 +966,28 @@ DescribeResponse ParameterServer::Describe() const {
 
 absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpoint(
     const SaveCheckpointRequest& request) {
-  return checkpoints_.Save(request.step());
+  std::set<std::string> primaries;
+  int64_t epoch = 0;
+  {
+    absl::MutexLock lock(&placement_mu_);
+    epoch = placement_.epoch();
+    primaries = PrimariesHereLocked();
+  }
+  if (epoch == 0) return checkpoints_.Save(request.step());
+  std::string variable;
+  int shard = 0;
+  if (FirstMissing(primaries, &variable, &shard)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", request.step(), ": by placement table epoch ", epoch,
+        " this server is the primary of variable '", variable, "' shard ", shard,
+        ", which it lacks (it restarted, and its clients have not created it again yet)"));
+  }
+  absl::StatusOr<SaveCheckpointResponse> saved =
+      checkpoints_.Save(request.step(), [&](const Shard& shard) {
+        return primaries.count(ShardKey(shard.spec().variable().name(), shard.spec().shard())) > 0;
+      });
+  if (saved.ok()) saved->set_placement_epoch(epoch);
+  return saved;
 }
 
 absl::Status ParameterServer::SaveFinalCheckpoint() { return checkpoints_.SaveFinal(); }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -110,9 +111,16 @@ class ParameterServer {
   // once they all have it.
   absl::StatusOr<CreateShardsResponse> CreateShards(const CreateShardsRequest& request);
 
-  // Writes every shard, with slots and versions, to
-  // <checkpoint_dir>/ckpt-<step>/ps-<i>-of-<n>.ckpt atomically.
-  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request);
+  // Writes every shard it is the primary of, with slots and versions, to
+  // <checkpoint_dir>/ckpt-<step>/ps-<i>-of-<n>.ckpt atomically. Under a
+  // placement table, the shards that table (as this server holds it when
+  // the call starts) makes this server the primary of, whatever their copy
+  // here is by then, and the response names its epoch: files written by
+  // one table hold each shard once, though shards moved meanwhile.
+  // FAILED_PRECONDITION naming a shard the table places here that this
+  // server lacks (it restarted, and its clients have not made it again).
+  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request)
+      ABSL_LOCKS_EXCLUDED(placement_mu_);
 
   // At shutdown: writes this server's own checkpoint,
   // <checkpoint_dir>/final-ps-<i>-of-<n>.ckpt. When this server restarts
@@ -296,6 +304,12 @@ class ParameterServer {
   // Whether the placement table makes this server the primary of a shard
   // it does not hold (it restarted, with the only copy: --replication=1).
   bool LacksOwnPrimaries() const ABSL_LOCKS_EXCLUDED(placement_mu_);
+  // The units (shard keys) the placement table makes this server the
+  // primary of.
+  std::set<std::string> PrimariesHereLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(placement_mu_);
+  // The first of `keys` whose shard this server lacks, as variable and
+  // shard; false when it holds them all.
+  bool FirstMissing(const std::set<std::string>& keys, std::string* variable, int* shard) const;
   // OK when the placement table puts a backup copy of `variable`'s
   // `shard` here, of `primary`; else FAILED_PRECONDITION saying so.
   absl::Status CheckCopyHere(const std::string& variable, int shard,

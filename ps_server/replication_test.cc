@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -282,6 +283,90 @@ TEST_P(ReplicationTest, DescribeNamesEachCopyAndACheckpointHoldsEachShardOnce) {
   ASSERT_TRUE(by_primary.ok() && by_backup.ok());
   EXPECT_EQ(by_primary->shards(), 2);
   EXPECT_EQ(by_backup->shards(), 0);  // its copies are the primary's
+}
+
+// Table `epoch` of the two servers (ids 0: kPrimary, 1: kBackup) with two
+// copies of Shards(2); `moved`: shard 1's primary is the backup's server.
+Placement TwoShardTable(int64_t epoch, bool moved) {
+  Placement table;
+  table.set_epoch(epoch);
+  table.set_replication(2);
+  table.set_next_server_id(2);
+  for (const char* address : {kPrimary, kBackup}) {
+    PlacedServer* server = table.add_servers();
+    server->set_id(table.servers_size() - 1);
+    server->set_address(address);
+  }
+  for (int shard = 0; shard < 2; ++shard) {
+    PlacedUnit* unit = table.add_units();
+    unit->set_key(ShardKey("w", shard));
+    const bool swapped = moved && shard == 1;
+    unit->add_copies()->set_server(swapped ? 1 : 0);
+    unit->add_copies()->set_server(swapped ? 0 : 1);
+  }
+  return table;
+}
+
+// Under a placement table, each server writes the primaries its table
+// places on it, whatever its copies are by then, and names the table: two
+// servers that hold different tables (a shard moved between them, and one
+// has not heard yet) say so, and once they hold the same one their files
+// hold each shard once. A primary the table places on a server that lacks
+// it (restarted) fails the checkpoint there, naming it.
+TEST(ReplicationCheckpointTest, EachServerWritesThePrimariesOfItsTableAndNamesIt) {
+  std::string dir = ::testing::TempDir() + "/ckpt-table-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
+  std::atomic<int> calls{0};
+  ParameterServer* to_first = nullptr;
+  ParameterServer* to_second = nullptr;
+  PsServerConfig config = Config(ASYNC, 1);
+  config.set_checkpoint_dir(dir);
+  ParameterServer first(config, absl::Now, [&](const std::string&) {
+    return std::make_unique<DirectLink>(to_second, nullptr, &calls);
+  });
+  config.mutable_cluster()->mutable_task()->set_index(1);
+  ParameterServer second(config, absl::Now, [&](const std::string&) {
+    return std::make_unique<DirectLink>(to_first, nullptr, &calls);
+  });
+  to_first = &first;
+  to_second = &second;
+  first.ServeAt(kPrimary);
+  second.ServeAt(kBackup);
+  ASSERT_TRUE(first.EnableCheckpoints(fs.get()).ok());
+  ASSERT_TRUE(second.EnableCheckpoints(fs.get()).ok());
+  ASSERT_TRUE(CreateOnBoth(second, first, 2).ok());
+  const Placement before = TwoShardTable(1, false);
+  const Placement after = TwoShardTable(2, true);
+  first.ApplyPlacement(before);
+  second.ApplyPlacement(before);
+  SaveCheckpointRequest save;
+  auto written = [&](ParameterServer& ps, int64_t step) {
+    save.set_step(step);
+    absl::StatusOr<SaveCheckpointResponse> saved = ps.SaveCheckpoint(save);
+    EXPECT_TRUE(saved.ok()) << saved.status();
+    return saved.ok() ? std::make_pair(saved->shards(), saved->placement_epoch())
+                      : std::make_pair(-1, int64_t{-1});
+  };
+  EXPECT_EQ(written(first, 1), std::make_pair(2, int64_t{1}));
+  EXPECT_EQ(written(second, 1), std::make_pair(0, int64_t{1}));
+  // Shard 1 moved to the second server, which heard first: by their
+  // tables both write it, and their answers tell the client so.
+  second.ApplyPlacement(after);
+  EXPECT_EQ(written(first, 2), std::make_pair(2, int64_t{1}));
+  EXPECT_EQ(written(second, 2), std::make_pair(1, int64_t{2}));
+  first.ApplyPlacement(after);
+  EXPECT_EQ(written(first, 3), std::make_pair(1, int64_t{2}));
+  EXPECT_EQ(written(second, 3), std::make_pair(1, int64_t{2}));
+
+  Placement lacking = TwoShardTable(3, true);
+  PlacedUnit* unknown = lacking.add_units();
+  unknown->set_key(ShardKey("w", 2));
+  unknown->add_copies()->set_server(1);
+  second.ApplyPlacement(lacking);
+  save.set_step(4);
+  EXPECT_THAT(second.SaveCheckpoint(save).status().message(),
+              HasSubstr("primary of variable 'w' shard 2, which it lacks"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicationTest, ::testing::Values(ASYNC, SYNC, SSP),

@@ -93,10 +93,11 @@ absl::StatusOr<int64_t> ServerCheckpoints::RestoreTable(EmbeddingTable& table) c
   return parts;
 }
 
-absl::Status ServerCheckpoints::AddStore(CheckpointFileWriter& writer) const {
+absl::Status ServerCheckpoints::AddStore(CheckpointFileWriter& writer,
+                                         const ShardFilter& writes) const {
   for (const Shard* shard : store_.All()) {
     // Each shard once: a backup's values are its primary's.
-    if (shard->IsBackup()) continue;
+    if (writes ? !writes(*shard) : shard->IsBackup()) continue;
     if (absl::Status s = shard->WriteCheckpoint(writer); !s.ok()) return s;
   }
   for (const EmbeddingTable* table : store_.AllTables()) {
@@ -105,14 +106,16 @@ absl::Status ServerCheckpoints::AddStore(CheckpointFileWriter& writer) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SaveCheckpointResponse> ServerCheckpoints::Save(int64_t step) const {
+absl::StatusOr<SaveCheckpointResponse> ServerCheckpoints::Save(int64_t step,
+                                                               const ShardFilter& writes) const {
   if (fs_ == nullptr) {
     return absl::FailedPreconditionError("this parameter server has no --checkpoint_dir");
   }
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", step, " < 0"));
   const absl::Time start = absl::Now();
-  auto saved = SaveServerFile(*fs_, config_.checkpoint_dir(), step, index(), num_ps(),
-                              [this](CheckpointFileWriter& writer) { return AddStore(writer); });
+  auto saved =
+      SaveServerFile(*fs_, config_.checkpoint_dir(), step, index(), num_ps(),
+                     [&](CheckpointFileWriter& writer) { return AddStore(writer, writes); });
   if (!saved.ok()) {
     LOG_ERROR("checkpoint {} failed: {}", CheckpointDirName(step), saved.status().message());
     return saved.status();

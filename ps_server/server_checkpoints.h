@@ -10,6 +10,7 @@
 #define FULCRUM_PS_SERVER_SERVER_CHECKPOINTS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -48,11 +49,12 @@ class ServerCheckpoints {
   // The step restored from; -1: none.
   int64_t restored_step() const { return restored_step_; }
 
-  // Writes every shard (but backup copies: each shard once, by its
-  // primary) and table, with slots and versions, to
-  // <checkpoint_dir>/ckpt-<step>/ps-<i>-of-<n>.ckpt atomically.
-  // FAILED_PRECONDITION when not enabled.
-  absl::StatusOr<SaveCheckpointResponse> Save(int64_t step) const;
+  // Writes every shard that `writes` takes (default: all but backup
+  // copies: each shard once, by its primary) and every table, with slots
+  // and versions, to <checkpoint_dir>/ckpt-<step>/ps-<i>-of-<n>.ckpt
+  // atomically. FAILED_PRECONDITION when not enabled.
+  using ShardFilter = std::function<bool(const Shard& shard)>;
+  absl::StatusOr<SaveCheckpointResponse> Save(int64_t step, const ShardFilter& writes = {}) const;
 
   // Writes this server's final file, <checkpoint_dir>/final-ps-<i>-of-<n>.ckpt.
   // When this server restarts with the same placement, it restores its
@@ -63,8 +65,9 @@ class ServerCheckpoints {
  private:
   int index() const { return config_.cluster().task().index(); }
   int num_ps() const { return config_.cluster().cluster().ps_size(); }
-  // Adds every shard and table of the store to `writer`.
-  absl::Status AddStore(CheckpointFileWriter& writer) const;
+  // Adds every shard `writes` takes (all but backups by default) and every
+  // table of the store to `writer`.
+  absl::Status AddStore(CheckpointFileWriter& writer, const ShardFilter& writes = {}) const;
 
   const PsServerConfig& config_;
   const VariableStore& store_;

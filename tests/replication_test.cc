@@ -19,6 +19,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/etcd/local_etcd.h"
 #include "common/rpc/credentials.h"
@@ -97,7 +98,8 @@ class ReplicationClusterTest : public ::testing::Test {
   }
   // Three servers of a job of `workers` in `mode` with two copies of each
   // shard, coordinated through an etcd of the test's own under `prefix`
-  // with 1 s leases; `flags` are theirs.
+  // with 1 s leases, checkpointing to checkpoints_ when it is set;
+  // `flags` are theirs.
   std::vector<std::unique_ptr<ChildProcess>> StartCoordinated(ConsistencyMode mode, int workers,
                                                               const std::string& prefix,
                                                               std::vector<std::string>* flags,
@@ -145,6 +147,7 @@ class ReplicationClusterTest : public ::testing::Test {
   }
 
   std::string certs_;
+  std::string checkpoints_;  // the servers' --checkpoint_dir; "": none
   std::unique_ptr<LocalEtcd> etcd_;
 };
 
@@ -292,6 +295,7 @@ std::vector<std::unique_ptr<ChildProcess>> ReplicationClusterTest::StartCoordina
                  // primary held completes only because they are pushed
                  // again, not because their workers are presumed dead.
                  "--lease_timeout_ms=300000"});
+  if (!checkpoints_.empty()) flags->push_back("--checkpoint_dir=" + checkpoints_);
   auto servers =
       StartServers(3, std::vector<std::vector<std::string>>(3, *flags), addresses, workers);
   for (size_t i = 0; i < servers.size(); ++i) {
@@ -506,9 +510,14 @@ TEST_F(ReplicationClusterTest, AServerKilledForGoodKeepsSspClocksAndItsBound) {
 // server too), and no push is lost or applied twice: every element ends
 // at exactly minus its worker's acknowledged pushes (a quarter in sync), and in
 // ssp no pull misses a push its bound requires.
+// Meanwhile the operator takes checkpoints (fulcrumctl checkpoint, given
+// the first three servers) as the shards move: each holds every shard
+// once (fulcrumctl export reads it whole).
 void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode, int replication) {
   std::vector<std::string> flags;
   std::vector<std::string> addresses;
+  checkpoints_ = ::testing::TempDir() + "/checkpoints-XXXXXX";
+  ASSERT_NE(mkdtemp(checkpoints_.data()), nullptr);
   auto servers =
       StartCoordinated(mode, Pushers::kWorkers, "/membership/", &flags, &addresses, replication);
   ASSERT_FALSE(HasFailure());
@@ -521,6 +530,17 @@ void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode, int repli
   auto fourth = StartServer(3, 4, Pushers::kWorkers, flags, 0, &added);
   ASSERT_FALSE(added.empty());
   ASSERT_TRUE(fourth->WaitForLine("coordinated through etcd", absl::Seconds(30)));
+  std::atomic<bool> moving{true};
+  std::vector<int> checkpointed;  // the steps written, complete
+  std::thread checkpointer([&] {
+    for (int step = 1; moving.load(); ++step) {
+      auto ctl = Ctl({"checkpoint", "--ps_hosts=" + absl::StrJoin(addresses, ","),
+                      "--checkpoint_dir=" + checkpoints_, absl::StrCat("--step=", step)});
+      EXPECT_EQ(ctl->Wait(absl::Seconds(60)), 0) << "checkpoint " << step;
+      if (ctl->HasLine(absl::StrCat("checkpoint ", step, " complete")))
+        checkpointed.push_back(step);
+    }
+  });
   auto add = Ctl({"add-server", added});
   ASSERT_EQ(add->Wait(absl::Seconds(120)), 0);
   EXPECT_TRUE(add->HasLine(added + " holds its share"));
@@ -531,6 +551,16 @@ void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode, int repli
   ASSERT_EQ(remove->Wait(absl::Seconds(120)), 0);
   EXPECT_TRUE(remove->HasLine(addresses[1] + " holds no copy and has left the job"));
   EXPECT_EQ(DescribeAt(addresses[1]).shards_size(), 0);  // its copies freed
+  moving = false;
+  checkpointer.join();
+  EXPECT_GE(checkpointed.size(), 2u);
+  for (int step : checkpointed) {
+    auto exported =
+        Ctl({"export", "--checkpoint_dir=" + checkpoints_, absl::StrCat("--step=", step),
+             absl::StrCat("--out=", checkpoints_, "/w-", step, ".npz")});
+    EXPECT_EQ(exported->Wait(absl::Seconds(60)), 0) << "checkpoint " << step << " does not "
+                                                    << "hold each shard once";
+  }
   ASSERT_TRUE(pushers.AwaitEach(pushers.Fewest() + 10, absl::Seconds(120)));
   pushers.Stop();
   pushers.Join();
