@@ -28,6 +28,7 @@
 #include "fulcrum/ps_client.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "tests/child_process.h"
+#include "tests/pushers.h"
 
 namespace fulcrum {
 namespace {
@@ -151,10 +152,6 @@ class ReplicationClusterTest : public ::testing::Test {
   std::unique_ptr<LocalEtcd> etcd_;
 };
 
-// The staleness bound of the coordinated servers' ssp.
-constexpr int kBound = 1;
-constexpr size_t kElements = size_t{64} * 8;  // of w
-
 // Whether `condition` holds within `timeout`, asked every 50 ms.
 bool Eventually(const std::function<bool()>& condition, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -175,20 +172,6 @@ bool EveryShardBackedUp(const DescribeResponse& described) {
   return true;
 }
 
-// w [64, 8] in `shards` shards, zeros, SGD at rate 1: each push of ones
-// takes 1 from every element.
-VariableSpec Ones(int shards = 4) {
-  VariableSpec spec;
-  spec.set_name("w");
-  spec.add_shape(64);
-  spec.add_shape(8);
-  spec.set_dtype(DT_FLOAT);
-  spec.mutable_partitioner()->set_kind(PartitionerSpec::FIXED_SHARDS);
-  spec.mutable_partitioner()->set_num_shards(shards);
-  spec.mutable_optimizer()->set_learning_rate(1.0f);
-  return spec;
-}
-
 TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersReplicate) {
   std::vector<std::string> addresses;
   auto servers = StartServers(2, {ServerFlags(2), ServerFlags(2)}, &addresses);
@@ -197,7 +180,7 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
   ASSERT_TRUE(worker->CreateVariables({Ones()}).ok());
   constexpr int kPushes = 25;
   TensorMap gradient;
-  gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
+  gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(Pushers::kElements, 1.0f)};
   for (int i = 0; i < kPushes; ++i) {
     absl::StatusOr<PushStats> pushed = worker->Push(gradient);
     ASSERT_TRUE(pushed.ok()) << pushed.status();
@@ -222,9 +205,9 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
     }
     copies.push_back(bytes);
   }
-  ASSERT_EQ(copies[0].size(), kElements * sizeof(float));
+  ASSERT_EQ(copies[0].size(), Pushers::kElements * sizeof(float));
   EXPECT_EQ(copies[0], copies[1]);
-  std::vector<float> values(kElements);
+  std::vector<float> values(Pushers::kElements);
   std::memcpy(values.data(), copies[0].data(), copies[0].size());
   for (float v : values) ASSERT_EQ(v, -kPushes);  // each push applied once
 
@@ -251,7 +234,7 @@ TEST_F(ReplicationClusterTest, EveryShardHasTwoBitIdenticalCopiesAndOnlyServersR
   update->set_variable("w");
   update->set_version(kPushes + 1);
   update->set_averaged(1);
-  update->set_gradient(std::string(kElements / 4 * sizeof(float), '\0'));
+  update->set_gradient(std::string(Pushers::kElements / 4 * sizeof(float), '\0'));
   grpc::ClientContext context;
   auto stub = Stub(addresses[1], "worker");
   auto stream = stub->Replicate(&context);
@@ -289,7 +272,7 @@ std::vector<std::unique_ptr<ChildProcess>> ReplicationClusterTest::StartCoordina
   *flags = ServerFlags(replication);
   flags->insert(flags->end(),
                 {absl::StrCat("--mode=", absl::AsciiStrToLower(ConsistencyMode_Name(mode))),
-                 absl::StrCat("--staleness=", kBound), "--etcd=" + etcd_->endpoint(),
+                 absl::StrCat("--staleness=", Pushers::kStaleness), "--etcd=" + etcd_->endpoint(),
                  "--etcd_prefix=" + prefix, "--etcd_lease_secs=1",
                  // Long worker leases: a sync step whose gradients a lost
                  // primary held completes only because they are pushed
@@ -305,108 +288,6 @@ std::vector<std::unique_ptr<ChildProcess>> ReplicationClusterTest::StartCoordina
   return servers;
 }
 
-// Workers of a job in `mode`, each pushing ones to its own quarter of w's
-// rows (pulling first), on threads of their own: `steps` pushes each, or
-// with `until_stopped` as many more as it takes each to reach, after Stop,
-// two more than the most any had then (all the same number: sync steps
-// wait for every worker). They count their acknowledged pushes, and in
-// ssp the pulls that missed a push their staleness bound requires.
-class Pushers {
- public:
-  static constexpr int kWorkers = 4;
-
-  Pushers(std::vector<std::unique_ptr<PsClient>>* clients, ConsistencyMode mode, int steps,
-          bool until_stopped = false)
-      : acknowledged_(kWorkers, 0), failed_(kWorkers) {
-    for (int w = 0; w < kWorkers; ++w) {
-      threads_.emplace_back([this, client = (*clients)[w].get(), mode, steps, until_stopped, w] {
-        Run(client, mode, steps, until_stopped, w);
-      });
-    }
-  }
-  ~Pushers() { Join(); }
-
-  // Whether every worker has `n` pushes acknowledged (or failed) within
-  // `timeout`.
-  bool AwaitEach(int64_t n, absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto each = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      for (int w = 0; w < kWorkers; ++w) {
-        if (acknowledged_[w] < n && failed_[w].ok()) return false;
-      }
-      return true;
-    };
-    return mu_.AwaitWithTimeout(absl::Condition(&each), timeout);
-  }
-  void Stop() {
-    absl::MutexLock lock(&mu_);
-    stop_at_ = *std::max_element(acknowledged_.begin(), acknowledged_.end()) + 2;
-  }
-  void Join() {
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-  }
-  // The fewest pushes a worker has had acknowledged so far.
-  int64_t Fewest() {
-    absl::MutexLock lock(&mu_);
-    return *std::min_element(acknowledged_.begin(), acknowledged_.end());
-  }
-  // After Join.
-  const std::vector<int64_t>& acknowledged() const { return acknowledged_; }
-  const std::vector<absl::Status>& failed() const { return failed_; }
-  const std::vector<std::string>& too_stale() const { return too_stale_; }
-
- private:
-  void Run(PsClient* client, ConsistencyMode mode, int steps, bool until_stopped, int w) {
-    TensorMap gradient;
-    gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 0.0f)};
-    for (size_t i = 0; i < kElements; ++i) {
-      if (i / 8 % kWorkers == static_cast<size_t>(w)) gradient["w"].values[i] = 1.0f;
-    }
-    TensorMap values;
-    // A sync step waits for every worker once all have come.
-    if (absl::Status s = client->AwaitJobStart(nullptr); !s.ok()) {
-      absl::MutexLock lock(&mu_);
-      failed_[w] = s;
-      return;
-    }
-    for (int step = 0;; ++step) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (step >= std::max<int64_t>(steps, until_stopped ? stop_at_ : 0)) return;
-      }
-      absl::Status pulled = client->Pull({"w"}, &values);
-      if (pulled.ok() && mode == SSP) {
-        // At clock `step`, every worker's first step - k pushes are in.
-        const float at_most = -static_cast<float>(std::max(step - kBound, 0));
-        for (size_t i = 0; i < kElements; i += 8) {
-          if (values["w"].values[i] <= at_most) continue;
-          absl::MutexLock lock(&mu_);
-          too_stale_.push_back(absl::StrCat("worker ", w, " at clock ", step, " read ",
-                                            values["w"].values[i], " in row ", i / 8, ", at most ",
-                                            at_most));
-        }
-      }
-      absl::StatusOr<PushStats> pushed =
-          pulled.ok() ? client->Push(gradient) : absl::StatusOr<PushStats>(pulled);
-      absl::MutexLock lock(&mu_);
-      if (!pushed.ok()) {
-        failed_[w] = pushed.status();
-        return;
-      }
-      ++acknowledged_[w];
-    }
-  }
-
-  absl::Mutex mu_;
-  std::vector<int64_t> acknowledged_ ABSL_GUARDED_BY(mu_);
-  std::vector<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> too_stale_ ABSL_GUARDED_BY(mu_);
-  int64_t stop_at_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<int64_t>::max();
-  std::vector<std::thread> threads_;
-};
-
 // Pushers' clients over `addresses`, having created w in 6 shards.
 std::vector<std::unique_ptr<PsClient>> ReplicationClusterTest::Workers(
     const std::vector<std::string>& addresses, ConsistencyMode mode) {
@@ -421,27 +302,6 @@ std::vector<std::unique_ptr<PsClient>> ReplicationClusterTest::Workers(
     EXPECT_TRUE(created.ok()) << created;
   }
   return workers;
-}
-
-// Whether every element of w, as `reader` pulls it, is minus the pushes
-// `acknowledged` of its row's worker (each applied once), a quarter of
-// them in sync (each step applies the mean of the four workers' pushes).
-::testing::AssertionResult EachPushAppliedOnce(PsClient& reader, ConsistencyMode mode,
-                                               const std::vector<int64_t>& acknowledged) {
-  TensorMap values;
-  if (absl::Status s = reader.Pull({"w"}, &values); !s.ok()) {
-    return ::testing::AssertionFailure() << "pull: " << s;
-  }
-  if (values["w"].values.size() != kElements) return ::testing::AssertionFailure() << "size";
-  for (size_t i = 0; i < kElements; ++i) {
-    const float expected = -static_cast<float>(acknowledged[i / 8 % Pushers::kWorkers]) *
-                           (mode == SYNC ? 0.25f : 1.0f);
-    if (values["w"].values[i] != expected) {
-      return ::testing::AssertionFailure()
-             << "element " << i << " is " << values["w"].values[i] << ", not " << expected;
-    }
-  }
-  return ::testing::AssertionSuccess();
 }
 
 void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
@@ -477,7 +337,7 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
                          absl::Seconds(60)))
       << "shards not made again on both";
   const std::string on_first = ReadAt(addresses[0], {0, 1, 2, 3, 4, 5});
-  ASSERT_EQ(on_first.size(), kElements * sizeof(float));
+  ASSERT_EQ(on_first.size(), Pushers::kElements * sizeof(float));
   EXPECT_EQ(on_first, ReadAt(addresses[2], {0, 1, 2, 3, 4, 5}));
   // A worker started after the failover (a restarted one) finds the table
   // and leaves the lost server out.
@@ -637,7 +497,7 @@ TEST_F(ReplicationClusterTest, WithOneCopyARestartedServerKeepsItsPlaceAndItsSha
   const int on_added = DescribeAt(added).shards_size();
   ASSERT_GT(on_added, 0);
   TensorMap gradient;
-  gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
+  gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(Pushers::kElements, 1.0f)};
   ASSERT_TRUE(worker->Push(gradient).ok());  // the worker follows the moves
 
   fourth->Signal(SIGKILL);
@@ -737,7 +597,7 @@ TEST_F(ReplicationClusterTest, ARestartedServerRejoinsAsBackupsFilledFromThePrim
   std::unique_ptr<PsClient> worker = NewGrpcPsClient(addresses, Client("chief"));
   ASSERT_TRUE(worker->CreateVariables({Ones(6)}).ok());
   TensorMap gradient;
-  gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(kElements, 1.0f)};
+  gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(Pushers::kElements, 1.0f)};
   int pushes = 0;
   auto push = [&](int n) {
     for (int i = 0; i < n; ++i) {
