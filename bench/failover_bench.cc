@@ -25,8 +25,17 @@
 // The servers' --catch_up_mib_per_sec is --catch_up_mib_per_sec (0, the
 // default here: unbounded, the wire's and the servers' own speed).
 //
+// Last, what replication costs the data plane: the same cluster with
+// --replication=2 against --replication=1 (etcd for both), measured in the
+// same run: a worker's push+pulls of a 64 MiB variable in six shards
+// (replication2_pushpull_64MiB_vs_unreplicated: the throughputs' ratio)
+// and its pulls of a 4 KiB one (replication2_pull_4KiB_p50_vs_unreplicated:
+// the medians' ratio, above 1 slower). A pull is served by the primary
+// alone; a push is answered once the backup has applied it too.
+//
 //   failover_bench --ps_server=bazel-bin/ps_server/ps_server [--rounds=10]
 //                  [--catch_up_mib=1536] [--catch_up_mib_per_sec=0]
+//                  [--cost_rounds=10]
 #include <signal.h>
 #include <stdlib.h>
 
@@ -63,6 +72,9 @@ ABSL_FLAG(int, catch_up_mib, 1536,
 ABSL_FLAG(int, catch_up_mib_per_sec, 0,
           "The servers' --catch_up_mib_per_sec: each primary's bound on the snapshots it sends "
           "(the restarted server is filled by two); 0: unbounded.");
+ABSL_FLAG(int, cost_rounds, 10,
+          "Timed 64 MiB push+pulls at each --replication (and 200 times as many 4 KiB pulls); "
+          "0: the cost of replication is not measured.");
 
 namespace {
 
@@ -80,7 +92,7 @@ double Quantile(std::vector<double> values, double q) {
 class Cluster {
  public:
   // Empty addresses when a server did not come up.
-  Cluster(const std::string& ps_server, int lease_secs) {
+  Cluster(const std::string& ps_server, int lease_secs, int replication = 2) {
     std::string dir = "/tmp/failover-bench-XXXXXX";
     if (mkdtemp(dir.data()) == nullptr) return;
     auto etcd = fulcrum::LocalEtcd::Start(dir);
@@ -95,9 +107,9 @@ class Cluster {
       argv_.push_back(
           {ps_server, "--ps_hosts=" + absl::StrJoin(hosts, ","),
            "--worker_hosts=127.0.0.1:1,127.0.0.1:2", absl::StrCat("--task_index=", i),
-           "--bind_host=127.0.0.1", "--port=0", "--mode=async", "--insecure", "--replication=2",
-           "--etcd=" + etcd_->endpoint(), "--etcd_prefix=/failover-bench/",
-           absl::StrCat("--etcd_lease_secs=", lease_secs),
+           "--bind_host=127.0.0.1", "--port=0", "--mode=async", "--insecure",
+           absl::StrCat("--replication=", replication), "--etcd=" + etcd_->endpoint(),
+           "--etcd_prefix=/failover-bench/", absl::StrCat("--etcd_lease_secs=", lease_secs),
            absl::StrCat("--catch_up_mib_per_sec=", absl::GetFlag(FLAGS_catch_up_mib_per_sec))});
       servers_.push_back(std::make_unique<fulcrum::Subprocess>(argv_.back()));
       addresses_.push_back(AwaitAddress(*servers_.back()));
@@ -292,6 +304,39 @@ std::optional<CatchUp> MeasureCatchUp(const std::string& ps_server, int64_t mib)
   return caught;
 }
 
+// A worker's push+pulls of 64 MiB (MB/s) and its 4 KiB pulls (median ms)
+// over a fresh cluster at `replication`; nothing when it failed.
+struct DataPlane {
+  double pushpull_MBps = 0;
+  double pull_p50_ms = 0;
+};
+std::optional<DataPlane> MeasureDataPlane(const std::string& ps_server, int replication,
+                                          int rounds) {
+  Cluster cluster(ps_server, absl::GetFlag(FLAGS_lease_secs), replication);
+  if (!cluster.up()) return std::nullopt;
+  constexpr int64_t kRows = 16384, kCols = 1024;  // 64 MiB of float32
+  std::unique_ptr<fulcrum::PsClient> worker = Worker(cluster, 0, "big", kRows, kCols, 6);
+  std::unique_ptr<fulcrum::PsClient> reader = Worker(cluster, 1, "small", 1, 1024, 1);
+  if (worker == nullptr || reader == nullptr) return std::nullopt;
+  fulcrum::TensorMap gradient;
+  gradient["big"] = fulcrum::DenseTensor{{kRows, kCols}, std::vector<float>(kRows * kCols, 1e-3f)};
+  fulcrum::TensorMap values;
+  std::vector<double> pushpull_ms;
+  for (int i = 0; i < rounds + 2; ++i) {  // the first two warm up
+    const absl::Time start = absl::Now();
+    if (!worker->PushPull(gradient, {"big"}, &values).ok()) return std::nullopt;
+    if (i >= 2) pushpull_ms.push_back(Millis(absl::Now() - start));
+  }
+  std::vector<double> pull_ms;
+  for (int i = 0; i < rounds * 200 + 20; ++i) {
+    const absl::Time start = absl::Now();
+    if (!reader->Pull({"small"}, &values).ok()) return std::nullopt;
+    if (i >= 20) pull_ms.push_back(Millis(absl::Now() - start));
+  }
+  const double bytes = 2.0 * kRows * kCols * sizeof(float);  // pushed and pulled
+  return DataPlane{bytes / 1e3 / Quantile(pushpull_ms, 0.5), Quantile(pull_ms, 0.5)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -341,6 +386,22 @@ int main(int argc, char** argv) {
     std::printf("catch_up_push_p50_ms=%.2f\n", during);
     std::printf("catch_up_push_vs_before=%.2f\n", during / Quantile(caught->push_ms_before, 0.5));
     std::printf("catch_up_push_p90_ms=%.2f\n", Quantile(caught->push_ms_during, 0.9));
+  }
+  if (const int rounds = absl::GetFlag(FLAGS_cost_rounds); rounds > 0) {
+    std::optional<DataPlane> one = MeasureDataPlane(ps_server, 1, rounds);
+    std::optional<DataPlane> two = MeasureDataPlane(ps_server, 2, rounds);
+    if (!one || !two) {
+      std::fprintf(stderr, "failover_bench: the data plane's cluster failed\n");
+      return 1;
+    }
+    std::printf("replication1_pushpull_64MiB_MBps=%.1f\n", one->pushpull_MBps);
+    std::printf("replication2_pushpull_64MiB_MBps=%.1f\n", two->pushpull_MBps);
+    std::printf("replication2_pushpull_64MiB_vs_unreplicated=%.2f\n",
+                two->pushpull_MBps / one->pushpull_MBps);
+    std::printf("replication1_pull_4KiB_p50_ms=%.3f\n", one->pull_p50_ms);
+    std::printf("replication2_pull_4KiB_p50_ms=%.3f\n", two->pull_p50_ms);
+    std::printf("replication2_pull_4KiB_p50_vs_unreplicated=%.2f\n",
+                two->pull_p50_ms / one->pull_p50_ms);
   }
   return 0;
 }

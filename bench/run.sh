@@ -36,7 +36,9 @@
 #        detection and the push's own time; and the catch-up of a server
 #        restarted holding nothing (1 GiB of copies refilled), against raw
 #        TCP on loopback, and a training worker's pushes meanwhile against
-#        its pushes before (bench:failover_bench).
+#        its pushes before; and what replication costs the data plane (64
+#        MiB push+pull, 4 KiB pull) against --replication=1 in the same run
+#        (bench:failover_bench).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -109,6 +111,7 @@ PYTHONPATH="$bin/python/site" /usr/bin/python3 bench/python_bench.py --bin_dir="
 /usr/bin/python3 bench/export_bench.py --bin_dir="$bin"
 out=$("$bin/bench/failover_bench" --ps_server="$bin/ps_server/ps_server" \
   --rounds="$([ -n "$quick" ] && echo 3 || echo 10)" \
-  --catch_up_mib="$([ -n "$quick" ] && echo 192 || echo 1536)" 2>/dev/null)
+  --catch_up_mib="$([ -n "$quick" ] && echo 192 || echo 1536)" \
+  --cost_rounds="$([ -n "$quick" ] && echo 3 || echo 10)" 2>/dev/null)
 echo "$out"
 python3 -c "print('catch_up_vs_tcp=%.2f' % ($(sed -n 's/^catch_up_MBps=//p' <<< "$out") / $tcp_mbs))"
