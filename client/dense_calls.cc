@@ -178,8 +178,26 @@ bool DenseCalls::Reroute(const absl::Status& failed) {
     servers_.Add(server.address());
   }
   std::map<std::string, std::string> primaries;  // by unit key
-  for (const PlacedUnit& unit : table.units())
+  std::map<std::string, std::string> readable;   // by unit key: a ready backup's address
+  for (const PlacedUnit& unit : table.units()) {
     primaries[unit.key()] = addresses[unit.copies(0).server()];
+    for (int c = 1; c < unit.copies_size(); ++c) {
+      if (!unit.copies(c).catching_up()) {
+        readable[unit.key()] = addresses[unit.copies(c).server()];
+        break;
+      }
+    }
+  }
+  read_from_.clear();
+  if (servers_.options().read_from_backups && servers_.options().worker_id < 0) {
+    for (const VariablePlacement& variable : placement_) {
+      for (const ShardPlacement& shard : variable.shards) {
+        const auto found = readable.find(ShardKey(variable.spec.name(), shard.shard));
+        const int ps = found == readable.end() ? -1 : servers_.IndexOf(found->second);
+        if (ps >= 0) read_from_[{variable.spec.name(), shard.shard}] = ps;
+      }
+    }
+  }
   for (VariablePlacement& variable : placement_) {
     for (ShardPlacement& shard : variable.shards) {
       const auto found = primaries.find(ShardKey(variable.spec.name(), shard.shard));
@@ -198,6 +216,11 @@ bool DenseCalls::Reroute(const absl::Status& failed) {
     }
   }
   return true;
+}
+
+int DenseCalls::PullServer(const std::string& variable, const ShardPlacement& shard) const {
+  const auto found = read_from_.find({variable, shard.shard});
+  return found == read_from_.end() ? shard.ps : found->second;
 }
 
 absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
@@ -296,10 +319,11 @@ std::vector<PullRequest> DenseCalls::BuildPulls(
   }
   for (const VariablePlacement* variable : variables) {
     for (const ShardPlacement& shard : variable->shards) {
-      ShardRef* ref = pulls[shard.ps].add_shards();
+      const int ps = PullServer(variable->spec.name(), shard);
+      ShardRef* ref = pulls[ps].add_shards();
       ref->set_variable(variable->spec.name());
       ref->set_shard(shard.shard);
-      (*response_bytes)[shard.ps] +=
+      (*response_bytes)[ps] +=
           shard.rows * RowElements(variable->spec.shape()) * EncodedFloatBytes(options.wire_dtype);
       auto it = shard_state_.find({variable->spec.name(), shard.shard});
       if (it != shard_state_.end()) ref->set_min_version(it->second.min_version);
@@ -373,8 +397,9 @@ std::vector<DenseCalls::Placer> DenseCalls::PrepareOutputs(
     for (const ShardPlacement& shard : variable->shards) {
       Shape shard_shape = tensor.shape;
       shard_shape[0] = shard.rows;
-      placers[shard.ps].Expect(spec.name(), shard.shard, tensor.data + shard.row_offset * row_elems,
-                               std::move(shard_shape));
+      placers[PullServer(spec.name(), shard)].Expect(spec.name(), shard.shard,
+                                                     tensor.data + shard.row_offset * row_elems,
+                                                     std::move(shard_shape));
     }
   }
   return placers;
@@ -441,8 +466,9 @@ absl::Status DenseCalls::Assemble(const std::vector<const VariablePlacement*>& v
     const int64_t row_elems = RowElements(tensor.shape);
     for (const ShardPlacement& shard : variable->shards) {
       auto it = received.find({spec.name(), shard.shard});
-      const std::string what = absl::StrCat("ps ", shard.ps, " (", servers_.address(shard.ps),
-                                            "): variable '", spec.name(), "' shard ", shard.shard);
+      const int ps = PullServer(spec.name(), shard);
+      const std::string what = absl::StrCat("ps ", ps, " (", servers_.address(ps), "): variable '",
+                                            spec.name(), "' shard ", shard.shard);
       if (it == received.end()) {
         return absl::DataLossError(absl::StrCat(what, ": missing from the pull response"));
       }
@@ -461,7 +487,7 @@ absl::Status DenseCalls::Assemble(const std::vector<const VariablePlacement*>& v
                            ", version ", slice->version(), " does not continue rows [0, ", row,
                            ") of ", shard.rows, " at version ", version));
         }
-        if (placers[shard.ps].WasPlaced(*slice)) {
+        if (placers[ps].WasPlaced(*slice)) {
           row += rows;
           continue;
         }

@@ -74,6 +74,9 @@ class DenseCalls {
   // first. Whether it was newer (a call that failed may then be made
   // again).
   bool Reroute(const absl::Status& failed = absl::OkStatus());
+  // The server `shard` of `variable` is pulled from: its primary, or the
+  // backup read_from_ names.
+  int PullServer(const std::string& variable, const ShardPlacement& shard) const;
   absl::StatusOr<const VariablePlacement*> Find(const std::string& name) const;
   absl::StatusOr<std::vector<const VariablePlacement*>> Resolve(
       const std::vector<std::string>& names) const;
@@ -186,6 +189,9 @@ class DenseCalls {
   std::map<std::string, size_t> index_;  // name -> placement_ index
   std::map<std::pair<std::string, int>, ShardVersions> shard_state_;
   int64_t step_ = 0;
+  // Reading from backups (PsClientOptions::read_from_backups): the server
+  // each shard is pulled from, by variable and shard, where not its primary.
+  std::map<std::pair<std::string, int>, int> read_from_;
   int64_t routed_epoch_ = 0;  // of the placement table placement_ follows; 0: the chief's
   // KeepAccumulated's: the push's id and clock, and its accumulated shards'
   // slices, with their bytes.

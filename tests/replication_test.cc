@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,7 +100,8 @@ class ReplicationClusterTest : public ::testing::Test {
   }
   // Three servers of a job of `workers` in `mode` with two copies of each
   // shard, coordinated through an etcd of the test's own under `prefix`
-  // with 1 s leases, checkpointing to checkpoints_ when it is set;
+  // with 1 s leases, checkpointing to checkpoints_ when it is set and
+  // serving metrics with metrics_;
   // `flags` are theirs.
   std::vector<std::unique_ptr<ChildProcess>> StartCoordinated(ConsistencyMode mode, int workers,
                                                               const std::string& prefix,
@@ -149,6 +151,7 @@ class ReplicationClusterTest : public ::testing::Test {
 
   std::string certs_;
   std::string checkpoints_;  // the servers' --checkpoint_dir; "": none
+  bool metrics_ = false;     // the servers serve metrics (--metrics_port=0)
   std::unique_ptr<LocalEtcd> etcd_;
 };
 
@@ -279,6 +282,7 @@ std::vector<std::unique_ptr<ChildProcess>> ReplicationClusterTest::StartCoordina
                  // again, not because their workers are presumed dead.
                  "--lease_timeout_ms=300000"});
   if (!checkpoints_.empty()) flags->push_back("--checkpoint_dir=" + checkpoints_);
+  if (metrics_) flags->push_back("--metrics_port=0");
   auto servers =
       StartServers(3, std::vector<std::vector<std::string>>(3, *flags), addresses, workers);
   for (size_t i = 0; i < servers.size(); ++i) {
@@ -680,6 +684,63 @@ TEST_F(ReplicationClusterTest, AServerCutOffFromEtcdTakesNoWritesOnceItsLeaseMay
 
 // Four servers in two zones (--zone): each shard's two copies are in
 // different zones, and each server says its zone.
+// The tensor bytes the server whose output `server` is has sent to pulls
+// (fulcrum_ps_pulled_bytes_total at its metrics port); -1 when unknown.
+double PulledBytes(const ChildProcess& server) {
+  const std::regex port("metrics on http://127\\.0\\.0\\.1:(\\d+)/metrics");
+  for (const std::string& line : server.lines()) {
+    std::smatch match;
+    if (!std::regex_search(line, match, port)) continue;
+    const std::string metrics = HttpGet(std::stoi(match[1]), "/metrics");
+    std::smatch value;
+    if (std::regex_search(metrics, value,
+                          std::regex("\nfulcrum_ps_pulled_bytes_total(\\{[^}]*\\})? (\\S+)"))) {
+      return std::stod(value[2]);
+    }
+  }
+  return -1;
+}
+
+// A reader (worker id -1) with read_from_backups pulls each shard from its
+// ready backup, not its primary: the values the workers' acknowledged
+// pushes made, and every byte of it sent by the backups' servers.
+TEST_F(ReplicationClusterTest, AReaderOfBackupsPullsFromTheBackupsOnly) {
+  std::vector<std::string> flags;
+  std::vector<std::string> addresses;
+  metrics_ = true;
+  auto servers = StartCoordinated(ASYNC, 1, "/backup-reads/", &flags, &addresses);
+  ASSERT_FALSE(HasFailure());
+  PsClientOptions options = Client("chief");
+  std::unique_ptr<PsClient> worker = NewGrpcPsClient(addresses, options);
+  ASSERT_TRUE(worker->CreateVariables({Ones(6)}).ok());
+  TensorMap ones;
+  ones["w"] = DenseTensor{{64, 8}, std::vector<float>(Pushers::kElements, 1.0f)};
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(worker->Push(ones).ok());
+
+  options = Client("worker");
+  options.worker_id = -1;
+  options.read_from_backups = true;
+  std::unique_ptr<PsClient> reader = NewGrpcPsClient(addresses, options);
+  ASSERT_TRUE(reader->CreateVariables({Ones(6)}).ok());
+  std::vector<double> before;
+  for (const auto& server : servers) before.push_back(PulledBytes(*server));
+  constexpr int kPulls = 20;
+  for (int i = 0; i < kPulls; ++i) {
+    TensorMap values;
+    ASSERT_TRUE(reader->Pull({"w"}, &values).ok());
+    ASSERT_EQ(values["w"].values, std::vector<float>(Pushers::kElements, -3.0f));
+  }
+  for (size_t i = 0; i < servers.size(); ++i) {
+    double backed_up = 0;  // bytes of the shards this server holds a backup of
+    const DescribeResponse described = DescribeAt(addresses[i]);
+    for (const ShardInfo& shard : described.shards()) {
+      if (!shard.primary().empty()) backed_up += NumElements(shard.shape()) * sizeof(float);
+    }
+    EXPECT_GT(backed_up, 0);
+    EXPECT_EQ(PulledBytes(*servers[i]) - before[i], kPulls * backed_up) << "server " << i;
+  }
+}
+
 TEST_F(ReplicationClusterTest, TheCopiesOfAShardAreInDifferentZones) {
   const std::vector<std::string> zones = {"a", "a", "b", "b"};
   std::vector<std::vector<std::string>> flags;

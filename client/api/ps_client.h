@@ -99,6 +99,13 @@ struct PsClientOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_ca;
+  // A read-only client (worker_id -1: an evaluator, a tool) of servers
+  // with replicated shards: pulls each shard from a ready backup copy (the
+  // first the placement table lists; the primary when it has none),
+  // taking reads off the servers that take the pushes. Async reads: a
+  // backup has every version its primary acknowledged, and may lack one
+  // not acknowledged yet. Workers' pulls always go to the primaries.
+  bool read_from_backups = false;
   // A token every call carries, for servers that need one (docs/security.md): the cluster token, or
   // the control token for the chief and tools. Empty: none.
   std::string auth_token;

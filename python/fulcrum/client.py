@@ -477,6 +477,7 @@ def connect(
     chief_host=None,
     task_type=None,
     task_index=0,
+    read_from_backups=False,
 ):
     """Connects to the parameter servers, found as the daemons find them:
     `ps_hosts` ("h:p,h:p" or a list) with `worker_id` (default 0, the chief;
@@ -494,7 +495,9 @@ def connect(
     servers that need one. Security settings not given are those of the
     environment the launcher and the container image's entrypoint set
     (environment()): a program run by them needs no flags. Without any,
-    plaintext. See docs/python.md and "Security"."""
+    plaintext. A reader (worker id -1, an evaluator) with `read_from_backups`
+    pulls each replicated shard from a ready backup copy rather than its
+    primary (docs/replication.md). See docs/python.md and "Security"."""
     env = environment()
     if mode is None:
         mode = env.get("mode")
@@ -542,6 +545,7 @@ def connect(
             tls_key or "",
             tls_ca or "",
             auth_token or "",
+            bool(read_from_backups),
         )
 
     native = native_client(mode or "async")

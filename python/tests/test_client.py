@@ -292,6 +292,22 @@ def test_a_worker_that_raises_does_not_say_finished(servers):
     assert worker1["seen"] and not worker1["finished"]
 
 
+def test_a_reader_of_backups_reads_the_primaries_where_there_are_none(servers):
+    """read_from_backups (tested with replicated shards in
+    tests:replication_test) falls back to each shard's primary."""
+    s = servers(workers=1)
+    client = fulcrum.connect(s.hosts, worker_id=0, job_done_on_exit=False)
+    client.create_variables(linear_specs(lr=1.0))
+    client.push({"b": np.ones(3, np.float32)})
+    expected = client.pull()
+    reader = fulcrum.connect(s.hosts, worker_id=-1, read_from_backups=True)
+    reader.create_variables(linear_specs(lr=1.0))
+    got = reader.pull()
+    assert set(got) == set(expected)
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name])
+
+
 def test_cpu_threads_sizes_torchs_pool_and_the_blas_librarys():
     """--cpu_threads reaches OpenBLAS's own threads (NumPy's and Debian's
     torch's), which torch.set_num_threads leaves alone; a program that has

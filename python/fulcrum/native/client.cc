@@ -66,7 +66,7 @@ class Client {
   Client(const std::vector<std::string>& addresses, int worker_id, const std::string& mode,
          double call_timeout_s, double retry_timeout_s, const std::string& wire_dtype,
          int channels_per_server, const std::string& tls_cert, const std::string& tls_key,
-         const std::string& tls_ca, const std::string& auth_token) {
+         const std::string& tls_ca, const std::string& auth_token, bool read_from_backups) {
     if (addresses.empty()) Throw(absl::InvalidArgumentError("no parameter server addresses"));
     PsClientOptions options;
     options.worker_id = worker_id;
@@ -97,6 +97,7 @@ class Client {
     options.tls_key = tls_key;
     options.tls_ca = tls_ca;
     options.auth_token = auth_token;
+    options.read_from_backups = read_from_backups;
     client_ = NewGrpcPsClient(addresses, options);
   }
 
@@ -435,10 +436,11 @@ void RegisterClient(py::module_& m) {
   py::class_<Client>(m, "Client")
       .def(py::init<const std::vector<std::string>&, int, const std::string&, double, double,
                     const std::string&, int, const std::string&, const std::string&,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, bool>(),
            py::arg("addresses"), py::arg("worker_id"), py::arg("mode"), py::arg("call_timeout"),
            py::arg("retry_timeout"), py::arg("wire_dtype"), py::arg("channels_per_server"),
-           py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_ca"), py::arg("auth_token"))
+           py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_ca"), py::arg("auth_token"),
+           py::arg("read_from_backups") = false)
       .def("create_variables", &Client::CreateVariables)
       .def("create_tables", &Client::CreateTables)
       .def("pull", &Client::Pull)
