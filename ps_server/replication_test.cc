@@ -2,6 +2,7 @@
 // server holding its backups, linked directly.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
 #include <stdlib.h>
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "common/tensor.h"
 #include "ps_server/answered_stream.h"
 #include "ps_server/coordination.h"
+#include "ps_server/grpc/ps_metrics.h"
 #include "ps_server/parameter_server.h"
 #include "ps_server/replicator.h"
 
@@ -367,6 +369,48 @@ TEST(ReplicationCheckpointTest, EachServerWritesThePrimariesOfItsTableAndNamesIt
   save.set_step(4);
   EXPECT_THAT(second.SaveCheckpoint(save).status().message(),
               HasSubstr("primary of variable 'w' shard 2, which it lacks"));
+}
+
+// A gauge of `ps`'s metrics as a scrape reads it; -1 when there is none.
+double Gauge(ParameterServer& ps, const std::string& name) {
+  prometheus::Registry registry;
+  PsMetrics metrics(&ps, registry);
+  for (const prometheus::MetricFamily& family : metrics.state()->Collect()) {
+    if (family.name == name && !family.metric.empty()) return family.metric[0].gauge.value;
+  }
+  return -1;
+}
+
+// The metrics say which copies a server holds, which of its primaries lack
+// a ready backup, and the placement table it applied.
+TEST(ReplicationMetricsTest, EachServerExportsItsCopiesAndThoseShortOfABackup) {
+  std::atomic<int> calls{0};
+  PsServerConfig config = Config(ASYNC, 1, 1);
+  config.set_replication(2);
+  ParameterServer backup(config);
+  config.mutable_cluster()->mutable_task()->set_index(0);
+  ParameterServer primary(config, absl::Now, [&](const std::string&) {
+    return std::make_unique<DirectLink>(&backup, nullptr, &calls);
+  });
+  primary.ServeAt(kPrimary);
+  backup.ServeAt(kBackup);
+  ASSERT_TRUE(CreateOnBoth(backup, primary, 2).ok());
+  const Placement table = TwoShardTable(1, false);
+  primary.ApplyPlacement(table);
+  backup.ApplyPlacement(table);
+  EXPECT_EQ(Gauge(primary, "fulcrum_ps_primary_shards"), 2);
+  EXPECT_EQ(Gauge(primary, "fulcrum_ps_backup_shards"), 0);
+  EXPECT_EQ(Gauge(backup, "fulcrum_ps_primary_shards"), 0);
+  EXPECT_EQ(Gauge(backup, "fulcrum_ps_backup_shards"), 2);
+  EXPECT_EQ(Gauge(primary, "fulcrum_ps_shards_short_of_backups"), 0);
+  EXPECT_EQ(Gauge(primary, "fulcrum_ps_copies_filling"), 0);
+  EXPECT_EQ(Gauge(backup, "fulcrum_ps_placement_epoch"), 1);
+  // The backup's server lost: both primaries are short of a backup.
+  absl::StatusOr<Placement> without = WithoutServer(table, 1);
+  ASSERT_TRUE(without.ok()) << without.status();
+  primary.ApplyPlacement(*without);
+  EXPECT_EQ(Gauge(primary, "fulcrum_ps_shards_short_of_backups"), 2);
+  EXPECT_EQ(Gauge(primary, "fulcrum_ps_placement_epoch"), without->epoch());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicationTest, ::testing::Values(ASYNC, SYNC, SSP),

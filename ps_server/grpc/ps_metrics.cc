@@ -67,6 +67,7 @@ class StateCollector final : public prometheus::Collectable {
     for (const WorkerInfo& w : d.workers()) active += w.live() && !w.finished();
 
     std::vector<prometheus::MetricFamily> out;
+    AddReplication(d, &out);
     out.push_back(Single("fulcrum_ps_updates_applied_total", "Updates applied, counted per shard.",
                          prometheus::MetricType::Counter,
                          static_cast<double>(d.updates_applied())));
@@ -132,6 +133,40 @@ class StateCollector final : public prometheus::Collectable {
   }
 
  private:
+  // Replicated shards: which copies this server holds, the copies of its
+  // primaries being filled elsewhere, the primaries short of a ready
+  // backup, and the placement table applied.
+  static void AddReplication(const DescribeResponse& d,
+                             std::vector<prometheus::MetricFamily>* out) {
+    int64_t primaries = 0, backups = 0, filling = 0, short_of_backups = 0;
+    for (const ShardInfo& shard : d.shards()) {
+      if (!shard.primary().empty()) {
+        ++backups;
+        continue;
+      }
+      ++primaries;
+      filling += shard.catching_up_size();
+      if (shard.backups_size() < d.replication() - 1) ++short_of_backups;
+    }
+    constexpr auto kGauge = prometheus::MetricType::Gauge;
+    out->push_back(
+        Single("fulcrum_ps_primary_shards",
+               "Shards this server holds the primary copy of (every shard, unreplicated).", kGauge,
+               static_cast<double>(primaries)));
+    out->push_back(Single("fulcrum_ps_backup_shards",
+                          "Backup copies this server holds of other servers' primaries.", kGauge,
+                          static_cast<double>(backups)));
+    out->push_back(Single("fulcrum_ps_copies_filling",
+                          "Copies of this server's primaries being filled on other servers.",
+                          kGauge, static_cast<double>(filling)));
+    out->push_back(Single("fulcrum_ps_shards_short_of_backups",
+                          "Primaries here with fewer ready backups than --replication asks for.",
+                          kGauge, static_cast<double>(short_of_backups)));
+    out->push_back(Single("fulcrum_ps_placement_epoch",
+                          "The placement table this server applied (0: none, unreplicated).",
+                          kGauge, static_cast<double>(d.placement().epoch())));
+  }
+
   ParameterServer* const ps_;
 };
 
