@@ -169,6 +169,7 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
   }
   ApplyUnits(table, store_.All());
   placement_applied_ = table.epoch();
+  policy_->OnPlacementApplied(table.epoch());
 }
 
 void ParameterServer::ApplyUnits(const Placement& table, const std::vector<Shard*>& shards) {
@@ -577,15 +578,22 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
                                                    " is not DT_FLOAT, DT_BFLOAT16 or DT_FLOAT16"));
   }
   std::vector<Shard*> shards;
-  for (const ShardRef& ref : request.shards()) {
-    absl::StatusOr<Shard*> shard = FindShard(ref.variable(), ref.shard());
-    if (!shard.ok()) return shard.status();
-    // A backup copy serves readers (tools, evaluators), not workers.
-    if (request.has_worker_id()) {
-      if (absl::Status s = CheckPrimary(**shard, request.placement_epoch()); !s.ok()) return s;
+  int64_t checked_by = 0;  // the placement table the shards were found by
+  auto find_shards = [&]() -> absl::Status {
+    checked_by = placement_applied_.load();
+    shards.clear();
+    for (const ShardRef& ref : request.shards()) {
+      absl::StatusOr<Shard*> shard = FindShard(ref.variable(), ref.shard());
+      if (!shard.ok()) return shard.status();
+      // A backup copy serves readers (tools, evaluators), not workers.
+      if (request.has_worker_id()) {
+        if (absl::Status s = CheckPrimary(**shard, request.placement_epoch()); !s.ok()) return s;
+      }
+      shards.push_back(*shard);
     }
-    shards.push_back(*shard);
-  }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = find_shards(); !s.ok()) return s;
   // Checked before waiting or copying anything: the answer's size follows
   // from the shards asked for.
   int64_t bytes = 0;
@@ -605,7 +613,15 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
         absl::StrCat("pull: asks for ", bytes, " bytes of tensors, more than the ",
                      store_.value_bytes(), " bytes of variables this server holds"));
   }
-  if (absl::Status s = policy_->AwaitPull(request, deadline); !s.ok()) return s;
+  for (;;) {
+    const absl::Status waited = policy_->AwaitPull(request, deadline, checked_by);
+    if (!absl::IsAborted(waited)) {
+      if (!waited.ok()) return waited;
+      break;
+    }
+    // A placement table came meanwhile: the shards may have moved away.
+    if (absl::Status s = find_shards(); !s.ok()) return s;
+  }
   OutgoingPull pulled;
   for (size_t i = 0; i < shards.size(); ++i) {
     if (absl::Status s = shards[i]->Read(request.shards(i).min_version(), deadline, encoding,

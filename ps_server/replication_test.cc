@@ -642,6 +642,48 @@ TEST(ReplicationFailoverTest, AnSspPullAfterAFailoverWaitsForThePushesThePrimary
   EXPECT_EQ(pulled->slices(0).version(), 2);
 }
 
+// An ssp pull waiting for the other workers' clocks at a server whose
+// shard then moves away ends, naming the new primary, instead of waiting
+// for clocks that no push here will advance (the others follow the move).
+TEST(ReplicationFailoverTest, AnSspPullWaitingOnAShardThatMovesAwayEndsNamingItsPrimary) {
+  std::atomic<int> calls{0};
+  ParameterServer backup(Config(SSP, 2, 1));
+  ParameterServer primary(Config(SSP, 2), absl::Now, [&](const std::string&) {
+    return std::make_unique<DirectLink>(&backup, nullptr, &calls);
+  });
+  primary.ServeAt(kPrimary);
+  backup.ServeAt(kBackup);
+  ASSERT_TRUE(CreateOnBoth(backup, primary).ok());
+  absl::StatusOr<Placement> table =
+      InitialPlacement({{kPrimary, ""}, {kBackup, ""}}, {{ShardKey("w", 0), 120}}, 2);
+  ASSERT_TRUE(table.ok()) << table.status();
+  primary.ApplyPlacement(*table);
+  backup.ApplyPlacement(*table);
+  PushRequest push = OnesPush();  // worker 0's, at clock 0
+  push.set_push_id(7);
+  push.set_clock(0);
+  push.set_placement_epoch(1);
+  ASSERT_TRUE(primary.Push(push).ok());
+  PullRequest pull;
+  pull.set_worker_id(1);
+  pull.set_clock(2);  // waits for worker 0 at clock 2
+  pull.set_placement_epoch(1);
+  pull.add_shards()->set_variable("w");
+  absl::StatusOr<PullResponse> pulled;
+  std::thread puller([&] { pulled = primary.Pull(pull, absl::Now() + absl::Seconds(60)); });
+  // The pull tells the server its worker's clock as it starts to wait.
+  while (primary.Describe().workers(1).clock() != 2) std::this_thread::yield();
+  Placement moved = *table;
+  moved.set_epoch(2);
+  std::swap(*moved.mutable_units(0)->mutable_copies(0), *moved.mutable_units(0)->mutable_copies(1));
+  const absl::Time applied = absl::Now();
+  primary.ApplyPlacement(moved);
+  puller.join();
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kFailedPrecondition) << pulled.status();
+  EXPECT_THAT(pulled.status().message(), HasSubstr(kBackup));
+  EXPECT_LT(absl::Now() - applied, absl::Seconds(30));  // not its deadline
+}
+
 // Three servers of one cluster (kPrimary, kBackup, kThird), each linked
 // directly to the others, and w's shard 0 of 1 (Shards(1)) created on them
 // as the first table of `replication` copies places it.

@@ -53,8 +53,12 @@ class ConsistencyPolicy {
 
   // Waits, until `deadline`, until `pull` may be served (the shards' own
   // versions are waited for by the caller). DEADLINE_EXCEEDED says for
-  // what; UNAVAILABLE once Cancel.
-  virtual absl::Status AwaitPull(const PullRequest& pull, absl::Time deadline) {
+  // what; UNAVAILABLE once Cancel. With `checked_by` (>= 0), the epoch of
+  // the placement table by which the caller found the pull's shards here:
+  // ABORTED once a newer table is applied (OnPlacementApplied), since the
+  // shards may have moved, and the caller checks them again.
+  virtual absl::Status AwaitPull(const PullRequest& pull, absl::Time deadline,
+                                 int64_t checked_by = -1) {
     return absl::OkStatus();
   }
 
@@ -72,6 +76,10 @@ class ConsistencyPolicy {
   // their lost primary may have acknowledged to no one yet (SSP: each
   // worker's last push) is awaited by the pulls routed by it.
   virtual void OnPromoted(int64_t epoch) {}
+
+  // The placement table of `epoch` was applied here: the pulls waiting in
+  // AwaitPull that were checked by an older one end (ABORTED).
+  virtual void OnPlacementApplied(int64_t epoch) {}
 
   // Floats per element a shard keeps besides its values and optimizer
   // slots, for the memory budget.

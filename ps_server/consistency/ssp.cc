@@ -60,7 +60,8 @@ class SspPolicy final : public ConsistencyPolicy {
     HeardLocked(worker, push.clock(), push.placement_epoch());
   }
 
-  absl::Status AwaitPull(const PullRequest& pull, absl::Time deadline) override {
+  absl::Status AwaitPull(const PullRequest& pull, absl::Time deadline,
+                         int64_t checked_by) override {
     if (!pull.has_worker_id()) return absl::OkStatus();  // readers wait for no one
     if (absl::Status s = CheckClock("pull", pull.worker_id(), pull.has_clock(), pull.clock());
         !s.ok()) {
@@ -75,12 +76,20 @@ class SspPolicy final : public ConsistencyPolicy {
     WorkerClock& puller = clocks_[pull.worker_id()];
     puller.clock = std::max(puller.clock, pull.clock());
     HeardLocked(puller, pull.clock() - 1, pull.placement_epoch());
-    auto ready = [this, min_clock, &pull]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return cancelled_ || BehindLocked(min_clock, pull).empty();
+    // A worker waiting here on shards that moved away would wait for the
+    // others' clocks for ever: they no longer push here.
+    auto moved = [this, checked_by]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return checked_by >= 0 && placement_epoch_ > checked_by;
+    };
+    auto ready = [this, min_clock, &pull, &moved]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return cancelled_ || moved() || BehindLocked(min_clock, pull).empty();
     };
     mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
     if (cancelled_) return absl::UnavailableError("server is shutting down");
     const std::vector<int> behind = BehindLocked(min_clock, pull);
+    if (!behind.empty() && moved()) {
+      return absl::AbortedError("ssp: a placement table was applied while the pull waited");
+    }
     if (!behind.empty()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "ssp: worker ", pull.worker_id(), " at clock ", pull.clock(), " waits for worker(s) ",
@@ -95,6 +104,11 @@ class SspPolicy final : public ConsistencyPolicy {
       if (worker.held_from == 0) worker.held_from = epoch;
       worker.held_until = std::max(worker.held_until, epoch);
     }
+  }
+
+  void OnPlacementApplied(int64_t epoch) override {
+    absl::MutexLock lock(&mu_);
+    placement_epoch_ = std::max(placement_epoch_, epoch);
   }
 
   // Fewer active workers can only let waiting pulls go: taking the lock
@@ -159,6 +173,7 @@ class SspPolicy final : public ConsistencyPolicy {
   mutable absl::Mutex mu_;  // taken before the worker table's
   std::vector<WorkerClock> clocks_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t placement_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // the newest OnPlacementApplied
 };
 
 absl::Status Validate(const PsServerConfig& config) {
