@@ -444,7 +444,7 @@ TEST(ShardReplicationTest, ASnapshotLeavesOutTheStepBeingAccumulatedAndItsPushes
   ASSERT_EQ(primary.Accumulate(first.grad, 2)->outcome(), ShardPushResult::ACCUMULATED);
   EXPECT_EQ(primary.Accumulate(first.grad, 2)->outcome(), ShardPushResult::DUPLICATE);
   std::vector<ShardUpdate> parts;
-  primary.ForwardUpdates({[](ShardUpdate) {}, true,
+  primary.ForwardUpdates({[](const ShardUpdate&) {}, true,
                           [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); },
                           1 << 20});
   ASSERT_EQ(parts.size(), 1u);
