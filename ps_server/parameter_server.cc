@@ -466,29 +466,29 @@ bool ParameterServer::FirstMissing(const std::set<std::string>& keys, std::strin
 absl::StatusOr<Shard*> ParameterServer::FindShard(const std::string& variable, int shard) const {
   absl::StatusOr<Shard*> found = store_.Find(variable, shard);
   if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
-  const std::string key = ShardKey(variable, shard);
   absl::MutexLock lock(&placement_mu_);
+  const PlacedUnit* unit = UnitLocked(ShardKey(variable, shard));
+  if (unit == nullptr) return found;
+  const std::string primary = ServerAddresses(placement_)[unit->copies(0).server()];
+  if (primary == own_address_) return found;  // lost with a restart: NOT_FOUND
+  // Not NOT_FOUND, which says this server lost the caller's state.
+  return absl::FailedPreconditionError(absl::StrCat(
+      "variable '", variable, "' shard ", shard, " has no copy here: by placement table epoch ",
+      placement_.epoch(), " its primary is ", primary));
+}
+
+const PlacedUnit* ParameterServer::UnitLocked(const std::string& key) const {
   for (const PlacedUnit& unit : placement_.units()) {
-    if (unit.key() != key) continue;
-    const std::string primary = ServerAddresses(placement_)[unit.copies(0).server()];
-    if (primary == own_address_) return found;  // lost with a restart: NOT_FOUND
-    // Not NOT_FOUND, which says this server lost the caller's state.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "variable '", variable, "' shard ", shard, " has no copy here: by placement table epoch ",
-        placement_.epoch(), " its primary is ", primary));
+    if (unit.key() == key) return &unit;
   }
-  return found;
+  return nullptr;
 }
 
 absl::Status ParameterServer::CheckCopyHere(const std::string& variable, int shard,
                                             const std::string& primary) const {
-  const std::string key = ShardKey(variable, shard);
   absl::MutexLock lock(&placement_mu_);
   std::map<int32_t, std::string> addresses = ServerAddresses(placement_);
-  const PlacedUnit* unit = nullptr;
-  for (const PlacedUnit& u : placement_.units()) {
-    if (u.key() == key) unit = &u;
-  }
+  const PlacedUnit* unit = UnitLocked(ShardKey(variable, shard));
   bool here = false;
   for (int c = 1; unit != nullptr && c < unit->copies_size(); ++c) {
     here = here || addresses[unit->copies(c).server()] == own_address_;

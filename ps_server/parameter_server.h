@@ -301,6 +301,9 @@ class ParameterServer {
   // (the server lost the caller's state), but FAILED_PRECONDITION naming
   // its primary when the placement table has it elsewhere (it moved away).
   absl::StatusOr<Shard*> FindShard(const std::string& variable, int shard) const;
+  // The placement table's unit of `key`; null when it has none.
+  const PlacedUnit* UnitLocked(const std::string& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(placement_mu_);
   // Whether the placement table makes this server the primary of a shard
   // it does not hold (it restarted, with the only copy: --replication=1).
   bool LacksOwnPrimaries() const ABSL_LOCKS_EXCLUDED(placement_mu_);

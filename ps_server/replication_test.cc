@@ -587,23 +587,37 @@ TEST(ReplicationFailoverTest, TablesAppliedAtOnceEndAsTheNewestSays) {
   }
 }
 
+// Two ssp servers of two workers, w's shard 0 (Shards(1)) created on both:
+// its primary on primary_, its backup on backup_, by the first table of
+// the two (table_), which both applied.
+class SspFailoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    primary_.ServeAt(kPrimary);
+    backup_.ServeAt(kBackup);
+    ASSERT_TRUE(CreateOnBoth(backup_, primary_).ok());
+    absl::StatusOr<Placement> table =
+        InitialPlacement({{kPrimary, ""}, {kBackup, ""}}, {{ShardKey("w", 0), 120}}, 2);
+    ASSERT_TRUE(table.ok()) << table.status();
+    table_ = *std::move(table);
+    primary_.ApplyPlacement(table_);
+    backup_.ApplyPlacement(table_);
+  }
+
+  std::atomic<int> calls_{0};
+  ParameterServer backup_{Config(SSP, 2, 1)};
+  ParameterServer primary_{Config(SSP, 2), absl::Now, [this](const std::string&) {
+                             return std::make_unique<DirectLink>(&backup_, nullptr, &calls_);
+                           }};
+  Placement table_;
+};
+
 // SSP at bound 0, two workers. Each push reaches both servers; worker 0's
 // last one reached the backup's server but not the primary, which is then
 // lost. Once promoted, the backup counts worker 0 at the clock of that
 // push, yet lacks its gradient: a pull routed by the new table waits for
 // worker 0 to retry it there.
-TEST(ReplicationFailoverTest, AnSspPullAfterAFailoverWaitsForThePushesThePrimaryLost) {
-  std::atomic<int> calls{0};
-  ParameterServer backup(Config(SSP, 2, 1));
-  ParameterServer primary(Config(SSP, 2), absl::Now, [&](const std::string&) {
-    return std::make_unique<DirectLink>(&backup, nullptr, &calls);
-  });
-  ASSERT_TRUE(CreateOnBoth(backup, primary).ok());
-  absl::StatusOr<Placement> table =
-      InitialPlacement({{kPrimary, ""}, {kBackup, ""}}, {{ShardKey("w", 0), 120}}, 2);
-  ASSERT_TRUE(table.ok()) << table.status();
-  primary.ApplyPlacement(*table);
-  backup.ApplyPlacement(*table);
+TEST_F(SspFailoverTest, AnSspPullAfterAFailoverWaitsForThePushesThePrimaryLost) {
   auto push_at = [](int worker, bool gradient, int64_t epoch) {
     PushRequest push = OnesPush();
     push.set_worker_id(worker);
@@ -613,28 +627,28 @@ TEST(ReplicationFailoverTest, AnSspPullAfterAFailoverWaitsForThePushesThePrimary
     if (!gradient) push.clear_gradients();
     return push;
   };
-  ASSERT_TRUE(primary.Push(push_at(1, true, 1)).ok());
-  ASSERT_TRUE(backup.Push(push_at(1, false, 1)).ok());
-  ASSERT_TRUE(backup.Push(push_at(0, false, 1)).ok());
-  EXPECT_EQ(backup.Describe().workers(0).clock(), 1);
+  ASSERT_TRUE(primary_.Push(push_at(1, true, 1)).ok());
+  ASSERT_TRUE(backup_.Push(push_at(1, false, 1)).ok());
+  ASSERT_TRUE(backup_.Push(push_at(0, false, 1)).ok());
+  EXPECT_EQ(backup_.Describe().workers(0).clock(), 1);
 
-  absl::StatusOr<Placement> without_primary = WithoutServer(*table, 0);
+  absl::StatusOr<Placement> without_primary = WithoutServer(table_, 0);
   ASSERT_TRUE(without_primary.ok());
-  backup.ApplyPlacement(*without_primary);
+  backup_.ApplyPlacement(*without_primary);
   PullRequest pull;
   pull.set_worker_id(1);
   pull.set_clock(1);
   pull.set_placement_epoch(2);
   pull.add_shards()->set_variable("w");
-  absl::StatusOr<PullResponse> early = backup.Pull(pull, absl::Now() + absl::Milliseconds(50));
+  absl::StatusOr<PullResponse> early = backup_.Pull(pull, absl::Now() + absl::Milliseconds(50));
   EXPECT_EQ(early.status().code(), absl::StatusCode::kDeadlineExceeded) << early.status();
   EXPECT_THAT(early.status().message(), HasSubstr("waits for worker(s) 0 to reach clock 1"));
 
   absl::StatusOr<PullResponse> pulled;
-  std::thread puller([&] { pulled = backup.Pull(pull, absl::Now() + absl::Seconds(30)); });
+  std::thread puller([&] { pulled = backup_.Pull(pull, absl::Now() + absl::Seconds(30)); });
   // Worker 0 retries its push by the new table: the promoted copy applies
   // it, and the pull goes on.
-  absl::StatusOr<PushResponse> retried = backup.Push(push_at(0, true, 2));
+  absl::StatusOr<PushResponse> retried = backup_.Push(push_at(0, true, 2));
   ASSERT_TRUE(retried.ok()) << retried.status();
   EXPECT_EQ(retried->results(0).outcome(), ShardPushResult::APPLIED);
   puller.join();
@@ -645,39 +659,26 @@ TEST(ReplicationFailoverTest, AnSspPullAfterAFailoverWaitsForThePushesThePrimary
 // An ssp pull waiting for the other workers' clocks at a server whose
 // shard then moves away ends, naming the new primary, instead of waiting
 // for clocks that no push here will advance (the others follow the move).
-TEST(ReplicationFailoverTest, AnSspPullWaitingOnAShardThatMovesAwayEndsNamingItsPrimary) {
-  std::atomic<int> calls{0};
-  ParameterServer backup(Config(SSP, 2, 1));
-  ParameterServer primary(Config(SSP, 2), absl::Now, [&](const std::string&) {
-    return std::make_unique<DirectLink>(&backup, nullptr, &calls);
-  });
-  primary.ServeAt(kPrimary);
-  backup.ServeAt(kBackup);
-  ASSERT_TRUE(CreateOnBoth(backup, primary).ok());
-  absl::StatusOr<Placement> table =
-      InitialPlacement({{kPrimary, ""}, {kBackup, ""}}, {{ShardKey("w", 0), 120}}, 2);
-  ASSERT_TRUE(table.ok()) << table.status();
-  primary.ApplyPlacement(*table);
-  backup.ApplyPlacement(*table);
+TEST_F(SspFailoverTest, AnSspPullWaitingOnAShardThatMovesAwayEndsNamingItsPrimary) {
   PushRequest push = OnesPush();  // worker 0's, at clock 0
   push.set_push_id(7);
   push.set_clock(0);
   push.set_placement_epoch(1);
-  ASSERT_TRUE(primary.Push(push).ok());
+  ASSERT_TRUE(primary_.Push(push).ok());
   PullRequest pull;
   pull.set_worker_id(1);
   pull.set_clock(2);  // waits for worker 0 at clock 2
   pull.set_placement_epoch(1);
   pull.add_shards()->set_variable("w");
   absl::StatusOr<PullResponse> pulled;
-  std::thread puller([&] { pulled = primary.Pull(pull, absl::Now() + absl::Seconds(60)); });
+  std::thread puller([&] { pulled = primary_.Pull(pull, absl::Now() + absl::Seconds(60)); });
   // The pull tells the server its worker's clock as it starts to wait.
-  while (primary.Describe().workers(1).clock() != 2) std::this_thread::yield();
-  Placement moved = *table;
+  while (primary_.Describe().workers(1).clock() != 2) std::this_thread::yield();
+  Placement moved = table_;
   moved.set_epoch(2);
   std::swap(*moved.mutable_units(0)->mutable_copies(0), *moved.mutable_units(0)->mutable_copies(1));
   const absl::Time applied = absl::Now();
-  primary.ApplyPlacement(moved);
+  primary_.ApplyPlacement(moved);
   puller.join();
   EXPECT_EQ(pulled.status().code(), absl::StatusCode::kFailedPrecondition) << pulled.status();
   EXPECT_THAT(pulled.status().message(), HasSubstr(kBackup));
