@@ -142,13 +142,10 @@ void ParameterServer::MakeReplicator() {
   options.catch_up_bytes_per_sec = config_.catch_up_bytes_per_sec();
   replicator_ = std::make_unique<Replicator>(
       own_address_, replicas_,
-      [this](Shard* shard, const std::string& address) {
-        LOG_INFO("{}: the copy on {} has caught up", shard->label(), address);
+      [this](ReplicatedUnit* unit, const std::string& address) {
+        LOG_INFO("{}: the copy on {} has caught up", unit->label(), address);
         Coordination* coordination = coordination_.load();
-        if (coordination != nullptr) {
-          coordination->CaughtUp(ShardKey(shard->spec().variable().name(), shard->spec().shard()),
-                                 address);
-        }
+        if (coordination != nullptr) coordination->CaughtUp(unit->key(), address);
       },
       options);
 }

@@ -18,7 +18,7 @@ Replicator::~Replicator() {
   std::map<std::string, std::unique_ptr<Peer>> peers;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [shard, copies] : copies_) shard->ForwardUpdates({});
+    for (auto& [unit, copies] : copies_) unit->ForwardUpdates({});
     peers.swap(peers_);
   }
   for (auto& [address, peer] : peers) Stop(*peer);
@@ -38,7 +38,7 @@ void Replicator::DropUnusedPeers() {
   {
     absl::MutexLock lock(&mu_);
     std::set<const Peer*> used;
-    for (const auto& [shard, copies] : copies_) {
+    for (const auto& [unit, copies] : copies_) {
       for (const Copy& copy : copies) used.insert(copy.peer);
     }
     for (auto it = peers_.begin(); it != peers_.end();) {
@@ -46,7 +46,7 @@ void Replicator::DropUnusedPeers() {
         ++it;
         continue;
       }
-      LOG_INFO("replicating to {}: no shard's backup is there any more; stopped",
+      LOG_INFO("replicating to {}: no unit's backup is there any more; stopped",
                it->second->address);
       unused.push_back(std::move(it->second));
       it = peers_.erase(it);
@@ -66,20 +66,20 @@ Replicator::Peer* Replicator::PeerLocked(const std::string& address) {
   return peer.get();
 }
 
-void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups,
+void Replicator::Replicate(ReplicatedUnit* unit, const std::vector<std::string>& backups,
                            const std::vector<std::string>& catching_up, bool fill) {
   if (backups.empty() && catching_up.empty()) {
     std::vector<Peer*> dropped;
     {
       absl::MutexLock lock(&mu_);
-      const auto found = copies_.find(shard);
+      const auto found = copies_.find(unit);
       if (found != copies_.end()) {
         for (const Copy& copy : found->second) dropped.push_back(copy.peer);
         copies_.erase(found);
       }
     }
-    for (Peer* peer : dropped) Unqueue(peer, shard);
-    shard->ForwardUpdates({});  // commits what it has, if still a primary
+    for (Peer* peer : dropped) Unqueue(peer, unit);
+    unit->ForwardUpdates({});  // commits what it has, if still a primary
     DropUnusedPeers();
     return;
   }
@@ -91,8 +91,8 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
   int64_t committed = 0;
   {
     absl::MutexLock lock(&mu_);
-    const int64_t version = shard->version();
-    const auto before = copies_.find(shard);
+    const int64_t version = unit->version();
+    const auto before = copies_.find(unit);
     Copies next;
     auto add = [&](const std::string& address, bool catching) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       Copy copy;
@@ -130,25 +130,25 @@ void Replicator::Replicate(Shard* shard, const std::vector<std::string>& backups
       }
     }
     committed = CommittedOf(next, version);
-    copies_[shard] = std::move(next);
+    copies_[unit] = std::move(next);
   }
-  for (Peer* peer : dropped) Unqueue(peer, shard);
-  Shard::Forwarding forwarding;
-  forwarding.forward = [peers, shard](ShardUpdate update) {
-    for (size_t i = 0; i + 1 < peers.size(); ++i) Enqueue(peers[i], shard, update);
-    Enqueue(peers.back(), shard, std::move(update));
+  for (Peer* peer : dropped) Unqueue(peer, unit);
+  ReplicatedUnit::Forwarding forwarding;
+  forwarding.forward = [peers, unit](ShardUpdate update) {
+    for (size_t i = 0; i + 1 < peers.size(); ++i) Enqueue(peers[i], unit, update);
+    Enqueue(peers.back(), unit, std::move(update));
   };
   forwarding.commits_wait = waited_for;
   if (!fresh.empty()) {
-    forwarding.snapshot = [&fresh, &filling, shard](std::vector<ShardUpdate> parts) {
+    forwarding.snapshot = [&fresh, &filling, unit](std::vector<ShardUpdate> parts) {
       for (const auto& at : filling) *at = parts.front().version();
       for (const auto& [peer, catching] : fresh) {
-        for (const ShardUpdate& part : parts) Enqueue(peer, shard, part, catching);
+        for (const ShardUpdate& part : parts) Enqueue(peer, unit, part, catching);
       }
     };
   }
-  shard->ForwardUpdates(std::move(forwarding));
-  shard->Committed(committed);  // a backup that went may have held it back
+  unit->ForwardUpdates(std::move(forwarding));
+  unit->Committed(committed);  // a backup that went may have held it back
   DropUnusedPeers();
 }
 
@@ -159,10 +159,10 @@ int64_t Replicator::CommittedOf(const Copies& copies, int64_t version) {
   return version;
 }
 
-std::vector<std::string> Replicator::AddressesOf(const Shard* shard, bool catching_up) {
+std::vector<std::string> Replicator::AddressesOf(const ReplicatedUnit* unit, bool catching_up) {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
-  const auto found = copies_.find(const_cast<Shard*>(shard));
+  const auto found = copies_.find(const_cast<ReplicatedUnit*>(unit));
   if (found == copies_.end()) return out;
   for (const Copy& copy : found->second) {
     if (copy.catching_up == catching_up) out.push_back(copy.peer->address);
@@ -170,17 +170,17 @@ std::vector<std::string> Replicator::AddressesOf(const Shard* shard, bool catchi
   return out;
 }
 
-std::vector<std::string> Replicator::BackupsOf(const Shard* shard) {
-  return AddressesOf(shard, false);
+std::vector<std::string> Replicator::BackupsOf(const ReplicatedUnit* unit) {
+  return AddressesOf(unit, false);
 }
 
-std::vector<std::string> Replicator::CatchingUpOf(const Shard* shard) {
-  return AddressesOf(shard, true);
+std::vector<std::string> Replicator::CatchingUpOf(const ReplicatedUnit* unit) {
+  return AddressesOf(unit, true);
 }
 
-void Replicator::Enqueue(Peer* peer, Shard* shard, ShardUpdate update, bool paced) {
+void Replicator::Enqueue(Peer* peer, ReplicatedUnit* unit, ShardUpdate update, bool paced) {
   absl::MutexLock lock(&peer->mu);
-  peer->queue.push_back({shard, std::move(update), paced});
+  peer->queue.push_back({unit, std::move(update), paced});
   ++peer->queued;
 }
 
@@ -189,26 +189,26 @@ Replicator::Batch Replicator::TakeBatchLocked(Peer* peer) {
   auto made = std::make_shared<ReplicateRequest>();
   made->set_primary(own_address_);
   size_t bytes = 0;
-  std::set<const Shard*> held;  // a part of theirs waits: their updates after it too
+  std::set<const ReplicatedUnit*> held;  // a part of theirs waits: their updates after it too
   const absl::Time now = absl::Now();
   for (auto it = peer->queue.begin();
-       it != peer->queue.end() && (batch.shards.empty() || bytes < kMaxCallBytes);) {
+       it != peer->queue.end() && (batch.units.empty() || bytes < kMaxCallBytes);) {
     const size_t size = it->update.gradient().size() + it->update.snapshot().data().size();
-    if (held.count(it->shard) == 0 && it->paced && options_.catch_up_bytes_per_sec > 0) {
+    if (held.count(it->unit) == 0 && it->paced && options_.catch_up_bytes_per_sec > 0) {
       absl::MutexLock lock(&pace_mu_);
       if (paced_until_ > now) {
-        held.insert(it->shard);
+        held.insert(it->unit);
       } else {
         paced_until_ = now + absl::Seconds(static_cast<double>(size) /
                                            static_cast<double>(options_.catch_up_bytes_per_sec));
       }
     }
-    if (held.count(it->shard) > 0) {
+    if (held.count(it->unit) > 0) {
       ++it;
       continue;
     }
     bytes += size;
-    batch.shards.push_back(it->shard);
+    batch.units.push_back(it->unit);
     *made->add_updates() = std::move(it->update);
     it = peer->queue.erase(it);
   }
@@ -217,16 +217,16 @@ Replicator::Batch Replicator::TakeBatchLocked(Peer* peer) {
 }
 
 void Replicator::DropUnqueued(Batch& batch) {
-  if (std::find(batch.shards.begin(), batch.shards.end(), nullptr) == batch.shards.end()) return;
+  if (std::find(batch.units.begin(), batch.units.end(), nullptr) == batch.units.end()) return;
   auto kept = std::make_shared<ReplicateRequest>();
   kept->set_primary(batch.request->primary());
-  std::vector<Shard*> shards;
-  for (size_t i = 0; i < batch.shards.size(); ++i) {
-    if (batch.shards[i] == nullptr) continue;
-    shards.push_back(batch.shards[i]);
+  std::vector<ReplicatedUnit*> units;
+  for (size_t i = 0; i < batch.units.size(); ++i) {
+    if (batch.units[i] == nullptr) continue;
+    units.push_back(batch.units[i]);
     *kept->add_updates() = batch.request->updates(static_cast<int>(i));
   }
-  batch.shards = std::move(shards);
+  batch.units = std::move(units);
   batch.request = std::move(kept);
 }
 
@@ -300,7 +300,7 @@ void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
         continue;
       }
       Batch batch = TakeBatchLocked(peer);
-      if (batch.shards.empty()) {
+      if (batch.units.empty()) {
         waiting_at = peer->queued;
         absl::MutexLock pacing(&pace_mu_);
         wake = paced_until_;
@@ -322,29 +322,29 @@ void Replicator::Receive(Peer* peer, ReplicaStream* stream) {
       if (peer->in_flight.empty()) break;  // an answer to no call: start again
       batch = std::move(peer->in_flight.front());
       peer->in_flight.pop_front();
-      if (response.versions_size() != static_cast<int>(batch.shards.size())) {
+      if (response.versions_size() != static_cast<int>(batch.units.size())) {
         LOG_WARN("replicating to {}: {} version(s) answered for {} update(s)", peer->address,
-                 response.versions_size(), batch.shards.size());
+                 response.versions_size(), batch.units.size());
         peer->in_flight.push_front(std::move(batch));
         break;
       }
     }
-    for (size_t i = 0; i < batch.shards.size(); ++i) {
-      if (batch.shards[i] == nullptr) continue;  // its copy there went meanwhile
-      Acked(batch.shards[i], peer, response.versions(static_cast<int>(i)));
+    for (size_t i = 0; i < batch.units.size(); ++i) {
+      if (batch.units[i] == nullptr) continue;  // its copy there went meanwhile
+      Acked(batch.units[i], peer, response.versions(static_cast<int>(i)));
     }
   }
   absl::MutexLock lock(&peer->mu);
   peer->broken = true;
 }
 
-void Replicator::Acked(Shard* shard, const Peer* peer, int64_t version) {
+void Replicator::Acked(ReplicatedUnit* unit, const Peer* peer, int64_t version) {
   int64_t committed = 0;
   bool filled = false;  // a catching-up copy has its snapshot: it is waited for from now on
   bool caught_up = false;
   {
     absl::MutexLock lock(&mu_);
-    const auto found = copies_.find(shard);
+    const auto found = copies_.find(unit);
     if (found == copies_.end()) return;  // no longer replicated
     for (Copy& copy : found->second) {
       if (copy.peer != peer) continue;
@@ -356,37 +356,37 @@ void Replicator::Acked(Shard* shard, const Peer* peer, int64_t version) {
         if (caught_up) copy.filled_at->store(-1);  // reported once
       }
     }
-    committed = CommittedOf(found->second, shard->version());
+    committed = CommittedOf(found->second, unit->version());
   }
-  shard->Committed(committed);
+  unit->Committed(committed);
   if (filled) {
-    // From here every version the shard makes waits for the copy, and it
+    // From here every version the unit makes waits for the copy, and it
     // is reported once it has every version acknowledged before: so a copy
     // that takes this one's place (a move) lacks no acknowledged push.
-    shard->WaitForCommits();
+    unit->WaitForCommits();
     absl::MutexLock lock(&mu_);
-    const auto found = copies_.find(shard);
+    const auto found = copies_.find(unit);
     if (found == copies_.end()) return;
     for (Copy& copy : found->second) {
       if (copy.peer != peer || !copy.catching_up || copy.waited || copy.filled_at == nullptr)
         continue;
       copy.waited = true;
-      const int64_t at = shard->version();  // >= any version committed without it
+      const int64_t at = unit->version();  // >= any version committed without it
       caught_up = copy.acked >= at;
       copy.filled_at->store(caught_up ? -1 : at);
     }
   }
-  if (caught_up && caught_up_) caught_up_(shard, peer->address);
+  if (caught_up && caught_up_) caught_up_(unit, peer->address);
 }
 
-void Replicator::Unqueue(Peer* peer, const Shard* shard) {
+void Replicator::Unqueue(Peer* peer, const ReplicatedUnit* unit) {
   absl::MutexLock lock(&peer->mu);
   peer->queue.erase(std::remove_if(peer->queue.begin(), peer->queue.end(),
-                                   [shard](const Queued& q) { return q.shard == shard; }),
+                                   [unit](const Queued& q) { return q.unit == unit; }),
                     peer->queue.end());
   for (Batch& batch : peer->in_flight) {
-    std::replace(batch.shards.begin(), batch.shards.end(), const_cast<Shard*>(shard),
-                 static_cast<Shard*>(nullptr));
+    std::replace(batch.units.begin(), batch.units.end(), const_cast<ReplicatedUnit*>(unit),
+                 static_cast<ReplicatedUnit*>(nullptr));
   }
 }
 

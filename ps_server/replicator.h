@@ -1,19 +1,20 @@
-// A primary's side of replicated shards: it sends the updates its shards
+// A primary's side of replicated units (variables' shards, ranges of
+// tables' ids: ReplicatedUnit): it sends the updates its units
 // apply to the servers holding their backups, each server's in the order
-// they were made, and marks a version committed on its shard (so that
+// they were made, and marks a version committed on its unit (so that
 // pushes that made it are answered, and pulls waiting for it served) once
 // every backup has applied it. One stream per backup server, with up to a
 // window of calls in flight on it, each carrying what queued meanwhile;
 // a broken stream is opened again and what it had not answered is sent
 // again (a backup takes an update it has already applied as a no-op).
 // A copy that may differ from the primary (new to it, or catching up) is
-// first sent the shard's snapshot; one catching up holds back no commit
+// first sent the unit's snapshot; one catching up holds back no commit
 // until it has the snapshot, then every commit, and is reported caught up
 // once it has every version acknowledged before: so a copy that takes
 // another's place (a move) lacks no acknowledged push. A copy that goes
-// is sent nothing more of its shard. The snapshots of copies that
-// catch up go at a bounded rate, which the updates of other shards
-// overtake (those of the same shard wait behind them). Thread-safe.
+// is sent nothing more of its unit. The snapshots of copies that
+// catch up go at a bounded rate, which the updates of other units
+// overtake (those of the same unit wait behind them). Thread-safe.
 #ifndef FULCRUM_PS_SERVER_REPLICATOR_H_
 #define FULCRUM_PS_SERVER_REPLICATOR_H_
 
@@ -32,7 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/ps_service.pb.h"
-#include "ps_server/shard.h"
+#include "ps_server/replicated_unit.h"
 
 namespace fulcrum {
 
@@ -79,45 +80,45 @@ class Replicator {
 
   // `own_address`: this server's, which its calls carry (a backup takes
   // updates only from its primary). `caught_up` is told, from a thread of the replicator's, of each
-  // catching-up copy (its shard, its server's address) once it has applied the snapshot; it must
+  // catching-up copy (its unit, its server's address) once it has applied the snapshot; it must
   // not call back into the replicator.
-  using CaughtUpCallback = std::function<void(Shard* shard, const std::string& address)>;
+  using CaughtUpCallback = std::function<void(ReplicatedUnit* unit, const std::string& address)>;
   Replicator(std::string own_address, ReplicaLinkFactory connect, CaughtUpCallback caught_up = {},
              ReplicatorOptions options = {});
-  // Stops the senders (what they had not sent is dropped) and the shards'
+  // Stops the senders (what they had not sent is dropped) and the units'
   // forwarding to them.
   ~Replicator();
 
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
-  // From now on `shard`'s updates go to `backups` and `catching_up`
+  // From now on `unit`'s updates go to `backups` and `catching_up`
   // (addresses), and its versions are committed as all of `backups` apply
   // them: a copy it had before keeps the versions it answered; a new one
-  // first takes the shard's snapshot when `fill` or catching up (else it
-  // starts at the shard's version: created alike, it holds the same
+  // first takes the unit's snapshot when `fill` or catching up (else it
+  // starts at the unit's version: created alike, it holds the same
   // state). With no backups each version is committed as it is made (what
   // the backups that went held back too).
-  void Replicate(Shard* shard, const std::vector<std::string>& backups,
+  void Replicate(ReplicatedUnit* unit, const std::vector<std::string>& backups,
                  const std::vector<std::string>& catching_up = {}, bool fill = false)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The addresses `shard`'s updates go to and its commits wait for; none
+  // The addresses `unit`'s updates go to and its commits wait for; none
   // when it is not replicated.
-  std::vector<std::string> BackupsOf(const Shard* shard) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::string> BackupsOf(const ReplicatedUnit* unit) ABSL_LOCKS_EXCLUDED(mu_);
   // Those its updates go to that are catching up.
-  std::vector<std::string> CatchingUpOf(const Shard* shard) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::string> CatchingUpOf(const ReplicatedUnit* unit) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // One call's updates, and the shard of each.
+  // One call's updates, and the unit of each.
   struct Batch {
-    std::vector<Shard*> shards;  // null: dropped (Unqueue)
+    std::vector<ReplicatedUnit*> units;  // null: dropped (Unqueue)
     // Shared with the Write that sends it, so that it is never copied.
     std::shared_ptr<const ReplicateRequest> request;
   };
   // An update queued for a server; `paced`: a part of the snapshot of a
   // copy that catches up.
   struct Queued {
-    Shard* shard;
+    ReplicatedUnit* unit;
     ShardUpdate update;
     bool paced;
   };
@@ -134,42 +135,42 @@ class Replicator {
     ReplicaStream* stream ABSL_GUARDED_BY(mu) = nullptr;  // the open one
     std::thread sender;
   };
-  // One copy of a replicated shard: its server and the version it has.
+  // One copy of a replicated unit: its server and the version it has.
   struct Copy {
     Peer* peer = nullptr;
     int64_t acked = 0;  // -1: it is taking a snapshot
     bool catching_up = false;
-    // A catching-up copy that has its snapshot: the shard's commits wait
+    // A catching-up copy that has its snapshot: the unit's commits wait
     // for it too, before it is reported caught up.
     bool waited = false;
     // Of the snapshot it was sent (set as it is taken, before any answer);
     // -1: none, or reported caught up.
     std::shared_ptr<std::atomic<int64_t>> filled_at;
   };
-  // Per replicated shard: its copies, the ready ones first.
+  // Per replicated unit: its copies, the ready ones first.
   using Copies = std::vector<Copy>;
-  // The least version the ready copies have (the shard's `version` when
+  // The least version the ready copies have (the unit's `version` when
   // there are none).
   static int64_t CommittedOf(const Copies& copies, int64_t version);
-  std::vector<std::string> AddressesOf(const Shard* shard, bool catching_up)
+  std::vector<std::string> AddressesOf(const ReplicatedUnit* unit, bool catching_up)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   Peer* PeerLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops `peer`'s sender (what it had not sent is dropped).
   static void Stop(Peer& peer);
-  // Stops the senders to servers that hold no shard's backup any more (the
+  // Stops the senders to servers that hold no unit's backup any more (the
   // table dropped them), which would otherwise call a lost server for ever.
   void DropUnusedPeers() ABSL_LOCKS_EXCLUDED(mu_);
-  static void Enqueue(Peer* peer, Shard* shard, ShardUpdate update, bool paced = false);
-  // `shard`'s copy on `peer` went: what is queued for it there is dropped,
+  static void Enqueue(Peer* peer, ReplicatedUnit* unit, ShardUpdate update, bool paced = false);
+  // `unit`'s copy on `peer` went: what is queued for it there is dropped,
   // and what is in flight is not sent again (its entries in the batches
   // become null: the server may refuse them now).
-  static void Unqueue(Peer* peer, const Shard* shard);
+  static void Unqueue(Peer* peer, const ReplicatedUnit* unit);
   // `batch` without the updates Unqueue dropped.
   static void DropUnqueued(Batch& batch);
   // The next call to `peer`: what its queue holds, in order, up to about
   // kMaxCallBytes, but for paced parts the rate does not allow yet, and the
-  // updates of their shards after them. Empty when nothing may go now.
+  // updates of their units after them. Empty when nothing may go now.
   Batch TakeBatchLocked(Peer* peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu);
   // The sender's loop: opens the stream, sends again what it had in flight,
   // then what queues, in order, until stopped.
@@ -178,8 +179,8 @@ class Replicator {
   void SendOn(Peer* peer, ReplicaStream* stream);
   // The stream's answers, each for the oldest batch in flight.
   void Receive(Peer* peer, ReplicaStream* stream);
-  // `peer` has `shard` at `version`: commits what every backup has.
-  void Acked(Shard* shard, const Peer* peer, int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+  // `peer` has `unit` at `version`: commits what every backup has.
+  void Acked(ReplicatedUnit* unit, const Peer* peer, int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string own_address_;
   const ReplicaLinkFactory connect_;
@@ -191,7 +192,7 @@ class Replicator {
   absl::Time paced_until_ ABSL_GUARDED_BY(pace_mu_) = absl::InfinitePast();
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
-  std::map<Shard*, Copies> copies_ ABSL_GUARDED_BY(mu_);
+  std::map<ReplicatedUnit*, Copies> copies_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fulcrum

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/tensor.h"
 #include "ps_server/answered_stream.h"
+#include "ps_server/shard.h"
 
 namespace fulcrum {
 namespace {
@@ -92,9 +93,9 @@ TEST(ReplicatorTest, CatchingUpSnapshotsArePacedAndOtherShardsOvertakeThem) {
   options.catch_up_bytes_per_sec = kRate;
   Replicator replicator(
       "primary:1", [&](const std::string&) { return std::make_unique<AnsweringLink>(&mu, &log); },
-      [&](Shard* shard, const std::string&) {
+      [&](ReplicatedUnit* shard, const std::string&) {
         absl::MutexLock lock(&mu);
-        caught_up[shard->spec().variable().name()] = absl::Now();
+        caught_up[shard->key()] = absl::Now();
       },
       options);
   replicator.Replicate(&ready, {"backup:1"});
@@ -110,7 +111,7 @@ TEST(ReplicatorTest, CatchingUpSnapshotsArePacedAndOtherShardsOvertakeThem) {
   ASSERT_TRUE(ready.AwaitCommitted(1, absl::Now() + absl::Seconds(30)).ok());
   {
     absl::MutexLock lock(&mu);
-    EXPECT_EQ(caught_up.count("second"), 0u) << "the second snapshot went before the update";
+    EXPECT_EQ(caught_up.count("second/0"), 0u) << "the second snapshot went before the update";
     auto both = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return caught_up.size() == 2; };
     ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(60)));
     std::map<std::string, absl::Time> sent;

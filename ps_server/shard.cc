@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/initializer.h"
 #include "common/logging.h"
+#include "common/partitioner.h"
 #include "common/slices.h"
 
 namespace fulcrum {
@@ -50,18 +51,13 @@ absl::StatusOr<ShardContents> NewShardContents(const ShardSpec& spec,
 }
 
 Shard::Shard(ShardSpec spec, ShardContents contents)
-    : spec_(std::move(spec)),
+    : ReplicatedUnit(ShardKey(spec.variable().name(), spec.shard()),
+                     absl::StrCat("variable '", spec.variable().name(), "' shard ", spec.shard()),
+                     contents.version),
+      spec_(std::move(spec)),
       shape_(ShardShape(spec_)),
-      label_(absl::StrCat("variable '", spec_.variable().name(), "' shard ", spec_.shard())),
       values_(std::make_shared<std::vector<float>>(std::move(contents.values))),
-      slots_(std::move(contents.slots)),
-      version_(contents.version),
-      committed_version_(contents.version) {}
-
-int64_t Shard::version() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return version_;
-}
+      slots_(std::move(contents.slots)) {}
 
 absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType encoding,
                          int64_t max_slice_bytes, OutgoingPull* out) const {
@@ -71,11 +67,11 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType enco
   };
   if (!ready()) mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   // UNAVAILABLE, so that clients retry: the server is going away.
-  if (cancelled_) return absl::UnavailableError(absl::StrCat(label_, ": server is shutting down"));
+  if (cancelled_) return absl::UnavailableError(absl::StrCat(label(), ": server is shutting down"));
   if (retired_) return RetiredError();
   if (committed_version_ < min_version) {
     return absl::DeadlineExceededError(absl::StrCat(
-        label_, ": still at version ", committed_version_,
+        label(), ": still at version ", committed_version_,
         version_ > committed_version_ ? absl::StrCat(" (", version_, " not yet on its backups)")
                                       : "",
         " at the deadline, waiting for ", min_version));
@@ -96,7 +92,7 @@ absl::Status Shard::CheckComputedAt(int64_t computed_at) const {
 
 absl::Status Shard::CheckNotFromFutureLocked(int64_t computed_at) const {
   if (computed_at > version_ || computed_at < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(label_, ": gradient computed at version ",
+    return absl::FailedPreconditionError(absl::StrCat(label(), ": gradient computed at version ",
                                                       computed_at, " but the shard is at version ",
                                                       version_, " (was the server restarted?)"));
   }
@@ -129,36 +125,21 @@ void Shard::ApplyLocked(GradientParts grad, int averaged, absl::Span<const Taken
   ++version_;
   ApplyGradient(spec_.variable().optimizer(), version_, averaged, grad, absl::MakeSpan(*values_),
                 slots_);
-  if (!commits_wait_) committed_version_ = version_;
-  if (!forward_) return;
-  ShardUpdate update;
-  update.set_variable(spec_.variable().name());
-  update.set_shard(spec_.shard());
-  update.set_version(version_);
-  update.set_averaged(averaged);
-  std::string* gradient = update.mutable_gradient();
-  for (FloatBytes part : grad) gradient->append(part.data(), part.size());
-  for (const Taken& push : pushes) {
-    PushTaken* taken = update.add_pushes();
-    taken->set_worker(push.worker);
-    taken->set_push_id(push.push_id);
-  }
-  forward_(std::move(update));
-}
-
-void Shard::ForwardUpdates(Forwarding forwarding) {
-  absl::MutexLock lock(&mu_);
-  if (forwarding.snapshot) forwarding.snapshot(SnapshotLocked(forwarding.part_bytes));
-  forward_ = std::move(forwarding.forward);
-  commits_wait_ = forward_ && forwarding.commits_wait;
-  // A primary made a backup keeps its uncommitted versions uncommitted:
-  // the pushes waiting for them fail (AwaitCommitted).
-  if (!commits_wait_ && primary_.empty()) committed_version_ = version_;
-}
-
-void Shard::WaitForCommits() {
-  absl::MutexLock lock(&mu_);
-  if (forward_) commits_wait_ = true;
+  MadeVersionLocked([&, version = version_] {
+    ShardUpdate update;
+    update.set_variable(spec_.variable().name());
+    update.set_shard(spec_.shard());
+    update.set_version(version);
+    update.set_averaged(averaged);
+    std::string* gradient = update.mutable_gradient();
+    for (FloatBytes part : grad) gradient->append(part.data(), part.size());
+    for (const Taken& push : pushes) {
+      PushTaken* taken = update.add_pushes();
+      taken->set_worker(push.worker);
+      taken->set_push_id(push.push_id);
+    }
+    return update;
+  });
 }
 
 std::vector<ShardUpdate> Shard::SnapshotLocked(int64_t part_bytes) const {
@@ -200,7 +181,7 @@ absl::StatusOr<int64_t> Shard::ApplySnapshotPartLocked(const ShardUpdate& update
   if (part.floats() != floats || part.data().size() % sizeof(float) != 0 || part.offset() < 0 ||
       part.offset() > floats - count || update.version() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(label_, ": a snapshot's part of ", part.data().size(), " bytes at float ",
+        absl::StrCat(label(), ": a snapshot's part of ", part.data().size(), " bytes at float ",
                      part.offset(), " of ", part.floats(), " (version ", update.version(),
                      ") is not one of its ", floats, " floats"));
   }
@@ -213,7 +194,7 @@ absl::StatusOr<int64_t> Shard::ApplySnapshotPartLocked(const ShardUpdate& update
     // A part sent again after the stream broke, of a snapshot taken whole.
     if (filling_version_ < 0 && update.version() <= version_) return version_;
     return absl::FailedPreconditionError(
-        absl::StrCat(label_, ": given a snapshot's part at float ", part.offset(), " of version ",
+        absl::StrCat(label(), ": given a snapshot's part at float ", part.offset(), " of version ",
                      update.version(), ", while holding ", filling_.size(), " floats of version ",
                      filling_version_));
   }
@@ -235,119 +216,38 @@ absl::StatusOr<int64_t> Shard::ApplySnapshotPartLocked(const ShardUpdate& update
   return version_;
 }
 
-void Shard::Committed(int64_t version) {
-  absl::MutexLock lock(&mu_);
-  committed_version_ = std::max(committed_version_, std::min(version, version_));
+bool Shard::IsOfThisUnit(const ShardUpdate& update) const {
+  return update.table().empty() && update.variable() == spec_.variable().name() &&
+         update.shard() == spec_.shard();
 }
 
-int64_t Shard::committed_version() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return committed_version_;
-}
-
-absl::Status Shard::AwaitCommitted(int64_t version, absl::Time deadline) const {
-  absl::ReaderMutexLock lock(&mu_);
-  auto committed = [this, version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return cancelled_ || committed_version_ >= version || !primary_.empty();
-  };
-  mu_.AwaitWithDeadline(absl::Condition(&committed), deadline);
-  if (!primary_.empty()) {
-    // Its copies may lack the version, and the new primary refuses it
-    // from here: the push is made again there, by its push id.
-    return absl::FailedPreconditionError(
-        absl::StrCat(label_, " moved to the primary ", primary_, " before version ", version,
-                     " was on every copy; the push goes to it again"));
+absl::Status Shard::CheckUpdateLocked(const ShardUpdate& update) const {
+  if (update.gradient().size() == values_->size() * sizeof(float) && update.averaged() >= 1) {
+    return absl::OkStatus();
   }
-  if (committed_version_ >= version) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(label_, ": version ", version,
-                                             " is not yet on every backup (they have ",
-                                             committed_version_, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(label(), ": an update of ",
+                                                 update.gradient().size(), " bytes averaging ",
+                                                 update.averaged(), " is not one of it"));
 }
 
-void Shard::MakeBackup(const std::string& primary) {
-  absl::MutexLock lock(&mu_);
-  primary_ = primary;
-  // A step's gradients accumulated here are the new primary's to take
-  // again (clients push them again by the table).
+void Shard::ApplyUpdateLocked(const ShardUpdate& update) {
+  std::vector<Taken> pushes;
+  for (const PushTaken& push : update.pushes()) pushes.push_back({push.worker(), push.push_id()});
+  const FloatBytes gradient(update.gradient().data(), update.gradient().size());
+  ApplyLocked(absl::MakeConstSpan(&gradient, 1), update.averaged(), pushes);
+}
+
+void Shard::DropPendingLocked() {
   accumulated_.clear();
   accumulated_from_.clear();
 }
 
-void Shard::Retire() {
-  absl::MutexLock lock(&mu_);
-  if (primary_.empty()) primary_ = "(none)";
-  retired_ = true;
-  forward_ = nullptr;
-  commits_wait_ = false;
+void Shard::FreeLocked() {
   values_ = std::make_shared<std::vector<float>>();  // a pull's snapshot keeps its own
   slots_.clear();
   std::vector<float>().swap(accumulated_);
-  accumulated_from_.clear();
   std::vector<float>().swap(filling_);
   filling_version_ = -1;
-}
-
-absl::Status Shard::RetiredError() const {
-  return absl::FailedPreconditionError(
-      absl::StrCat(label_, " has no copy here any more: it moved to other servers"));
-}
-
-void Shard::Promote() {
-  absl::MutexLock lock(&mu_);
-  primary_.clear();
-}
-
-bool Shard::IsBackup() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return !primary_.empty();
-}
-
-absl::Status Shard::CheckPrimary() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return CheckPrimaryLocked();
-}
-
-absl::Status Shard::CheckPrimaryLocked() const {
-  if (retired_) return RetiredError();
-  if (primary_.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(label_, " here is a backup copy; its primary is ", primary_));
-}
-
-absl::StatusOr<int64_t> Shard::ApplyReplicated(const ShardUpdate& update, absl::string_view from) {
-  absl::MutexLock lock(&mu_);
-  if (retired_) return RetiredError();
-  if (primary_.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        label_, " here is not a backup copy: it takes no updates from another server"));
-  }
-  if (from != primary_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        label_, " here takes updates only from its primary ", primary_, ", not ", from));
-  }
-  if (update.has_snapshot() && update.variable() == spec_.variable().name() &&
-      update.shard() == spec_.shard()) {
-    return ApplySnapshotPartLocked(update);
-  }
-  if (update.variable() != spec_.variable().name() || update.shard() != spec_.shard() ||
-      update.gradient().size() != values_->size() * sizeof(float) || update.averaged() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        label_, ": an update of variable '", update.variable(), "' shard ", update.shard(), " of ",
-        update.gradient().size(), " bytes averaging ", update.averaged(), " is not one of it"));
-  }
-  if (update.version() <= version_) return version_;  // applied already
-  if (update.version() != version_ + 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        label_, ": at version ", version_, ", given the update to version ", update.version()));
-  }
-  std::vector<Taken> pushes;
-  for (const PushTaken& push : update.pushes()) {
-    last_push_ids_.Seen(push.worker(), push.push_id());
-    pushes.push_back({push.worker(), push.push_id()});
-  }
-  const FloatBytes gradient(update.gradient().data(), update.gradient().size());
-  ApplyLocked(absl::MakeConstSpan(&gradient, 1), update.averaged(), pushes);
-  return version_;
 }
 
 absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64_t max_staleness) {
@@ -421,11 +321,6 @@ bool Shard::CompleteIfReady(int required) {
   }
   ApplyAccumulatedLocked();
   return true;
-}
-
-void Shard::Cancel() {
-  absl::MutexLock lock(&mu_);
-  cancelled_ = true;
 }
 
 absl::Status Shard::WriteCheckpoint(CheckpointFileWriter& writer) const {

@@ -23,6 +23,7 @@
 #include "proto/checkpoint.pb.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/last_push_ids.h"
+#include "ps_server/replicated_unit.h"
 
 namespace fulcrum {
 
@@ -44,7 +45,9 @@ absl::StatusOr<ShardContents> NewShardContents(const ShardSpec& spec,
                                                const RestoredVariable* restored,
                                                absl::string_view initial_values);
 
-class Shard {
+// Its replication (roles, commits, the updates and snapshots its copies
+// exchange) is ReplicatedUnit's.
+class Shard : public ReplicatedUnit {
  public:
   // `spec` must be valid with a canonical variable spec, and `contents` its
   // size (NewShardContents).
@@ -53,10 +56,6 @@ class Shard {
   const ShardSpec& spec() const { return spec_; }
   // [rows of this shard, trailing dims of the variable].
   const Shape& shape() const { return shape_; }
-  // "variable 'w' shard 1", for messages.
-  const std::string& label() const { return label_; }
-
-  int64_t version() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // FAILED_PRECONDITION when a gradient claims a version this shard has not
   // reached (or a negative one). Versions only grow, so a gradient that
@@ -94,69 +93,6 @@ class Shard {
   // (the live workers shrank). True when it applied.
   bool CompleteIfReady(int required) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Wakes readers waiting for a version; they return UNAVAILABLE.
-  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Replication. A primary's shard that has backups hands each update it
-  // applies to `forwarding.forward`, in version order and under its lock
-  // (so it must only queue it), and a version it made counts as committed,
-  // so that pulls waiting for it are served, only once Committed says
-  // every backup has applied it. Without `forward` (null, the default), or
-  // with `commits_wait` false (no backup a commit waits for), each version
-  // is committed as it is made. `snapshot`, when given, is first handed
-  // the shard's whole state as it is (parts of about `part_bytes` of
-  // floats), under the same lock: what a copy new to this primary takes
-  // before the updates after it.
-  struct Forwarding {
-    std::function<void(ShardUpdate)> forward;
-    bool commits_wait = true;
-    std::function<void(std::vector<ShardUpdate>)> snapshot;
-    int64_t part_bytes = int64_t{4} << 20;
-  };
-  void ForwardUpdates(Forwarding forwarding) ABSL_LOCKS_EXCLUDED(mu_);
-  // From now on a version is committed only once Committed says so, though
-  // the forwarding was set without a backup to wait for: a copy that caught
-  // up, to take this one's place, has every version acknowledged from here.
-  void WaitForCommits() ABSL_LOCKS_EXCLUDED(mu_);
-  // Every backup has applied the updates up to `version`.
-  void Committed(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
-  int64_t committed_version() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits until `version` is committed: OK, or at `deadline` UNAVAILABLE
-  // saying the backups have not applied it, or FAILED_PRECONDITION once
-  // the shard is made a backup (its primary moved) before then.
-  absl::Status AwaitCommitted(int64_t version, absl::Time deadline) const ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Makes this a backup copy of the primary at `primary`: it takes that
-  // primary's updates (ApplyReplicated) and no worker's push or pull. The
-  // gradients a sync step accumulated here are dropped.
-  void MakeBackup(const std::string& primary) ABSL_LOCKS_EXCLUDED(mu_);
-  // The placement table has no copy of the shard here any more (it moved,
-  // or this server left the table): its memory goes, and every call on it
-  // from now on, or waiting, fails FAILED_PRECONDITION saying it moved.
-  void Retire() ABSL_LOCKS_EXCLUDED(mu_);
-  // Makes a backup copy the primary, its primary being lost: it takes
-  // workers' pushes and pulls from now on, from the version it has.
-  void Promote() ABSL_LOCKS_EXCLUDED(mu_);
-  // FAILED_PRECONDITION naming the primary when this is a backup copy (or
-  // retired). ApplyNow and Accumulate check it too, under the shard's lock.
-  absl::Status CheckPrimary() const ABSL_LOCKS_EXCLUDED(mu_);
-  bool IsBackup() const ABSL_LOCKS_EXCLUDED(mu_);
-
-  // A backup's shard applies its primary's `update` as the primary did, so
-  // the two stay bit-identical, and takes its pushes (a retry of one is
-  // DUPLICATE here after). The parts of a snapshot fill a copy of the
-  // primary's state, which replaces this one's (values, slots, version and
-  // push ids, a version back or ahead) once whole. The version to answer:
-  // the shard's, or -1 for a part of a snapshot not yet whole. An update it
-  // has applied already changes nothing; FAILED_PRECONDITION for one that
-  // skips a version or a snapshot's part, or given to a retired copy;
-  // INVALID_ARGUMENT for one of another shard or size, or given to a copy
-  // that is not a backup; FAILED_PRECONDITION when `from` (the sender's
-  // address) is not its primary (the primary changed, or a server the
-  // table dropped goes on sending).
-  absl::StatusOr<int64_t> ApplyReplicated(const ShardUpdate& update, absl::string_view from)
-      ABSL_LOCKS_EXCLUDED(mu_);
-
   ShardInfo Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Adds spec, version, values and slots, as of one moment, to `writer`.
@@ -165,8 +101,6 @@ class Shard {
 
  private:
   absl::Status CheckNotFromFutureLocked(int64_t computed_at) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status CheckPrimaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status RetiredError() const;
   ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Makes values_ this shard's alone, copying them if a snapshot is out.
@@ -177,40 +111,38 @@ class Shard {
     uint64_t push_id;
   };
   // `grad` is the mean of `averaged` gradients, from `pushes`; hands the
-  // update to forward_, or commits it.
+  // update to the backups, or commits it.
   void ApplyLocked(GradientParts grad, int averaged, absl::Span<const Taken> pushes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The shard's whole state as parts of a snapshot (ShardSnapshot).
-  std::vector<ShardUpdate> SnapshotLocked(int64_t part_bytes) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // A backup takes a part of its primary's snapshot (checked to be of it).
-  absl::StatusOr<int64_t> ApplySnapshotPartLocked(const ShardUpdate& update)
+
+  // ReplicatedUnit: the shard's whole state as parts of a snapshot
+  // (ShardSnapshot); a backup's taking of them and of updates.
+  std::vector<ShardUpdate> SnapshotLocked(int64_t part_bytes) const override
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool IsOfThisUnit(const ShardUpdate& update) const override;
+  absl::StatusOr<int64_t> ApplySnapshotPartLocked(const ShardUpdate& update) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckUpdateLocked(const ShardUpdate& update) const override
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ApplyUpdateLocked(const ShardUpdate& update) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardSpec spec_;
   const Shape shape_;
-  const std::string label_;
 
-  mutable absl::Mutex mu_;
   // Shared with the pulls that still send a snapshot of them; a push
   // applies to a copy then (UnshareValuesLocked).
   std::shared_ptr<std::vector<float>> values_ ABSL_GUARDED_BY(mu_);
   OptimizerSlots slots_ ABSL_GUARDED_BY(mu_);
-  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t committed_version_ ABSL_GUARDED_BY(mu_) = 0;  // <= version_
-  std::function<void(ShardUpdate)> forward_ ABSL_GUARDED_BY(mu_);
-  bool commits_wait_ ABSL_GUARDED_BY(mu_) = false;  // for backups to apply forwarded versions
-  std::string primary_ ABSL_GUARDED_BY(mu_);        // a backup's primary; "": not a backup
   // Sum of the gradients accumulated for step version_, and who sent them.
   std::vector<float> accumulated_ ABSL_GUARDED_BY(mu_);
   std::vector<Taken> accumulated_from_ ABSL_GUARDED_BY(mu_);
-  LastPushIds last_push_ids_ ABSL_GUARDED_BY(mu_);
   // A backup's snapshot being received: its floats so far, of the version
   // it is at (-1: none being received).
   std::vector<float> filling_ ABSL_GUARDED_BY(mu_);
   int64_t filling_version_ ABSL_GUARDED_BY(mu_) = -1;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool retired_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace fulcrum
