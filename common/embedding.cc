@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
 #include "common/initializer.h"
@@ -38,6 +39,19 @@ int EmbeddingOwner(int64_t id, int num_servers) {
   CHECK(num_servers >= 1);
   return static_cast<int>(Mix64(static_cast<uint64_t>(id) + kGoldenGamma) %
                           static_cast<uint64_t>(num_servers));
+}
+
+std::string TableKey(absl::string_view table, int partition) {
+  return absl::StrCat(table, "#", partition);
+}
+
+bool ParseTableKey(absl::string_view key, std::string* table, int* partition) {
+  const size_t hash = key.rfind('#');
+  if (hash == absl::string_view::npos || !absl::SimpleAtoi(key.substr(hash + 1), partition)) {
+    return false;
+  }
+  *table = std::string(key.substr(0, hash));
+  return true;
 }
 
 absl::Status ValidateEmbeddingTableSpec(const EmbeddingTableSpec& spec) {

@@ -5,8 +5,10 @@
 #define FULCRUM_COMMON_EMBEDDING_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/tensor.pb.h"
 
@@ -20,6 +22,12 @@ constexpr int64_t kMaxIdsPerRowCall = int64_t{1} << 20;
 // mix of the id (splitmix64), so that placement depends on nothing but the
 // id and the number of servers, and skewed ids still spread evenly.
 int EmbeddingOwner(int64_t id, int num_servers);
+
+// The placement unit of a table's ids whose EmbeddingOwner among
+// `partitions` is `partition`: "table#partition"; and back (false for a
+// key that is not one).
+std::string TableKey(absl::string_view table, int partition);
+bool ParseTableKey(absl::string_view key, std::string* table, int* partition);
 
 // INVALID_ARGUMENT naming what is wrong with `spec` (a name, width >= 1, a
 // known initializer other than GLOROT_UNIFORM, a valid optimizer,

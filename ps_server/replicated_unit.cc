@@ -129,7 +129,7 @@ absl::StatusOr<int64_t> ReplicatedUnit::ApplyReplicated(const ShardUpdate& updat
                                                    update.variable(), "' shard ", update.shard(),
                                                    ", which is not one of it"));
   }
-  if (update.has_snapshot()) return ApplySnapshotPartLocked(update);
+  if (IsSnapshotPart(update)) return ApplySnapshotPartLocked(update);
   if (absl::Status s = CheckUpdateLocked(update); !s.ok()) return s;
   if (update.version() <= version_) return version_;  // applied already
   if (update.version() != version_ + 1) {

@@ -24,6 +24,18 @@
 
 namespace fulcrum {
 
+// Whether `update` is a part of a snapshot, of a shard or of a table.
+inline bool IsSnapshotPart(const ShardUpdate& update) {
+  return update.has_snapshot() || update.has_table_snapshot();
+}
+
+// The bytes of data `update` carries (gradients, ids, a snapshot's).
+inline size_t UpdateBytes(const ShardUpdate& update) {
+  return update.gradient().size() + update.ids().size() + update.snapshot().data().size() +
+         update.table_snapshot().ids().size() + update.table_snapshot().data().size() +
+         update.table_snapshot().candidate_ids_size() * (sizeof(int64_t) + sizeof(uint32_t));
+}
+
 class ReplicatedUnit {
  public:
   virtual ~ReplicatedUnit() = default;
@@ -127,6 +139,8 @@ class ReplicatedUnit {
   // when they are forwarded to; `update` is called only then.
   void MadeVersionLocked(absl::FunctionRef<ShardUpdate()> update)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether updates go to copies now.
+  bool ForwardingLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return forward_ != nullptr; }
   absl::Status CheckPrimaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status RetiredError() const;
 

@@ -193,7 +193,7 @@ Replicator::Batch Replicator::TakeBatchLocked(Peer* peer) {
   const absl::Time now = absl::Now();
   for (auto it = peer->queue.begin();
        it != peer->queue.end() && (batch.units.empty() || bytes < kMaxCallBytes);) {
-    const size_t size = it->update.gradient().size() + it->update.snapshot().data().size();
+    const size_t size = UpdateBytes(it->update);
     if (held.count(it->unit) == 0 && it->paced && options_.catch_up_bytes_per_sec > 0) {
       absl::MutexLock lock(&pace_mu_);
       if (paced_until_ > now) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -24,21 +26,29 @@ EmbeddingTableSpec Canonical(const EmbeddingTableSpec& spec) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(
-    const EmbeddingTableSpec& spec) {
+    const EmbeddingTableSpec& spec, int partition) {
   if (absl::Status s = ValidateEmbeddingTableSpec(spec); !s.ok()) return s;
-  return std::unique_ptr<EmbeddingTable>(new EmbeddingTable(Canonical(spec)));
+  return std::unique_ptr<EmbeddingTable>(new EmbeddingTable(Canonical(spec), partition));
 }
 
-EmbeddingTable::EmbeddingTable(const EmbeddingTableSpec& spec)
-    : spec_(spec),
+EmbeddingTable::EmbeddingTable(const EmbeddingTableSpec& spec, int partition)
+    : ReplicatedUnit(TableKey(spec.name(), partition),
+                     absl::StrCat("embedding table '", spec.name(), "' partition ", partition),
+                     /*version=*/0),
+      spec_(spec),
+      partition_(partition),
       initializer_(spec),
-      store_({spec.width(), NumSlots(spec.optimizer()), spec.max_rows(),
-              std::max(1, spec.admit_after())}) {
+      store_(std::make_unique<RowStore>(StoreOptions())) {
   // The slots as MakeSlots starts them (Adagrad's and FTRL's accumulators
   // at initial_accumulator_value), for every new row.
   for (const std::vector<float>& slot : MakeSlots(spec.optimizer(), spec.width())) {
     initial_slots_.insert(initial_slots_.end(), slot.begin(), slot.end());
   }
+}
+
+RowStore::Options EmbeddingTable::StoreOptions() const {
+  return {spec_.width(), NumSlots(spec_.optimizer()), spec_.max_rows(),
+          std::max(1, spec_.admit_after())};
 }
 
 absl::Status EmbeddingTable::CheckIds(absl::Span<const int64_t> ids, size_t floats,
@@ -60,9 +70,13 @@ absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<floa
   if (absl::Status s = CheckIds(ids, out.size(), "pull", kMaxIdsPerRequest); !s.ok()) return s;
   const int64_t width = spec_.width();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
+  // While copies take this one's updates, a pull is no use of its rows:
+  // the copies never see it.
+  const bool counts_as_use = !ForwardingLocked();
   for (size_t i = 0; i < ids.size(); ++i) {
     absl::Span<float> to = out.subspan(i * width, width);
-    if (const float* row = store_.Find(ids[i])) {
+    if (const float* row = counts_as_use ? store_->Find(ids[i]) : store_->Peek(ids[i])) {
       std::copy(row, row + width, to.begin());
     } else {
       initializer_.Row(ids[i], to);
@@ -78,13 +92,13 @@ void EmbeddingTable::Read(int64_t start, int64_t max_rows, bool slots,
   out->set_width(width);
   out->set_num_slots(slots ? num_slots : 0);
   absl::MutexLock lock(&mu_);
-  out->set_rows(store_.size());
-  start = std::clamp<int64_t>(start, 0, store_.size());
-  const int64_t count = std::min(std::max<int64_t>(max_rows, 0), store_.size() - start);
+  out->set_rows(store_->size());
+  start = std::clamp<int64_t>(start, 0, store_->size());
+  const int64_t count = std::min(std::max<int64_t>(max_rows, 0), store_->size() - start);
   out->mutable_ids()->Reserve(count);
   out->mutable_values()->Reserve(count * width);
   if (slots) out->mutable_slots()->Reserve(count * width * num_slots);
-  store_.ForEachRowAt(start, count, [&](int64_t id, absl::Span<const float> row) {
+  store_->ForEachRowAt(start, count, [&](int64_t id, absl::Span<const float> row) {
     out->add_ids(id);
     out->mutable_values()->Add(row.begin(), row.begin() + width);
     if (slots) out->mutable_slots()->Add(row.begin() + width, row.end());
@@ -118,26 +132,40 @@ ShardPushResult EmbeddingTable::ResultLocked(ShardPushResult::Outcome outcome,
   ShardPushResult result;
   result.set_variable(spec_.name());
   result.set_outcome(outcome);
-  result.set_version(step_);
+  result.set_version(version_);
   result.set_staleness(staleness);
   return result;
 }
 
 void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads,
-                                 int averaged) {
+                                 int averaged, absl::Span<const Taken> pushes) {
   const int64_t width = spec_.width();
-  ++step_;
+  ++version_;
   const auto init = [this](int64_t id, absl::Span<float> row) {
     initializer_.Row(id, row.subspan(0, spec_.width()));
     std::copy(initial_slots_.begin(), initial_slots_.end(), row.begin() + spec_.width());
   };
   for (size_t i = 0; i < ids.size(); ++i) {
-    float* row = store_.Touch(ids[i], init);
+    float* row = store_->Touch(ids[i], init);
     if (row == nullptr) continue;  // not admitted yet
-    ApplyGradientToRow(spec_.optimizer(), step_, averaged, grads.subspan(i * width, width),
-                       absl::MakeSpan(row, store_.row_floats()));
+    ApplyGradientToRow(spec_.optimizer(), version_, averaged, grads.subspan(i * width, width),
+                       absl::MakeSpan(row, store_->row_floats()));
   }
-  version_changed_.SignalAll();
+  MadeVersionLocked([&, version = version_] {
+    ShardUpdate update;
+    update.set_table(spec_.name());
+    update.set_partition(partition_);
+    update.set_version(version);
+    update.set_averaged(averaged);
+    update.set_ids(ids.data(), ids.size() * sizeof(int64_t));
+    update.set_gradient(grads.data(), grads.size() * sizeof(float));
+    for (const Taken& push : pushes) {
+      PushTaken* taken = update.add_pushes();
+      taken->set_worker(push.worker);
+      taken->set_push_id(push.push_id);
+    }
+    return update;
+  });
 }
 
 absl::StatusOr<ShardPushResult> EmbeddingTable::Push(int worker, uint64_t push_id,
@@ -145,8 +173,10 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Push(int worker, uint64_t push_i
                                                      absl::Span<const float> grads) {
   if (absl::Status s = CheckPush(ids, grads); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
   if (last_push_ids_.Seen(worker, push_id)) return ResultLocked(ShardPushResult::DUPLICATE, 0);
-  ApplyLocked(ids, grads, 1);
+  const Taken taken{worker, push_id};
+  ApplyLocked(ids, grads, 1, absl::MakeConstSpan(&taken, 1));
   return ResultLocked(ShardPushResult::APPLIED, 0);
 }
 
@@ -158,14 +188,18 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, uint64_t 
   if (absl::Status s = CheckPush(ids, grads); !s.ok()) return s;
   const int64_t width = spec_.width();
   absl::MutexLock lock(&mu_);
-  if (computed_at > step_) {
+  if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
+  if (computed_at > version_) {
     return absl::InvalidArgumentError(absl::StrCat("embedding table '", spec_.name(),
                                                    "': gradients computed at version ", computed_at,
-                                                   ", but the table is at ", step_));
+                                                   ", but the table is at ", version_));
   }
-  if (computed_at < step_) return ResultLocked(ShardPushResult::STALE, step_ - computed_at);
-  if (std::find(pending_from_.begin(), pending_from_.end(), worker) != pending_from_.end() ||
-      last_push_ids_.Seen(worker, push_id)) {
+  if (computed_at < version_) return ResultLocked(ShardPushResult::STALE, version_ - computed_at);
+  // A push is remembered once its step is applied (as Shard::Accumulate
+  // says why): a copy's snapshot lacks the step being accumulated.
+  if (std::any_of(pending_from_.begin(), pending_from_.end(),
+                  [&](const Taken& t) { return t.worker == worker; }) ||
+      last_push_ids_.IsLast(worker, push_id)) {
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -180,7 +214,7 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, uint64_t 
     for (int64_t j = 0; j < width; ++j) sum[j] += g[j];
     ++pending_counts_[it->second];
   }
-  pending_from_.push_back(worker);
+  pending_from_.push_back({worker, push_id});
   if (static_cast<int>(pending_from_.size()) < required) {
     return ResultLocked(ShardPushResult::ACCUMULATED, 0);
   }
@@ -194,7 +228,12 @@ void EmbeddingTable::ApplyAccumulatedLocked() {
     const float scale = 1.0f / static_cast<float>(pending_counts_[i]);
     for (int64_t j = 0; j < width; ++j) pending_sums_[i * width + j] *= scale;
   }
-  ApplyLocked(pending_ids_, pending_sums_, static_cast<int>(pending_from_.size()));
+  ApplyLocked(pending_ids_, pending_sums_, static_cast<int>(pending_from_.size()), pending_from_);
+  for (const Taken& taken : pending_from_) last_push_ids_.Record(taken.worker, taken.push_id);
+  DropPendingLocked();
+}
+
+void EmbeddingTable::DropPendingLocked() {
   pending_index_.clear();
   pending_ids_.clear();
   pending_sums_.clear();
@@ -204,34 +243,28 @@ void EmbeddingTable::ApplyAccumulatedLocked() {
 
 bool EmbeddingTable::CompleteIfReady(int required) {
   absl::MutexLock lock(&mu_);
-  if (pending_from_.empty() || static_cast<int>(pending_from_.size()) < required) return false;
+  if (!primary_.empty() || pending_from_.empty() ||
+      static_cast<int>(pending_from_.size()) < required) {
+    return false;
+  }
   ApplyAccumulatedLocked();
   return true;
 }
 
-int64_t EmbeddingTable::version() const {
-  absl::MutexLock lock(&mu_);
-  return step_;
-}
-
 absl::Status EmbeddingTable::AwaitVersion(int64_t min_version, absl::Time deadline) const {
-  absl::MutexLock lock(&mu_);
-  while (step_ < min_version && !cancelled_) {
-    if (version_changed_.WaitWithDeadline(&mu_, deadline)) {
-      if (step_ >= min_version || cancelled_) break;
-      return absl::DeadlineExceededError(absl::StrCat("embedding table '", spec_.name(),
-                                                      "': waited for version ", min_version,
-                                                      "; it is at ", step_));
-    }
-  }
+  absl::ReaderMutexLock lock(&mu_);
+  auto ready = [this, min_version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || retired_ || committed_version_ >= min_version;
+  };
+  if (!ready()) mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   if (cancelled_) return absl::UnavailableError("the parameter server is shutting down");
+  if (retired_) return RetiredError();
+  if (committed_version_ < min_version) {
+    return absl::DeadlineExceededError(absl::StrCat("embedding table '", spec_.name(),
+                                                    "': waited for version ", min_version,
+                                                    "; it is at ", committed_version_));
+  }
   return absl::OkStatus();
-}
-
-void EmbeddingTable::Cancel() {
-  absl::MutexLock lock(&mu_);
-  cancelled_ = true;
-  version_changed_.SignalAll();
 }
 
 absl::Status EmbeddingTable::WriteCheckpoint(CheckpointFileWriter& writer) const {
@@ -240,11 +273,12 @@ absl::Status EmbeddingTable::WriteCheckpoint(CheckpointFileWriter& writer) const
   const size_t per_record = static_cast<size_t>(
       std::max<int64_t>(1, (4 << 20) / ((row_floats + 2) * static_cast<int64_t>(sizeof(float)))));
   absl::MutexLock lock(&mu_);
+  if (retired_) return RetiredError();
   TableCheckpoint meta;
   *meta.mutable_spec() = spec_;
-  meta.set_version(step_);
-  meta.set_rows(store_.size());
-  meta.set_candidates(store_.candidates());
+  meta.set_version(version_);
+  meta.set_rows(store_->size());
+  meta.set_candidates(store_->candidates());
   if (absl::Status s = writer.AddTable(meta); !s.ok()) return s;
   absl::Status status;
   std::vector<int64_t> ids;
@@ -257,13 +291,13 @@ absl::Status EmbeddingTable::WriteCheckpoint(CheckpointFileWriter& writer) const
     rows.clear();
     touches.clear();
   };
-  store_.ForEachRow([&](int64_t id, absl::Span<const float> row) {
+  store_->ForEachRow([&](int64_t id, absl::Span<const float> row) {
     ids.push_back(id);
     rows.insert(rows.end(), row.begin(), row.end());
     if (ids.size() == per_record) flush(false);
   });
   flush(false);
-  store_.ForEachCandidate([&](int64_t id, uint32_t count) {
+  store_->ForEachCandidate([&](int64_t id, uint32_t count) {
     ids.push_back(id);
     touches.push_back(count);
     if (ids.size() == per_record) flush(true);
@@ -283,14 +317,14 @@ absl::Status EmbeddingTable::Restore(const CheckpointFile& file, const Checkpoin
                      OptimizerSpec::Kind_Name(spec_.optimizer().kind())));
   }
   absl::MutexLock lock(&mu_);
-  step_ = std::max(step_, part.meta.version());
+  version_ = committed_version_ = std::max(version_, part.meta.version());
   return file.ReadTable(
       part,
       [&](int64_t id, absl::Span<const float> row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        if (keep(id)) store_.Put(id, row);
+        if (keep(id)) store_->Put(id, row);
       },
       [&](int64_t id, uint32_t touches) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        if (keep(id)) store_.PutCandidate(id, touches);
+        if (keep(id)) store_->PutCandidate(id, touches);
       });
 }
 
@@ -301,8 +335,138 @@ int64_t EmbeddingTable::BytesPerRow() const {
 
 EmbeddingTable::Stats EmbeddingTable::stats() const {
   absl::MutexLock lock(&mu_);
-  return {store_.size(),       store_.candidates(),  store_.evictions(),
-          store_.admissions(), store_.MemoryBytes(), step_};
+  return {store_->size(),       store_->candidates(),  store_->evictions(),
+          store_->admissions(), store_->MemoryBytes(), version_};
+}
+
+std::vector<ShardUpdate> EmbeddingTable::SnapshotLocked(int64_t part_bytes) const {
+  const int64_t row_bytes =
+      static_cast<int64_t>(sizeof(int64_t) + store_->row_floats() * sizeof(float));
+  constexpr int64_t kCandidateBytes = sizeof(int64_t) + sizeof(uint32_t);
+  const int64_t version = version_;
+  const int64_t rows = store_->size();
+  const int64_t candidates = store_->candidates();
+  std::vector<ShardUpdate> parts;
+  int64_t entries = 0;
+  int64_t bytes = 0;  // in the last part
+  const auto part = [&]() -> TableSnapshot* {
+    if (parts.empty() || bytes >= part_bytes) {
+      ShardUpdate& update = parts.emplace_back();
+      update.set_table(spec_.name());
+      update.set_partition(partition_);
+      update.set_version(version);
+      TableSnapshot* snapshot = update.mutable_table_snapshot();
+      if (parts.size() == 1) *snapshot->mutable_spec() = spec_;
+      snapshot->set_offset(entries);
+      snapshot->set_rows(rows);
+      snapshot->set_candidates(candidates);
+      bytes = 0;
+    }
+    return parts.back().mutable_table_snapshot();
+  };
+  part();  // the first, though the range holds nothing
+  store_->ForEachRow([&](int64_t id, absl::Span<const float> row) {
+    TableSnapshot* snapshot = part();
+    snapshot->mutable_ids()->append(reinterpret_cast<const char*>(&id), sizeof(id));
+    snapshot->mutable_data()->append(reinterpret_cast<const char*>(row.data()),
+                                     row.size() * sizeof(float));
+    bytes += row_bytes;
+    ++entries;
+  });
+  store_->ForEachCandidate([&](int64_t id, uint32_t touches) {
+    TableSnapshot* snapshot = part();
+    snapshot->add_candidate_ids(id);
+    snapshot->add_touches(touches);
+    bytes += kCandidateBytes;
+    ++entries;
+  });
+  const std::vector<uint64_t>& ids = last_push_ids_.ids();
+  parts.back().mutable_table_snapshot()->mutable_push_ids()->Assign(ids.begin(), ids.end());
+  return parts;
+}
+
+bool EmbeddingTable::IsOfThisUnit(const ShardUpdate& update) const {
+  return update.table() == spec_.name() && update.partition() == partition_;
+}
+
+absl::StatusOr<int64_t> EmbeddingTable::ApplySnapshotPartLocked(const ShardUpdate& update) {
+  const TableSnapshot& part = update.table_snapshot();
+  const int64_t row_bytes = store_->row_floats() * static_cast<int64_t>(sizeof(float));
+  const int64_t rows = static_cast<int64_t>(part.ids().size() / sizeof(int64_t));
+  const int64_t candidates = part.candidate_ids_size();
+  const int64_t entries = part.rows() + part.candidates();
+  // Its rows lie among the snapshot's rows, its candidates after them.
+  if (part.ids().size() % sizeof(int64_t) != 0 ||
+      static_cast<int64_t>(part.data().size()) != rows * row_bytes ||
+      part.touches_size() != candidates || part.offset() < 0 || part.rows() < 0 ||
+      part.candidates() < 0 || update.version() < 0 || part.offset() + rows > part.rows() ||
+      (candidates > 0 && part.offset() + rows < part.rows()) ||
+      part.offset() + rows + candidates > entries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label(), ": a snapshot's part of ", rows, " rows (", part.data().size(),
+                     " bytes) and ", candidates, " candidates after ", part.offset(),
+                     " entries (version ", update.version(), ") is not one of ", part.rows(),
+                     " rows of ", row_bytes, " bytes and ", part.candidates(), " candidates"));
+  }
+  if (part.offset() == 0) {
+    filling_ = std::make_unique<RowStore>(StoreOptions());
+    filled_ = 0;
+    filling_version_ = update.version();
+  } else if (filling_ == nullptr || filling_version_ != update.version() ||
+             part.offset() != filled_) {
+    // A part sent again after the stream broke, of a snapshot taken whole.
+    if (filling_ == nullptr && update.version() <= version_) return version_;
+    return absl::FailedPreconditionError(absl::StrCat(
+        label(), ": given a snapshot's part after ", part.offset(), " entries of version ",
+        update.version(), ", while holding ", filled_, " entries of version ", filling_version_));
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t id = 0;
+    std::memcpy(&id, part.ids().data() + i * sizeof(int64_t), sizeof(id));
+    std::vector<float> row(store_->row_floats());
+    std::memcpy(row.data(), part.data().data() + i * row_bytes, row_bytes);
+    filling_->Put(id, row);
+  }
+  for (int64_t i = 0; i < candidates; ++i) {
+    filling_->PutCandidate(part.candidate_ids(i), part.touches(i));
+  }
+  filled_ += rows + candidates;
+  if (filled_ < entries) return -1;
+  // Whole: the primary's rows replace this copy's.
+  store_ = std::move(filling_);
+  version_ = committed_version_ = filling_version_;
+  last_push_ids_.Assign({part.push_ids().begin(), part.push_ids().end()});
+  DropPendingLocked();
+  filling_version_ = -1;
+  return version_;
+}
+
+absl::Status EmbeddingTable::CheckUpdateLocked(const ShardUpdate& update) const {
+  const size_t ids = update.ids().size() / sizeof(int64_t);
+  if (update.ids().size() % sizeof(int64_t) == 0 &&
+      update.gradient().size() == ids * spec_.width() * sizeof(float) && update.averaged() >= 1) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(label(), ": an update of ", update.ids().size(), " bytes of ids and ",
+                   update.gradient().size(), " bytes of gradients averaging ", update.averaged(),
+                   " is not one of rows of width ", spec_.width()));
+}
+
+void EmbeddingTable::ApplyUpdateLocked(const ShardUpdate& update) {
+  std::vector<int64_t> ids(update.ids().size() / sizeof(int64_t));
+  std::memcpy(ids.data(), update.ids().data(), update.ids().size());
+  std::vector<float> grads(update.gradient().size() / sizeof(float));
+  std::memcpy(grads.data(), update.gradient().data(), update.gradient().size());
+  std::vector<Taken> pushes;
+  for (const PushTaken& push : update.pushes()) pushes.push_back({push.worker(), push.push_id()});
+  ApplyLocked(ids, grads, update.averaged(), pushes);
+}
+
+void EmbeddingTable::FreeLocked() {
+  store_ = std::make_unique<RowStore>(StoreOptions());
+  filling_.reset();
+  filling_version_ = -1;
 }
 
 }  // namespace fulcrum

@@ -2,6 +2,15 @@
 // pulls of rows by id, sparse pushes of row gradients applied by the
 // table's optimizer to the rows touched only, within the bounds of its
 // RowStore. Checks what a peer sends: a bad request changes nothing.
+//
+// It holds one range of the table's ids (a partition: the ids whose
+// EmbeddingOwner among the table's partitions is its own), a unit of the
+// placement table that may have copies (ReplicatedUnit): each step it
+// applies goes to them as the ids and the step's gradients, and they apply
+// it as it did, so that copies stay bit-identical, their rows, slots,
+// candidates and order of use alike. While a copy is being sent updates,
+// pulls do not count as a use of the rows they read (only pushes do,
+// which the copies see too), else the copies would evict differently.
 // Thread-safe.
 #ifndef FULCRUM_PS_SERVER_EMBEDDING_EMBEDDING_TABLE_H_
 #define FULCRUM_PS_SERVER_EMBEDDING_EMBEDDING_TABLE_H_
@@ -23,25 +32,29 @@
 #include "proto/tensor.pb.h"
 #include "ps_server/embedding/row_store.h"
 #include "ps_server/last_push_ids.h"
+#include "ps_server/replicated_unit.h"
 
 namespace fulcrum {
 
-class EmbeddingTable {
+class EmbeddingTable : public ReplicatedUnit {
  public:
   // Most ids one pull may name, and one push (in all its parts): past
   // them, RESOURCE_EXHAUSTED.
   static constexpr int64_t kMaxIdsPerRequest = kMaxIdsPerRowCall;
   static constexpr int64_t kMaxIdsPerPush = kMaxIdsPerRowPush;
 
-  // INVALID_ARGUMENT when `spec` is not a valid table
-  // (ValidateEmbeddingTableSpec).
-  static absl::StatusOr<std::unique_ptr<EmbeddingTable>> Create(const EmbeddingTableSpec& spec);
+  // Partition `partition` of the table of `spec`. INVALID_ARGUMENT when
+  // `spec` is not a valid table (ValidateEmbeddingTableSpec).
+  static absl::StatusOr<std::unique_ptr<EmbeddingTable>> Create(const EmbeddingTableSpec& spec,
+                                                                int partition = 0);
 
   // The canonical spec (the optimizer's defaults filled in).
   const EmbeddingTableSpec& spec() const { return spec_; }
+  int partition() const { return partition_; }
 
   // The rows of `ids` into `out` (ids.size() x width floats): stored rows
   // as they are, the others their initial rows (nothing is stored).
+  // FAILED_PRECONDITION at a backup copy (CheckPrimary).
   absl::Status Pull(absl::Span<const int64_t> ids, absl::Span<float> out);
 
   // Up to `max_rows` stored rows from position `start` of the store's
@@ -80,14 +93,11 @@ class EmbeddingTable {
   // pushed to it (the live workers shrank). True when it applied.
   bool CompleteIfReady(int required) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Steps applied.
-  int64_t version() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits until version() >= min_version: DEADLINE_EXCEEDED at `deadline`,
-  // UNAVAILABLE once Cancel.
+  // The version is the steps applied. Waits until the committed version
+  // (every copy has it) is >= min_version: DEADLINE_EXCEEDED at
+  // `deadline`, UNAVAILABLE once Cancel.
   absl::Status AwaitVersion(int64_t min_version, absl::Time deadline) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Wakes the waiters of AwaitVersion.
-  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Adds the table (spec, version, rows least recently used first,
   // candidates), as of one moment, to `writer`. Pushes wait meanwhile.
@@ -116,33 +126,53 @@ class EmbeddingTable {
   Stats stats() const;
 
  private:
-  explicit EmbeddingTable(const EmbeddingTableSpec& spec);
+  EmbeddingTable(const EmbeddingTableSpec& spec, int partition);
   absl::Status CheckIds(absl::Span<const int64_t> ids, size_t floats, const char* what,
                         int64_t max_ids) const;
+  // A push a step took: its worker and push_id.
+  struct Taken {
+    int worker;
+    uint64_t push_id;
+  };
   // Applies `grads` (each the mean of its id's gradients) as one step that
-  // averaged `averaged` workers' pushes.
-  void ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads, int averaged)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // averaged `averaged` workers' pushes, `pushes`.
+  void ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads, int averaged,
+                   absl::Span<const Taken> pushes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
+  // ReplicatedUnit: the rows as parts of a snapshot (TableSnapshot), a
+  // backup's taking of them and of updates.
+  std::vector<ShardUpdate> SnapshotLocked(int64_t part_bytes) const override
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool IsOfThisUnit(const ShardUpdate& update) const override;
+  absl::StatusOr<int64_t> ApplySnapshotPartLocked(const ShardUpdate& update) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckUpdateLocked(const ShardUpdate& update) const override
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ApplyUpdateLocked(const ShardUpdate& update) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RowStore::Options StoreOptions() const;
+
   const EmbeddingTableSpec spec_;
+  const int partition_;
   const EmbeddingRowInitializer initializer_;
-  std::vector<float> initial_slots_;  // a new row's slots, one after another
-  mutable absl::Mutex mu_;
-  RowStore store_ ABSL_GUARDED_BY(mu_);
-  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;  // the version
+  std::vector<float> initial_slots_;                      // a new row's slots, one after another
+  std::unique_ptr<RowStore> store_ ABSL_GUARDED_BY(mu_);  // never null
   // Sync: the step being accumulated: each id's summed gradient (at
   // index_ * width in sums_) and how many workers pushed it; who pushed.
   absl::flat_hash_map<int64_t, int32_t> pending_index_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> pending_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<float> pending_sums_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> pending_counts_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> pending_from_ ABSL_GUARDED_BY(mu_);
-  LastPushIds last_push_ids_ ABSL_GUARDED_BY(mu_);
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  mutable absl::CondVar version_changed_;
+  std::vector<Taken> pending_from_ ABSL_GUARDED_BY(mu_);
+  // A backup's snapshot being received: the store it fills, the entries
+  // so far, the version it is of (-1: none being received).
+  std::unique_ptr<RowStore> filling_ ABSL_GUARDED_BY(mu_);
+  int64_t filled_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t filling_version_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace fulcrum

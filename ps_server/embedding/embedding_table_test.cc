@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -241,6 +243,156 @@ TEST(EmbeddingTableTest, BadSpecsAreRefused) {
   EmbeddingTableSpec spec = Spec(OptimizerSpec::ADAM);
   spec.set_width(0);
   EXPECT_EQ(EmbeddingTable::Create(spec).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Replication: the ids and values a table holds, with slots, by id.
+std::map<int64_t, std::vector<float>> Rows(const EmbeddingTable& table) {
+  ReadRowsResponse page;
+  table.Read(0, 1 << 20, /*slots=*/true, &page);
+  std::map<int64_t, std::vector<float>> rows;
+  const int64_t slot_floats = page.num_slots() * kWidth;
+  for (int i = 0; i < page.ids_size(); ++i) {
+    std::vector<float>& row = rows[page.ids(i)];
+    row.assign(page.values().begin() + i * kWidth, page.values().begin() + (i + 1) * kWidth);
+    row.insert(row.end(), page.slots().begin() + i * slot_floats,
+               page.slots().begin() + (i + 1) * slot_floats);
+  }
+  return rows;
+}
+
+// A bounded lazy-Adam table that admits an id at its second push: partition
+// 1 of "ads", as a primary and as its backup at "backup:1".
+class TableCopiesTest : public ::testing::Test {
+ protected:
+  TableCopiesTest() {
+    EmbeddingTableSpec spec = Spec(OptimizerSpec::ADAM);
+    spec.set_max_rows(40);
+    spec.set_admit_after(2);
+    primary_ = EmbeddingTable::Create(spec, 1).value();
+    backup_ = EmbeddingTable::Create(spec, 1).value();
+    backup_->MakeBackup("primary:1");
+  }
+
+  // Random pushes of `workers` workers over 100 ids, each step followed
+  // by a pull of ids the table holds (which must not change what it
+  // evicts next), in async or, with `sync`, sync steps.
+  void Train(int steps, bool sync, int workers = 1) {
+    for (int step = 0; step < steps; ++step) {
+      for (int w = 0; w < workers; ++w) {
+        std::vector<int64_t> ids;
+        std::vector<float> grads;
+        for (int64_t id = 0; id < 100; ++id) {
+          if (random_() % 8 != 0) continue;
+          ids.push_back(id);
+          for (int j = 0; j < kWidth; ++j) grads.push_back(static_cast<float>(random_() % 7) - 3);
+        }
+        const uint64_t push_id = ++push_ids_;
+        absl::StatusOr<ShardPushResult> pushed =
+            sync ? primary_->Accumulate(w, push_id, primary_->version(), ids, grads, workers)
+                 : primary_->Push(w, push_id, ids, grads);
+        ASSERT_TRUE(pushed.ok()) << pushed.status();
+      }
+      std::vector<int64_t> held;
+      for (const auto& [id, row] : Rows(*primary_)) {
+        if (id % 3 == step % 3) held.push_back(id);
+      }
+      Pull(*primary_, held);
+    }
+  }
+
+  // The updates forwarded so far, applied by the backup in order.
+  void Deliver() {
+    for (const ShardUpdate& update : forwarded_) {
+      absl::StatusOr<int64_t> applied = backup_->ApplyReplicated(update, "primary:1");
+      ASSERT_TRUE(applied.ok()) << applied.status();
+    }
+    forwarded_.clear();
+  }
+
+  ReplicatedUnit::Forwarding Forwarding() {
+    ReplicatedUnit::Forwarding forwarding;
+    forwarding.forward = [this](ShardUpdate update) { forwarded_.push_back(std::move(update)); };
+    forwarding.commits_wait = false;
+    return forwarding;
+  }
+
+  std::unique_ptr<EmbeddingTable> primary_, backup_;
+  std::vector<ShardUpdate> forwarded_;
+  std::mt19937 random_{7};
+  uint64_t push_ids_ = 0;
+};
+
+// The copies start alike and the backup applies each step: rows, slots,
+// candidates and what each evicted stay identical, bit for bit, though
+// the primary's pulls would reorder its rows' use.
+TEST_F(TableCopiesTest, ABackupApplyingEachStepStaysBitIdentical) {
+  primary_->ForwardUpdates(Forwarding());
+  Train(60, /*sync=*/false);
+  Train(20, /*sync=*/true, /*workers=*/3);
+  ASSERT_GT(primary_->stats().evictions, 50);
+  ASSERT_GT(primary_->stats().candidates, 0);
+  Deliver();
+  EXPECT_EQ(backup_->version(), primary_->version());
+  EXPECT_EQ(Rows(*backup_), Rows(*primary_));
+  EXPECT_EQ(backup_->stats().candidates, primary_->stats().candidates);
+  // A worker's call at a backup is refused, naming its primary.
+  std::vector<float> out(kWidth);
+  EXPECT_THAT(backup_->Pull({1}, absl::MakeSpan(out)).message(), HasSubstr("primary:1"));
+  EXPECT_EQ(backup_->Push(0, 1000, {1}, {1, 1, 1, 1}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// A copy new to the primary takes its snapshot, in parts, then the steps
+// after it; promoted, it knows the pushes it took (a retry is DUPLICATE).
+TEST_F(TableCopiesTest, ANewCopyFilledFromTheSnapshotTakesTheStepsAfterIt) {
+  Train(40, /*sync=*/false);
+  ReplicatedUnit::Forwarding forwarding = Forwarding();
+  std::vector<ShardUpdate> parts;
+  forwarding.snapshot = [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); };
+  forwarding.part_bytes = 512;
+  primary_->ForwardUpdates(forwarding);
+  ASSERT_GT(parts.size(), 3u);
+  ASSERT_GT(primary_->stats().candidates, 0);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    absl::StatusOr<int64_t> applied = backup_->ApplyReplicated(parts[i], "primary:1");
+    ASSERT_TRUE(applied.ok()) << applied.status();
+    EXPECT_EQ(*applied, i + 1 < parts.size() ? -1 : primary_->version()) << "part " << i;
+  }
+  // A part sent again after the stream broke changes nothing.
+  EXPECT_EQ(*backup_->ApplyReplicated(parts[1], "primary:1"), primary_->version());
+  Train(30, /*sync=*/false);
+  Deliver();
+  EXPECT_EQ(Rows(*backup_), Rows(*primary_));
+  EXPECT_EQ(backup_->stats().candidates, primary_->stats().candidates);
+  backup_->Promote();
+  EXPECT_EQ(backup_->Push(0, push_ids_, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::DUPLICATE);
+}
+
+TEST_F(TableCopiesTest, UpdatesThatDoNotFitAreRefusedAndChangeNothing) {
+  primary_->ForwardUpdates(Forwarding());
+  Train(5, /*sync=*/false);
+  ShardUpdate bad = forwarded_[0];
+  bad.mutable_gradient()->pop_back();
+  EXPECT_EQ(backup_->ApplyReplicated(bad, "primary:1").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = forwarded_[0];
+  bad.set_partition(0);
+  EXPECT_EQ(backup_->ApplyReplicated(bad, "primary:1").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backup_->ApplyReplicated(forwarded_[1], "primary:1").status().code(),
+            absl::StatusCode::kFailedPrecondition);  // skips a version
+  EXPECT_EQ(backup_->ApplyReplicated(forwarded_[0], "elsewhere:1").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ShardUpdate part;
+  part.set_table("ads");
+  part.set_partition(1);
+  part.mutable_table_snapshot()->set_rows(2);
+  part.mutable_table_snapshot()->set_ids(std::string(8, '\0'));  // a row without its floats
+  EXPECT_EQ(backup_->ApplyReplicated(part, "primary:1").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backup_->version(), 0);
+  Deliver();
+  EXPECT_EQ(Rows(*backup_), Rows(*primary_));
 }
 
 }  // namespace

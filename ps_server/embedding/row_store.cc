@@ -63,6 +63,11 @@ float* RowStore::Find(int64_t id) {
   return RowData(it->second);
 }
 
+const float* RowStore::Peek(int64_t id) const {
+  auto it = index_.find(id);
+  return it == index_.end() ? nullptr : RowData(it->second);
+}
+
 float* RowStore::Touch(int64_t id,
                        absl::FunctionRef<void(int64_t id, absl::Span<float> row)> init) {
   if (float* row = Find(id)) return row;

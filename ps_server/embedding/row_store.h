@@ -49,6 +49,8 @@ class RowStore {
 
   // The row of `id` if stored, now the most recently used; else null.
   float* Find(int64_t id);
+  // The row of `id` if stored, its use not counted; else null.
+  const float* Peek(int64_t id) const;
 
   // The row of `id`, the most recently used: stored now, filled by
   // `init`, if it was not and this touch admits it; null while it is
