@@ -392,12 +392,15 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       return s;
     }
   }
+  // Each server holds the range of each table's ids that EmbeddingOwner
+  // gives it among the servers: the table's partition of its index.
+  const int partition = config_.cluster().task().index();
   for (const EmbeddingTableSpec& spec : request.tables()) {
-    absl::StatusOr<bool> created = store_.CreateTable(spec);
+    absl::StatusOr<bool> created = store_.CreateTable(spec, partition);
     if (!created.ok()) return created.status();
     if (*created) {
       response.set_tables_created(response.tables_created() + 1);
-      absl::StatusOr<EmbeddingTable*> table = store_.FindTable(spec.name());
+      absl::StatusOr<EmbeddingTable*> table = store_.FindTable(spec.name(), partition);
       if (!table.ok()) return table.status();
       auto restored = checkpoints_.RestoreTable(**table);
       if (!restored.ok()) return restored.status();

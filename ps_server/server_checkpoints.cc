@@ -72,7 +72,7 @@ const RestoredVariable* ServerCheckpoints::Find(const ShardSpec& shard) const {
 
 absl::StatusOr<int64_t> ServerCheckpoints::RestoreTable(EmbeddingTable& table) const {
   const std::string& name = table.spec().name();
-  const int owner = index();
+  const int owner = table.partition();
   const int servers = std::max(1, num_ps());
   int64_t parts = 0;
   for (const auto& file : restored_.files) {

@@ -3,6 +3,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/memory_size.h"
@@ -37,7 +38,7 @@ absl::StatusOr<bool> VariableStore::Create(const ShardSpec& raw, const RestoredV
   const std::string& name = spec.variable().name();
   const Key key(name, spec.shard());
   absl::MutexLock lock(&mu_);
-  if (tables_.count(name) != 0) {
+  if (AnyTableLocked(name) != nullptr) {
     return absl::AlreadyExistsError(
         absl::StrCat("variable '", name, "': an embedding table has that name"));
   }
@@ -105,35 +106,39 @@ int64_t VariableStore::memory_bytes() const {
   return HeldBytesLocked();
 }
 
-absl::StatusOr<bool> VariableStore::CreateTable(const EmbeddingTableSpec& spec) {
-  auto table = EmbeddingTable::Create(spec);
+absl::StatusOr<bool> VariableStore::CreateTable(const EmbeddingTableSpec& spec, int partition) {
+  auto table = EmbeddingTable::Create(spec, partition);
   if (!table.ok()) return table.status();
   absl::MutexLock lock(&mu_);
   if (variables_.count(spec.name()) != 0) {
     return absl::AlreadyExistsError(
         absl::StrCat("embedding table '", spec.name(), "': a variable has that name"));
   }
-  auto it = tables_.find(spec.name());
-  if (it == tables_.end()) {
-    tables_.emplace(spec.name(), *std::move(table));
-    return true;
-  }
-  if (!SameMessage(it->second->spec(), (*table)->spec())) {
+  const EmbeddingTable* existing = AnyTableLocked(spec.name());
+  if (existing != nullptr && !SameMessage(existing->spec(), (*table)->spec())) {
     return absl::AlreadyExistsError(
         absl::StrCat("embedding table '", spec.name(), "' exists with spec {",
-                     it->second->spec().ShortDebugString(), "}; the request has spec {",
+                     existing->spec().ShortDebugString(), "}; the request has spec {",
                      (*table)->spec().ShortDebugString(), "}"));
   }
-  return false;
+  return tables_.emplace(Key(spec.name(), partition), *std::move(table)).second;
 }
 
-absl::StatusOr<EmbeddingTable*> VariableStore::FindTable(const std::string& name) const {
+const EmbeddingTable* VariableStore::AnyTableLocked(const std::string& name) const {
+  auto it = tables_.lower_bound(Key(name, std::numeric_limits<int>::min()));
+  return it != tables_.end() && it->first.first == name ? it->second.get() : nullptr;
+}
+
+absl::StatusOr<EmbeddingTable*> VariableStore::FindTable(const std::string& name,
+                                                         int partition) const {
   absl::ReaderMutexLock lock(&mu_);
-  auto it = tables_.find(name);
-  if (it == tables_.end()) {
+  auto it = tables_.find(Key(name, partition));
+  if (it != tables_.end()) return it->second.get();
+  if (AnyTableLocked(name) == nullptr) {
     return absl::NotFoundError(absl::StrCat("embedding table '", name, "' does not exist"));
   }
-  return it->second.get();
+  return absl::NotFoundError(
+      absl::StrCat("embedding table '", name, "' has no partition ", partition, " here"));
 }
 
 std::vector<EmbeddingTable*> VariableStore::AllTables() const {

@@ -59,14 +59,18 @@ class VariableStore {
   // Every shard, ordered by variable name and shard index.
   std::vector<Shard*> All() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Creates the table, or accepts it when it exists with an equal spec
-  // (true: created, false: existed); another spec under its name is
+  // Creates the table's range of ids `partition` (EmbeddingTable), or
+  // accepts it when it exists with an equal spec (true: created, false:
+  // existed); another spec under its name (of any range here) is
   // ALREADY_EXISTS. Validates `spec`. Its rows take memory as they come
   // (AdmitRows).
-  absl::StatusOr<bool> CreateTable(const EmbeddingTableSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
-  // The table, or NOT_FOUND naming it. Tables live as long as the store.
-  absl::StatusOr<EmbeddingTable*> FindTable(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Every table, by name.
+  absl::StatusOr<bool> CreateTable(const EmbeddingTableSpec& spec, int partition)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The table's range `partition`, or NOT_FOUND naming it. Tables live as
+  // long as the store.
+  absl::StatusOr<EmbeddingTable*> FindTable(const std::string& name, int partition) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Every range of every table, by name and partition.
   std::vector<EmbeddingTable*> AllTables() const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether each table of `growth` may store up to its count of new rows,
   // all together within the budget with what the shards and every table
@@ -94,7 +98,10 @@ class VariableStore {
   std::atomic<int64_t> value_bytes_{0};
   // The spec every shard of a variable was created with.
   std::map<std::string, VariableSpec> variables_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<EmbeddingTable>> tables_ ABSL_GUARDED_BY(mu_);
+  // The first range here of table `name`; null when there is none.
+  const EmbeddingTable* AnyTableLocked(const std::string& name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::map<Key, std::unique_ptr<EmbeddingTable>> tables_ ABSL_GUARDED_BY(mu_);  // by partition
 };
 
 }  // namespace fulcrum

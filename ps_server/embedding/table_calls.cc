@@ -12,7 +12,9 @@ namespace fulcrum {
 
 absl::StatusOr<EmbeddingTable*> TableCalls::FindRows(const TableRows& rows, int64_t max_ids,
                                                      int64_t* ids_so_far) const {
-  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(rows.table());
+  // A server holds the range of each table's ids that is its index.
+  const int index = config_.cluster().task().index();
+  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(rows.table(), index);
   if (!table.ok()) return table.status();
   *ids_so_far += rows.ids_size();
   if (*ids_so_far > max_ids) {
@@ -20,7 +22,6 @@ absl::StatusOr<EmbeddingTable*> TableCalls::FindRows(const TableRows& rows, int6
         absl::StrCat("a request names over ", max_ids, " ids; split it"));
   }
   // A server outside a cluster spec (tests, tools) holds every id.
-  const int index = config_.cluster().task().index();
   const int num_ps = std::max(1, config_.cluster().cluster().ps_size());
   for (int64_t id : rows.ids()) {
     if (id < 0) {
@@ -100,7 +101,8 @@ absl::StatusOr<PushRowsResponse> TableCalls::Push(const PushRowsRequest& request
 }
 
 absl::StatusOr<ReadRowsResponse> TableCalls::Read(const ReadRowsRequest& request) const {
-  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(request.table());
+  absl::StatusOr<EmbeddingTable*> table =
+      store_.FindTable(request.table(), config_.cluster().task().index());
   if (!table.ok()) return table.status();
   if (request.start() < 0 || request.max_rows() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("read of table '", request.table(), "': start ",
