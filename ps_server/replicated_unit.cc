@@ -13,6 +13,20 @@ ReplicatedUnit::ReplicatedUnit(std::string key, std::string label, int64_t versi
       key_(std::move(key)),
       label_(std::move(label)) {}
 
+void ReplicatedUnit::AddPushes(absl::Span<const Taken> pushes, ShardUpdate* update) {
+  for (const Taken& push : pushes) {
+    PushTaken* taken = update->add_pushes();
+    taken->set_worker(push.worker);
+    taken->set_push_id(push.push_id);
+  }
+}
+
+std::vector<ReplicatedUnit::Taken> ReplicatedUnit::PushesOf(const ShardUpdate& update) {
+  std::vector<Taken> pushes;
+  for (const PushTaken& push : update.pushes()) pushes.push_back({push.worker(), push.push_id()});
+  return pushes;
+}
+
 int64_t ReplicatedUnit::version() const {
   absl::ReaderMutexLock lock(&mu_);
   return version_;

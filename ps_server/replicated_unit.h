@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
 #include "ps_server/last_push_ids.h"
 
@@ -113,6 +114,15 @@ class ReplicatedUnit {
 
  protected:
   ReplicatedUnit(std::string key, std::string label, int64_t version);
+
+  // A push a step took: its worker and push_id.
+  struct Taken {
+    int worker;
+    uint64_t push_id;
+  };
+  // `pushes` into `update`, and back.
+  static void AddPushes(absl::Span<const Taken> pushes, ShardUpdate* update);
+  static std::vector<Taken> PushesOf(const ShardUpdate& update);
 
   // The unit's whole state as parts of a snapshot.
   virtual std::vector<ShardUpdate> SnapshotLocked(int64_t part_bytes) const

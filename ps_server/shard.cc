@@ -133,11 +133,7 @@ void Shard::ApplyLocked(GradientParts grad, int averaged, absl::Span<const Taken
     update.set_averaged(averaged);
     std::string* gradient = update.mutable_gradient();
     for (FloatBytes part : grad) gradient->append(part.data(), part.size());
-    for (const Taken& push : pushes) {
-      PushTaken* taken = update.add_pushes();
-      taken->set_worker(push.worker);
-      taken->set_push_id(push.push_id);
-    }
+    AddPushes(pushes, &update);
     return update;
   });
 }
@@ -231,8 +227,7 @@ absl::Status Shard::CheckUpdateLocked(const ShardUpdate& update) const {
 }
 
 void Shard::ApplyUpdateLocked(const ShardUpdate& update) {
-  std::vector<Taken> pushes;
-  for (const PushTaken& push : update.pushes()) pushes.push_back({push.worker(), push.push_id()});
+  const std::vector<Taken> pushes = PushesOf(update);
   const FloatBytes gradient(update.gradient().data(), update.gradient().size());
   ApplyLocked(absl::MakeConstSpan(&gradient, 1), update.averaged(), pushes);
 }

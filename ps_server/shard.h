@@ -105,11 +105,6 @@ class Shard : public ReplicatedUnit {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Makes values_ this shard's alone, copying them if a snapshot is out.
   void UnshareValuesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A push a step took: its worker and push_id.
-  struct Taken {
-    int worker;
-    uint64_t push_id;
-  };
   // `grad` is the mean of `averaged` gradients, from `pushes`; hands the
   // update to the backups, or commits it.
   void ApplyLocked(GradientParts grad, int averaged, absl::Span<const Taken> pushes)

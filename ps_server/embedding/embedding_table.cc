@@ -159,11 +159,7 @@ void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const
     update.set_averaged(averaged);
     update.set_ids(ids.data(), ids.size() * sizeof(int64_t));
     update.set_gradient(grads.data(), grads.size() * sizeof(float));
-    for (const Taken& push : pushes) {
-      PushTaken* taken = update.add_pushes();
-      taken->set_worker(push.worker);
-      taken->set_push_id(push.push_id);
-    }
+    AddPushes(pushes, &update);
     return update;
   });
 }
@@ -458,8 +454,7 @@ void EmbeddingTable::ApplyUpdateLocked(const ShardUpdate& update) {
   std::memcpy(ids.data(), update.ids().data(), update.ids().size());
   std::vector<float> grads(update.gradient().size() / sizeof(float));
   std::memcpy(grads.data(), update.gradient().data(), update.gradient().size());
-  std::vector<Taken> pushes;
-  for (const PushTaken& push : update.pushes()) pushes.push_back({push.worker(), push.push_id()});
+  const std::vector<Taken> pushes = PushesOf(update);
   ApplyLocked(ids, grads, update.averaged(), pushes);
 }
 

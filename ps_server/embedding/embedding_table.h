@@ -129,11 +129,6 @@ class EmbeddingTable : public ReplicatedUnit {
   EmbeddingTable(const EmbeddingTableSpec& spec, int partition);
   absl::Status CheckIds(absl::Span<const int64_t> ids, size_t floats, const char* what,
                         int64_t max_ids) const;
-  // A push a step took: its worker and push_id.
-  struct Taken {
-    int worker;
-    uint64_t push_id;
-  };
   // Applies `grads` (each the mean of its id's gradients) as one step that
   // averaged `averaged` workers' pushes, `pushes`.
   void ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads, int averaged,
