@@ -41,6 +41,10 @@ int EmbeddingOwner(int64_t id, int num_servers) {
                           static_cast<uint64_t>(num_servers));
 }
 
+int TablePartitions(const EmbeddingTableSpec& spec, int num_servers) {
+  return spec.partitions() > 0 ? spec.partitions() : std::max(1, num_servers);
+}
+
 std::string TableKey(absl::string_view table, int partition) {
   return absl::StrCat(table, "#", partition);
 }
@@ -68,9 +72,9 @@ absl::Status ValidateEmbeddingTableSpec(const EmbeddingTableSpec& spec) {
                      "RANDOM_UNIFORM (Keras's embeddings take -0.05 to 0.05), RANDOM_NORMAL, "
                      "TRUNCATED_NORMAL, ZEROS or CONSTANT"));
   }
-  if (spec.max_rows() < 0 || spec.admit_after() < 0) {
+  if (spec.max_rows() < 0 || spec.admit_after() < 0 || spec.partitions() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": max_rows and admit_after must be >= 0"));
+        absl::StrCat(where, ": max_rows, admit_after and partitions must be >= 0"));
   }
   return ValidateVariableSpec(AsVariable(spec));
 }

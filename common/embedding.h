@@ -23,6 +23,10 @@ constexpr int64_t kMaxIdsPerRowCall = int64_t{1} << 20;
 // id and the number of servers, and skewed ids still spread evenly.
 int EmbeddingOwner(int64_t id, int num_servers);
 
+// The ranges `spec`'s ids are dealt into (EmbeddingOwner(id, partitions)):
+// its `partitions`, or when 0, one per server of `num_servers` (at least 1).
+int TablePartitions(const EmbeddingTableSpec& spec, int num_servers);
+
 // The placement unit of a table's ids whose EmbeddingOwner among
 // `partitions` is `partition`: "table#partition"; and back (false for a
 // key that is not one).
@@ -31,7 +35,7 @@ bool ParseTableKey(absl::string_view key, std::string* table, int* partition);
 
 // INVALID_ARGUMENT naming what is wrong with `spec` (a name, width >= 1, a
 // known initializer other than GLOROT_UNIFORM, a valid optimizer,
-// max_rows >= 0, admit_after >= 0).
+// max_rows >= 0, admit_after >= 0, partitions >= 0).
 absl::Status ValidateEmbeddingTableSpec(const EmbeddingTableSpec& spec);
 
 // Row `id`'s initial values (spec.width floats into `out`), drawn from a

@@ -21,6 +21,18 @@ namespace fulcrum {
 
 namespace {
 
+// How errors name the unit of `key`: "variable 'w' shard 0", "embedding
+// table 't' range 1".
+std::string UnitName(const std::string& key) {
+  std::string name;
+  int index = 0;
+  if (ParseShardKey(key, &name, &index)) return absl::StrCat("variable '", name, "' shard ", index);
+  if (ParseTableKey(key, &name, &index)) {
+    return absl::StrCat("embedding table '", name, "' range ", index);
+  }
+  return absl::StrCat("unit '", key, "'");
+}
+
 // This server's address in `config`'s cluster spec; "" when it has none.
 std::string OwnAddress(const PsServerConfig& config) {
   const auto& ps = config.cluster().cluster().ps();
@@ -117,7 +129,9 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
       workers_(config.num_replicas(), absl::Milliseconds(config.lease_timeout_ms()),
                absl::Milliseconds(config.startup_timeout_ms()), std::move(now)),
       policy_(MakePolicy(config_, &store_, &workers_)),
-      tables_(config_, &store_, policy_.get()),
+      tables_(
+          config_, &store_, policy_.get(),
+          [this](const std::string& table, int partition) { return FindRange(table, partition); }),
       replicas_(std::move(replicas)) {
   if (replicas_) MakeReplicator();
   const absl::Duration period = std::max(absl::Milliseconds(5), workers_.lease_timeout() / 4);
@@ -164,19 +178,19 @@ void ParameterServer::ApplyPlacement(const Placement& table) {
     if (table.epoch() <= placement_.epoch()) return;
     placement_ = table;
   }
-  ApplyUnits(table, store_.All());
+  ApplyUnits(table, store_.Units());
   placement_applied_ = table.epoch();
   policy_->OnPlacementApplied(table.epoch());
 }
 
-void ParameterServer::ApplyUnits(const Placement& table, const std::vector<Shard*>& shards) {
+void ParameterServer::ApplyUnits(const Placement& table, const std::vector<ReplicatedUnit*>& held) {
   std::map<std::string, const PlacedUnit*> units;
   for (const PlacedUnit& unit : table.units()) units[unit.key()] = &unit;
   const std::map<int32_t, std::string> addresses = ServerAddresses(table);
   bool promoted = false;
-  for (Shard* shard : shards) {
-    const auto found = units.find(ShardKey(shard->spec().variable().name(), shard->spec().shard()));
-    if (found != units.end()) ApplyUnit(table, addresses, *found->second, shard, &promoted);
+  for (ReplicatedUnit* copy : held) {
+    const auto found = units.find(copy->key());
+    if (found != units.end()) ApplyUnit(table, addresses, *found->second, copy, &promoted);
   }
 }
 
@@ -199,7 +213,7 @@ std::map<int32_t, std::string> ParameterServer::ServerAddresses(const Placement&
 
 void ParameterServer::ApplyUnit(const Placement& table,
                                 const std::map<int32_t, std::string>& addresses,
-                                const PlacedUnit& unit, Shard* shard, bool* promoted) {
+                                const PlacedUnit& unit, ReplicatedUnit* copy, bool* promoted) {
   auto address_of = [&addresses](int32_t id) -> const std::string& {
     const auto found = addresses.find(id);
     return found == addresses.end() ? PlacedServer::default_instance().address() : found->second;
@@ -218,31 +232,31 @@ void ParameterServer::ApplyUnit(const Placement& table,
     // first fails the pushes waiting for versions its copies may lack
     // (their clients make them again at the new primary), then sends its
     // copies nothing more.
-    const bool demoted = !shard->IsBackup();
-    shard->MakeBackup(primary);
-    if (demoted && replicator_ != nullptr) replicator_->Replicate(shard, {});
+    const bool demoted = !copy->IsBackup();
+    copy->MakeBackup(primary);
+    if (demoted && replicator_ != nullptr) replicator_->Replicate(copy, {});
     if (!held && !own_address_.empty()) {
-      LOG_INFO("{}: the table (epoch {}) has no copy here any more: freed", shard->label(),
+      LOG_INFO("{}: the table (epoch {}) has no copy here any more: freed", copy->label(),
                table.epoch());
-      store_.Remove(shard->spec().variable().name(), shard->spec().shard());
+      store_.RemoveUnit(copy->key());
     }
     return;
   }
-  if (shard->IsBackup()) {
-    // Before the shard serves a pull routed by this table.
+  if (copy->IsBackup()) {
+    // Before the copy serves a pull routed by this table.
     if (!*promoted) policy_->OnPromoted(table.epoch());
     *promoted = true;
-    shard->Promote();
-    LOG_INFO("{}: the primary now (epoch {}), at version {}", shard->label(), table.epoch(),
-             shard->version());
+    copy->Promote();
+    LOG_INFO("{}: the primary now (epoch {}), at version {}", copy->label(), table.epoch(),
+             copy->version());
   }
   if (replicator_ == nullptr) {
     if (!backups.empty() || !catching_up.empty())
-      LOG_ERROR("{}: has backups, but this server replicates to none", shard->label());
+      LOG_ERROR("{}: has backups, but this server replicates to none", copy->label());
     return;
   }
-  if (replicator_->BackupsOf(shard) != backups || replicator_->CatchingUpOf(shard) != catching_up) {
-    LOG_INFO("{}: backed up on {}{} (epoch {})", shard->label(),
+  if (replicator_->BackupsOf(copy) != backups || replicator_->CatchingUpOf(copy) != catching_up) {
+    LOG_INFO("{}: backed up on {}{} (epoch {})", copy->label(),
              backups.empty() ? "no other server" : absl::StrJoin(backups, ", "),
              catching_up.empty()
                  ? ""
@@ -250,20 +264,21 @@ void ParameterServer::ApplyUnit(const Placement& table,
              table.epoch());
     // A copy new to this primary may differ from it (the other backups of
     // a promoted one) or hold nothing yet: it takes a snapshot first.
-    replicator_->Replicate(shard, backups, catching_up, /*fill=*/true);
+    replicator_->Replicate(copy, backups, catching_up, /*fill=*/true);
   }
 }
 
-void ParameterServer::PlaceCreated(const std::vector<std::pair<Shard*, const ShardCopy*>>& copies) {
+void ParameterServer::PlaceCreated(
+    const std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>>& copies) {
   if (copies.empty()) return;
   absl::MutexLock applying(&apply_mu_);
-  std::vector<Shard*> shards;
-  for (const auto& [shard, copy] : copies) {
-    if (!copy->primary().empty()) shard->MakeBackup(copy->primary());
+  std::vector<ReplicatedUnit*> units;
+  for (const auto& [unit, copy] : copies) {
+    if (!copy->primary().empty()) unit->MakeBackup(copy->primary());
     if (!copy->backups().empty()) {
-      replicator_->Replicate(shard, {copy->backups().begin(), copy->backups().end()});
+      replicator_->Replicate(unit, {copy->backups().begin(), copy->backups().end()});
     }
-    shards.push_back(shard);
+    units.push_back(unit);
   }
   // Created late (by a restarted worker, whose request follows the
   // chief's first placement): what the cluster's table says counts.
@@ -272,7 +287,7 @@ void ParameterServer::PlaceCreated(const std::vector<std::pair<Shard*, const Sha
     absl::MutexLock lock(&placement_mu_);
     table = placement_;
   }
-  ApplyUnits(table, shards);
+  ApplyUnits(table, units);
 }
 
 absl::StatusOr<RebalanceResponse> ParameterServer::Rebalance(const RebalanceRequest& request) {
@@ -326,15 +341,8 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
   }
   for (int i = 0; i < request.copies_size(); ++i) {
     const ShardCopy& copy = request.copies(i);
+    if (absl::Status s = CheckCopyRequest(copy); !s.ok()) return s;
     if (copy.backups().empty()) continue;
-    if (!copy.primary().empty()) {
-      return absl::InvalidArgumentError(
-          "create shards: a copy is a primary (with backups) or a backup (of a primary), not both");
-    }
-    if (replicator_ == nullptr) {
-      return absl::FailedPreconditionError(
-          "create shards: a shard with backups, but this server replicates to none");
-    }
     // An update travels to the backups in one message.
     const ShardSpec& spec = request.shards(i);
     const int64_t bytes =
@@ -346,7 +354,10 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
           config_.max_message_bytes() / 2, "): give the variable a partitioner (MAX_SIZE)"));
     }
   }
-  std::vector<std::pair<Shard*, const ShardCopy*>> copies;  // created, of a replicated shard
+  absl::StatusOr<std::vector<TableRange>> ranges = RangesOf(request);
+  if (!ranges.ok()) return ranges.status();
+  // Created, of a replicated shard or range.
+  std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>> copies;
   for (int i = 0; i < request.shards_size(); ++i) {
     const ShardSpec& spec = request.shards(i);
     const std::string empty;
@@ -380,6 +391,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       response.set_existing(response.existing() + 1);
     }
   }
+  if (absl::Status s = CreateRanges(request, *ranges, &response, &copies); !s.ok()) return s;
   PlaceCreated(copies);
   if (request.placement().units_size() > 0) {
     if (absl::Status s = CheckServing(); !s.ok()) return s;
@@ -392,42 +404,96 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       return s;
     }
   }
-  // Each server holds the range of each table's ids that EmbeddingOwner
-  // gives it among the servers: the table's partition of its index.
-  const int partition = config_.cluster().task().index();
-  for (const EmbeddingTableSpec& spec : request.tables()) {
-    absl::StatusOr<bool> created = store_.CreateTable(spec, partition);
-    if (!created.ok()) return created.status();
-    if (*created) {
-      response.set_tables_created(response.tables_created() + 1);
-      absl::StatusOr<EmbeddingTable*> table = store_.FindTable(spec.name(), partition);
-      if (!table.ok()) return table.status();
-      auto restored = checkpoints_.RestoreTable(**table);
-      if (!restored.ok()) return restored.status();
-      if (*restored > 0) response.set_tables_restored(response.tables_restored() + 1);
-      LOG_INFO("created embedding table '{}' (width {}, {}, max_rows {})", spec.name(),
-               spec.width(), OptimizerSpec::Kind_Name(spec.optimizer().kind()),
-               spec.max_rows() > 0 ? absl::StrCat(spec.max_rows()) : "unbounded");
+  return response;
+}
+
+absl::Status ParameterServer::CheckCopyRequest(const ShardCopy& copy) const {
+  if (copy.backups().empty()) return absl::OkStatus();
+  if (!copy.primary().empty()) {
+    return absl::InvalidArgumentError(
+        "create shards: a copy is a primary (with backups) or a backup (of a primary), not both");
+  }
+  if (replicator_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "create shards: a copy with backups, but this server replicates to none");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TableRange>> ParameterServer::RangesOf(
+    const CreateShardsRequest& request) const {
+  std::map<std::string, const EmbeddingTableSpec*> specs;
+  for (const EmbeddingTableSpec& spec : request.tables()) specs[spec.name()] = &spec;
+  std::vector<TableRange> ranges(request.ranges().begin(), request.ranges().end());
+  if (ranges.empty()) {
+    // Unreplicated, each server holds the range of each table's ids that
+    // EmbeddingOwner gives it among the servers: its index.
+    for (const EmbeddingTableSpec& spec : request.tables()) {
+      ranges.emplace_back();
+      ranges.back().set_table(spec.name());
+      ranges.back().set_partition(config_.cluster().task().index());
     }
   }
-  return response;
+  const int num_ps = config_.cluster().cluster().ps_size();
+  for (const TableRange& range : ranges) {
+    const auto spec = specs.find(range.table());
+    if (spec == specs.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "create shards: a range of table '", range.table(), "', which is not among its tables"));
+    }
+    if (const int partitions = TablePartitions(*spec->second, num_ps);
+        range.partition() < 0 || range.partition() >= partitions) {
+      return absl::InvalidArgumentError(absl::StrCat("create shards: range ", range.partition(),
+                                                     " of table '", range.table(),
+                                                     "', which has ranges [0, ", partitions, ")"));
+    }
+    if (absl::Status s = CheckCopyRequest(range.copy()); !s.ok()) return s;
+  }
+  return ranges;
+}
+
+absl::Status ParameterServer::CreateRanges(
+    const CreateShardsRequest& request, const std::vector<TableRange>& ranges,
+    CreateShardsResponse* response,
+    std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>>* copies) {
+  std::map<std::string, const EmbeddingTableSpec*> specs;
+  for (const EmbeddingTableSpec& spec : request.tables()) specs[spec.name()] = &spec;
+  for (const TableRange& range : ranges) {
+    const EmbeddingTableSpec& spec = *specs[range.table()];
+    absl::StatusOr<bool> created = store_.CreateTable(spec, range.partition());
+    if (!created.ok()) return created.status();
+    if (!*created) continue;
+    response->set_tables_created(response->tables_created() + 1);
+    absl::StatusOr<EmbeddingTable*> table = store_.FindTable(spec.name(), range.partition());
+    if (!table.ok()) return table.status();
+    auto restored = checkpoints_.RestoreTable(**table);
+    if (!restored.ok()) return restored.status();
+    if (*restored > 0) response->set_tables_restored(response->tables_restored() + 1);
+    const ShardCopy& copy = range.copy();
+    if (!copy.primary().empty() || !copy.backups().empty()) copies->emplace_back(*table, &copy);
+    LOG_INFO("created {} (width {}, {}, max_rows {}){}", (*table)->label(), spec.width(),
+             OptimizerSpec::Kind_Name(spec.optimizer().kind()),
+             spec.max_rows() > 0 ? absl::StrCat(spec.max_rows()) : "unbounded",
+             !copy.primary().empty() ? absl::StrCat(", a backup of ", copy.primary())
+             : !copy.backups().empty()
+                 ? absl::StrCat(", backed up on ", absl::StrJoin(copy.backups(), ", "))
+                 : "");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ReplicateResponse> ParameterServer::Replicate(const ReplicateRequest& request) {
   ReplicateResponse response;
   for (const ShardUpdate& update : request.updates()) {
-    absl::StatusOr<Shard*> shard = store_.Find(update.variable(), update.shard());
-    if (!shard.ok() && update.snapshot().has_spec()) {
-      shard = CreateCopy(update.snapshot().spec(), request.primary());
-    } else if (!shard.ok() &&
-               CheckCopyHere(update.variable(), update.shard(), request.primary()).ok()) {
+    absl::StatusOr<ReplicatedUnit*> copy = CopyFor(update, request.primary());
+    if (!copy.ok()) return copy.status();
+    if (*copy == nullptr) {
       // A copy still to come, with the snapshot queued behind this update
       // (sent to this server's last process, say): nothing to apply yet.
       response.add_versions(-1);
       continue;
     }
-    if (!shard.ok()) return shard.status();
-    absl::StatusOr<int64_t> version = (*shard)->ApplyReplicated(update, request.primary());
+    absl::StatusOr<int64_t> version = (*copy)->ApplyReplicated(update, request.primary());
     if (!version.ok()) return version.status();
     response.add_versions(*version);
   }
@@ -440,9 +506,7 @@ bool ParameterServer::LacksOwnPrimaries() const {
     absl::MutexLock lock(&placement_mu_);
     primaries = PrimariesHereLocked();
   }
-  std::string variable;
-  int shard = 0;
-  return FirstMissing(primaries, &variable, &shard);
+  return !FirstMissing(primaries).empty();
 }
 
 std::set<std::string> ParameterServer::PrimariesHereLocked() const {
@@ -455,26 +519,37 @@ std::set<std::string> ParameterServer::PrimariesHereLocked() const {
   return keys;
 }
 
-bool ParameterServer::FirstMissing(const std::set<std::string>& keys, std::string* variable,
-                                   int* shard) const {
+std::string ParameterServer::FirstMissing(const std::set<std::string>& keys) const {
   for (const std::string& key : keys) {
-    if (ParseShardKey(key, variable, shard) && !store_.Find(*variable, *shard).ok()) return true;
+    if (!store_.Holds(key)) return key;
   }
-  return false;
+  return "";
 }
 
 absl::StatusOr<Shard*> ParameterServer::FindShard(const std::string& variable, int shard) const {
   absl::StatusOr<Shard*> found = store_.Find(variable, shard);
-  if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
+  if (found.ok()) return found;
+  return Moved(ShardKey(variable, shard), found.status());
+}
+
+absl::StatusOr<EmbeddingTable*> ParameterServer::FindRange(const std::string& table,
+                                                           int partition) const {
+  absl::StatusOr<EmbeddingTable*> found = store_.FindTable(table, partition);
+  if (found.ok()) return found;
+  return Moved(TableKey(table, partition), found.status());
+}
+
+absl::Status ParameterServer::Moved(const std::string& key, absl::Status missing) const {
+  if (missing.code() != absl::StatusCode::kNotFound) return missing;
   absl::MutexLock lock(&placement_mu_);
-  const PlacedUnit* unit = UnitLocked(ShardKey(variable, shard));
-  if (unit == nullptr) return found;
+  const PlacedUnit* unit = UnitLocked(key);
+  if (unit == nullptr) return missing;
   const std::string primary = ServerAddresses(placement_)[unit->copies(0).server()];
-  if (primary == own_address_) return found;  // lost with a restart: NOT_FOUND
+  if (primary == own_address_) return missing;  // lost with a restart: NOT_FOUND
   // Not NOT_FOUND, which says this server lost the caller's state.
-  return absl::FailedPreconditionError(absl::StrCat(
-      "variable '", variable, "' shard ", shard, " has no copy here: by placement table epoch ",
-      placement_.epoch(), " its primary is ", primary));
+  return absl::FailedPreconditionError(
+      absl::StrCat(UnitName(key), " has no copy here: by placement table epoch ",
+                   placement_.epoch(), " its primary is ", primary));
 }
 
 const PlacedUnit* ParameterServer::UnitLocked(const std::string& key) const {
@@ -484,24 +559,43 @@ const PlacedUnit* ParameterServer::UnitLocked(const std::string& key) const {
   return nullptr;
 }
 
-absl::Status ParameterServer::CheckCopyHere(const std::string& variable, int shard,
+absl::StatusOr<ReplicatedUnit*> ParameterServer::CopyFor(const ShardUpdate& update,
+                                                         const std::string& primary) {
+  if (!update.table().empty()) {
+    absl::StatusOr<EmbeddingTable*> range = store_.FindTable(update.table(), update.partition());
+    if (range.ok()) return *range;
+    if (update.table_snapshot().has_spec()) {
+      return CreateTableCopy(update.table_snapshot().spec(), update.partition(), primary);
+    }
+    if (CheckCopyHere(TableKey(update.table(), update.partition()), primary).ok()) return nullptr;
+    return range.status();
+  }
+  absl::StatusOr<Shard*> shard = store_.Find(update.variable(), update.shard());
+  if (shard.ok()) return *shard;
+  if (update.snapshot().has_spec()) return CreateCopy(update.snapshot().spec(), primary);
+  if (CheckCopyHere(ShardKey(update.variable(), update.shard()), primary).ok()) return nullptr;
+  return shard.status();
+}
+
+absl::Status ParameterServer::CheckCopyHere(const std::string& key,
                                             const std::string& primary) const {
   absl::MutexLock lock(&placement_mu_);
   std::map<int32_t, std::string> addresses = ServerAddresses(placement_);
-  const PlacedUnit* unit = UnitLocked(ShardKey(variable, shard));
+  const PlacedUnit* unit = UnitLocked(key);
   bool here = false;
   for (int c = 1; unit != nullptr && c < unit->copies_size(); ++c) {
     here = here || addresses[unit->copies(c).server()] == own_address_;
   }
   if (here && addresses[unit->copies(0).server()] == primary) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      absl::StrCat("replicate: variable '", variable, "' shard ", shard, " has no copy here of ",
-                   primary, " in this server's placement table (epoch ", placement_.epoch(), ")"));
+      absl::StrCat("replicate: unit '", key, "' has no copy here of ", primary,
+                   " in this server's placement table (epoch ", placement_.epoch(), ")"));
 }
 
 absl::StatusOr<Shard*> ParameterServer::CreateCopy(const ShardSpec& spec,
                                                    const std::string& primary) {
-  if (absl::Status s = CheckCopyHere(spec.variable().name(), spec.shard(), primary); !s.ok()) {
+  if (absl::Status s = CheckCopyHere(ShardKey(spec.variable().name(), spec.shard()), primary);
+      !s.ok()) {
     return s;
   }
   absl::StatusOr<bool> created = store_.Create(spec, nullptr, "", policy_->ExtraFloatsPerElement());
@@ -513,6 +607,19 @@ absl::StatusOr<Shard*> ParameterServer::CreateCopy(const ShardSpec& spec,
            spec.variable().name(), spec.shard(), spec.num_shards(), spec.row_offset(),
            spec.row_offset() + spec.rows(), primary);
   return shard;
+}
+
+absl::StatusOr<EmbeddingTable*> ParameterServer::CreateTableCopy(const EmbeddingTableSpec& spec,
+                                                                 int partition,
+                                                                 const std::string& primary) {
+  if (absl::Status s = CheckCopyHere(TableKey(spec.name(), partition), primary); !s.ok()) return s;
+  absl::StatusOr<bool> created = store_.CreateTable(spec, partition);
+  if (!created.ok()) return created.status();
+  absl::StatusOr<EmbeddingTable*> range = store_.FindTable(spec.name(), partition);
+  if (!range.ok()) return range.status();
+  (*range)->MakeBackup(primary);
+  LOG_INFO("created {}, a copy of {} being filled", (*range)->label(), primary);
+  return range;
 }
 
 absl::StatusOr<PullRowsResponse> ParameterServer::PullRows(const PullRowsRequest& request,
@@ -536,7 +643,8 @@ absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest
   const int worker = request.worker_id();
   if (absl::Status s = workers_.CheckWorkerId(worker); !s.ok()) return s;
   Renew(worker);
-  absl::StatusOr<PushRowsResponse> response = tables_.Push(request, worker);
+  absl::StatusOr<PushRowsResponse> response =
+      tables_.Push(request, worker, absl::Now() + kReplicationTimeout);
   if (response.ok()) {
     for (const ShardPushResult& result : response->results()) RecordOutcome(result);
   }
@@ -990,18 +1098,14 @@ absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpoint(
     primaries = PrimariesHereLocked();
   }
   if (epoch == 0) return checkpoints_.Save(request.step());
-  std::string variable;
-  int shard = 0;
-  if (FirstMissing(primaries, &variable, &shard)) {
+  if (const std::string missing = FirstMissing(primaries); !missing.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint ", request.step(), ": by placement table epoch ", epoch,
-        " this server is the primary of variable '", variable, "' shard ", shard,
+        " this server is the primary of ", UnitName(missing),
         ", which it lacks (it restarted, and its clients have not created it again yet)"));
   }
-  absl::StatusOr<SaveCheckpointResponse> saved =
-      checkpoints_.Save(request.step(), [&](const Shard& shard) {
-        return primaries.count(ShardKey(shard.spec().variable().name(), shard.spec().shard())) > 0;
-      });
+  absl::StatusOr<SaveCheckpointResponse> saved = checkpoints_.Save(
+      request.step(), [&](const ReplicatedUnit& unit) { return primaries.count(unit.key()) > 0; });
   if (saved.ok()) saved->set_placement_epoch(epoch);
   return saved;
 }

@@ -275,23 +275,38 @@ class ParameterServer {
   void OnWorkersChanged();
   void RecordOutcome(const ShardPushResult& result);
 
-  // Makes each of `shards` that `table` places what the table says it is
-  // here (ApplyUnit).
-  void ApplyUnits(const Placement& table, const std::vector<Shard*>& shards)
+  // Makes each of `held` (shards, tables' ranges) that `table` places what
+  // the table says it is here (ApplyUnit).
+  void ApplyUnits(const Placement& table, const std::vector<ReplicatedUnit*>& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  // Makes `shard` the copy `unit` of `table` says it is here: a backup of
+  // Makes `copy` the copy `unit` of `table` says it is here: a backup of
   // its primary, or the primary (promoted, if it was a backup: the first
   // promotion of the table sets *promoted) replicating to its backups; a
-  // shard the unit has no copy of here (it moved away) is freed
-  // (VariableStore::Remove). `addresses`: ServerAddresses(table).
+  // copy the unit has none of here (it moved away) is freed
+  // (VariableStore::RemoveUnit). `addresses`: ServerAddresses(table).
   void ApplyUnit(const Placement& table, const std::map<int32_t, std::string>& addresses,
-                 const PlacedUnit& unit, Shard* shard, bool* promoted)
+                 const PlacedUnit& unit, ReplicatedUnit* copy, bool* promoted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  // The replicated shards CreateShards created: each becomes the copy its
-  // request names, then the one this server's table places here, if the
-  // table has the shard yet.
-  void PlaceCreated(const std::vector<std::pair<Shard*, const ShardCopy*>>& copies)
+  // The replicated shards and ranges CreateShards created: each becomes the
+  // copy its request names, then the one this server's table places here,
+  // if the table has it yet.
+  void PlaceCreated(const std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>>& copies)
       ABSL_LOCKS_EXCLUDED(apply_mu_);
+  // INVALID_ARGUMENT for a copy that is both a primary and a backup;
+  // FAILED_PRECONDITION for one with backups on a server that replicates
+  // to none.
+  absl::Status CheckCopyRequest(const ShardCopy& copy) const;
+  // The ranges of tables `request` creates here: its `ranges`, or with
+  // none, each table's range of this server's index. Checked: each of a
+  // table of the request, its partition one of the table's, its copy
+  // sound (CheckCopyRequest).
+  absl::StatusOr<std::vector<TableRange>> RangesOf(const CreateShardsRequest& request) const;
+  // Creates `ranges` (RangesOf) of `request`'s tables where missing, each
+  // restored from the checkpoint; those with copies are added to `copies`
+  // (pointing into `ranges`), for PlaceCreated.
+  absl::Status CreateRanges(const CreateShardsRequest& request,
+                            const std::vector<TableRange>& ranges, CreateShardsResponse* response,
+                            std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>>* copies);
   // Each server's address in `table`, by id.
   static std::map<int32_t, std::string> ServerAddresses(const Placement& table);
   // The replicator of this server's primaries, from own_address_; it
@@ -301,6 +316,12 @@ class ParameterServer {
   // (the server lost the caller's state), but FAILED_PRECONDITION naming
   // its primary when the placement table has it elsewhere (it moved away).
   absl::StatusOr<Shard*> FindShard(const std::string& variable, int shard) const;
+  // The same of a table's range of ids.
+  absl::StatusOr<EmbeddingTable*> FindRange(const std::string& table, int partition) const;
+  // `missing`, what finding the unit of `key` said; but for NOT_FOUND of
+  // one the placement table puts elsewhere, FAILED_PRECONDITION naming its
+  // primary.
+  absl::Status Moved(const std::string& key, absl::Status missing) const;
   // The placement table's unit of `key`; null when it has none.
   const PlacedUnit* UnitLocked(const std::string& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(placement_mu_);
@@ -310,16 +331,22 @@ class ParameterServer {
   // The units (shard keys) the placement table makes this server the
   // primary of.
   std::set<std::string> PrimariesHereLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(placement_mu_);
-  // The first of `keys` whose shard this server lacks, as variable and
-  // shard; false when it holds them all.
-  bool FirstMissing(const std::set<std::string>& keys, std::string* variable, int* shard) const;
-  // OK when the placement table puts a backup copy of `variable`'s
-  // `shard` here, of `primary`; else FAILED_PRECONDITION saying so.
-  absl::Status CheckCopyHere(const std::string& variable, int shard,
-                             const std::string& primary) const;
-  // A backup copy of `primary`'s shard of `spec`, created empty to take
-  // its snapshot (Replicate): only one the placement table puts here.
+  // The first of `keys` (units' keys) whose unit this server lacks; ""
+  // when it holds them all.
+  std::string FirstMissing(const std::set<std::string>& keys) const;
+  // OK when the placement table puts a backup copy of unit `key` here,
+  // of `primary`; else FAILED_PRECONDITION saying so.
+  absl::Status CheckCopyHere(const std::string& key, const std::string& primary) const;
+  // The copy here that `update` (from `primary`) is for: created, when it
+  // starts a snapshot, if the placement table puts it here; null for one
+  // the table puts here that is still to come; else what finding it said.
+  absl::StatusOr<ReplicatedUnit*> CopyFor(const ShardUpdate& update, const std::string& primary);
+  // A backup copy of `primary`'s shard of `spec`, or of range `partition`
+  // of a table, created empty to take its snapshot (Replicate): only one
+  // the placement table puts here.
   absl::StatusOr<Shard*> CreateCopy(const ShardSpec& spec, const std::string& primary);
+  absl::StatusOr<EmbeddingTable*> CreateTableCopy(const EmbeddingTableSpec& spec, int partition,
+                                                  const std::string& primary);
 
   // OK when `shard` is a primary. A backup copy answers FAILED_PRECONDITION
   // naming its primary, or UNAVAILABLE (retried) when the call was routed

@@ -203,7 +203,7 @@ TEST(ParameterServerTablesTest, IdsOfAnotherServerAreRefused) {
   *request.add_tables() = Rows({foreign});
   auto pulled = ps0.PullRows(request, absl::Now() + absl::Seconds(1));
   EXPECT_EQ(pulled.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(pulled.status().message(), HasSubstr("belongs to ps 1"));
+  EXPECT_THAT(pulled.status().message(), HasSubstr("belongs to range 1, not 0 (of 2)"));
 }
 
 // Every bad request gets a status naming what was wrong, and the table

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <cmath>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/embedding.h"
 #include "common/file_system.h"
 #include "common/partitioner.h"
 #include "common/placement.h"
@@ -685,15 +688,37 @@ TEST_F(SspFailoverTest, AnSspPullWaitingOnAShardThatMovesAwayEndsNamingItsPrimar
   EXPECT_LT(absl::Now() - applied, absl::Seconds(30));  // not its deadline
 }
 
+// Table t: lazy Adam, width 4, at most 40 rows, ids stored from their
+// second push, all in one range (partitions 1).
+EmbeddingTableSpec TableSpec() {
+  EmbeddingTableSpec spec;
+  spec.set_name("t");
+  spec.set_width(4);
+  spec.mutable_initializer()->set_kind(InitializerSpec::RANDOM_NORMAL);
+  spec.mutable_initializer()->set_seed(5);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAM);
+  spec.mutable_optimizer()->set_learning_rate(0.05f);
+  spec.set_max_rows(40);
+  spec.set_admit_after(2);
+  spec.set_partitions(1);
+  return spec;
+}
+
+// What ThreeServers replicates: w's shard 0 of 1, or t's range 0.
+enum class Unit { kShard, kRange };
+
 // Three servers of one cluster (kPrimary, kBackup, kThird), each linked
-// directly to the others, and w's shard 0 of 1 (Shards(1)) created on them
-// as the first table of `replication` copies places it.
+// directly to the others, and w's shard 0 of 1 (Shards(1)), or table t's
+// range 0 (TableSpec), created on them as the first table of
+// `replication` copies places it.
 class ThreeServers {
  public:
-  // w [rows, 5] in one shard, with `replication` copies.
-  explicit ThreeServers(int replication, int64_t rows = 6)
-      : table_(*InitialPlacement({{kPrimary, ""}, {kBackup, ""}, {kThird, ""}},
-                                 {{ShardKey("w", 0), rows * 5 * 4}}, replication)) {
+  // w [rows, 5] in one shard, or t, with `replication` copies.
+  explicit ThreeServers(int replication, int64_t rows = 6, Unit kind = Unit::kShard)
+      : table_(*InitialPlacement(
+            {{kPrimary, ""}, {kBackup, ""}, {kThird, ""}},
+            {{kind == Unit::kShard ? ShardKey("w", 0) : TableKey("t", 0), rows * 5 * 4}},
+            replication)) {
     const Placement& table = table_;
     for (int i = 0; i < 3; ++i) {
       servers_.push_back(std::make_unique<ParameterServer>(
@@ -704,8 +729,16 @@ class ThreeServers {
     const PlacedUnit& unit = table.units(0);
     for (int c = 0; c < unit.copies_size(); ++c) {
       CreateShardsRequest request;
-      *request.add_shards() = Shards(1, rows)[0];
-      ShardCopy* copy = request.add_copies();
+      ShardCopy* copy = nullptr;
+      if (kind == Unit::kShard) {
+        *request.add_shards() = Shards(1, rows)[0];
+        copy = request.add_copies();
+      } else {
+        *request.add_tables() = TableSpec();
+        TableRange* range = request.add_ranges();
+        range->set_table("t");
+        copy = range->mutable_copy();
+      }
       for (int b = 1; c == 0 && b < unit.copies_size(); ++b)
         copy->add_backups(Address(table, unit.copies(b).server()));
       if (c > 0) copy->set_primary(Address(table, unit.copies(0).server()));
@@ -741,6 +774,27 @@ class ThreeServers {
     EXPECT_TRUE(got.ok()) << address << ": " << got.status();
     if (!got.ok()) return {};
     return {got->slices(0).tensor().data(), got->slices(0).version()};
+  }
+  // Every row of t's range at `address`, its values then its slots, by id.
+  std::map<int64_t, std::vector<float>> ReadRange(const std::string& address) {
+    ReadRowsRequest read;
+    read.set_table("t");
+    read.set_partition(0);
+    read.set_slots(true);
+    absl::StatusOr<ReadRowsResponse> got = At(address).ReadRows(read);
+    EXPECT_TRUE(got.ok()) << address << ": " << got.status();
+    std::map<int64_t, std::vector<float>> rows;
+    if (!got.ok()) return rows;
+    EXPECT_EQ(got->next(), got->rows());  // one page
+    const int64_t width = got->width();
+    const int64_t slots = width * got->num_slots();
+    for (int i = 0; i < got->ids_size(); ++i) {
+      std::vector<float>& row = rows[got->ids(i)];
+      row.assign(got->values().begin() + i * width, got->values().begin() + (i + 1) * width);
+      row.insert(row.end(), got->slots().begin() + i * slots,
+                 got->slots().begin() + (i + 1) * slots);
+    }
+    return rows;
   }
 
  private:
@@ -932,6 +986,109 @@ TEST(ReplicationFailoverTest, ALargeSnapshotGoesInCallsOfBoundedSize) {
   // The bound and one part of 4 MiB over it, at most (and the fields).
   EXPECT_GT(DirectStream::largest_request.load(), size_t{4} << 20);
   EXPECT_LE(DirectStream::largest_request.load(), Replicator::kMaxCallBytes + (size_t{5} << 20));
+}
+
+// Worker 0's push `push_id` of row gradients of t: 3 ids drawn (by the
+// push id) from 60, more than the table keeps, so rows are admitted and
+// evicted as the pushes go on.
+PushRowsRequest RowPush(uint64_t push_id) {
+  PushRowsRequest push;
+  push.set_worker_id(0);
+  push.set_push_id(push_id);
+  TableRows* rows = push.add_tables();
+  rows->set_table("t");
+  rows->set_partition(0);
+  for (int k = 0; k < 3; ++k) {
+    rows->add_ids(static_cast<int64_t>((push_id * 7 + uint64_t{13} * k) % 60));
+    for (int e = 0; e < 4; ++e) rows->add_values(std::sin(static_cast<float>(push_id + k + e)));
+  }
+  return push;
+}
+
+// A range of a table is replicated as a shard is: its backup ends
+// bit-identical (rows and slots) after many evictions and
+// refuses workers naming its primary, as the server with no copy does;
+// when the primary is lost the backup is promoted with the push ids, and
+// the copy made again on the third server is filled from its snapshot.
+TEST(TableReplicationTest, ARangeFailsOverAndIsCopiedAgainLosingNoAcknowledgedPush) {
+  ThreeServers cluster(2, 6, Unit::kRange);
+  const std::string primary = cluster.CopyAt(0);
+  const std::string backup = cluster.CopyAt(1);
+  std::string third = kPrimary;
+  for (const char* address : {kBackup, kThird}) {
+    if (address != primary && address != backup) third = address;
+  }
+  for (uint64_t id = 1; id <= 80; ++id) {
+    absl::StatusOr<PushRowsResponse> pushed = cluster.At(primary).PushRows(RowPush(id));
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    ASSERT_EQ(pushed->results(0).outcome(), ShardPushResult::APPLIED);
+  }
+  EXPECT_GT(cluster.At(primary).Describe().tables(0).evictions(), 0);
+  EXPECT_TRUE(cluster.ReadRange(backup) == cluster.ReadRange(primary));
+  const absl::Status refused = cluster.At(backup).PushRows(RowPush(81)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr(absl::StrCat("its primary is ", primary)));
+  const absl::Status elsewhere = cluster.At(third).PushRows(RowPush(81)).status();
+  EXPECT_EQ(elsewhere.code(), absl::StatusCode::kFailedPrecondition) << elsewhere;
+  EXPECT_THAT(elsewhere.message(),
+              HasSubstr(absl::StrCat("embedding table 't' range 0 has no copy here: by placement "
+                                     "table epoch 1 its primary is ",
+                                     primary)));
+
+  absl::StatusOr<Placement> without =
+      WithoutServer(cluster.table(), cluster.table().units(0).copies(0).server());
+  ASSERT_TRUE(without.ok()) << without.status();
+  const Placement repaired = Repaired(*without);
+  ASSERT_EQ(ThreeServers::Address(repaired, repaired.units(0).copies(1).server()), third);
+  RecordingCoordination coordination;
+  cluster.At(backup).SetCoordination(&coordination);
+  cluster.Apply(repaired, primary);
+  // Acknowledged before: applied once at the promoted copy.
+  absl::StatusOr<PushRowsResponse> again = cluster.At(backup).PushRows(RowPush(80));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->results(0).outcome(), ShardPushResult::DUPLICATE);
+  EXPECT_THAT(coordination.AwaitReports(absl::Seconds(30)),
+              ::testing::ElementsAre(absl::StrCat("t#0 on ", third)));
+  const int64_t evicted = cluster.At(backup).Describe().tables(0).evictions();
+  for (uint64_t id = 81; id <= 90; ++id) {
+    absl::StatusOr<PushRowsResponse> pushed = cluster.At(backup).PushRows(RowPush(id));
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    ASSERT_EQ(pushed->results(0).outcome(), ShardPushResult::APPLIED);
+  }
+  // Equal after evictions since the fill: so the order of use is too.
+  EXPECT_GT(cluster.At(backup).Describe().tables(0).evictions(), evicted);
+  EXPECT_TRUE(cluster.ReadRange(third) == cluster.ReadRange(backup));
+  const DescribeResponse described = cluster.At(third).Describe();
+  ASSERT_EQ(described.tables_size(), 1);
+  EXPECT_EQ(described.tables(0).rows(), cluster.At(backup).Describe().tables(0).rows());
+}
+
+// A range's copy the table does not place is refused, as are ranges of
+// tables not in the request and partitions past the table's.
+TEST(TableReplicationTest, RangesThatCannotBeAreRefusedByName) {
+  ThreeServers cluster(2, 6, Unit::kRange);
+  ReplicateRequest stray;
+  stray.set_primary(kThird);
+  ShardUpdate* part = stray.add_updates();
+  part->set_table("u");
+  part->set_partition(0);
+  part->mutable_table_snapshot()->mutable_spec()->set_name("u");
+  EXPECT_THAT(cluster.At(kPrimary).Replicate(stray).status().message(),
+              HasSubstr("unit 'u#0' has no copy here of third:2222"));
+  CreateShardsRequest request;
+  *request.add_tables() = TableSpec();
+  TableRange* range = request.add_ranges();
+  range->set_table("u");
+  EXPECT_THAT(cluster.At(kPrimary).CreateShards(request).status().message(),
+              HasSubstr("a range of table 'u', which is not among its tables"));
+  range->set_table("t");
+  range->set_partition(1);
+  EXPECT_THAT(cluster.At(kPrimary).CreateShards(request).status().message(),
+              HasSubstr("range 1 of table 't', which has ranges [0, 1)"));
+  range->set_partition(0);
+  range->mutable_copy()->set_primary(kBackup);
+  range->mutable_copy()->add_backups(kThird);
+  EXPECT_THAT(cluster.At(kPrimary).CreateShards(request).status().message(), HasSubstr("not both"));
 }
 
 TEST(ReplicationCreateTest, CopiesThatCannotBeAreRefusedByName) {

@@ -73,13 +73,13 @@ const RestoredVariable* ServerCheckpoints::Find(const ShardSpec& shard) const {
 absl::StatusOr<int64_t> ServerCheckpoints::RestoreTable(EmbeddingTable& table) const {
   const std::string& name = table.spec().name();
   const int owner = table.partition();
-  const int servers = std::max(1, num_ps());
+  const int partitions = TablePartitions(table.spec(), num_ps());
   int64_t parts = 0;
   for (const auto& file : restored_.files) {
     for (const CheckpointTable& part : file->tables()) {
       if (part.meta.spec().name() != name) continue;
       if (absl::Status s = table.Restore(
-              *file, part, [&](int64_t id) { return EmbeddingOwner(id, servers) == owner; });
+              *file, part, [&](int64_t id) { return EmbeddingOwner(id, partitions) == owner; });
           !s.ok()) {
         return s;
       }
@@ -94,20 +94,21 @@ absl::StatusOr<int64_t> ServerCheckpoints::RestoreTable(EmbeddingTable& table) c
 }
 
 absl::Status ServerCheckpoints::AddStore(CheckpointFileWriter& writer,
-                                         const ShardFilter& writes) const {
+                                         const UnitFilter& writes) const {
   for (const Shard* shard : store_.All()) {
     // Each shard once: a backup's values are its primary's.
     if (writes ? !writes(*shard) : shard->IsBackup()) continue;
     if (absl::Status s = shard->WriteCheckpoint(writer); !s.ok()) return s;
   }
   for (const EmbeddingTable* table : store_.AllTables()) {
+    if (writes ? !writes(*table) : table->IsBackup()) continue;
     if (absl::Status s = table->WriteCheckpoint(writer); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<SaveCheckpointResponse> ServerCheckpoints::Save(int64_t step,
-                                                               const ShardFilter& writes) const {
+                                                               const UnitFilter& writes) const {
   if (fs_ == nullptr) {
     return absl::FailedPreconditionError("this parameter server has no --checkpoint_dir");
   }

@@ -49,12 +49,12 @@ class ServerCheckpoints {
   // The step restored from; -1: none.
   int64_t restored_step() const { return restored_step_; }
 
-  // Writes every shard that `writes` takes (default: all but backup
-  // copies: each shard once, by its primary) and every table, with slots
-  // and versions, to <checkpoint_dir>/ckpt-<step>/ps-<i>-of-<n>.ckpt
+  // Writes every shard and table range that `writes` takes (default: all
+  // but backup copies: each once, by its primary), with slots and
+  // versions, to <checkpoint_dir>/ckpt-<step>/ps-<i>-of-<n>.ckpt
   // atomically. FAILED_PRECONDITION when not enabled.
-  using ShardFilter = std::function<bool(const Shard& shard)>;
-  absl::StatusOr<SaveCheckpointResponse> Save(int64_t step, const ShardFilter& writes = {}) const;
+  using UnitFilter = std::function<bool(const ReplicatedUnit& unit)>;
+  absl::StatusOr<SaveCheckpointResponse> Save(int64_t step, const UnitFilter& writes = {}) const;
 
   // Writes this server's final file, <checkpoint_dir>/final-ps-<i>-of-<n>.ckpt.
   // When this server restarts with the same placement, it restores its
@@ -65,9 +65,9 @@ class ServerCheckpoints {
  private:
   int index() const { return config_.cluster().task().index(); }
   int num_ps() const { return config_.cluster().cluster().ps_size(); }
-  // Adds every shard `writes` takes (all but backups by default) and every
-  // table of the store to `writer`.
-  absl::Status AddStore(CheckpointFileWriter& writer, const ShardFilter& writes = {}) const;
+  // Adds every shard and table range of the store `writes` takes (all but
+  // backups by default) to `writer`.
+  absl::Status AddStore(CheckpointFileWriter& writer, const UnitFilter& writes = {}) const;
 
   const PsServerConfig& config_;
   const VariableStore& store_;

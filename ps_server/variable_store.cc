@@ -6,8 +6,10 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/embedding.h"
 #include "common/memory_size.h"
 #include "common/optimizer/optimizer.h"
+#include "common/partitioner.h"
 #include "common/slices.h"
 #include "common/tensor.h"
 
@@ -93,6 +95,35 @@ bool VariableStore::Remove(const std::string& variable, int shard) {
   retired_.push_back(std::move(it->second));
   shards_.erase(it);
   return true;
+}
+
+std::vector<ReplicatedUnit*> VariableStore::Units() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<ReplicatedUnit*> out;
+  for (const auto& [key, shard] : shards_) out.push_back(shard.get());
+  for (const auto& [key, table] : tables_) out.push_back(table.get());
+  return out;
+}
+
+bool VariableStore::RemoveUnit(const std::string& key) {
+  std::string name;
+  int index = 0;
+  if (ParseShardKey(key, &name, &index)) return Remove(name, index);
+  if (!ParseTableKey(key, &name, &index)) return false;
+  absl::MutexLock lock(&mu_);
+  auto it = tables_.find(Key(name, index));
+  if (it == tables_.end()) return false;
+  it->second->Retire();
+  retired_.push_back(std::move(it->second));
+  tables_.erase(it);
+  return true;
+}
+
+bool VariableStore::Holds(const std::string& key) const {
+  std::string name;
+  int index = 0;
+  if (ParseShardKey(key, &name, &index)) return Find(name, index).ok();
+  return ParseTableKey(key, &name, &index) && FindTable(name, index).ok();
 }
 
 int64_t VariableStore::HeldBytesLocked() const {

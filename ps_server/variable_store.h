@@ -59,6 +59,15 @@ class VariableStore {
   // Every shard, ordered by variable name and shard index.
   std::vector<Shard*> All() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Every unit of the placement table held here: the shards, then the
+  // tables' ranges.
+  std::vector<ReplicatedUnit*> Units() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The unit of `key` (a ShardKey or a TableKey) goes, as Remove says of a
+  // shard. False when there is no such unit.
+  bool RemoveUnit(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the unit of `key` is held here.
+  bool Holds(const std::string& key) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Creates the table's range of ids `partition` (EmbeddingTable), or
   // accepts it when it exists with an equal spec (true: created, false:
   // existed); another spec under its name (of any range here) is
@@ -93,8 +102,8 @@ class VariableStore {
   mutable absl::Mutex mu_;
   int64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<Key, std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(mu_);
-  std::map<Key, int64_t> counted_bytes_ ABSL_GUARDED_BY(mu_);         // of each shard, by Create
-  std::vector<std::unique_ptr<Shard>> retired_ ABSL_GUARDED_BY(mu_);  // Removed
+  std::map<Key, int64_t> counted_bytes_ ABSL_GUARDED_BY(mu_);  // of each shard, by Create
+  std::vector<std::unique_ptr<ReplicatedUnit>> retired_ ABSL_GUARDED_BY(mu_);  // removed
   std::atomic<int64_t> value_bytes_{0};
   // The spec every shard of a variable was created with.
   std::map<std::string, VariableSpec> variables_ ABSL_GUARDED_BY(mu_);

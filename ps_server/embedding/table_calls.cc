@@ -12,26 +12,25 @@ namespace fulcrum {
 
 absl::StatusOr<EmbeddingTable*> TableCalls::FindRows(const TableRows& rows, int64_t max_ids,
                                                      int64_t* ids_so_far) const {
-  // A server holds the range of each table's ids that is its index.
-  const int index = config_.cluster().task().index();
-  absl::StatusOr<EmbeddingTable*> table = store_.FindTable(rows.table(), index);
+  // Unnamed: the range of this server's index (an unreplicated table).
+  const int partition = rows.has_partition() ? rows.partition() : config_.cluster().task().index();
+  absl::StatusOr<EmbeddingTable*> table = find_(rows.table(), partition);
   if (!table.ok()) return table.status();
   *ids_so_far += rows.ids_size();
   if (*ids_so_far > max_ids) {
     return absl::ResourceExhaustedError(
         absl::StrCat("a request names over ", max_ids, " ids; split it"));
   }
-  // A server outside a cluster spec (tests, tools) holds every id.
-  const int num_ps = std::max(1, config_.cluster().cluster().ps_size());
+  const int partitions = TablePartitions((*table)->spec(), config_.cluster().cluster().ps_size());
   for (int64_t id : rows.ids()) {
     if (id < 0) {
       return absl::InvalidArgumentError(absl::StrCat("embedding table '", rows.table(), "': id ",
                                                      id, " is outside the key space [0, 2^63)"));
     }
-    if (const int owner = EmbeddingOwner(id, num_ps); owner != index) {
+    if (const int owner = EmbeddingOwner(id, partitions); owner != partition) {
       return absl::InvalidArgumentError(absl::StrCat("embedding table '", rows.table(), "': id ",
-                                                     id, " belongs to ps ", owner, ", not ps ",
-                                                     index));
+                                                     id, " belongs to range ", owner, ", not ",
+                                                     partition, " (of ", partitions, ")"));
     }
   }
   return table;
@@ -59,7 +58,8 @@ absl::StatusOr<PullRowsResponse> TableCalls::Pull(const PullRowsRequest& request
     if (absl::Status s = tables[i]->AwaitVersion(rows.version(), deadline); !s.ok()) return s;
     TableRows* out = response.add_tables();
     out->set_table(rows.table());
-    out->set_version(tables[i]->version());
+    // The committed version, which every copy has (as a shard answers).
+    out->set_version(tables[i]->committed_version());
     google::protobuf::RepeatedField<float>& values = *out->mutable_values();
     values.Resize(rows.ids_size() * tables[i]->spec().width(), 0.0f);
     if (absl::Status s =
@@ -71,7 +71,8 @@ absl::StatusOr<PullRowsResponse> TableCalls::Pull(const PullRowsRequest& request
   return response;
 }
 
-absl::StatusOr<PushRowsResponse> TableCalls::Push(const PushRowsRequest& request, int worker) {
+absl::StatusOr<PushRowsResponse> TableCalls::Push(const PushRowsRequest& request, int worker,
+                                                  absl::Time commit_deadline) {
   // Check the whole request before touching any table.
   std::vector<EmbeddingTable*> tables;
   std::vector<std::pair<const EmbeddingTable*, int64_t>> growth;
@@ -97,12 +98,25 @@ absl::StatusOr<PushRowsResponse> TableCalls::Push(const PushRowsRequest& request
     result->set_shard(config_.cluster().task().index());
     *response.add_results() = *std::move(result);
   }
+  // What this push applied is answered once every copy has it (a retry's
+  // DUPLICATE too: its push may be applied but not yet there).
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const ShardPushResult& result = response.results(static_cast<int>(i));
+    if (result.outcome() != ShardPushResult::APPLIED &&
+        result.outcome() != ShardPushResult::DUPLICATE) {
+      continue;
+    }
+    if (absl::Status s = tables[i]->AwaitCommitted(result.version(), commit_deadline); !s.ok()) {
+      return s;
+    }
+  }
   return response;
 }
 
 absl::StatusOr<ReadRowsResponse> TableCalls::Read(const ReadRowsRequest& request) const {
   absl::StatusOr<EmbeddingTable*> table =
-      store_.FindTable(request.table(), config_.cluster().task().index());
+      find_(request.table(),
+            request.has_partition() ? request.partition() : config_.cluster().task().index());
   if (!table.ok()) return table.status();
   if (request.start() < 0 || request.max_rows() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("read of table '", request.table(), "': start ",
