@@ -148,6 +148,7 @@ void MeasureMemory() {
   ParameterServer server(config);
   CreateShardsRequest create;
   *create.add_tables() = Table(kWidth);
+  create.add_ranges()->set_table(create.tables(0).name());
   if (!server.CreateShards(create).ok()) std::abort();
   PushRowsRequest push;
   push.set_worker_id(0);

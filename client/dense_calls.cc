@@ -31,16 +31,10 @@ absl::Status CheckView(const std::string& what, const VariableSpec& spec, const 
   return absl::OkStatus();
 }
 
-// How long a client asks each server for the cluster's placement table
-// before creating variables: a server that does not answer by then is
-// passed over (one not yet started has no table to give).
-constexpr absl::Duration kPlacementProbe = absl::Seconds(2);
-
 }  // namespace
 
 absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
-                                         const ConstTensorViews& initial_values,
-                                         const std::vector<EmbeddingTableSpec>& tables) {
+                                         const ConstTensorViews& initial_values) {
   auto placed = PlaceVariables(specs, servers_.size());
   if (!placed.ok()) return placed.status();
   std::map<std::string, const VariableSpec*> by_name;
@@ -120,10 +114,6 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
       for (int ps : its_backups) add(ps, &backup);
     }
   }
-  // Tables created before stay in what a restarted server is given again.
-  for (const EmbeddingTableSpec& table : tables) {
-    for (CreateShardsRequest& request : requests) *request.add_tables() = table;
-  }
   std::vector<bool> involved(servers_.size());
   for (int ps = 0; ps < servers_.size(); ++ps) {
     // The shards of a server that left are elsewhere, as the table says.
@@ -161,14 +151,8 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
 }
 
 bool DenseCalls::Reroute(const absl::Status& failed) {
-  if (servers_.placement().epoch() <= routed_epoch_ &&
-      failed.code() == absl::StatusCode::kFailedPrecondition && servers_.following()) {
-    // A server that holds no primary of a shard any more (it moved) says
-    // so: the table that moved it is newer than this client's.
-    servers_.RefreshPlacement(absl::Now() + servers_.options().call_timeout);
-  }
+  if (!servers_.PlacementMovedOn(failed, routed_epoch_)) return false;
   const Placement table = servers_.placement();
-  if (table.epoch() <= routed_epoch_) return false;
   routed_epoch_ = table.epoch();
   std::map<int32_t, std::string> addresses;  // of each server id
   for (const PlacedServer& server : table.servers()) {
@@ -228,36 +212,9 @@ absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
   std::vector<std::vector<int>> backups;
   for (const VariablePlacement& variable : placed)
     backups.resize(backups.size() + variable.shards.size());
-  if (servers_.size() == 1) return backups;
-  // A client that starts after a server was lost (a restarted worker)
-  // finds the cluster's table first, so as to leave the lost server out of
-  // what follows.
-  servers_.RefreshPlacement(absl::Now() + kPlacementProbe);
-  if (servers_.placement().epoch() > 0) servers_.FollowPlacement();
-  // The servers' --replication, which they must agree on.
-  absl::StatusOr<std::vector<DescribeResponse>> described = servers_.Describe();
-  if (!described.ok()) return described.status();
-  int first = 0;  // the first server asked
-  while (servers_.Left(first)) ++first;
-  const int replication = std::max(1, (*described)[first].replication());
-  for (int ps = 1; ps < servers_.size(); ++ps) {
-    if (servers_.Left(ps)) continue;  // not asked
-    if (std::max(1, (*described)[ps].replication()) != replication) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the servers disagree on --replication: ps ", first, " (",
-                       servers_.address(first), ") has ", replication, ", ps ", ps, " (",
-                       servers_.address(ps), ") ", (*described)[ps].replication()));
-    }
-  }
-  // Servers that coordinate through etcd keep a table of single copies
-  // too, so that shards can move (fulcrumctl add-server, remove-server).
-  const bool coordinated = std::any_of(described->begin(), described->end(),
-                                       [](const DescribeResponse& d) { return d.coordinated(); });
-  if (replication == 1 && !coordinated) return backups;
-  std::vector<PlacementServer> servers;
-  for (int ps = 0; ps < servers_.size(); ++ps) {
-    servers.push_back({servers_.address(ps), servers_.Left(ps) ? "" : (*described)[ps].zone()});
-  }
+  absl::StatusOr<ServerSet::CopyPlan> plan = servers_.PlanCopies();
+  if (!plan.ok()) return plan.status();
+  if (plan->replication == 0) return backups;
   std::vector<PlacementUnitSpec> units;
   for (const VariablePlacement& variable : placed) {
     const int64_t row_bytes =
@@ -266,7 +223,7 @@ absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
       units.push_back({ShardKey(variable.spec.name(), shard.shard), shard.rows * row_bytes});
     }
   }
-  absl::StatusOr<Placement> table = InitialPlacement(servers, units, replication);
+  absl::StatusOr<Placement> table = InitialPlacement(plan->servers, units, plan->replication);
   if (!table.ok()) return table.status();
   *table_out = *table;
   // The primaries are PlaceVariables': a copy's placement never moves them.

@@ -36,12 +36,9 @@ class DenseCalls {
   DenseCalls(const DenseCalls&) = delete;
   DenseCalls& operator=(const DenseCalls&) = delete;
 
-  // PsClient's dense calls; see fulcrum/ps_client.h. `tables` are the
-  // tables created so far, which each server is also given again if it
-  // restarts.
+  // PsClient's dense calls; see fulcrum/ps_client.h.
   absl::Status CreateVariables(const std::vector<VariableSpec>& specs,
-                               const ConstTensorViews& initial_values,
-                               const std::vector<EmbeddingTableSpec>& tables);
+                               const ConstTensorViews& initial_values);
   absl::Status Pull(const std::vector<std::string>& names, TensorMap* out);
   absl::StatusOr<PushStats> Push(const TensorMap& gradients);
   absl::StatusOr<PushStats> PushPull(const TensorMap& gradients,

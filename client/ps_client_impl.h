@@ -40,7 +40,7 @@ class PsClientImpl final : public PsClient {
   using PsClient::CreateVariables;
   absl::Status CreateVariables(const std::vector<VariableSpec>& specs,
                                const ConstTensorViews& initial_values) override {
-    return dense_.CreateVariables(specs, initial_values, rows_.TableSpecs());
+    return dense_.CreateVariables(specs, initial_values);
   }
   absl::Status Pull(const std::vector<std::string>& names, TensorMap* out) override {
     return dense_.Pull(names, out);

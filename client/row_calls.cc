@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/embedding.h"
+#include "common/logging.h"
+#include "common/placement.h"
 #include "common/row_push.h"
 
 namespace fulcrum {
@@ -32,37 +34,132 @@ void AppendRows(PullRowsResponse part, PullRowsResponse* whole) {
 
 }  // namespace
 
-absl::Status RowCalls::CreateTables(const std::vector<EmbeddingTableSpec>& specs) {
-  CreateShardsRequest request;
-  for (const EmbeddingTableSpec& spec : specs) *request.add_tables() = spec;
-  std::vector<uint64_t> incarnations(servers_.size(), 0);
-  absl::Status status = servers_.ForEveryServer("create tables", [&](int ps, absl::Time deadline) {
-    auto created = servers_.server(ps).CreateShards(request, deadline);
-    if (created.ok()) incarnations[ps] = created->incarnation();
-    return created.status();
-  });
-  if (!status.ok()) return status;
-  std::vector<EmbeddingTableSpec> added;
-  for (const EmbeddingTableSpec& spec : specs) {
-    if (tables_.emplace(spec.name(), spec).second) added.push_back(spec);
+absl::Status RowCalls::CreateTables(const std::vector<EmbeddingTableSpec>& given) {
+  std::vector<EmbeddingTableSpec> specs = given;
+  for (EmbeddingTableSpec& spec : specs) {
+    // Dealt among the servers there are now, for as long as the table lives.
+    if (spec.partitions() == 0) spec.set_partitions(servers_.size());
   }
-  servers_.RememberTables(added, incarnations);
+  absl::StatusOr<ServerSet::CopyPlan> plan = servers_.PlanCopies();
+  if (!plan.ok()) return plan.status();
+  std::vector<CreateShardsRequest> requests(servers_.size());
+  // Range `partition` of `spec` on server `ps`, as `copy` of it.
+  auto add = [&](int ps, const EmbeddingTableSpec& spec, int partition, const ShardCopy& copy) {
+    CreateShardsRequest& request = requests[ps];
+    if (request.tables_size() == 0 || request.tables().rbegin()->name() != spec.name()) {
+      *request.add_tables() = spec;
+    }
+    TableRange* range = request.add_ranges();
+    range->set_table(spec.name());
+    range->set_partition(partition);
+    *range->mutable_copy() = copy;
+  };
+  Placement table;  // of the ranges' copies; none unreplicated
+  if (plan->replication == 0) {
+    for (const EmbeddingTableSpec& spec : specs) {
+      for (int p = 0; p < spec.partitions(); ++p) add(p % servers_.size(), spec, p, ShardCopy());
+    }
+  } else {
+    std::vector<PlacementUnitSpec> units;
+    for (const EmbeddingTableSpec& spec : specs) {
+      for (int p = 0; p < spec.partitions(); ++p) {
+        // Its bytes at most, for balancing (unbounded: as one of a row).
+        units.push_back(
+            {TableKey(spec.name(), p), std::max<int64_t>(spec.max_rows(), 1) * spec.width() *
+                                           static_cast<int64_t>(sizeof(float))});
+      }
+    }
+    absl::StatusOr<Placement> placed = InitialPlacement(plan->servers, units, plan->replication);
+    if (!placed.ok()) return placed.status();
+    table = *std::move(placed);
+    int unit = 0;
+    for (const EmbeddingTableSpec& spec : specs) {
+      for (int p = 0; p < spec.partitions(); ++p) {
+        const PlacedUnit& placed_unit = table.units(unit++);
+        // Server ids are the set's indices (InitialPlacement of its servers).
+        const int primary = placed_unit.copies(0).server();
+        ShardCopy primary_copy, backup_copy;
+        backup_copy.set_primary(servers_.address(primary));
+        for (int c = 1; c < placed_unit.copies_size(); ++c) {
+          primary_copy.add_backups(servers_.address(placed_unit.copies(c).server()));
+        }
+        add(primary, spec, p, primary_copy);
+        for (int c = 1; c < placed_unit.copies_size(); ++c) {
+          add(placed_unit.copies(c).server(), spec, p, backup_copy);
+        }
+      }
+    }
+  }
+  std::vector<bool> involved(servers_.size());
+  for (int ps = 0; ps < servers_.size(); ++ps) {
+    involved[ps] = requests[ps].ranges_size() > 0 && !servers_.Left(ps);
+    if (involved[ps] && table.units_size() > 0) *requests[ps].mutable_placement() = table;
+  }
+  std::vector<uint64_t> incarnations(servers_.size(), 0);
+  absl::Status status =
+      servers_.ForEachServer(involved, "create tables", [&](int ps, absl::Time deadline) {
+        auto created = servers_.CreateOn(ps, requests[ps], deadline);
+        if (created.ok()) incarnations[ps] = created->incarnation();
+        return created.status();
+      });
+  if (!status.ok()) return status;
+  for (const EmbeddingTableSpec& spec : specs) tables_.emplace(spec.name(), spec);
+  servers_.RememberTables(requests, incarnations);
+  if (table.units_size() > 0) {
+    // Where the servers coordinate, their table has the copies now; it may
+    // have moved primaries already (a server lost before this worker came).
+    servers_.FollowPlacement();
+    servers_.RefreshPlacement(absl::Now() + servers_.options().call_timeout);
+  }
+  Route();
   return absl::OkStatus();
 }
 
-std::vector<EmbeddingTableSpec> RowCalls::TableSpecs() const {
-  std::vector<EmbeddingTableSpec> specs;
-  for (const auto& [name, spec] : tables_) specs.push_back(spec);
-  return specs;
+void RowCalls::Route() {
+  const Placement table = servers_.placement();
+  routed_epoch_ = table.epoch();
+  std::map<int32_t, std::string> addresses;  // of each server id
+  for (const PlacedServer& server : table.servers()) addresses[server.id()] = server.address();
+  std::map<std::string, int32_t> primaries;  // by unit key: its primary's id
+  for (const PlacedUnit& unit : table.units()) primaries[unit.key()] = unit.copies(0).server();
+  for (const auto& [name, spec] : tables_) {
+    std::vector<int>& servers = range_servers_[name];
+    const bool routed_before = !servers.empty();
+    servers.resize(spec.partitions());
+    for (int p = 0; p < spec.partitions(); ++p) {
+      const auto found = primaries.find(TableKey(name, p));
+      // Unreplicated, range p is on server p (of the servers at creation).
+      const int ps =
+          found == primaries.end() ? p % servers_.size() : servers_.Add(addresses[found->second]);
+      if (ps < 0) {
+        LOG_ERROR(
+            "{}: its primary in the placement table (epoch {}) is {}, a server this client "
+            "cannot reach",
+            TableKey(name, p), table.epoch(), addresses[found->second]);
+        continue;
+      }
+      if (servers[p] != ps && routed_before) {
+        LOG_INFO("{}: its primary is now ps {} ({}), placement epoch {}", TableKey(name, p), ps,
+                 servers_.address(ps), table.epoch());
+      }
+      servers[p] = ps;
+    }
+  }
 }
 
-absl::StatusOr<int64_t> RowCalls::TableWidth(const std::string& table) const {
+bool RowCalls::Reroute(const absl::Status& failed) {
+  if (!servers_.PlacementMovedOn(failed, routed_epoch_)) return false;
+  Route();
+  return true;
+}
+
+absl::StatusOr<const EmbeddingTableSpec*> RowCalls::Table(const std::string& table) const {
   auto it = tables_.find(table);
   if (it == tables_.end()) {
     return absl::NotFoundError(
         absl::StrCat("embedding table '", table, "' was not created by this client"));
   }
-  return it->second.width();
+  return &it->second;
 }
 
 absl::StatusOr<std::vector<RoutedIds>> RowCalls::RouteLookups(const std::vector<TableIds>& lookups,
@@ -75,14 +172,15 @@ absl::StatusOr<std::vector<RoutedIds>> RowCalls::RouteLookups(const std::vector<
   }
   std::vector<RoutedIds> routed;
   for (size_t i = 0; i < lookups.size(); ++i) {
-    absl::StatusOr<int64_t> width = TableWidth(lookups[i].table);
-    if (!width.ok()) return width.status();
-    if (row_floats[i] != lookups[i].ids.size() * *width) {
+    absl::StatusOr<const EmbeddingTableSpec*> spec = Table(lookups[i].table);
+    if (!spec.ok()) return spec.status();
+    const int64_t width = (*spec)->width();
+    if (row_floats[i] != lookups[i].ids.size() * width) {
       return absl::InvalidArgumentError(
           absl::StrCat("embedding table '", lookups[i].table, "': ", row_floats[i], " ", what,
-                       " floats for ", lookups[i].ids.size(), " ids of width ", *width));
+                       " floats for ", lookups[i].ids.size(), " ids of width ", width));
     }
-    routed.push_back(RouteIds(lookups[i].ids, servers_.size()));
+    routed.push_back(RouteIds(lookups[i].ids, (*spec)->partitions()));
   }
   return routed;
 }
@@ -92,9 +190,9 @@ absl::Status RowCalls::PullRows(const std::vector<TableIds>& lookups,
   rows->resize(lookups.size());
   std::vector<absl::Span<float>> out;
   for (size_t i = 0; i < lookups.size(); ++i) {
-    absl::StatusOr<int64_t> width = TableWidth(lookups[i].table);
-    if (!width.ok()) return width.status();
-    (*rows)[i].resize(lookups[i].ids.size() * *width);
+    absl::StatusOr<const EmbeddingTableSpec*> spec = Table(lookups[i].table);
+    if (!spec.ok()) return spec.status();
+    (*rows)[i].resize(lookups[i].ids.size() * (*spec)->width());
     out.emplace_back((*rows)[i]);
   }
   return PullRowsInto(lookups, out);
@@ -106,8 +204,20 @@ absl::Status RowCalls::PullRowsInto(const std::vector<TableIds>& lookups,
   for (absl::Span<float> rows : out) row_floats.push_back(rows.size());
   auto routed = RouteLookups(lookups, row_floats, "output");
   if (!routed.ok()) return routed.status();
+  for (;;) {
+    absl::Status pulled = PullOnce(lookups, *routed, out);
+    if (pulled.ok() || !Reroute(pulled)) return pulled;
+    LOG_WARN("pull of rows: {}; made again with the placement table of epoch {}", pulled.message(),
+             routed_epoch_);
+  }
+}
+
+absl::Status RowCalls::PullOnce(const std::vector<TableIds>& lookups,
+                                const std::vector<RoutedIds>& routed,
+                                const std::vector<absl::Span<float>>& out) {
   const PsClientOptions& options = servers_.options();
   std::vector<PullRowsRequest> requests(servers_.size());
+  std::vector<std::vector<Part>> parts(servers_.size());  // of each request's tables
   std::vector<bool> involved(servers_.size());
   for (int ps = 0; ps < servers_.size(); ++ps) {
     PullRowsRequest& request = requests[ps];
@@ -116,31 +226,39 @@ absl::Status RowCalls::PullRowsInto(const std::vector<TableIds>& lookups,
       request.set_clock(servers_.clock());
     }
     request.set_incarnation(servers_.incarnation(ps));
-    for (size_t i = 0; i < lookups.size(); ++i) {
-      TableRows* part = request.add_tables();
+  }
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    const std::vector<int>& servers = range_servers_[lookups[i].table];
+    for (size_t p = 0; p < routed[i].by_range.size(); ++p) {
+      if (routed[i].by_range[p].empty()) continue;
+      const int ps = servers[p];
+      TableRows* part = requests[ps].add_tables();
       part->set_table(lookups[i].table);
-      for (int32_t u : (*routed)[i].by_server[ps]) part->add_ids((*routed)[i].unique[u]);
-      auto it = table_state_.find({lookups[i].table, ps});
+      part->set_partition(static_cast<int>(p));
+      for (int32_t u : routed[i].by_range[p]) part->add_ids(routed[i].unique[u]);
+      auto it = table_state_.find({lookups[i].table, static_cast<int>(p)});
       if (it != table_state_.end()) part->set_version(it->second.min_version);
-      involved[ps] = involved[ps] || part->ids_size() > 0;
+      parts[ps].push_back({i, static_cast<int>(p)});
+      involved[ps] = true;
     }
   }
-  std::vector<int64_t> widths;
-  for (const TableIds& lookup : lookups) widths.push_back(*TableWidth(lookup.table));
   std::vector<PullRowsResponse> responses(servers_.size());
   // The answer of `ps` to `request`, in parts when it is large: as many
   // tables as asked.
   const auto pull = [&](int ps, const PullRowsRequest& request, absl::Time deadline) {
+    std::vector<int64_t> widths;
+    for (const Part& part : parts[ps])
+      widths.push_back(tables_.at(lookups[part.lookup].table).width());
     PullRowsResponse whole;
-    std::vector<PullRowsRequest> parts =
+    std::vector<PullRowsRequest> pieces =
         SplitRowPull(request, widths, kMaxIdsPerRowCall, kRowCallBytes);
-    if (parts.empty()) parts.push_back(request);  // it fits
-    for (const PullRowsRequest& part : parts) {
-      auto pulled = servers_.server(ps).PullRows(part, deadline);
+    if (pieces.empty()) pieces.push_back(request);  // it fits
+    for (const PullRowsRequest& piece : pieces) {
+      auto pulled = servers_.server(ps).PullRows(piece, deadline);
       if (!pulled.ok()) return pulled.status();
-      if (pulled->tables_size() != part.tables_size()) {
+      if (pulled->tables_size() != piece.tables_size()) {
         return absl::DataLossError(absl::StrCat("pull of rows answered ", pulled->tables_size(),
-                                                " tables of ", part.tables_size()));
+                                                " tables of ", piece.tables_size()));
       }
       AppendRows(*std::move(pulled), &whole);
     }
@@ -159,25 +277,30 @@ absl::Status RowCalls::PullRowsInto(const std::vector<TableIds>& lookups,
       },
       &recovered);
   if (!status.ok()) return status;
+  std::vector<std::vector<float>> unique_rows(lookups.size());
   for (size_t i = 0; i < lookups.size(); ++i) {
-    const int64_t width = *TableWidth(lookups[i].table);
-    const RoutedIds& r = (*routed)[i];
-    std::vector<float> unique_rows(r.unique.size() * width);
-    for (int ps = 0; ps < servers_.size(); ++ps) {
-      if (!involved[ps]) continue;
-      const TableRows& part = responses[ps].tables(static_cast<int>(i));
-      if (part.values_size() != static_cast<int64_t>(r.by_server[ps].size()) * width) {
-        return absl::DataLossError(absl::StrCat("ps ", ps, ": embedding table '", lookups[i].table,
-                                                "' answered ", part.values_size(), " floats for ",
-                                                r.by_server[ps].size(), " ids of width ", width));
+    unique_rows[i].resize(routed[i].unique.size() * tables_.at(lookups[i].table).width());
+  }
+  for (int ps = 0; ps < servers_.size(); ++ps) {
+    for (size_t k = 0; k < parts[ps].size(); ++k) {
+      const auto [i, p] = parts[ps][k];
+      const int64_t width = tables_.at(lookups[i].table).width();
+      const std::vector<int32_t>& ids = routed[i].by_range[p];
+      const TableRows& part = responses[ps].tables(static_cast<int>(k));
+      if (part.values_size() != static_cast<int64_t>(ids.size()) * width) {
+        return absl::DataLossError(absl::StrCat(
+            "ps ", ps, ": embedding table '", lookups[i].table, "' range ", p, " answered ",
+            part.values_size(), " floats for ", ids.size(), " ids of width ", width));
       }
-      for (size_t k = 0; k < r.by_server[ps].size(); ++k) {
-        std::copy_n(part.values().data() + k * width, width,
-                    unique_rows.begin() + r.by_server[ps][k] * width);
+      for (size_t u = 0; u < ids.size(); ++u) {
+        std::copy_n(part.values().data() + u * width, width,
+                    unique_rows[i].begin() + ids[u] * width);
       }
-      table_state_[{lookups[i].table, ps}].pulled_version = part.version();
+      table_state_[{lookups[i].table, p}].pulled_version = part.version();
     }
-    ScatterRows(r, unique_rows, width, out[i]);
+  }
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    ScatterRows(routed[i], unique_rows[i], tables_.at(lookups[i].table).width(), out[i]);
   }
   return absl::OkStatus();
 }
@@ -188,9 +311,27 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
   for (absl::Span<const float> rows : grads) row_floats.push_back(rows.size());
   auto routed = RouteLookups(lookups, row_floats, "gradient");
   if (!routed.ok()) return routed.status();
+  std::vector<std::vector<float>> sums;
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    sums.push_back(SumRowsPerId((*routed)[i], grads[i], tables_.at(lookups[i].table).width()));
+  }
+  // The same id on every attempt: a range an attempt applied answers the
+  // next DUPLICATE.
+  const uint64_t push_id = servers_.NewPushId();
+  for (;;) {
+    absl::StatusOr<PushStats> pushed = PushOnce(lookups, *routed, sums, push_id);
+    if (pushed.ok() || !Reroute(pushed.status())) return pushed;
+    LOG_WARN("push of rows: {}; made again with the placement table of epoch {}",
+             pushed.status().message(), routed_epoch_);
+  }
+}
+
+absl::StatusOr<PushStats> RowCalls::PushOnce(const std::vector<TableIds>& lookups,
+                                             const std::vector<RoutedIds>& routed,
+                                             const std::vector<std::vector<float>>& sums,
+                                             uint64_t push_id) {
   std::vector<PushRowsRequest> requests(servers_.size());
   std::vector<bool> involved(servers_.size());
-  const uint64_t push_id = servers_.NewPushId();
   for (int ps = 0; ps < servers_.size(); ++ps) {
     involved[ps] = servers_.EveryPushReaches(ps);
     requests[ps].set_worker_id(servers_.options().worker_id);
@@ -198,20 +339,23 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
     requests[ps].set_push_id(push_id);
   }
   for (size_t i = 0; i < lookups.size(); ++i) {
-    const int64_t width = *TableWidth(lookups[i].table);
-    const RoutedIds& r = (*routed)[i];
-    const std::vector<float> sums = SumRowsPerId(r, grads[i], width);
-    for (int ps = 0; ps < servers_.size(); ++ps) {
-      if (r.by_server[ps].empty() && !servers_.EveryPushReaches(ps)) continue;
+    const int64_t width = tables_.at(lookups[i].table).width();
+    const std::vector<int>& servers = range_servers_[lookups[i].table];
+    for (size_t p = 0; p < routed[i].by_range.size(); ++p) {
+      const std::vector<int32_t>& ids = routed[i].by_range[p];
+      const int ps = servers[p];
+      // Sync and ssp: every range hears of every push (its step, a clock).
+      if (ids.empty() && !servers_.EveryPushReaches(ps)) continue;
       TableRows* part = requests[ps].add_tables();
       part->set_table(lookups[i].table);
-      auto it = table_state_.find({lookups[i].table, ps});
+      part->set_partition(static_cast<int>(p));
+      auto it = table_state_.find({lookups[i].table, static_cast<int>(p)});
       part->set_version(it == table_state_.end() ? 0 : it->second.pulled_version);
-      part->mutable_ids()->Reserve(static_cast<int>(r.by_server[ps].size()));
-      part->mutable_values()->Reserve(static_cast<int>(r.by_server[ps].size() * width));
-      for (int32_t u : r.by_server[ps]) {
-        part->add_ids(r.unique[u]);
-        part->mutable_values()->Add(sums.begin() + u * width, sums.begin() + (u + 1) * width);
+      part->mutable_ids()->Reserve(static_cast<int>(ids.size()));
+      part->mutable_values()->Reserve(static_cast<int>(ids.size() * width));
+      for (int32_t u : ids) {
+        part->add_ids(routed[i].unique[u]);
+        part->mutable_values()->Add(sums[i].begin() + u * width, sums[i].begin() + (u + 1) * width);
       }
       involved[ps] = true;
     }
@@ -238,7 +382,7 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
       continue;
     }
     for (const TableRows& part : requests[ps].tables()) {
-      ShardVersions& state = table_state_[{part.table(), ps}];
+      ShardVersions& state = table_state_[{part.table(), part.partition()}];
       state.min_version = servers_.policy().MinVersionAfterPush(state.pulled_version);
     }
   }
@@ -247,28 +391,40 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
 
 void RowCalls::ForgetVersions(const std::vector<bool>& recovered) {
   for (auto& [key, state] : table_state_) {
-    if (recovered[key.second]) state = ShardVersions();
+    const std::vector<int>& servers = range_servers_[key.first];
+    const int ps = key.second < static_cast<int>(servers.size()) ? servers[key.second] : -1;
+    if (ps >= 0 && ps < static_cast<int>(recovered.size()) && recovered[ps]) {
+      state = ShardVersions();
+    }
   }
 }
 
 absl::Status RowCalls::ReadTable(
     const std::string& table, bool slots,
     absl::FunctionRef<absl::Status(const ReadRowsResponse& page)> visit) {
-  for (int ps = 0; ps < servers_.size(); ++ps) {
-    std::vector<bool> involved(servers_.size(), false);
-    involved[ps] = true;
+  absl::StatusOr<const EmbeddingTableSpec*> spec = Table(table);
+  if (!spec.ok()) return spec.status();
+  for (int p = 0; p < (*spec)->partitions(); ++p) {
     ReadRowsRequest request;
     request.set_table(table);
+    request.set_partition(p);
     request.set_slots(slots);
-    request.set_incarnation(servers_.incarnation(ps));
+    bool first = true;  // page of the range
     for (bool more = true; more;) {
+      const int ps = range_servers_[table][p];
+      if (first) request.set_incarnation(servers_.incarnation(ps));
+      std::vector<bool> involved(servers_.size(), false);
+      involved[ps] = true;
       ReadRowsResponse page;
       absl::Status s = servers_.ForEachServer(
-          involved, absl::StrCat("read of table '", table, "'"),
+          involved, absl::StrCat("read of table '", table, "' range ", p),
           [&](int server, absl::Time deadline) {
             return Keep(servers_.server(server).ReadRows(request, deadline), &page);
           });
+      // A range that moved before its first page is read where it is now.
+      if (!s.ok() && first && Reroute(s)) continue;
       if (!s.ok()) return s;
+      first = false;
       if (absl::Status v = visit(page); !v.ok()) return v;
       // The server's start the dump began on: a restart since is ABORTED.
       request.set_incarnation(page.incarnation());

@@ -1,8 +1,11 @@
-// RowCalls: the client library's embedding tables -- created on every
-// server, their rows pulled and their row gradients pushed by id, each
-// distinct id asked of the server that owns it (row_routing.h) once, the
-// servers asked in parallel. It tracks the version of each table's part on
-// each server, as the consistency mode needs. Over a ServerSet, which owns
+// RowCalls: the client library's embedding tables -- each dealt into
+// ranges of its ids (EmbeddingTableSpec.partitions, one per server by
+// default), created on the servers (with their copies where the servers
+// replicate, placed as common/placement.h says), their rows pulled and
+// their row gradients pushed by id, each distinct id asked once of the
+// primary of its range (row_routing.h), the servers asked in parallel. It
+// follows the placement table when ranges move, and tracks the version of
+// each range, as the consistency mode needs. Over a ServerSet, which owns
 // the connections, recovery and the worker's clock. Thread-safety as
 // PsClient's: one call at a time.
 #ifndef FULCRUM_CLIENT_ROW_CALLS_H_
@@ -44,15 +47,32 @@ class RowCalls {
   absl::Status ReadTable(const std::string& table, bool slots,
                          absl::FunctionRef<absl::Status(const ReadRowsResponse& page)> visit);
 
-  // The tables created through this client.
-  std::vector<EmbeddingTableSpec> TableSpecs() const;
-
   // Forgets the versions learned from the servers in `recovered`.
   void ForgetVersions(const std::vector<bool>& recovered);
 
  private:
-  // The table's width, or NOT_FOUND when this client did not create it.
-  absl::StatusOr<int64_t> TableWidth(const std::string& table) const;
+  // A table of a request to one server: of which lookup, which range.
+  struct Part {
+    size_t lookup;
+    int partition;
+  };
+
+  // The table's spec, or NOT_FOUND when this client did not create it.
+  absl::StatusOr<const EmbeddingTableSpec*> Table(const std::string& table) const;
+  // Routes each table's ranges to their primaries by the newest placement
+  // table (range p to server p where it names none: unreplicated).
+  void Route();
+  // Route, when the placement table is newer than the one routed by (see
+  // ServerSet::PlacementMovedOn): whether it was, and a call that `failed`
+  // may be made again.
+  bool Reroute(const absl::Status& failed);
+  // One attempt of each call, by the ranges' routes as they are; a push
+  // carries `push_id` on every attempt, `sums` its rows per distinct id.
+  absl::Status PullOnce(const std::vector<TableIds>& lookups, const std::vector<RoutedIds>& routed,
+                        const std::vector<absl::Span<float>>& out);
+  absl::StatusOr<PushStats> PushOnce(const std::vector<TableIds>& lookups,
+                                     const std::vector<RoutedIds>& routed,
+                                     const std::vector<std::vector<float>>& sums, uint64_t push_id);
   // Routes each lookup's ids (RouteIds); checks the tables and that
   // rows[i] holds a row per id of lookups[i] (`what` names them: "gradient",
   // "output").
@@ -61,8 +81,10 @@ class RowCalls {
                                                       const std::string& what) const;
 
   ServerSet& servers_;
-  std::map<std::string, EmbeddingTableSpec> tables_;                  // created by this client
-  std::map<std::pair<std::string, int>, ShardVersions> table_state_;  // (table, ps)
+  std::map<std::string, EmbeddingTableSpec> tables_;       // created by this client, partitions set
+  std::map<std::string, std::vector<int>> range_servers_;  // each range's primary, by table
+  int64_t routed_epoch_ = 0;  // of the placement table range_servers_ follows
+  std::map<std::pair<std::string, int>, ShardVersions> table_state_;  // (table, partition)
 };
 
 }  // namespace fulcrum

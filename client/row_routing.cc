@@ -7,7 +7,7 @@
 
 namespace fulcrum {
 
-RoutedIds RouteIds(absl::Span<const int64_t> ids, int num_servers) {
+RoutedIds RouteIds(absl::Span<const int64_t> ids, int partitions) {
   RoutedIds routed;
   routed.position.reserve(ids.size());
   absl::flat_hash_map<int64_t, int32_t> index;
@@ -17,9 +17,9 @@ RoutedIds RouteIds(absl::Span<const int64_t> ids, int num_servers) {
     if (added) routed.unique.push_back(id);
     routed.position.push_back(it->second);
   }
-  routed.by_server.resize(num_servers);
+  routed.by_range.resize(partitions);
   for (size_t i = 0; i < routed.unique.size(); ++i) {
-    routed.by_server[EmbeddingOwner(routed.unique[i], num_servers)].push_back(
+    routed.by_range[EmbeddingOwner(routed.unique[i], partitions)].push_back(
         static_cast<int32_t>(i));
   }
   return routed;

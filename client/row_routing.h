@@ -1,6 +1,7 @@
 // How a batch's ids of one embedding table travel: each distinct id once,
-// to the server that holds it (EmbeddingOwner), and its row back to every
-// position that named it. Thread-compatible.
+// to the range of the table's ids that holds it (EmbeddingOwner among the
+// table's partitions), and its row back to every position that named it.
+// Thread-compatible.
 #ifndef FULCRUM_CLIENT_ROW_ROUTING_H_
 #define FULCRUM_CLIENT_ROW_ROUTING_H_
 
@@ -14,12 +15,12 @@ namespace fulcrum {
 struct RoutedIds {
   std::vector<int64_t> unique;    // the distinct ids, in order of first use
   std::vector<int32_t> position;  // per id of the batch: its index in unique
-  // Per server: the indices into unique of the ids it holds, ascending.
-  std::vector<std::vector<int32_t>> by_server;
+  // Per range: the indices into unique of the ids it holds, ascending.
+  std::vector<std::vector<int32_t>> by_range;
 };
 
-// Routes `ids` over `num_servers` (>= 1).
-RoutedIds RouteIds(absl::Span<const int64_t> ids, int num_servers);
+// Routes `ids` over `partitions` (>= 1) ranges.
+RoutedIds RouteIds(absl::Span<const int64_t> ids, int partitions);
 
 // The rows of unique ids (width floats each) at every batch position:
 // out[k] = unique_rows[position[k]]; out holds position.size() rows.

@@ -16,8 +16,8 @@ TEST(RowRoutingTest, EachDistinctIdGoesOnceToItsOwner) {
   EXPECT_EQ(routed.position, (std::vector<int32_t>{0, 1, 0, 2, 1, 0, 3}));
   size_t routed_ids = 0;
   for (int ps = 0; ps < 3; ++ps) {
-    for (int32_t i : routed.by_server[ps]) EXPECT_EQ(EmbeddingOwner(routed.unique[i], 3), ps);
-    routed_ids += routed.by_server[ps].size();
+    for (int32_t i : routed.by_range[ps]) EXPECT_EQ(EmbeddingOwner(routed.unique[i], 3), ps);
+    routed_ids += routed.by_range[ps].size();
   }
   EXPECT_EQ(routed_ids, routed.unique.size());
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/consistency_mode.h"
+#include "common/embedding.h"
 #include "common/logging.h"
 #include "common/partitioner.h"
 
@@ -25,6 +26,11 @@ bool LostState(const absl::Status& status) {
 // the client follows a placement table: each retry first asks the others
 // whether it left.
 constexpr absl::Duration kFollowingMaxBackoff = absl::Milliseconds(200);
+
+// How long a client asks each server for the cluster's placement table
+// before creating variables or tables: a server that does not answer by
+// then is passed over (one not yet started has no table to give).
+constexpr absl::Duration kPlacementProbe = absl::Seconds(2);
 
 }  // namespace
 
@@ -242,20 +248,71 @@ absl::Status ServerSet::ForEachServerRecovering(const std::vector<bool>& involve
   return status;
 }
 
+absl::StatusOr<ServerSet::CopyPlan> ServerSet::PlanCopies() {
+  CopyPlan plan;
+  if (size() == 1) return plan;
+  // A client that starts after a server was lost (a restarted worker)
+  // finds the cluster's table first, so as to leave the lost server out of
+  // what follows.
+  RefreshPlacement(absl::Now() + kPlacementProbe);
+  if (placement().epoch() > 0) FollowPlacement();
+  // The servers' --replication, which they must agree on.
+  absl::StatusOr<std::vector<DescribeResponse>> described = Describe();
+  if (!described.ok()) return described.status();
+  int first = 0;  // the first server asked
+  while (Left(first)) ++first;
+  const int replication = std::max(1, (*described)[first].replication());
+  for (int ps = 1; ps < size(); ++ps) {
+    if (Left(ps)) continue;  // not asked
+    if (std::max(1, (*described)[ps].replication()) != replication) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the servers disagree on --replication: ps ", first, " (", address(first), ") has ",
+          replication, ", ps ", ps, " (", address(ps), ") ", (*described)[ps].replication()));
+    }
+  }
+  // Servers that coordinate through etcd keep a table of single copies
+  // too, so that shards can move (fulcrumctl add-server, remove-server).
+  const bool coordinated = std::any_of(described->begin(), described->end(),
+                                       [](const DescribeResponse& d) { return d.coordinated(); });
+  if (replication == 1 && !coordinated) return plan;
+  plan.replication = replication;
+  for (int ps = 0; ps < size(); ++ps) {
+    plan.servers.push_back({address(ps), Left(ps) ? "" : (*described)[ps].zone()});
+  }
+  return plan;
+}
+
 void ServerSet::RememberCreated(std::vector<CreateShardsRequest> requests,
                                 std::vector<uint64_t> incarnations) {
+  // The tables created before stay in what a server is given again.
+  for (size_t ps = 0; ps < requests.size() && ps < create_requests_.size(); ++ps) {
+    *requests[ps].mutable_tables() = create_requests_[ps].tables();
+    *requests[ps].mutable_ranges() = create_requests_[ps].ranges();
+  }
   create_requests_ = std::move(requests);
   incarnations_ = std::move(incarnations);
 }
 
-void ServerSet::RememberTables(const std::vector<EmbeddingTableSpec>& tables,
+void ServerSet::RememberTables(const std::vector<CreateShardsRequest>& requests,
                                const std::vector<uint64_t>& incarnations) {
-  for (size_t ps = 0; ps < incarnations_.size(); ++ps) {
+  for (size_t ps = 0; ps < requests.size(); ++ps) {
     // A server that restarted since the variables were made keeps its old
     // incarnation here: the next call is ABORTED and recovers it whole.
     if (incarnations_[ps] == 0) incarnations_[ps] = incarnations[ps];
-    for (const EmbeddingTableSpec& spec : tables) *create_requests_[ps].add_tables() = spec;
+    CreateShardsRequest& remembered = create_requests_[ps];
+    for (const EmbeddingTableSpec& spec : requests[ps].tables()) *remembered.add_tables() = spec;
+    for (const TableRange& range : requests[ps].ranges()) *remembered.add_ranges() = range;
   }
+}
+
+bool ServerSet::PlacementMovedOn(const absl::Status& failed, int64_t routed_epoch) {
+  if (placement().epoch() <= routed_epoch &&
+      failed.code() == absl::StatusCode::kFailedPrecondition && following_) {
+    // A server that holds no primary of a unit any more (it moved) says
+    // so: the table that moved it is newer than this client's.
+    RefreshPlacement(absl::Now() + options_.call_timeout);
+  }
+  return placement().epoch() > routed_epoch;
 }
 
 namespace {
@@ -343,6 +400,8 @@ CreateShardsRequest ServerSet::RecoveryRequest(int ps) const {
   out.clear_copies();
   out.clear_initial_values();
   out.clear_placement();
+  out.clear_tables();
+  out.clear_ranges();
   bool values = false;
   auto add = [&](const CreateShardsRequest& from, int i) {
     *out.add_shards() = from.shards(i);
@@ -361,6 +420,26 @@ CreateShardsRequest ServerSet::RecoveryRequest(int ps) const {
     }
   }
   if (!values) out.clear_initial_values();
+  // The same of the tables' ranges, each with its table's spec.
+  std::set<std::string> specs;
+  auto add_range = [&](const CreateShardsRequest& from, const TableRange& range) {
+    *out.add_ranges() = range;
+    for (const EmbeddingTableSpec& spec : from.tables()) {
+      if (spec.name() == range.table() && specs.insert(spec.name()).second) {
+        *out.add_tables() = spec;
+      }
+    }
+  };
+  for (const TableRange& range : own.ranges()) {
+    if (placed.count(TableKey(range.table(), range.partition())) == 0) add_range(own, range);
+  }
+  for (const CreateShardsRequest& request : create_requests_) {
+    for (const TableRange& range : request.ranges()) {
+      if (primary_here.erase(TableKey(range.table(), range.partition())) > 0) {
+        add_range(request, range);
+      }
+    }
+  }
   return out;
 }
 

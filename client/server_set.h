@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "client/consistency/policy.h"
 #include "client/transport/ps_transport.h"
+#include "common/placement.h"
 #include "common/thread_pool.h"
 #include "fulcrum/ps_client.h"
 #include "proto/placement.pb.h"
@@ -158,15 +159,34 @@ class ServerSet {
   // The hook that forgets the versions the call families learned.
   void SetForgetHook(ForgetHook forget) { forget_ = std::move(forget); }
 
+  // How the servers keep copies, asked by the creation of variables and of
+  // tables. With more than one server it first asks them for the cluster's
+  // placement table and follows it when there is one (servers that left
+  // are not asked); then for their --replication (FAILED_PRECONDITION when
+  // they disagree). `servers` are this set's, with their zones, for
+  // InitialPlacement; replication 0 when the servers keep no placement
+  // table (one server, or --replication=1 without etcd).
+  struct CopyPlan {
+    int replication = 0;
+    std::vector<PlacementServer> servers;
+  };
+  absl::StatusOr<CopyPlan> PlanCopies();
+
   // What each server is given again when it restarts, as the variables'
   // creation made it (one request per server), and the incarnations that
   // creation met.
   void RememberCreated(std::vector<CreateShardsRequest> requests,
                        std::vector<uint64_t> incarnations);
-  // Tables created on every server: added to what each is given again;
-  // `incarnations` are taken where none is known.
-  void RememberTables(const std::vector<EmbeddingTableSpec>& tables,
+  // Tables' ranges created (one request per server, of tables and
+  // ranges): added to what each server is given again; `incarnations` are
+  // taken where none is known.
+  void RememberTables(const std::vector<CreateShardsRequest>& requests,
                       const std::vector<uint64_t>& incarnations);
+  // Whether the placement table is newer than `routed_epoch` (the one a
+  // client's calls were routed by), after asking the servers for theirs
+  // when a call `failed` because a unit moved (FAILED_PRECONDITION) and
+  // this client knows of no newer table.
+  bool PlacementMovedOn(const absl::Status& failed, int64_t routed_epoch);
 
   // Creates what `request` names on server `ps`, in calls of at most about
   // kCreatePartBytes of initial values each (a shard at a time, the tables
@@ -193,8 +213,8 @@ class ServerSet {
   absl::Status LeftError(int ps) const;
   // Renews the lease (and says `finished`) on every server; their answers.
   absl::StatusOr<std::vector<HeartbeatResponse>> SendHeartbeat(bool finished);
-  // What server `ps`, restarted, is given again: its tables, and its
-  // shards but, where the servers keep a placement table, those the table
+  // What server `ps`, restarted, is given again: its shards and tables'
+  // ranges but, where the servers keep a placement table, those the table
   // places (a restarted server rejoined it holding nothing, and its copies
   // are filled from their primaries) except those whose primary the table
   // says it is (their only copy, --replication=1: created again, from the

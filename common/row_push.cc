@@ -83,10 +83,13 @@ absl::StatusOr<PushRowsRequest> MergeRowPush(std::vector<PushRowsRequest> parts)
     }
     for (int i = 0; i < part.tables_size(); ++i) {
       TableRows& into = *merged.mutable_tables(i);
-      if (part.tables(i).table() != into.table()) {
+      if (part.tables(i).table() != into.table() ||
+          part.tables(i).has_partition() != into.has_partition() ||
+          part.tables(i).partition() != into.partition()) {
         return absl::InvalidArgumentError(
             absl::StrCat("part ", p, " of a push of rows names table '", part.tables(i).table(),
-                         "' where part 0 names '", into.table(), "'"));
+                         "' range ", part.tables(i).partition(), " where part 0 names '",
+                         into.table(), "' range ", into.partition()));
       }
       into.mutable_ids()->Add(part.tables(i).ids().begin(), part.tables(i).ids().end());
       into.mutable_values()->Add(part.tables(i).values().begin(), part.tables(i).values().end());

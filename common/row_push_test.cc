@@ -57,7 +57,7 @@ TEST(RowPushTest, PartsOfAnotherPushAreRefused) {
   std::vector<PushRowsRequest> other_table = parts;
   other_table[1].mutable_tables(1)->set_table("c");
   EXPECT_THAT(MergeRowPush(other_table).status().message(),
-              HasSubstr("names table 'c' where part 0 names 'b'"));
+              HasSubstr("names table 'c' range 0 where part 0 names 'b' range 0"));
   EXPECT_EQ(MergeRowPush({}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -100,6 +100,21 @@ std::unique_ptr<PsClient> Client(const std::vector<std::string>& hosts) {
   return NewGrpcPsClient(hosts, options);
 }
 
+// Which copy of a shard or a table's range a server holds (ShardInfo,
+// TableInfo): "" when it is the only one.
+template <typename Info>
+std::string CopyOf(const Info& unit) {
+  std::string copy = !unit.primary().empty()   ? absl::StrCat("  backup of ", unit.primary())
+                     : !unit.backups().empty() ? absl::StrCat("  primary, backed up on ",
+                                                              absl::StrJoin(unit.backups(), ", "))
+                                               : "";
+  if (!unit.catching_up().empty()) {
+    absl::StrAppend(&copy, copy.empty() ? "  primary" : "", ", filling a copy on ",
+                    absl::StrJoin(unit.catching_up(), ", "));
+  }
+  return copy;
+}
+
 int Status(const std::vector<std::string>& hosts) {
   auto described = Client(hosts)->Describe();
   if (!described.ok()) {
@@ -118,25 +133,19 @@ int Status(const std::vector<std::string>& hosts) {
         d.stale_gradients_dropped(), FormatBytes(d.memory_bytes()),
         FormatBytes(d.max_memory_bytes()), d.job_done() ? "  JOB DONE" : "");
     for (const ShardInfo& s : d.shards()) {
-      std::string copy = !s.primary().empty()   ? absl::StrCat("  backup of ", s.primary())
-                         : !s.backups().empty() ? absl::StrCat("  primary, backed up on ",
-                                                               absl::StrJoin(s.backups(), ", "))
-                                                : "";
-      if (!s.catching_up().empty()) {
-        absl::StrAppend(&copy, copy.empty() ? "  primary" : "", ", filling a copy on ",
-                        absl::StrJoin(s.catching_up(), ", "));
-      }
+      const std::string copy = CopyOf(s);
       std::cout << absl::StrFormat("  shard %s/%d of %d  shape %s  version %d  pending %d  %s%s\n",
                                    s.variable(), s.shard(), s.num_shards(), ShapeString(s.shape()),
                                    s.version(), s.pending_gradients(), s.optimizer(), copy);
     }
     for (const TableInfo& t : d.tables()) {
       std::cout << absl::StrFormat(
-          "  table %s  width %d  rows %d of %s  candidates %d  evictions %d  admissions %d  "
-          "memory %s  version %d  %s\n",
-          t.name(), t.width(), t.rows(),
+          "  table %s range %d  width %d  rows %d of %s  candidates %d  evictions %d  "
+          "admissions %d  memory %s  version %d  %s%s\n",
+          t.name(), t.partition(), t.width(), t.rows(),
           t.max_rows() > 0 ? absl::StrCat(t.max_rows()) : std::string("unbounded"), t.candidates(),
-          t.evictions(), t.admissions(), FormatBytes(t.memory_bytes()), t.version(), t.optimizer());
+          t.evictions(), t.admissions(), FormatBytes(t.memory_bytes()), t.version(), t.optimizer(),
+          CopyOf(t));
     }
     for (const WorkerInfo& w : d.workers()) {
       const char* state = w.live()      ? "live"
@@ -192,6 +201,7 @@ int Tables(const std::vector<std::string>& hosts) {
   std::map<std::string, TableInfo> tables;
   for (const DescribeResponse& d : *described) {
     for (const TableInfo& t : d.tables()) {
+      if (!t.primary().empty()) continue;  // a backup copy: its primary counts
       TableInfo& sum = tables[t.name()];
       sum.set_width(t.width());
       sum.set_rows(sum.rows() + t.rows());

@@ -297,11 +297,16 @@ absl::StatusOr<RebalanceResponse> ParameterServer::Rebalance(const RebalanceRequ
         "rebalance: this server is not coordinated through etcd (ps_server --etcd): its shards "
         "cannot move");
   }
-  if (request.drain() && !store_.AllTables().empty()) {
-    // Tables' key ranges are not in the placement table yet.
-    return absl::FailedPreconditionError(
-        absl::StrCat("rebalance: this server holds ", store_.AllTables().size(),
-                     " embedding table(s), whose rows do not move: it cannot leave a running job"));
+  if (request.drain()) {
+    // What is not in the placement table cannot move.
+    absl::MutexLock lock(&placement_mu_);
+    for (const ReplicatedUnit* unit : store_.Units()) {
+      if (UnitLocked(unit->key()) != nullptr) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rebalance: this server holds ", UnitName(unit->key()),
+          ", which is not in the placement table (its client created it without the servers' "
+          "table): it does not move, so this server cannot leave a running job"));
+    }
   }
   absl::StatusOr<Placement> table = coordination->Rebalance(request.drain());
   if (!table.ok()) return table.status();
@@ -354,8 +359,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
           config_.max_message_bytes() / 2, "): give the variable a partitioner (MAX_SIZE)"));
     }
   }
-  absl::StatusOr<std::vector<TableRange>> ranges = RangesOf(request);
-  if (!ranges.ok()) return ranges.status();
+  if (absl::Status s = CheckRanges(request); !s.ok()) return s;
   // Created, of a replicated shard or range.
   std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>> copies;
   for (int i = 0; i < request.shards_size(); ++i) {
@@ -391,7 +395,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       response.set_existing(response.existing() + 1);
     }
   }
-  if (absl::Status s = CreateRanges(request, *ranges, &response, &copies); !s.ok()) return s;
+  if (absl::Status s = CreateRanges(request, &response, &copies); !s.ok()) return s;
   PlaceCreated(copies);
   if (request.placement().units_size() > 0) {
     if (absl::Status s = CheckServing(); !s.ok()) return s;
@@ -420,22 +424,11 @@ absl::Status ParameterServer::CheckCopyRequest(const ShardCopy& copy) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<TableRange>> ParameterServer::RangesOf(
-    const CreateShardsRequest& request) const {
+absl::Status ParameterServer::CheckRanges(const CreateShardsRequest& request) const {
   std::map<std::string, const EmbeddingTableSpec*> specs;
   for (const EmbeddingTableSpec& spec : request.tables()) specs[spec.name()] = &spec;
-  std::vector<TableRange> ranges(request.ranges().begin(), request.ranges().end());
-  if (ranges.empty()) {
-    // Unreplicated, each server holds the range of each table's ids that
-    // EmbeddingOwner gives it among the servers: its index.
-    for (const EmbeddingTableSpec& spec : request.tables()) {
-      ranges.emplace_back();
-      ranges.back().set_table(spec.name());
-      ranges.back().set_partition(config_.cluster().task().index());
-    }
-  }
   const int num_ps = config_.cluster().cluster().ps_size();
-  for (const TableRange& range : ranges) {
+  for (const TableRange& range : request.ranges()) {
     const auto spec = specs.find(range.table());
     if (spec == specs.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -449,16 +442,15 @@ absl::StatusOr<std::vector<TableRange>> ParameterServer::RangesOf(
     }
     if (absl::Status s = CheckCopyRequest(range.copy()); !s.ok()) return s;
   }
-  return ranges;
+  return absl::OkStatus();
 }
 
 absl::Status ParameterServer::CreateRanges(
-    const CreateShardsRequest& request, const std::vector<TableRange>& ranges,
-    CreateShardsResponse* response,
+    const CreateShardsRequest& request, CreateShardsResponse* response,
     std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>>* copies) {
   std::map<std::string, const EmbeddingTableSpec*> specs;
   for (const EmbeddingTableSpec& spec : request.tables()) specs[spec.name()] = &spec;
-  for (const TableRange& range : ranges) {
+  for (const TableRange& range : request.ranges()) {
     const EmbeddingTableSpec& spec = *specs[range.table()];
     absl::StatusOr<bool> created = store_.CreateTable(spec, range.partition());
     if (!created.ok()) return created.status();
@@ -1050,15 +1042,17 @@ DescribeResponse ParameterServer::Describe() const {
     absl::MutexLock lock(&placement_mu_);
     *response.mutable_placement() = placement_;
   }
+  // A primary's copies elsewhere, into a ShardInfo or TableInfo.
+  auto add_copies = [this](const ReplicatedUnit* unit, auto* info) {
+    if (replicator_ == nullptr) return;
+    for (std::string& backup : replicator_->BackupsOf(unit)) info->add_backups(std::move(backup));
+    for (std::string& copy : replicator_->CatchingUpOf(unit))
+      info->add_catching_up(std::move(copy));
+  };
   for (const Shard* shard : store_.All()) {
     ShardInfo* info = response.add_shards();
     *info = shard->Describe();
-    if (replicator_ != nullptr) {
-      for (std::string& backup : replicator_->BackupsOf(shard))
-        info->add_backups(std::move(backup));
-      for (std::string& copy : replicator_->CatchingUpOf(shard))
-        info->add_catching_up(std::move(copy));
-    }
+    add_copies(shard, info);
   }
   for (const EmbeddingTable* table : store_.AllTables()) {
     const EmbeddingTable::Stats stats = table->stats();
@@ -1073,6 +1067,9 @@ DescribeResponse ParameterServer::Describe() const {
     info->set_evictions(stats.evictions);
     info->set_admissions(stats.admissions);
     info->set_memory_bytes(stats.bytes);
+    info->set_partition(table->partition());
+    info->set_primary(table->primary());
+    add_copies(table, info);
   }
   for (const WorkerInfo& info : workers_.Describe()) *response.add_workers() = info;
   policy_->Describe(&response);

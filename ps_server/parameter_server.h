@@ -296,16 +296,15 @@ class ParameterServer {
   // FAILED_PRECONDITION for one with backups on a server that replicates
   // to none.
   absl::Status CheckCopyRequest(const ShardCopy& copy) const;
-  // The ranges of tables `request` creates here: its `ranges`, or with
-  // none, each table's range of this server's index. Checked: each of a
-  // table of the request, its partition one of the table's, its copy
-  // sound (CheckCopyRequest).
-  absl::StatusOr<std::vector<TableRange>> RangesOf(const CreateShardsRequest& request) const;
-  // Creates `ranges` (RangesOf) of `request`'s tables where missing, each
+  // OK when each range `request` names is of a table of the request, its
+  // partition one of the table's and its copy sound (CheckCopyRequest);
+  // else INVALID_ARGUMENT or FAILED_PRECONDITION naming the first that is
+  // not.
+  absl::Status CheckRanges(const CreateShardsRequest& request) const;
+  // Creates the ranges `request` names (CheckRanges) where missing, each
   // restored from the checkpoint; those with copies are added to `copies`
-  // (pointing into `ranges`), for PlaceCreated.
-  absl::Status CreateRanges(const CreateShardsRequest& request,
-                            const std::vector<TableRange>& ranges, CreateShardsResponse* response,
+  // (pointing into `request`), for PlaceCreated.
+  absl::Status CreateRanges(const CreateShardsRequest& request, CreateShardsResponse* response,
                             std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>>* copies);
   // Each server's address in `table`, by id.
   static std::map<int32_t, std::string> ServerAddresses(const Placement& table);

@@ -53,9 +53,19 @@ EmbeddingTableSpec Table(int64_t max_rows = 0) {
   return spec;
 }
 
-void CreateTable(ParameterServer& ps, const EmbeddingTableSpec& spec = Table()) {
+// The request creating range `partition` of `spec` (the range of the
+// server of that index, without replicas).
+CreateShardsRequest TableRequest(const EmbeddingTableSpec& spec, int partition = 0) {
   CreateShardsRequest request;
   *request.add_tables() = spec;
+  TableRange* range = request.add_ranges();
+  range->set_table(spec.name());
+  range->set_partition(partition);
+  return request;
+}
+
+void CreateTable(ParameterServer& ps, const EmbeddingTableSpec& spec = Table(), int partition = 0) {
+  const CreateShardsRequest request = TableRequest(spec, partition);
   auto created = ps.CreateShards(request);
   ASSERT_TRUE(created.ok()) << created.status();
 }
@@ -245,9 +255,7 @@ TEST(ParameterServerTablesTest, BadRequestsChangeNothing) {
   EXPECT_EQ(ps.PushRows(anonymous).status().code(), absl::StatusCode::kInvalidArgument);
   EmbeddingTableSpec other = Table();
   other.set_width(3);
-  CreateShardsRequest clash;
-  *clash.add_tables() = other;
-  EXPECT_EQ(ps.CreateShards(clash).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(ps.CreateShards(TableRequest(other)).status().code(), absl::StatusCode::kAlreadyExists);
 
   EXPECT_EQ(PullRows(ps, {1, 2}), (std::vector<float>{-1, -1, 0, 0}));
   EXPECT_EQ(ps.Describe().tables(0).version(), 1);
@@ -305,7 +313,7 @@ TEST(ParameterServerTablesTest, CheckpointsRestoreOntoAnyNumberOfServers) {
     for (int i = 0; i < 2; ++i) {
       servers.push_back(std::make_unique<ParameterServer>(config(i, 2)));
       ASSERT_TRUE(servers[i]->EnableCheckpoints(fs.get()).ok());
-      CreateTable(*servers[i], spec);
+      CreateTable(*servers[i], spec, i);
     }
     // Twice each id (admitted at the second), once more the first half.
     for (int round = 0; round < 3; ++round) {
@@ -346,9 +354,7 @@ TEST(ParameterServerTablesTest, CheckpointsRestoreOntoAnyNumberOfServers) {
     for (int i = 0; i < num_ps; ++i) {
       servers.push_back(std::make_unique<ParameterServer>(config(i, num_ps)));
       ASSERT_TRUE(servers[i]->EnableCheckpoints(fs.get()).ok());
-      CreateShardsRequest request;
-      *request.add_tables() = spec;
-      auto created = servers[i]->CreateShards(request);
+      auto created = servers[i]->CreateShards(TableRequest(spec, i));
       ASSERT_TRUE(created.ok()) << created.status();
       EXPECT_EQ(created->tables_restored(), 1);
       const TableInfo info = servers[i]->Describe().tables(0);

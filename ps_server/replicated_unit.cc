@@ -81,6 +81,11 @@ absl::Status ReplicatedUnit::AwaitCommitted(int64_t version, absl::Time deadline
                                              committed_version_, ")"));
 }
 
+std::string ReplicatedUnit::primary() const {
+  absl::MutexLock lock(&mu_);
+  return primary_;
+}
+
 void ReplicatedUnit::MakeBackup(const std::string& primary) {
   absl::MutexLock lock(&mu_);
   primary_ = primary;

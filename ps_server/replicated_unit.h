@@ -82,6 +82,8 @@ class ReplicatedUnit {
   // primary's updates (ApplyReplicated) and no worker's push or pull. The
   // gradients a sync step accumulated here are dropped.
   void MakeBackup(const std::string& primary) ABSL_LOCKS_EXCLUDED(mu_);
+  // A backup's primary's address; "" for a primary.
+  std::string primary() const ABSL_LOCKS_EXCLUDED(mu_);
   // The placement table has no copy of the unit here any more (it moved,
   // or this server left the table): its memory goes, and every call on it
   // from now on, or waiting, fails FAILED_PRECONDITION saying it moved.

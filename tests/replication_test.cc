@@ -112,6 +112,24 @@ class ReplicationClusterTest : public ::testing::Test {
   // Mid-run, a fourth server is added (fulcrumctl add-server) and one of
   // the first three removed (remove-server).
   void AddOneRemoveAnother(ConsistencyMode mode, int replication = 2);
+  // A fourth server of a job of `workers`, started with `flags` and added
+  // to the running job (fulcrumctl add-server, which says it holds its
+  // share); its address, or "" (a failure added) when it is not.
+  std::string AddFourth(const std::vector<std::string>& flags, int workers,
+                        std::unique_ptr<ChildProcess>* server) {
+    std::string added;
+    *server = StartServer(3, 4, workers, flags, 0, &added);
+    if (added.empty() || !(*server)->WaitForLine("coordinated through etcd", absl::Seconds(30))) {
+      ADD_FAILURE() << "the fourth server did not start";
+      return "";
+    }
+    auto add = Ctl({"add-server", added});
+    if (add->Wait(absl::Seconds(120)) != 0 || !add->HasLine(added + " holds its share")) {
+      ADD_FAILURE() << "add-server " << added << " failed";
+      return "";
+    }
+    return added;
+  }
   // The Pushers' clients over `addresses` in `mode`, having created w.
   std::vector<std::unique_ptr<PsClient>> Workers(const std::vector<std::string>& addresses,
                                                  ConsistencyMode mode);
@@ -447,7 +465,9 @@ void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode, int repli
   int on_added = 0;
   for (const std::string& address : now) {
     const DescribeResponse described = DescribeAt(address);
-    if (replication > 1) EXPECT_TRUE(EveryShardBackedUp(described)) << address;
+    if (replication > 1) {
+      EXPECT_TRUE(EveryShardBackedUp(described)) << address;
+    }
     for (const ShardInfo& shard : described.shards()) {
       if (!shard.primary().empty()) continue;
       ++primaries;
@@ -492,12 +512,9 @@ TEST_F(ReplicationClusterTest, WithOneCopyARestartedServerKeepsItsPlaceAndItsSha
   ASSERT_FALSE(HasFailure());
   std::unique_ptr<PsClient> worker = NewGrpcPsClient(addresses, Client("chief"));
   ASSERT_TRUE(worker->CreateVariables({Ones(6)}).ok());
-  std::string added;
-  auto fourth = StartServer(3, 4, 1, flags, 0, &added);
+  std::unique_ptr<ChildProcess> fourth;
+  const std::string added = AddFourth(flags, 1, &fourth);
   ASSERT_FALSE(added.empty());
-  ASSERT_TRUE(fourth->WaitForLine("coordinated through etcd", absl::Seconds(30)));
-  auto add = Ctl({"add-server", added});
-  ASSERT_EQ(add->Wait(absl::Seconds(120)), 0);
   const int on_added = DescribeAt(added).shards_size();
   ASSERT_GT(on_added, 0);
   TensorMap gradient;
@@ -770,6 +787,102 @@ TEST_F(ReplicationClusterTest, TheCopiesOfAShardAreInDifferentZones) {
     }
   }
   EXPECT_EQ(primaries, 8);
+}
+
+// A table's ranges are replicated, and move, as shards do: a worker pushes
+// ones to every id of t (SGD, learning rate 1) over 3 servers with two
+// copies of each range. One server is killed (-9) and never restarted;
+// later a fourth is added (fulcrumctl add-server) and takes its share of
+// the ranges, moved live, and then the first is removed (remove-server).
+// The worker follows the ranges to their new primaries, and every row
+// ends at exactly minus the pushes acknowledged: nothing lost, nothing
+// applied twice. Each range ends with two copies, bit-identical.
+TEST_F(ReplicationClusterTest, ATableLosesNoPushWhenServersDieJoinAndLeave) {
+  std::vector<std::string> flags;
+  std::vector<std::string> addresses;
+  auto servers = StartCoordinated(ASYNC, 1, "/tables/", &flags, &addresses);
+  ASSERT_FALSE(HasFailure());
+  PsClientOptions options = Client("chief");
+  options.worker_id = 0;
+  std::unique_ptr<PsClient> worker = NewGrpcPsClient(addresses, options);
+  EmbeddingTableSpec spec;
+  spec.set_name("t");
+  spec.set_width(2);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  ASSERT_TRUE(worker->CreateTables({spec}).ok());
+  constexpr int kIds = 64;
+  constexpr int kPushes = 20;  // between the changes
+  TableIds lookup{"t", {}};
+  for (int64_t id = 0; id < kIds; ++id) lookup.ids.push_back(id * 7919);
+  const std::vector<float> ones(size_t{kIds} * 2, 1.0f);
+  int acknowledged = 0;
+  auto push = [&] {
+    for (int i = 0; i < kPushes; ++i) {
+      absl::StatusOr<PushStats> pushed = worker->PushRows({lookup}, {ones});
+      ASSERT_TRUE(pushed.ok()) << "push " << acknowledged << ": " << pushed.status();
+      ++acknowledged;
+    }
+  };
+  // Every row, as the worker pulls it, is minus the pushes acknowledged.
+  auto exact = [&] {
+    std::vector<std::vector<float>> rows;
+    const absl::Status pulled = worker->PullRows({lookup}, &rows);
+    if (!pulled.ok()) return ::testing::AssertionFailure() << pulled;
+    for (float v : rows[0]) {
+      if (v != -acknowledged)
+        return ::testing::AssertionFailure() << v << " after " << acknowledged;
+    }
+    return ::testing::AssertionSuccess();
+  };
+  // The ranges (primaries and backups) the server at `address` holds.
+  auto ranges_at = [&](const std::string& address) { return DescribeAt(address).tables_size(); };
+  ASSERT_NO_FATAL_FAILURE(push());
+  servers[1]->Signal(SIGKILL);
+  EXPECT_TRUE(servers[0]->WaitForLine("lost its lease in etcd", absl::Seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(push());
+  EXPECT_TRUE(exact());
+  // The lost copies are made again on the survivors.
+  ASSERT_TRUE(
+      Eventually([&] { return ranges_at(addresses[0]) == 3 && ranges_at(addresses[2]) == 3; },
+                 absl::Seconds(60)))
+      << "ranges not made again on both";
+
+  std::unique_ptr<ChildProcess> fourth;
+  const std::string added = AddFourth(flags, 1, &fourth);
+  ASSERT_FALSE(added.empty());
+  EXPECT_GT(ranges_at(added), 0);
+  ASSERT_NO_FATAL_FAILURE(push());
+  auto remove = Ctl({"remove-server", addresses[0]});
+  ASSERT_EQ(remove->Wait(absl::Seconds(120)), 0);
+  EXPECT_TRUE(remove->HasLine(addresses[0] + " holds no copy and has left the job"));
+  EXPECT_EQ(ranges_at(addresses[0]), 0);  // its copies freed
+  ASSERT_NO_FATAL_FAILURE(push());
+  EXPECT_TRUE(exact());
+
+  // The two servers left hold both copies of every range, bit-identical.
+  ASSERT_TRUE(Eventually([&] { return ranges_at(addresses[2]) == 3 && ranges_at(added) == 3; },
+                         absl::Seconds(60)));
+  auto read_all = [&](const std::string& address) {
+    std::map<std::pair<int, int64_t>, std::vector<float>> read;
+    for (int p = 0; p < 3; ++p) {
+      ReadRowsRequest request;
+      request.set_table("t");
+      request.set_partition(p);
+      grpc::ClientContext context;
+      ReadRowsResponse page;
+      const grpc::Status s = Stub(address, "worker")->ReadRows(&context, request, &page);
+      EXPECT_TRUE(s.ok()) << address << ": " << s.error_message();
+      for (int i = 0; i < page.ids_size(); ++i) {
+        read[{p, page.ids(i)}].assign(page.values().begin() + int64_t{2} * i,
+                                      page.values().begin() + int64_t{2} * i + 2);
+      }
+    }
+    return read;
+  };
+  const auto left = read_all(addresses[2]);
+  EXPECT_EQ(left.size(), static_cast<size_t>(kIds));
+  EXPECT_TRUE(left == read_all(added));
 }
 
 TEST_F(ReplicationClusterTest, ServersThatDisagreeOnReplicationAreNamed) {

@@ -125,6 +125,7 @@ TEST_F(GrpcPsTransportTest, RowPushesInPartsApplyAsOneAndReadBack) {
   table.set_width(2);
   table.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
   table.mutable_optimizer()->set_learning_rate(1.0f);
+  create.add_ranges()->set_table("t");
   ASSERT_TRUE(transport_->CreateShards(create, Deadline()).ok());
   PushRowsRequest push;
   push.set_worker_id(0);

@@ -133,29 +133,34 @@ class StateCollector final : public prometheus::Collectable {
   }
 
  private:
-  // Replicated shards: which copies this server holds, the copies of its
-  // primaries being filled elsewhere, the primaries short of a ready
-  // backup, and the placement table applied.
+  // Replicated shards and tables' ranges: which copies this server holds,
+  // the copies of its primaries being filled elsewhere, the primaries short
+  // of a ready backup, and the placement table applied.
   static void AddReplication(const DescribeResponse& d,
                              std::vector<prometheus::MetricFamily>* out) {
     int64_t primaries = 0, backups = 0, filling = 0, short_of_backups = 0;
-    for (const ShardInfo& shard : d.shards()) {
-      if (!shard.primary().empty()) {
+    auto count = [&](const auto& unit) {
+      if (!unit.primary().empty()) {
         ++backups;
-        continue;
+        return;
       }
       ++primaries;
-      filling += shard.catching_up_size();
-      if (shard.backups_size() < d.replication() - 1) ++short_of_backups;
-    }
+      filling += unit.catching_up_size();
+      if (unit.backups_size() < d.replication() - 1) ++short_of_backups;
+    };
+    for (const ShardInfo& shard : d.shards()) count(shard);
+    for (const TableInfo& range : d.tables()) count(range);
     constexpr auto kGauge = prometheus::MetricType::Gauge;
     out->push_back(
         Single("fulcrum_ps_primary_shards",
-               "Shards this server holds the primary copy of (every shard, unreplicated).", kGauge,
-               static_cast<double>(primaries)));
-    out->push_back(Single("fulcrum_ps_backup_shards",
-                          "Backup copies this server holds of other servers' primaries.", kGauge,
-                          static_cast<double>(backups)));
+               "Shards and tables' ranges this server holds the primary copy of (every one, "
+               "unreplicated).",
+               kGauge, static_cast<double>(primaries)));
+    out->push_back(
+        Single("fulcrum_ps_backup_shards",
+               "Backup copies (of shards and tables' ranges) this server holds of other servers' "
+               "primaries.",
+               kGauge, static_cast<double>(backups)));
     out->push_back(Single("fulcrum_ps_copies_filling",
                           "Copies of this server's primaries being filled on other servers.",
                           kGauge, static_cast<double>(filling)));
