@@ -90,7 +90,7 @@ TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
   for (int64_t i = 0; i < 20; ++i) ids[i] = i;
   ASSERT_TRUE(client->PushRows({{"ads", ids}}, {std::vector<float>(size_t{20} * 8, 1.0f)}).ok());
   ASSERT_EQ(Ctl({"status", "--ps_hosts=" + ps_hosts}, &ctl), 0);
-  EXPECT_TRUE(ctl->HasLine("table ads  width 8  rows 3 of 3"));
+  EXPECT_TRUE(ctl->HasLine("table ads range 0  width 8  rows 3 of 3"));
 
   ASSERT_EQ(Ctl({"tables", "--ps_hosts=" + ps_hosts}, &ctl), 0);
   std::smatch table_line;
