@@ -226,6 +226,7 @@ absl::Status RowCalls::PullOnce(const std::vector<TableIds>& lookups,
       request.set_clock(servers_.clock());
     }
     request.set_incarnation(servers_.incarnation(ps));
+    request.set_placement_epoch(routed_epoch_);
   }
   for (size_t i = 0; i < lookups.size(); ++i) {
     const std::vector<int>& servers = range_servers_[lookups[i].table];
@@ -337,6 +338,7 @@ absl::StatusOr<PushStats> RowCalls::PushOnce(const std::vector<TableIds>& lookup
     requests[ps].set_worker_id(servers_.options().worker_id);
     requests[ps].set_incarnation(servers_.incarnation(ps));
     requests[ps].set_push_id(push_id);
+    requests[ps].set_placement_epoch(routed_epoch_);
   }
   for (size_t i = 0; i < lookups.size(); ++i) {
     const int64_t width = tables_.at(lookups[i].table).width();

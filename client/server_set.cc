@@ -32,6 +32,11 @@ constexpr absl::Duration kFollowingMaxBackoff = absl::Milliseconds(200);
 // then is passed over (one not yet started has no table to give).
 constexpr absl::Duration kPlacementProbe = absl::Seconds(2);
 
+// How long a client that was told a unit moved asks the servers for the
+// newer table, and how often.
+constexpr absl::Duration kMovedTableWait = absl::Seconds(5);
+constexpr absl::Duration kMovedTableRetry = absl::Milliseconds(20);
+
 }  // namespace
 
 PushStats AddPushResults(const google::protobuf::RepeatedPtrField<ShardPushResult>& results,
@@ -306,11 +311,15 @@ void ServerSet::RememberTables(const std::vector<CreateShardsRequest>& requests,
 }
 
 bool ServerSet::PlacementMovedOn(const absl::Status& failed, int64_t routed_epoch) {
-  if (placement().epoch() <= routed_epoch &&
-      failed.code() == absl::StatusCode::kFailedPrecondition && following_) {
+  if (failed.code() == absl::StatusCode::kFailedPrecondition && following_) {
     // A server that holds no primary of a unit any more (it moved) says
-    // so: the table that moved it is newer than this client's.
-    RefreshPlacement(absl::Now() + options_.call_timeout);
+    // so: it applied a table newer than this client's, which the server
+    // that answers first may not have yet. Asked again, for a while.
+    const absl::Time deadline = absl::Now() + kMovedTableWait;
+    while (placement().epoch() <= routed_epoch && absl::Now() < deadline) {
+      RefreshPlacement(deadline);
+      if (placement().epoch() <= routed_epoch) absl::SleepFor(kMovedTableRetry);
+    }
   }
   return placement().epoch() > routed_epoch;
 }

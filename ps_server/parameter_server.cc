@@ -195,9 +195,14 @@ void ParameterServer::ApplyUnits(const Placement& table, const std::vector<Repli
 }
 
 absl::Status ParameterServer::CheckPrimary(const Shard& shard, int64_t routed_by) const {
-  absl::Status status = shard.CheckPrimary();
+  return RoutedAhead(shard.CheckPrimary(), routed_by);
+}
+
+absl::Status ParameterServer::RoutedAhead(absl::Status status, int64_t routed_by) const {
   const int64_t applied = placement_applied_.load();
-  if (status.ok() || routed_by <= applied) return status;
+  if (status.code() != absl::StatusCode::kFailedPrecondition || routed_by <= applied) {
+    return status;
+  }
   // The client heard of a newer table than this server has applied: the
   // shard may be promoted here in a moment, so the call is worth retrying.
   return absl::UnavailableError(absl::StrCat(status.message(), " by placement table epoch ",
@@ -624,7 +629,9 @@ absl::StatusOr<PullRowsResponse> ParameterServer::PullRows(const PullRowsRequest
     waits.set_worker_id(request.worker_id());
     if (request.has_clock()) waits.set_clock(request.clock());
   }
-  return tables_.Pull(request, waits, deadline);
+  absl::StatusOr<PullRowsResponse> pulled = tables_.Pull(request, waits, deadline);
+  if (!pulled.ok()) return RoutedAhead(pulled.status(), request.placement_epoch());
+  return pulled;
 }
 
 absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest& request) {
@@ -637,9 +644,8 @@ absl::StatusOr<PushRowsResponse> ParameterServer::PushRows(const PushRowsRequest
   Renew(worker);
   absl::StatusOr<PushRowsResponse> response =
       tables_.Push(request, worker, absl::Now() + kReplicationTimeout);
-  if (response.ok()) {
-    for (const ShardPushResult& result : response->results()) RecordOutcome(result);
-  }
+  if (!response.ok()) return RoutedAhead(response.status(), request.placement_epoch());
+  for (const ShardPushResult& result : response->results()) RecordOutcome(result);
   return response;
 }
 

@@ -351,6 +351,11 @@ class ParameterServer {
   // naming its primary, or UNAVAILABLE (retried) when the call was routed
   // by a newer placement table (`routed_by`) than this server has applied.
   absl::Status CheckPrimary(const Shard& shard, int64_t routed_by) const;
+  // `status`, but a FAILED_PRECONDITION (a backup, a unit moved away) of a
+  // call routed by a placement table newer than this server applied is
+  // UNAVAILABLE, retried: the unit may be promoted or created here in a
+  // moment.
+  absl::Status RoutedAhead(absl::Status status, int64_t routed_by) const;
   // ABORTED when the caller learned its versions from another incarnation.
   absl::Status CheckIncarnation(uint64_t incarnation) const;
   // OK, or why the coordination says this server may take no writes.
