@@ -51,11 +51,19 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
       return s;
     }
   }
-  Placement table;  // of the copies; none unreplicated
-  absl::StatusOr<std::vector<std::vector<int>>> backups = PlaceBackups(*placed, &table);
-  if (!backups.ok()) return backups.status();
+  std::vector<PlacementUnitSpec> units;
+  for (const VariablePlacement& variable : *placed) {
+    const int64_t row_bytes =
+        RowElements(variable.spec.shape()) * static_cast<int64_t>(sizeof(float));
+    for (const ShardPlacement& shard : variable.shards) {
+      units.push_back({ShardKey(variable.spec.name(), shard.shard), shard.rows * row_bytes});
+    }
+  }
+  // Of the copies; none unreplicated.
+  absl::StatusOr<Placement> table = servers_.PlaceCopies(units);
+  if (!table.ok()) return table.status();
   std::vector<CreateShardsRequest> requests(servers_.size());
-  size_t unit = 0;  // the shard's index among all variables' shards
+  int unit = 0;  // the shard's index among all variables' shards
   for (const VariablePlacement& variable : *placed) {
     auto value = initial_values.find(variable.spec.name());
     const int64_t row_bytes =
@@ -80,7 +88,7 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
     for (const ShardPlacement& shard : variable.shards) {
       // The shard on server `ps`, as `copy` of it (none: unreplicated);
       // every copy starts from the same values.
-      auto add = [&](int ps, const ShardCopy* copy) {
+      auto add = [&](int ps, const ShardCopy& copy) {
         CreateShardsRequest& request = requests[ps];
         if (value != initial_values.end()) {
           // One entry per shard once any shard of the request has values.
@@ -99,54 +107,25 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
         spec->set_num_shards(static_cast<int>(variable.shards.size()));
         spec->set_row_offset(shard.row_offset);
         spec->set_rows(shard.rows);
-        if (copy != nullptr) *request.add_copies() = *copy;
+        if (table->units_size() > 0) *request.add_copies() = copy;
       };
-      const std::vector<int>& its_backups = (*backups)[unit++];
-      if (its_backups.empty()) {
-        add(shard.ps, nullptr);
+      if (table->units_size() == 0) {
+        add(shard.ps, ShardCopy());
         continue;
       }
-      ShardCopy primary;
-      for (int ps : its_backups) primary.add_backups(servers_.address(ps));
-      add(shard.ps, &primary);
-      ShardCopy backup;
-      backup.set_primary(servers_.address(shard.ps));
-      for (int ps : its_backups) add(ps, &backup);
+      for (const auto& [ps, copy] : servers_.CopiesOf(table->units(unit++))) add(ps, copy);
     }
   }
-  std::vector<bool> involved(servers_.size());
-  for (int ps = 0; ps < servers_.size(); ++ps) {
-    // The shards of a server that left are elsewhere, as the table says.
-    involved[ps] = requests[ps].shards_size() > 0 && !servers_.Left(ps);
-    if (involved[ps] && table.units_size() > 0) *requests[ps].mutable_placement() = table;
-  }
-  std::vector<uint64_t> incarnations(servers_.size(), 0);
-  absl::Status status =
-      servers_.ForEachServer(involved, "create variables", [&](int ps, absl::Time deadline) {
-        auto created = servers_.CreateOn(ps, requests[ps], deadline);
-        if (created.ok()) {
-          incarnations[ps] = created->incarnation();
-          if (created->restored() > 0) {
-            LOG_INFO("ps {} ({}): {} shard(s) restored from its checkpoint", ps,
-                     servers_.address(ps), created->restored());
-          }
-        }
-        return created.status();
-      });
-  if (!status.ok()) return status;
+  absl::StatusOr<std::vector<uint64_t>> incarnations =
+      servers_.CreateEverywhere(&requests, *table, "create variables");
+  if (!incarnations.ok()) return incarnations.status();
   placement_ = *std::move(placed);
-  servers_.RememberCreated(std::move(requests), std::move(incarnations));
+  servers_.RememberCreated(std::move(requests), *std::move(incarnations));
   index_.clear();
   shard_state_.clear();
   for (size_t i = 0; i < placement_.size(); ++i) index_[placement_[i].spec.name()] = i;
   routed_epoch_ = 0;
-  if (table.units_size() > 0) {
-    // Where the servers coordinate, their table has the copies now; it may
-    // have moved primaries already (a server lost before this worker came).
-    servers_.FollowPlacement();
-    servers_.RefreshPlacement(absl::Now() + servers_.options().call_timeout);
-    Reroute();
-  }
+  if (table->units_size() > 0) Reroute();
   return absl::OkStatus();
 }
 
@@ -205,34 +184,6 @@ bool DenseCalls::Reroute(const absl::Status& failed) {
 int DenseCalls::PullServer(const std::string& variable, const ShardPlacement& shard) const {
   const auto found = read_from_.find({variable, shard.shard});
   return found == read_from_.end() ? shard.ps : found->second;
-}
-
-absl::StatusOr<std::vector<std::vector<int>>> DenseCalls::PlaceBackups(
-    const std::vector<VariablePlacement>& placed, Placement* table_out) {
-  std::vector<std::vector<int>> backups;
-  for (const VariablePlacement& variable : placed)
-    backups.resize(backups.size() + variable.shards.size());
-  absl::StatusOr<ServerSet::CopyPlan> plan = servers_.PlanCopies();
-  if (!plan.ok()) return plan.status();
-  if (plan->replication == 0) return backups;
-  std::vector<PlacementUnitSpec> units;
-  for (const VariablePlacement& variable : placed) {
-    const int64_t row_bytes =
-        RowElements(variable.spec.shape()) * static_cast<int64_t>(sizeof(float));
-    for (const ShardPlacement& shard : variable.shards) {
-      units.push_back({ShardKey(variable.spec.name(), shard.shard), shard.rows * row_bytes});
-    }
-  }
-  absl::StatusOr<Placement> table = InitialPlacement(plan->servers, units, plan->replication);
-  if (!table.ok()) return table.status();
-  *table_out = *table;
-  // The primaries are PlaceVariables': a copy's placement never moves them.
-  for (int i = 0; i < table->units_size(); ++i) {
-    for (int c = 1; c < table->units(i).copies_size(); ++c) {
-      backups[i].push_back(table->units(i).copies(c).server());
-    }
-  }
-  return backups;
 }
 
 absl::StatusOr<const VariablePlacement*> DenseCalls::Find(const std::string& name) const {

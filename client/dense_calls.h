@@ -56,14 +56,6 @@ class DenseCalls {
   void ForgetVersions(const std::vector<bool>& recovered);
 
  private:
-  // Each of `placed`'s shards' backups (server indices; none each when
-  // the servers' --replication is 1), placed as common/placement.h says,
-  // and that placement table in *table (left as it is when unreplicated
-  // and the servers do not coordinate through etcd).
-  // With more than one server it first asks them for the cluster's table,
-  // and follows it when there is one (servers that left are not asked).
-  absl::StatusOr<std::vector<std::vector<int>>> PlaceBackups(
-      const std::vector<VariablePlacement>& placed, Placement* table);
   // Follows the servers' placement table when it is newer than the one the
   // shards are routed by: each shard goes to its primary there (a server
   // new to this client joins its set). A call that `failed` because a

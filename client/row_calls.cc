@@ -40,8 +40,18 @@ absl::Status RowCalls::CreateTables(const std::vector<EmbeddingTableSpec>& given
     // Dealt among the servers there are now, for as long as the table lives.
     if (spec.partitions() == 0) spec.set_partitions(servers_.size());
   }
-  absl::StatusOr<ServerSet::CopyPlan> plan = servers_.PlanCopies();
-  if (!plan.ok()) return plan.status();
+  std::vector<PlacementUnitSpec> units;
+  for (const EmbeddingTableSpec& spec : specs) {
+    for (int p = 0; p < spec.partitions(); ++p) {
+      // Its bytes at most, for balancing (unbounded: as one of a row).
+      units.push_back(
+          {TableKey(spec.name(), p), std::max<int64_t>(spec.max_rows(), 1) * spec.width() *
+                                         static_cast<int64_t>(sizeof(float))});
+    }
+  }
+  // Of the ranges' copies; none unreplicated.
+  absl::StatusOr<Placement> table = servers_.PlaceCopies(units);
+  if (!table.ok()) return table.status();
   std::vector<CreateShardsRequest> requests(servers_.size());
   // Range `partition` of `spec` on server `ps`, as `copy` of it.
   auto add = [&](int ps, const EmbeddingTableSpec& spec, int partition, const ShardCopy& copy) {
@@ -54,63 +64,23 @@ absl::Status RowCalls::CreateTables(const std::vector<EmbeddingTableSpec>& given
     range->set_partition(partition);
     *range->mutable_copy() = copy;
   };
-  Placement table;  // of the ranges' copies; none unreplicated
-  if (plan->replication == 0) {
-    for (const EmbeddingTableSpec& spec : specs) {
-      for (int p = 0; p < spec.partitions(); ++p) add(p % servers_.size(), spec, p, ShardCopy());
-    }
-  } else {
-    std::vector<PlacementUnitSpec> units;
-    for (const EmbeddingTableSpec& spec : specs) {
-      for (int p = 0; p < spec.partitions(); ++p) {
-        // Its bytes at most, for balancing (unbounded: as one of a row).
-        units.push_back(
-            {TableKey(spec.name(), p), std::max<int64_t>(spec.max_rows(), 1) * spec.width() *
-                                           static_cast<int64_t>(sizeof(float))});
+  int unit = 0;
+  for (const EmbeddingTableSpec& spec : specs) {
+    for (int p = 0; p < spec.partitions(); ++p) {
+      if (table->units_size() == 0) {
+        add(p % servers_.size(), spec, p, ShardCopy());
+        continue;
       }
-    }
-    absl::StatusOr<Placement> placed = InitialPlacement(plan->servers, units, plan->replication);
-    if (!placed.ok()) return placed.status();
-    table = *std::move(placed);
-    int unit = 0;
-    for (const EmbeddingTableSpec& spec : specs) {
-      for (int p = 0; p < spec.partitions(); ++p) {
-        const PlacedUnit& placed_unit = table.units(unit++);
-        // Server ids are the set's indices (InitialPlacement of its servers).
-        const int primary = placed_unit.copies(0).server();
-        ShardCopy primary_copy, backup_copy;
-        backup_copy.set_primary(servers_.address(primary));
-        for (int c = 1; c < placed_unit.copies_size(); ++c) {
-          primary_copy.add_backups(servers_.address(placed_unit.copies(c).server()));
-        }
-        add(primary, spec, p, primary_copy);
-        for (int c = 1; c < placed_unit.copies_size(); ++c) {
-          add(placed_unit.copies(c).server(), spec, p, backup_copy);
-        }
+      for (const auto& [ps, copy] : servers_.CopiesOf(table->units(unit++))) {
+        add(ps, spec, p, copy);
       }
     }
   }
-  std::vector<bool> involved(servers_.size());
-  for (int ps = 0; ps < servers_.size(); ++ps) {
-    involved[ps] = requests[ps].ranges_size() > 0 && !servers_.Left(ps);
-    if (involved[ps] && table.units_size() > 0) *requests[ps].mutable_placement() = table;
-  }
-  std::vector<uint64_t> incarnations(servers_.size(), 0);
-  absl::Status status =
-      servers_.ForEachServer(involved, "create tables", [&](int ps, absl::Time deadline) {
-        auto created = servers_.CreateOn(ps, requests[ps], deadline);
-        if (created.ok()) incarnations[ps] = created->incarnation();
-        return created.status();
-      });
-  if (!status.ok()) return status;
+  absl::StatusOr<std::vector<uint64_t>> incarnations =
+      servers_.CreateEverywhere(&requests, *table, "create tables");
+  if (!incarnations.ok()) return incarnations.status();
   for (const EmbeddingTableSpec& spec : specs) tables_.emplace(spec.name(), spec);
-  servers_.RememberTables(requests, incarnations);
-  if (table.units_size() > 0) {
-    // Where the servers coordinate, their table has the copies now; it may
-    // have moved primaries already (a server lost before this worker came).
-    servers_.FollowPlacement();
-    servers_.RefreshPlacement(absl::Now() + servers_.options().call_timeout);
-  }
+  servers_.RememberTables(requests, *incarnations);
   Route();
   return absl::OkStatus();
 }

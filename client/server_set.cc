@@ -253,9 +253,8 @@ absl::Status ServerSet::ForEachServerRecovering(const std::vector<bool>& involve
   return status;
 }
 
-absl::StatusOr<ServerSet::CopyPlan> ServerSet::PlanCopies() {
-  CopyPlan plan;
-  if (size() == 1) return plan;
+absl::StatusOr<Placement> ServerSet::PlaceCopies(const std::vector<PlacementUnitSpec>& units) {
+  if (size() == 1) return Placement();
   // A client that starts after a server was lost (a restarted worker)
   // finds the cluster's table first, so as to leave the lost server out of
   // what follows.
@@ -279,12 +278,55 @@ absl::StatusOr<ServerSet::CopyPlan> ServerSet::PlanCopies() {
   // too, so that shards can move (fulcrumctl add-server, remove-server).
   const bool coordinated = std::any_of(described->begin(), described->end(),
                                        [](const DescribeResponse& d) { return d.coordinated(); });
-  if (replication == 1 && !coordinated) return plan;
-  plan.replication = replication;
+  if (replication == 1 && !coordinated) return Placement();
+  std::vector<PlacementServer> servers;
   for (int ps = 0; ps < size(); ++ps) {
-    plan.servers.push_back({address(ps), Left(ps) ? "" : (*described)[ps].zone()});
+    servers.push_back({address(ps), Left(ps) ? "" : (*described)[ps].zone()});
   }
-  return plan;
+  return InitialPlacement(servers, units, replication);
+}
+
+std::vector<std::pair<int, ShardCopy>> ServerSet::CopiesOf(const PlacedUnit& unit) const {
+  const int primary = unit.copies(0).server();
+  std::vector<std::pair<int, ShardCopy>> copies(1, {primary, ShardCopy()});
+  for (int c = 1; c < unit.copies_size(); ++c) {
+    const int backup = unit.copies(c).server();
+    copies[0].second.add_backups(address(backup));
+    copies.emplace_back(backup, ShardCopy());
+    copies.back().second.set_primary(address(primary));
+  }
+  return copies;
+}
+
+absl::StatusOr<std::vector<uint64_t>> ServerSet::CreateEverywhere(
+    std::vector<CreateShardsRequest>* requests, const Placement& table, const std::string& what) {
+  std::vector<bool> involved(size());
+  for (int ps = 0; ps < size(); ++ps) {
+    CreateShardsRequest& request = (*requests)[ps];
+    // The units of a server that left are elsewhere, as the table says.
+    involved[ps] = (request.shards_size() > 0 || request.ranges_size() > 0) && !Left(ps);
+    if (involved[ps] && table.units_size() > 0) *request.mutable_placement() = table;
+  }
+  std::vector<uint64_t> incarnations(size(), 0);
+  absl::Status status = ForEachServer(involved, what, [&](int ps, absl::Time deadline) {
+    auto created = CreateOn(ps, (*requests)[ps], deadline);
+    if (created.ok()) {
+      incarnations[ps] = created->incarnation();
+      if (created->restored() > 0) {
+        LOG_INFO("ps {} ({}): {} shard(s) restored from its checkpoint", ps, address(ps),
+                 created->restored());
+      }
+    }
+    return created.status();
+  });
+  if (!status.ok()) return status;
+  if (table.units_size() > 0) {
+    // Where the servers coordinate, their table has the copies now; it may
+    // have moved primaries already (a server lost before this client came).
+    FollowPlacement();
+    RefreshPlacement(absl::Now() + options().call_timeout);
+  }
+  return incarnations;
 }
 
 void ServerSet::RememberCreated(std::vector<CreateShardsRequest> requests,

@@ -25,6 +25,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -159,18 +160,26 @@ class ServerSet {
   // The hook that forgets the versions the call families learned.
   void SetForgetHook(ForgetHook forget) { forget_ = std::move(forget); }
 
-  // How the servers keep copies, asked by the creation of variables and of
-  // tables. With more than one server it first asks them for the cluster's
-  // placement table and follows it when there is one (servers that left
-  // are not asked); then for their --replication (FAILED_PRECONDITION when
-  // they disagree). `servers` are this set's, with their zones, for
-  // InitialPlacement; replication 0 when the servers keep no placement
-  // table (one server, or --replication=1 without etcd).
-  struct CopyPlan {
-    int replication = 0;
-    std::vector<PlacementServer> servers;
-  };
-  absl::StatusOr<CopyPlan> PlanCopies();
+  // The copies of `units` (shards or tables' ranges) on this set's servers,
+  // asked by the creation of variables and of tables: where the servers
+  // replicate, or coordinate through etcd, a table of R copies each by
+  // InitialPlacement (server ids are this set's indices); else an empty
+  // one (one server, or --replication=1 without etcd). With more than one
+  // server it first asks them for the cluster's placement table and
+  // follows it when there is one (servers that left get no copy); then for
+  // their --replication (FAILED_PRECONDITION when they disagree).
+  absl::StatusOr<Placement> PlaceCopies(const std::vector<PlacementUnitSpec>& units);
+  // The servers holding `unit` of PlaceCopies' table, each with the copy it
+  // is told it holds: the primary told its backups, a backup its primary.
+  std::vector<std::pair<int, ShardCopy>> CopiesOf(const PlacedUnit& unit) const;
+  // Sends each server its part of a creation (`requests`, one per server;
+  // those with no shard and no range, and servers that left, are not
+  // asked), with `table` when it has units, and then follows the servers'
+  // table. Returns the incarnations met (0 where not asked). `what` names
+  // the calls in errors.
+  absl::StatusOr<std::vector<uint64_t>> CreateEverywhere(std::vector<CreateShardsRequest>* requests,
+                                                         const Placement& table,
+                                                         const std::string& what);
 
   // What each server is given again when it restarts, as the variables'
   // creation made it (one request per server), and the incarnations that

@@ -364,7 +364,8 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
           config_.max_message_bytes() / 2, "): give the variable a partitioner (MAX_SIZE)"));
     }
   }
-  if (absl::Status s = CheckRanges(request); !s.ok()) return s;
+  absl::StatusOr<std::vector<const EmbeddingTableSpec*>> range_specs = CheckRanges(request);
+  if (!range_specs.ok()) return range_specs.status();
   // Created, of a replicated shard or range.
   std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>> copies;
   for (int i = 0; i < request.shards_size(); ++i) {
@@ -400,7 +401,7 @@ absl::StatusOr<CreateShardsResponse> ParameterServer::CreateShards(
       response.set_existing(response.existing() + 1);
     }
   }
-  if (absl::Status s = CreateRanges(request, &response, &copies); !s.ok()) return s;
+  if (absl::Status s = CreateRanges(request, *range_specs, &response, &copies); !s.ok()) return s;
   PlaceCreated(copies);
   if (request.placement().units_size() > 0) {
     if (absl::Status s = CheckServing(); !s.ok()) return s;
@@ -429,10 +430,12 @@ absl::Status ParameterServer::CheckCopyRequest(const ShardCopy& copy) const {
   return absl::OkStatus();
 }
 
-absl::Status ParameterServer::CheckRanges(const CreateShardsRequest& request) const {
+absl::StatusOr<std::vector<const EmbeddingTableSpec*>> ParameterServer::CheckRanges(
+    const CreateShardsRequest& request) const {
   std::map<std::string, const EmbeddingTableSpec*> specs;
   for (const EmbeddingTableSpec& spec : request.tables()) specs[spec.name()] = &spec;
   const int num_ps = config_.cluster().cluster().ps_size();
+  std::vector<const EmbeddingTableSpec*> of_ranges;
   for (const TableRange& range : request.ranges()) {
     const auto spec = specs.find(range.table());
     if (spec == specs.end()) {
@@ -446,17 +449,18 @@ absl::Status ParameterServer::CheckRanges(const CreateShardsRequest& request) co
                                                      "', which has ranges [0, ", partitions, ")"));
     }
     if (absl::Status s = CheckCopyRequest(range.copy()); !s.ok()) return s;
+    of_ranges.push_back(spec->second);
   }
-  return absl::OkStatus();
+  return of_ranges;
 }
 
 absl::Status ParameterServer::CreateRanges(
-    const CreateShardsRequest& request, CreateShardsResponse* response,
+    const CreateShardsRequest& request, const std::vector<const EmbeddingTableSpec*>& specs,
+    CreateShardsResponse* response,
     std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>>* copies) {
-  std::map<std::string, const EmbeddingTableSpec*> specs;
-  for (const EmbeddingTableSpec& spec : request.tables()) specs[spec.name()] = &spec;
-  for (const TableRange& range : request.ranges()) {
-    const EmbeddingTableSpec& spec = *specs[range.table()];
+  for (int i = 0; i < request.ranges_size(); ++i) {
+    const TableRange& range = request.ranges(i);
+    const EmbeddingTableSpec& spec = *specs[i];
     absl::StatusOr<bool> created = store_.CreateTable(spec, range.partition());
     if (!created.ok()) return created.status();
     if (!*created) continue;

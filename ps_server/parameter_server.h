@@ -296,15 +296,18 @@ class ParameterServer {
   // FAILED_PRECONDITION for one with backups on a server that replicates
   // to none.
   absl::Status CheckCopyRequest(const ShardCopy& copy) const;
-  // OK when each range `request` names is of a table of the request, its
-  // partition one of the table's and its copy sound (CheckCopyRequest);
-  // else INVALID_ARGUMENT or FAILED_PRECONDITION naming the first that is
-  // not.
-  absl::Status CheckRanges(const CreateShardsRequest& request) const;
-  // Creates the ranges `request` names (CheckRanges) where missing, each
-  // restored from the checkpoint; those with copies are added to `copies`
-  // (pointing into `request`), for PlaceCreated.
-  absl::Status CreateRanges(const CreateShardsRequest& request, CreateShardsResponse* response,
+  // The table spec of each range `request` names, in order, when each is
+  // of a table of the request, its partition one of the table's and its
+  // copy sound (CheckCopyRequest); else INVALID_ARGUMENT or
+  // FAILED_PRECONDITION naming the first that is not.
+  absl::StatusOr<std::vector<const EmbeddingTableSpec*>> CheckRanges(
+      const CreateShardsRequest& request) const;
+  // Creates the ranges `request` names, of `specs` (CheckRanges'), where
+  // missing, each restored from the checkpoint; those with copies are added
+  // to `copies` (pointing into `request`), for PlaceCreated.
+  absl::Status CreateRanges(const CreateShardsRequest& request,
+                            const std::vector<const EmbeddingTableSpec*>& specs,
+                            CreateShardsResponse* response,
                             std::vector<std::pair<ReplicatedUnit*, const ShardCopy*>>* copies);
   // Each server's address in `table`, by id.
   static std::map<int32_t, std::string> ServerAddresses(const Placement& table);

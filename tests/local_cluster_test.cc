@@ -22,6 +22,14 @@ std::string TempPath(const std::string& name) {
   return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
 }
 
+// The pid of ps 1 as the launcher reports starting it, or -1.
+pid_t StartedPs1(ChildProcess& cluster) {
+  auto started = cluster.WaitForLine("[launcher] started ps 1 (pid ", absl::Seconds(60));
+  std::smatch match;
+  if (!started || !std::regex_search(*started, match, std::regex("pid (\\d+)"))) return -1;
+  return std::stoi(match[1]);
+}
+
 std::vector<std::string> Launcher(std::vector<std::string> args) {
   std::vector<std::string> argv = {RunfilePath("deploy/local_cluster"),
                                    "--bin_dir=" + RunfilePath("")};
@@ -78,21 +86,27 @@ TEST(LocalClusterTest, TrainsWithBfloat16OnTheWire) {
 
 // Replicated shards through the launcher, which starts an etcd for them:
 // a server killed (-9) mid-run and never restarted fails over to its
-// shards' backups, the copies it held are made again on the others, and
-// the job in `mode` completes at its usual accuracy with no process
-// restarted.
-void TrainThroughAServerLostForGood(const std::string& mode) {
-  const std::string summary = TempPath("replicated-" + mode + "-summary.json");
-  ChildProcess cluster("cluster", Launcher({"--num_ps=3", "--num_workers=2", "--mode=" + mode,
-                                            "--replication=2", "--summary_json=" + summary, "--",
-                                            "--epochs=1", "--hidden=64", "--log_every_steps=100"}));
-  auto started = cluster.WaitForLine("[launcher] started ps 1 (pid ", absl::Seconds(60));
-  std::smatch match;
-  ASSERT_TRUE(started && std::regex_search(*started, match, std::regex("pid (\\d+)")));
-  const pid_t ps1 = std::stoi(match[1]);
+// units' backups, the copies it held are made again on the others, and
+// the job in `mode` with `worker_args` completes with the summary's
+// `figure` above `bar` and no process restarted. `promoted`: a line of the
+// promotion, whose epoch is one past the table's last change (the
+// variables' creation; the tables', after them).
+void TrainThroughAServerLostForGood(const std::string& mode,
+                                    const std::vector<std::string>& worker_args,
+                                    const std::string& promoted, const std::string& figure,
+                                    double bar) {
+  const std::string summary = TempPath("replicated-" + mode + "-" + figure + ".json");
+  std::vector<std::string> args = {
+      "--num_ps=3",           "--num_workers=2",           "--mode=" + mode,
+      "--replication=2",      "--summary_json=" + summary, "--",
+      "--log_every_steps=100"};
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
+  ChildProcess cluster("cluster", Launcher(args));
+  const pid_t ps1 = StartedPs1(cluster);
+  ASSERT_GT(ps1, 0);
   ASSERT_TRUE(cluster.WaitForLine("step 100/", absl::Seconds(120)));
   ASSERT_EQ(kill(ps1, SIGKILL), 0);
-  ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  ASSERT_EQ(cluster.Wait(absl::Seconds(300)), 0);
   EXPECT_TRUE(cluster.HasLine("[launcher] etcd on 127.0.0.1:"));
   EXPECT_TRUE(cluster.HasLine(", a backup of 127.0.0.1:"));
   EXPECT_TRUE(cluster.HasLine(", backed up on 127.0.0.1:"));
@@ -100,24 +114,42 @@ void TrainThroughAServerLostForGood(const std::string& mode) {
   EXPECT_TRUE(cluster.HasLine("lost its lease in etcd: its shards fail over"));
   // One change of the table promotes the backups and makes the lost
   // copies again on the others, which catch up from their primaries.
-  EXPECT_TRUE(cluster.HasLine("the primary now (epoch 3)"));
+  EXPECT_TRUE(cluster.HasLine(promoted));
   EXPECT_TRUE(cluster.HasLine(", a copy of 127.0.0.1:"));
   EXPECT_TRUE(cluster.HasLine(" has caught up"));
   EXPECT_TRUE(cluster.HasLine(" is ready"));
   EXPECT_FALSE(cluster.HasLine("[launcher] restarting"));
   const std::string json = ReadWholeFile(summary);
-  ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
-  EXPECT_GT(std::stod(match[1]), 0.80);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(json, match, std::regex("\"" + figure + "\": ([0-9.]+)"))) << json;
+  EXPECT_GT(std::stod(match[1]), bar);
+}
+
+void TrainMlpThroughAServerLostForGood(const std::string& mode) {
+  TrainThroughAServerLostForGood(mode, {"--epochs=1", "--hidden=64"}, "the primary now (epoch 3)",
+                                 "test_accuracy", 0.80);
 }
 
 TEST(LocalClusterTest, SyncTrainsWithReplicatedShardsThroughAServerLostForGood) {
-  TrainThroughAServerLostForGood("sync");
+  TrainMlpThroughAServerLostForGood("sync");
 }
 TEST(LocalClusterTest, AsyncTrainsWithReplicatedShardsThroughAServerLostForGood) {
-  TrainThroughAServerLostForGood("async");
+  TrainMlpThroughAServerLostForGood("async");
 }
 TEST(LocalClusterTest, SspTrainsWithReplicatedShardsThroughAServerLostForGood) {
-  TrainThroughAServerLostForGood("ssp");
+  TrainMlpThroughAServerLostForGood("ssp");
+}
+
+// The table-heavy CTR model (26 tables, bounded), its tables' ranges
+// replicated as the shards are.
+TEST(LocalClusterTest, TrainsTheCtrModelThroughAServerLostForGood) {
+  TrainThroughAServerLostForGood(
+      "async",
+      {"--model=ctr", "--dataset=synthetic_ctr", "--ctr_vocabulary=100000",
+       "--ctr_train_examples=150000", "--ctr_test_examples=20000", "--epochs=2", "--hidden=32",
+       "--batch_size=256", "--learning_rate=0.002", "--embedding_learning_rate=0.1",
+       "--embedding_max_rows=5000"},
+      "' range 1: the primary now (epoch 4)", "test_auc", 0.82);
 }
 
 // A copy for each server more than there are is refused.
@@ -180,10 +212,9 @@ TEST(LocalClusterTest, AKilledServerIsRestartedRestoresAndTheJobCompletes) {
                 "--ps_args=--lease_timeout_ms=5000 --max_memory_mb=512",
                 "--summary_json=" + summary, "--", "--epochs=2", "--hidden=64",
                 "--checkpoint_every_steps=100", "--log_every_steps=50"}));
-  auto started = cluster.WaitForLine("[launcher] started ps 1 (pid ", absl::Seconds(60));
+  const pid_t ps1 = StartedPs1(cluster);
+  ASSERT_GT(ps1, 0);
   std::smatch match;
-  ASSERT_TRUE(started && std::regex_search(*started, match, std::regex("pid (\\d+)")));
-  const pid_t ps1 = std::stoi(match[1]);
   ASSERT_TRUE(cluster.WaitForLine("complete:", absl::Seconds(120)));  // one to restore
   ASSERT_EQ(kill(ps1, SIGKILL), 0);
   EXPECT_EQ(cluster.Wait(absl::Seconds(300)), 0);

@@ -501,10 +501,10 @@ TEST_F(ReplicationClusterTest, WithOneCopyAServerAddedAndAnotherRemovedLoseNoPus
   AddOneRemoveAnother(ASYNC, /*replication=*/1);
 }
 
-// With one copy of each shard, a server that restarts keeps its place in
-// the table (no other copy can take it), and its clients create its
-// shards again there, as for an unreplicated server: those the table
-// moved onto it too.
+// With one copy of each shard and range, a server that restarts keeps its
+// place in the table (no other copy can take it), and its clients create
+// its shards and its tables' ranges again there, as for an unreplicated
+// server: those the table moved onto it too.
 TEST_F(ReplicationClusterTest, WithOneCopyARestartedServerKeepsItsPlaceAndItsShards) {
   std::vector<std::string> flags;
   std::vector<std::string> addresses;
@@ -512,14 +512,27 @@ TEST_F(ReplicationClusterTest, WithOneCopyARestartedServerKeepsItsPlaceAndItsSha
   ASSERT_FALSE(HasFailure());
   std::unique_ptr<PsClient> worker = NewGrpcPsClient(addresses, Client("chief"));
   ASSERT_TRUE(worker->CreateVariables({Ones(6)}).ok());
+  EmbeddingTableSpec table;
+  table.set_name("t");
+  table.set_width(2);
+  table.set_partitions(6);
+  table.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  table.mutable_optimizer()->set_learning_rate(1.0f);
+  ASSERT_TRUE(worker->CreateTables({table}).ok());
   std::unique_ptr<ChildProcess> fourth;
   const std::string added = AddFourth(flags, 1, &fourth);
   ASSERT_FALSE(added.empty());
   const int on_added = DescribeAt(added).shards_size();
+  const int ranges_on_added = DescribeAt(added).tables_size();
   ASSERT_GT(on_added, 0);
+  ASSERT_GT(ranges_on_added, 0);
   TensorMap gradient;
   gradient["w"] = DenseTensor{{64, 8}, std::vector<float>(Pushers::kElements, 1.0f)};
+  TableIds lookup{"t", {}};
+  for (int64_t id = 0; id < 64; ++id) lookup.ids.push_back(id);
+  const std::vector<float> ones(size_t{64} * 2, 1.0f);
   ASSERT_TRUE(worker->Push(gradient).ok());  // the worker follows the moves
+  ASSERT_TRUE(worker->PushRows({lookup}, {ones}).ok());
 
   fourth->Signal(SIGKILL);
   ASSERT_TRUE(fourth->Wait(absl::Seconds(30)).has_value());
@@ -531,8 +544,17 @@ TEST_F(ReplicationClusterTest, WithOneCopyARestartedServerKeepsItsPlaceAndItsSha
   for (int i = 0; i < 2; ++i) {  // the first finds it restarted: its part is lost
     absl::StatusOr<PushStats> pushed = worker->Push(gradient);
     ASSERT_TRUE(pushed.ok()) << pushed.status();
+    pushed = worker->PushRows({lookup}, {ones});
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
   }
   EXPECT_EQ(DescribeAt(added).shards_size(), on_added);
+  EXPECT_EQ(DescribeAt(added).tables_size(), ranges_on_added);
+  // Rows elsewhere kept all three pushes; those created again, at least
+  // the last.
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(worker->PullRows({lookup}, &rows).ok());
+  for (float v : rows[0]) EXPECT_TRUE(v == -3 || v == -1 || v == -2) << v;
+  EXPECT_NE(std::count(rows[0].begin(), rows[0].end(), -3.0f), 0);
   TensorMap values;
   ASSERT_TRUE(worker->Pull({"w"}, &values).ok());
   // Those created again (no checkpoint) have the push after the restart.

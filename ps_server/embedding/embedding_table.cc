@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(
 
 EmbeddingTable::EmbeddingTable(const EmbeddingTableSpec& spec, int partition)
     : ReplicatedUnit(TableKey(spec.name(), partition),
-                     absl::StrCat("embedding table '", spec.name(), "' partition ", partition),
+                     absl::StrCat("embedding table '", spec.name(), "' range ", partition),
                      /*version=*/0),
       spec_(spec),
       partition_(partition),
