@@ -34,12 +34,17 @@ int64_t ReplicatedUnit::version() const {
 
 void ReplicatedUnit::ForwardUpdates(Forwarding forwarding) {
   absl::MutexLock lock(&mu_);
-  if (forwarding.snapshot) forwarding.snapshot(SnapshotLocked(forwarding.part_bytes));
   forward_ = std::move(forwarding.forward);
   commits_wait_ = forward_ && forwarding.commits_wait;
   // A primary made a backup keeps its uncommitted versions uncommitted:
   // the pushes waiting for them fail (AwaitCommitted).
   if (!commits_wait_ && primary_.empty()) committed_version_ = version_;
+}
+
+void ReplicatedUnit::Snapshot(int64_t part_bytes,
+                              absl::FunctionRef<void(std::vector<ShardUpdate>)> take) {
+  absl::MutexLock lock(&mu_);
+  take(SnapshotLocked(part_bytes));
 }
 
 void ReplicatedUnit::WaitForCommits() {

@@ -55,17 +55,18 @@ class ReplicatedUnit {
   // that pulls waiting for it are served, only once Committed says every
   // backup has applied it. Without `forward` (null, the default), or with
   // `commits_wait` false (no backup a commit waits for), each version is
-  // committed as it is made. `snapshot`, when given, is first handed the
-  // unit's whole state as it is (parts of about `part_bytes`), under the
-  // same lock: what a copy new to this primary takes before the updates
-  // after it.
+  // committed as it is made.
   struct Forwarding {
     std::function<void(ShardUpdate)> forward;
     bool commits_wait = true;
-    std::function<void(std::vector<ShardUpdate>)> snapshot;
-    int64_t part_bytes = int64_t{4} << 20;
   };
   void ForwardUpdates(Forwarding forwarding) ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands `take` the unit's whole state as it is (parts of about
+  // `part_bytes`), under the lock the updates are forwarded under: what a
+  // copy new to this primary takes before the updates after it.
+  static constexpr int64_t kSnapshotPartBytes = int64_t{4} << 20;
+  void Snapshot(int64_t part_bytes, absl::FunctionRef<void(std::vector<ShardUpdate>)> take)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // From now on a version is committed only once Committed says so, though
   // the forwarding was set without a backup to wait for: a copy that caught
   // up, to take this one's place, has every version acknowledged from here.

@@ -83,10 +83,10 @@ void Replicator::Replicate(ReplicatedUnit* unit, const std::vector<std::string>&
     DropUnusedPeers();
     return;
   }
-  std::vector<Peer*> peers;                   // every copy's
-  std::vector<std::pair<Peer*, bool>> fresh;  // those that take the snapshot first; catching up
-  std::vector<std::shared_ptr<std::atomic<int64_t>>> filling;
-  std::vector<Peer*> dropped;  // copies it had that it no longer has
+  // Every copy's server, and the snapshot it takes first (null: none).
+  std::vector<std::pair<Peer*, std::shared_ptr<Filling>>> targets;
+  std::vector<std::pair<Peer*, Queued>> snapshots;  // to queue, of the copies new here
+  std::vector<Peer*> dropped;                       // copies it had that it no longer has
   bool waited_for = !backups.empty();
   int64_t committed = 0;
   {
@@ -107,25 +107,25 @@ void Replicator::Replicate(ReplicatedUnit* unit, const std::vector<std::string>&
       }
       if (kept != nullptr) {
         copy.acked = kept->acked;
-        copy.filled_at = kept->filled_at;
+        copy.filling = kept->filling;
         copy.waited = kept->waited;
         waited_for = waited_for || copy.waited;
       } else if (fill || catching) {
         copy.acked = -1;
-        copy.filled_at = std::make_shared<std::atomic<int64_t>>(-1);
-        fresh.emplace_back(copy.peer, catching);
-        filling.push_back(copy.filled_at);
+        copy.filling = std::make_shared<Filling>();
+        snapshots.emplace_back(copy.peer, Queued{unit, ShardUpdate(), catching, copy.filling});
       } else {
         copy.acked = version;  // created alike
       }
-      peers.push_back(copy.peer);
+      targets.emplace_back(copy.peer, copy.filling);
       next.push_back(std::move(copy));
     };
     for (const std::string& address : backups) add(address, false);
     for (const std::string& address : catching_up) add(address, true);
     if (before != copies_.end()) {
       for (const Copy& old : before->second) {
-        if (std::none_of(peers.begin(), peers.end(), [&](Peer* p) { return p == old.peer; }))
+        if (std::none_of(targets.begin(), targets.end(),
+                         [&](const auto& target) { return target.first == old.peer; }))
           dropped.push_back(old.peer);
       }
     }
@@ -134,20 +134,19 @@ void Replicator::Replicate(ReplicatedUnit* unit, const std::vector<std::string>&
   }
   for (Peer* peer : dropped) Unqueue(peer, unit);
   ReplicatedUnit::Forwarding forwarding;
-  forwarding.forward = [peers, unit](ShardUpdate update) {
-    for (size_t i = 0; i + 1 < peers.size(); ++i) Enqueue(peers[i], unit, update);
-    Enqueue(peers.back(), unit, std::move(update));
+  forwarding.forward = [targets = std::move(targets), unit](ShardUpdate update) {
+    // Under the unit's lock, as the snapshots are taken: a copy whose
+    // snapshot is not taken yet will have this update in it.
+    std::vector<Peer*> to;
+    for (const auto& [peer, filling] : targets) {
+      if (filling == nullptr || filling->taken) to.push_back(peer);
+    }
+    for (size_t i = 0; i + 1 < to.size(); ++i) Enqueue(to[i], {unit, update, false, nullptr});
+    if (!to.empty()) Enqueue(to.back(), {unit, std::move(update), false, nullptr});
   };
   forwarding.commits_wait = waited_for;
-  if (!fresh.empty()) {
-    forwarding.snapshot = [&fresh, &filling, unit](std::vector<ShardUpdate> parts) {
-      for (const auto& at : filling) *at = parts.front().version();
-      for (const auto& [peer, catching] : fresh) {
-        for (const ShardUpdate& part : parts) Enqueue(peer, unit, part, catching);
-      }
-    };
-  }
   unit->ForwardUpdates(std::move(forwarding));
+  for (auto& [peer, snapshot] : snapshots) Enqueue(peer, std::move(snapshot));
   unit->Committed(committed);  // a backup that went may have held it back
   DropUnusedPeers();
 }
@@ -178,13 +177,29 @@ std::vector<std::string> Replicator::CatchingUpOf(const ReplicatedUnit* unit) {
   return AddressesOf(unit, true);
 }
 
-void Replicator::Enqueue(Peer* peer, ReplicatedUnit* unit, ShardUpdate update, bool paced) {
+void Replicator::Enqueue(Peer* peer, Queued queued) {
   absl::MutexLock lock(&peer->mu);
-  peer->queue.push_back({unit, std::move(update), paced});
+  peer->queue.push_back(std::move(queued));
   ++peer->queued;
 }
 
-Replicator::Batch Replicator::TakeBatchLocked(Peer* peer) {
+void Replicator::TakeSnapshot(Peer* peer, const Queued& queued) {
+  queued.unit->Snapshot(ReplicatedUnit::kSnapshotPartBytes, [&](std::vector<ShardUpdate> parts) {
+    queued.filling->at = parts.front().version();
+    queued.filling->taken = true;
+    absl::MutexLock lock(&peer->mu);
+    if (peer->taking_dropped) return;
+    for (auto part = parts.rbegin(); part != parts.rend(); ++part) {
+      peer->queue.push_front({queued.unit, std::move(*part), queued.paced, nullptr});
+    }
+    peer->queued += parts.size();
+  });
+  absl::MutexLock lock(&peer->mu);
+  peer->taking = nullptr;
+  peer->taking_dropped = false;
+}
+
+Replicator::Batch Replicator::TakeBatchLocked(Peer* peer, Queued* snapshot) {
   Batch batch;
   auto made = std::make_shared<ReplicateRequest>();
   made->set_primary(own_address_);
@@ -198,7 +213,7 @@ Replicator::Batch Replicator::TakeBatchLocked(Peer* peer) {
       absl::MutexLock lock(&pace_mu_);
       if (paced_until_ > now) {
         held.insert(it->unit);
-      } else {
+      } else if (it->filling == nullptr) {
         paced_until_ = now + absl::Seconds(static_cast<double>(size) /
                                            static_cast<double>(options_.catch_up_bytes_per_sec));
       }
@@ -206,6 +221,14 @@ Replicator::Batch Replicator::TakeBatchLocked(Peer* peer) {
     if (held.count(it->unit) > 0) {
       ++it;
       continue;
+    }
+    if (it->filling != nullptr) {  // a snapshot to take, once what goes before it is sent
+      if (batch.units.empty()) {
+        *snapshot = std::move(*it);
+        peer->queue.erase(it);
+        peer->taking = snapshot->unit;
+      }
+      break;
     }
     bytes += size;
     batch.units.push_back(it->unit);
@@ -285,7 +308,7 @@ void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
   for (;;) {
     std::shared_ptr<const ReplicateRequest> request;
     {
-      absl::MutexLock lock(&peer->mu);
+      absl::ReleasableMutexLock lock(&peer->mu);
       auto ready = [peer, this, waiting_at]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu) {
         return peer->stopping || peer->broken ||
                (!peer->queue.empty() &&
@@ -299,7 +322,15 @@ void Replicator::SendOn(Peer* peer, ReplicaStream* stream) {
       if (peer->queue.empty() || static_cast<int>(peer->in_flight.size()) >= options_.window) {
         continue;
       }
-      Batch batch = TakeBatchLocked(peer);
+      Queued snapshot{nullptr, ShardUpdate(), false, nullptr};
+      Batch batch = TakeBatchLocked(peer, &snapshot);
+      if (snapshot.unit != nullptr) {
+        // Out of the peer's lock, which the unit's forwarding takes under
+        // the unit's.
+        lock.Release();
+        TakeSnapshot(peer, snapshot);
+        continue;
+      }
       if (batch.units.empty()) {
         waiting_at = peer->queued;
         absl::MutexLock pacing(&pace_mu_);
@@ -349,11 +380,11 @@ void Replicator::Acked(ReplicatedUnit* unit, const Peer* peer, int64_t version) 
     for (Copy& copy : found->second) {
       if (copy.peer != peer) continue;
       copy.acked = std::max(copy.acked, version);
-      if (copy.catching_up && copy.filled_at != nullptr) {
-        const int64_t at = copy.filled_at->load();
+      if (copy.catching_up && copy.filling != nullptr) {
+        const int64_t at = copy.filling->at;
         filled = !copy.waited && at >= 0 && version >= at;
         caught_up = copy.waited && at >= 0 && version >= at;
-        if (caught_up) copy.filled_at->store(-1);  // reported once
+        if (caught_up) copy.filling->at = -1;  // reported once
       }
     }
     committed = CommittedOf(found->second, unit->version());
@@ -368,12 +399,12 @@ void Replicator::Acked(ReplicatedUnit* unit, const Peer* peer, int64_t version) 
     const auto found = copies_.find(unit);
     if (found == copies_.end()) return;
     for (Copy& copy : found->second) {
-      if (copy.peer != peer || !copy.catching_up || copy.waited || copy.filled_at == nullptr)
+      if (copy.peer != peer || !copy.catching_up || copy.waited || copy.filling == nullptr)
         continue;
       copy.waited = true;
       const int64_t at = unit->version();  // >= any version committed without it
       caught_up = copy.acked >= at;
-      copy.filled_at->store(caught_up ? -1 : at);
+      copy.filling->at = caught_up ? -1 : at;
     }
   }
   if (caught_up && caught_up_) caught_up_(unit, peer->address);
@@ -384,6 +415,12 @@ void Replicator::Unqueue(Peer* peer, const ReplicatedUnit* unit) {
   peer->queue.erase(std::remove_if(peer->queue.begin(), peer->queue.end(),
                                    [unit](const Queued& q) { return q.unit == unit; }),
                     peer->queue.end());
+  if (peer->taking == unit) {
+    peer->taking_dropped = true;
+    auto taken = [peer, unit]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu) { return peer->taking != unit; };
+    peer->mu.Await(absl::Condition(&taken));
+  }
   for (Batch& batch : peer->in_flight) {
     std::replace(batch.units.begin(), batch.units.end(), const_cast<ReplicatedUnit*>(unit),
                  static_cast<ReplicatedUnit*>(nullptr));

@@ -8,7 +8,10 @@
 // a broken stream is opened again and what it had not answered is sent
 // again (a backup takes an update it has already applied as a no-op).
 // A copy that may differ from the primary (new to it, or catching up) is
-// first sent the unit's snapshot; one catching up holds back no commit
+// first sent the unit's snapshot, taken only when its sender comes to it
+// (so the primary holds the snapshots being sent, not those of every copy
+// waiting, and queues no update of the unit for the copy until then: the
+// snapshot has them); one catching up holds back no commit
 // until it has the snapshot, then every commit, and is reported caught up
 // once it has every version acknowledged before: so a copy that takes
 // another's place (a move) lacks no acknowledged push. A copy that goes
@@ -115,12 +118,23 @@ class Replicator {
     // Shared with the Write that sends it, so that it is never copied.
     std::shared_ptr<const ReplicateRequest> request;
   };
-  // An update queued for a server; `paced`: a part of the snapshot of a
-  // copy that catches up.
+  // A copy's snapshot: when it was taken, and its version.
+  struct Filling {
+    // Set, under the unit's lock, once the sender took it: the unit's
+    // updates are queued for the copy from then on.
+    std::atomic<bool> taken{false};
+    // Its version once taken; -1 before, and once the copy is reported
+    // caught up.
+    std::atomic<int64_t> at{-1};
+  };
+  // An update queued for a server, or the snapshot to take there when the
+  // sender comes to it (`filling` set, `update` empty); `paced`: of a copy
+  // that catches up, so sent at the rate.
   struct Queued {
     ReplicatedUnit* unit;
     ShardUpdate update;
     bool paced;
+    std::shared_ptr<Filling> filling;
   };
   struct Peer {
     std::string address;
@@ -133,6 +147,10 @@ class Replicator {
     bool broken ABSL_GUARDED_BY(mu) = false;  // the stream's reader saw it end
     bool stopping ABSL_GUARDED_BY(mu) = false;
     ReplicaStream* stream ABSL_GUARDED_BY(mu) = nullptr;  // the open one
+    // The unit whose snapshot the sender is taking (null: none), and
+    // whether its copy went meanwhile (its parts are dropped).
+    const ReplicatedUnit* taking ABSL_GUARDED_BY(mu) = nullptr;
+    bool taking_dropped ABSL_GUARDED_BY(mu) = false;
     std::thread sender;
   };
   // One copy of a replicated unit: its server and the version it has.
@@ -143,9 +161,8 @@ class Replicator {
     // A catching-up copy that has its snapshot: the unit's commits wait
     // for it too, before it is reported caught up.
     bool waited = false;
-    // Of the snapshot it was sent (set as it is taken, before any answer);
-    // -1: none, or reported caught up.
-    std::shared_ptr<std::atomic<int64_t>> filled_at;
+    // Of the snapshot it is sent; null: none.
+    std::shared_ptr<Filling> filling;
   };
   // Per replicated unit: its copies, the ready ones first.
   using Copies = std::vector<Copy>;
@@ -161,17 +178,24 @@ class Replicator {
   // Stops the senders to servers that hold no unit's backup any more (the
   // table dropped them), which would otherwise call a lost server for ever.
   void DropUnusedPeers() ABSL_LOCKS_EXCLUDED(mu_);
-  static void Enqueue(Peer* peer, ReplicatedUnit* unit, ShardUpdate update, bool paced = false);
+  static void Enqueue(Peer* peer, Queued queued);
   // `unit`'s copy on `peer` went: what is queued for it there is dropped,
   // and what is in flight is not sent again (its entries in the batches
-  // become null: the server may refuse them now).
+  // become null: the server may refuse them now). Waits while the sender
+  // takes the unit's snapshot, so that the unit may go once it returns.
   static void Unqueue(Peer* peer, const ReplicatedUnit* unit);
+  // The sender takes the snapshot `queued` stands for: its parts go first
+  // in the queue.
+  static void TakeSnapshot(Peer* peer, const Queued& queued);
   // `batch` without the updates Unqueue dropped.
   static void DropUnqueued(Batch& batch);
   // The next call to `peer`: what its queue holds, in order, up to about
   // kMaxCallBytes, but for paced parts the rate does not allow yet, and the
-  // updates of their units after them. Empty when nothing may go now.
-  Batch TakeBatchLocked(Peer* peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu);
+  // updates of their units after them. It ends before a snapshot to take;
+  // when that comes first it is taken out of the queue into *snapshot
+  // (peer->taking set) and the batch is empty. Empty when nothing may go
+  // now.
+  Batch TakeBatchLocked(Peer* peer, Queued* snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer->mu);
   // The sender's loop: opens the stream, sends again what it had in flight,
   // then what queues, in order, until stopped.
   void Send(Peer* peer);

@@ -37,10 +37,11 @@ Shard MakeShard(const std::string& name) {
 }
 
 // What the backup server was sent: each update's variable, whether it was
-// a snapshot's part, and when it came.
+// a snapshot's part, its version, and when it came.
 struct Received {
   std::string variable;
   bool snapshot;
+  int64_t version;
   absl::Time at;
 };
 
@@ -54,7 +55,7 @@ class AnsweringStream : public AnsweredStream {
       ReplicateResponse answer;
       absl::MutexLock lock(log_mu_);
       for (const ShardUpdate& update : request.updates()) {
-        log_->push_back({update.variable(), update.has_snapshot(), absl::Now()});
+        log_->push_back({update.variable(), update.has_snapshot(), update.version(), absl::Now()});
         answer.add_versions(update.version());
       }
       return absl::StatusOr<ReplicateResponse>(std::move(answer));
@@ -65,6 +66,16 @@ class AnsweringStream : public AnsweredStream {
   absl::Mutex* const log_mu_;
   std::vector<Received>* const log_;
 };
+
+// A gradient of ones, from worker 0 as its push `push_id`.
+ShardGradient Ones(uint64_t push_id) {
+  static const std::vector<float> ones(kFloats, 1.0f);
+  ShardGradient grad;
+  grad.worker = 0;
+  grad.push_id = push_id;
+  grad.parts = {AsFloatBytes(ones)};
+  return grad;
+}
 
 class AnsweringLink : public ReplicaLink {
  public:
@@ -102,12 +113,7 @@ TEST(ReplicatorTest, CatchingUpSnapshotsArePacedAndOtherShardsOvertakeThem) {
   replicator.Replicate(&first, {}, {"backup:1"});
   replicator.Replicate(&second, {}, {"backup:1"});
 
-  std::vector<float> ones(kFloats, 1.0f);
-  ShardGradient grad;
-  grad.worker = 0;
-  grad.push_id = 1;
-  grad.parts = {AsFloatBytes(ones)};
-  ASSERT_TRUE(ready.ApplyNow(grad, -1).ok());
+  ASSERT_TRUE(ready.ApplyNow(Ones(1), -1).ok());
   ASSERT_TRUE(ready.AwaitCommitted(1, absl::Now() + absl::Seconds(30)).ok());
   {
     absl::MutexLock lock(&mu);
@@ -123,6 +129,44 @@ TEST(ReplicatorTest, CatchingUpSnapshotsArePacedAndOtherShardsOvertakeThem) {
     EXPECT_THAT(order, ::testing::ElementsAre("first", "ready", "second"));
     EXPECT_GE(sent["second"] - sent["first"], absl::Seconds(5) - absl::Milliseconds(10));
   }
+}
+
+// A copy's snapshot is taken when its turn comes, not when the copy is
+// made: a shard updated while its copy waits for the rate sends one
+// snapshot, of the version it has then, and none of the updates made
+// meanwhile (the snapshot has them); those after it follow it.
+TEST(ReplicatorTest, ASnapshotIsTakenWhenItsTurnComesWithTheUpdatesMadeWhileItWaited) {
+  constexpr int64_t kRate = kFloats * 4 / 2;  // a part each 2 s
+  absl::Mutex mu;
+  std::vector<Received> log;
+  std::map<std::string, int> caught_up;
+  Shard first = MakeShard("first"), second = MakeShard("second");
+  ReplicatorOptions options;
+  options.catch_up_bytes_per_sec = kRate;
+  Replicator replicator(
+      "primary:1", [&](const std::string&) { return std::make_unique<AnsweringLink>(&mu, &log); },
+      [&](ReplicatedUnit* shard, const std::string&) {
+        absl::MutexLock lock(&mu);
+        ++caught_up[shard->key()];
+      },
+      options);
+  replicator.Replicate(&first, {}, {"backup:1"});
+  replicator.Replicate(&second, {}, {"backup:1"});
+  for (uint64_t push = 1; push <= 3; ++push) ASSERT_TRUE(second.ApplyNow(Ones(push), -1).ok());
+  {
+    absl::MutexLock lock(&mu);
+    auto both = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return caught_up.size() == 2; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(60)));
+  }
+  ASSERT_TRUE(second.ApplyNow(Ones(4), -1).ok());
+  ASSERT_TRUE(second.AwaitCommitted(4, absl::Now() + absl::Seconds(30)).ok());
+  absl::MutexLock lock(&mu);
+  std::vector<std::pair<bool, int64_t>> of_second;  // snapshot, version
+  for (const Received& r : log) {
+    if (r.variable == "second") of_second.emplace_back(r.snapshot, r.version);
+  }
+  EXPECT_THAT(of_second, ::testing::ElementsAre(std::make_pair(true, int64_t{3}),
+                                                std::make_pair(false, int64_t{4})));
 }
 
 }  // namespace

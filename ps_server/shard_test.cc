@@ -393,9 +393,9 @@ TEST(ShardReplicationTest, ASnapshotInPartsMakesACopyThatDiffersBitIdentical) {
   std::vector<ShardUpdate> parts;
   std::vector<ShardUpdate> after;
   // Parts of 8 floats: 15 values and Adam's two slots make 45 floats.
-  primary.ForwardUpdates({[&](ShardUpdate u) { after.push_back(std::move(u)); }, true,
-                          [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); },
-                          8 * sizeof(float)});
+  primary.ForwardUpdates({[&](ShardUpdate u) { after.push_back(std::move(u)); }});
+  primary.Snapshot(8 * sizeof(float),
+                   [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); });
   ASSERT_EQ(parts.size(), 6u);
   EXPECT_TRUE(parts[0].snapshot().has_spec());
   EXPECT_EQ(parts.back().snapshot().push_ids(0), 3u);
@@ -444,9 +444,9 @@ TEST(ShardReplicationTest, ASnapshotLeavesOutTheStepBeingAccumulatedAndItsPushes
   ASSERT_EQ(primary.Accumulate(first.grad, 2)->outcome(), ShardPushResult::ACCUMULATED);
   EXPECT_EQ(primary.Accumulate(first.grad, 2)->outcome(), ShardPushResult::DUPLICATE);
   std::vector<ShardUpdate> parts;
-  primary.ForwardUpdates({[](const ShardUpdate&) {}, true,
-                          [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); },
-                          1 << 20});
+  primary.ForwardUpdates({[](const ShardUpdate&) {}});
+  primary.Snapshot(1 << 20,
+                   [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); });
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].snapshot().push_ids_size() > 0 ? parts[0].snapshot().push_ids(0) : 0u, 0u)
       << "a push of the step being accumulated";

@@ -346,11 +346,9 @@ TEST_F(TableCopiesTest, ABackupApplyingEachStepStaysBitIdentical) {
 // after it; promoted, it knows the pushes it took (a retry is DUPLICATE).
 TEST_F(TableCopiesTest, ANewCopyFilledFromTheSnapshotTakesTheStepsAfterIt) {
   Train(40, /*sync=*/false);
-  ReplicatedUnit::Forwarding forwarding = Forwarding();
+  primary_->ForwardUpdates(Forwarding());
   std::vector<ShardUpdate> parts;
-  forwarding.snapshot = [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); };
-  forwarding.part_bytes = 512;
-  primary_->ForwardUpdates(forwarding);
+  primary_->Snapshot(512, [&](std::vector<ShardUpdate> snapshot) { parts = std::move(snapshot); });
   ASSERT_GT(parts.size(), 3u);
   ASSERT_GT(primary_->stats().candidates, 0);
   for (size_t i = 0; i < parts.size(); ++i) {
