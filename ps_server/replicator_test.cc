@@ -89,6 +89,23 @@ class AnsweringLink : public ReplicaLink {
   std::vector<Received>* const log_;
 };
 
+// A replicator whose backups answer at once, each update logged in `log`;
+// the snapshots of copies that catch up go at `rate` bytes/s, and each
+// copy caught up is recorded in `caught_up` with when (under `mu`).
+std::unique_ptr<Replicator> Answering(absl::Mutex* mu, std::vector<Received>* log,
+                                      std::map<std::string, absl::Time>* caught_up, int64_t rate) {
+  ReplicatorOptions options;
+  options.catch_up_bytes_per_sec = rate;
+  return std::make_unique<Replicator>(
+      "primary:1",
+      [mu, log](const std::string&) { return std::make_unique<AnsweringLink>(mu, log); },
+      [mu, caught_up](ReplicatedUnit* shard, const std::string&) {
+        absl::MutexLock lock(mu);
+        (*caught_up)[shard->key()] = absl::Now();
+      },
+      options);
+}
+
 // Two copies catch up on a server that also holds a ready backup of a
 // third shard: their snapshots go at the rate (the second no sooner than
 // the first's bytes allow), while an update of the third shard overtakes
@@ -100,18 +117,10 @@ TEST(ReplicatorTest, CatchingUpSnapshotsArePacedAndOtherShardsOvertakeThem) {
   std::map<std::string, absl::Time> caught_up;
   // Made before the replicator, which stops forwarding their updates as it goes.
   Shard ready = MakeShard("ready"), first = MakeShard("first"), second = MakeShard("second");
-  ReplicatorOptions options;
-  options.catch_up_bytes_per_sec = kRate;
-  Replicator replicator(
-      "primary:1", [&](const std::string&) { return std::make_unique<AnsweringLink>(&mu, &log); },
-      [&](ReplicatedUnit* shard, const std::string&) {
-        absl::MutexLock lock(&mu);
-        caught_up[shard->key()] = absl::Now();
-      },
-      options);
-  replicator.Replicate(&ready, {"backup:1"});
-  replicator.Replicate(&first, {}, {"backup:1"});
-  replicator.Replicate(&second, {}, {"backup:1"});
+  auto replicator = Answering(&mu, &log, &caught_up, kRate);
+  replicator->Replicate(&ready, {"backup:1"});
+  replicator->Replicate(&first, {}, {"backup:1"});
+  replicator->Replicate(&second, {}, {"backup:1"});
 
   ASSERT_TRUE(ready.ApplyNow(Ones(1), -1).ok());
   ASSERT_TRUE(ready.AwaitCommitted(1, absl::Now() + absl::Seconds(30)).ok());
@@ -139,19 +148,11 @@ TEST(ReplicatorTest, ASnapshotIsTakenWhenItsTurnComesWithTheUpdatesMadeWhileItWa
   constexpr int64_t kRate = kFloats * 4 / 2;  // a part each 2 s
   absl::Mutex mu;
   std::vector<Received> log;
-  std::map<std::string, int> caught_up;
+  std::map<std::string, absl::Time> caught_up;
   Shard first = MakeShard("first"), second = MakeShard("second");
-  ReplicatorOptions options;
-  options.catch_up_bytes_per_sec = kRate;
-  Replicator replicator(
-      "primary:1", [&](const std::string&) { return std::make_unique<AnsweringLink>(&mu, &log); },
-      [&](ReplicatedUnit* shard, const std::string&) {
-        absl::MutexLock lock(&mu);
-        ++caught_up[shard->key()];
-      },
-      options);
-  replicator.Replicate(&first, {}, {"backup:1"});
-  replicator.Replicate(&second, {}, {"backup:1"});
+  auto replicator = Answering(&mu, &log, &caught_up, kRate);
+  replicator->Replicate(&first, {}, {"backup:1"});
+  replicator->Replicate(&second, {}, {"backup:1"});
   for (uint64_t push = 1; push <= 3; ++push) ASSERT_TRUE(second.ApplyNow(Ones(push), -1).ok());
   {
     absl::MutexLock lock(&mu);
