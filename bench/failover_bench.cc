@@ -21,7 +21,12 @@
 // variable of its own (as the failover rounds' worker does) before the
 // restart and all through the catch-up; catch_up_push_p50_ms is its
 // pushes' median meanwhile (catch_up_push_p90_ms their 90th percentile),
-// catch_up_push_vs_before that against the median before.
+// catch_up_push_vs_before that against the median before. What it costs
+// the primaries' memory: catch_up_primary_peak_growth_MiB is the most a
+// surviving server's resident memory rose above its level at the restart,
+// and catch_up_primary_growth_vs_sent that against the bytes it sent (half
+// of the restarted server's copies each): 1 or more is a whole copy of
+// what it sent held at once.
 // The servers' --catch_up_mib_per_sec is --catch_up_mib_per_sec (0, the
 // default here: unbounded, the wire's and the servers' own speed).
 //
@@ -42,6 +47,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <regex>
@@ -135,6 +141,21 @@ class Cluster {
   void Kill(int i) {
     absl::MutexLock lock(&mu_);
     ::kill(servers_[i]->pid(), SIGKILL);
+  }
+  // Server i's /proc status `field` (VmRSS, VmHWM) in KiB; -1 unread.
+  long StatusKib(int i, const std::string& field) {
+    absl::MutexLock lock(&mu_);
+    std::ifstream status(absl::StrCat("/proc/", servers_[i]->pid(), "/status"));
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
+    }
+    return -1;
+  }
+  // Resets server i's peak resident memory (VmHWM) to what it holds now.
+  void ResetPeak(int i) {
+    absl::MutexLock lock(&mu_);
+    std::ofstream(absl::StrCat("/proc/", servers_[i]->pid(), "/clear_refs")) << "5";
   }
   // Kills server i (-9) and starts it again at its address; whether it
   // listens there again.
@@ -239,12 +260,18 @@ struct CatchUp {
   absl::Duration took;
   int64_t bytes = 0;  // of the copies the restarted server was filled with
   std::vector<double> push_ms_before, push_ms_during;  // the training worker's
+  double primary_growth_mib = 0;                       // the most a surviving server's memory rose
 };
 
 // Restarts server 1 of `cluster` at once, and polls until it holds copies
 // and no primary is still filling one: the time from its start, and the
 // bytes of its copies; nothing when that failed.
 std::optional<CatchUp> AwaitCaughtUp(Cluster& cluster, fulcrum::PsClient& worker) {
+  std::vector<long> rss_kib(kServers);  // of the survivors, at the restart
+  for (int ps : {0, 2}) {
+    rss_kib[ps] = cluster.StatusKib(ps, "VmRSS");
+    cluster.ResetPeak(ps);
+  }
   const absl::Time start = absl::Now();
   if (!cluster.Restart(1)) {
     std::fprintf(stderr, "failover_bench: the restarted server did not listen at its address\n");
@@ -256,7 +283,7 @@ std::optional<CatchUp> AwaitCaughtUp(Cluster& cluster, fulcrum::PsClient& worker
     // answers nothing.
     absl::StatusOr<std::vector<fulcrum::DescribeResponse>> described = worker.Describe();
     if (!described.ok()) continue;
-    CatchUp caught{absl::Now() - start, 0, {}, {}};
+    CatchUp caught{absl::Now() - start, 0, {}, {}, 0};
     bool ready = !(*described)[1].shards().empty();
     for (size_t ps = 0; ps < described->size(); ++ps) {
       for (const fulcrum::ShardInfo& shard : (*described)[ps].shards()) {
@@ -264,7 +291,14 @@ std::optional<CatchUp> AwaitCaughtUp(Cluster& cluster, fulcrum::PsClient& worker
         if (ps == 1) caught.bytes += fulcrum::NumElements(shard.shape()) * int64_t{sizeof(float)};
       }
     }
-    if (ready) return caught;
+    if (ready) {
+      for (int ps : {0, 2}) {
+        caught.primary_growth_mib =
+            std::max(caught.primary_growth_mib,
+                     static_cast<double>(cluster.StatusKib(ps, "VmHWM") - rss_kib[ps]) / 1024);
+      }
+      return caught;
+    }
   }
   std::fprintf(stderr, "failover_bench: the restarted server was not filled in 10 minutes\n");
   return std::nullopt;
@@ -386,6 +420,9 @@ int main(int argc, char** argv) {
     std::printf("catch_up_push_p50_ms=%.2f\n", during);
     std::printf("catch_up_push_vs_before=%.2f\n", during / Quantile(caught->push_ms_before, 0.5));
     std::printf("catch_up_push_p90_ms=%.2f\n", Quantile(caught->push_ms_during, 0.9));
+    std::printf("catch_up_primary_peak_growth_MiB=%.1f\n", caught->primary_growth_mib);
+    std::printf("catch_up_primary_growth_vs_sent=%.2f\n",
+                caught->primary_growth_mib * (1 << 20) / (static_cast<double>(caught->bytes) / 2));
   }
   if (const int rounds = absl::GetFlag(FLAGS_cost_rounds); rounds > 0) {
     std::optional<DataPlane> one = MeasureDataPlane(ps_server, 1, rounds);

@@ -38,7 +38,8 @@
 #        TCP on loopback, and a training worker's pushes meanwhile against
 #        its pushes before; and what replication costs the data plane (64
 #        MiB push+pull, 4 KiB pull) against --replication=1 in the same run
-#        (bench:failover_bench).
+#        (bench:failover_bench), and the primaries' memory growth in the
+#        catch-up against the bytes they sent.
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
