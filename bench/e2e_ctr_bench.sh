@@ -16,11 +16,14 @@
 # each on the same number of examples (one pass over --examples). Each
 # one's AUC is compared with the best its test split allows (the AUC of its
 # true probabilities): the two draw from the same distribution, not the
-# same examples.
+# same examples. Fulcrum runs again with every table's ranges and every
+# shard in two copies (--replication=2, the launcher's etcd), for what
+# replication costs the table-heavy model.
 # Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
 # e2e_ctr_vs_tensorflow (examples/s), the AUC gaps, and the PyTorch model's
 # torch_ctr_vs_cpp_ctr and torch_ctr_vs_tensorflow (examples/s; the same
-# architecture as the C++ model's) and torch_dlrm_vs_cpp_ctr.
+# architecture as the C++ model's), torch_dlrm_vs_cpp_ctr and
+# replication2_ctr_e2e_vs_unreplicated.
 #   bench/e2e_ctr_bench.sh [--quick]
 #
 # How each rate is counted, as in bench/e2e_bench.sh: Fulcrum's from the
@@ -40,9 +43,9 @@ bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-fulcrum() {  # "examples/s auc best_auc" from the chief's summary
+fulcrum() {  # "examples/s auc best_auc" from the chief's summary; $@: the launcher's flags
   # Plaintext, as TensorFlow's runs are.
-  "$bin/deploy/local_cluster" --insecure --num_ps=2 --num_workers=3 --mode=async \
+  "$bin/deploy/local_cluster" --insecure --num_ps=2 --num_workers=3 --mode=async "$@" \
     --summary_json="$work/summary.json" -- --model=ctr --dataset=synthetic_ctr \
     --ctr_vocabulary=100000 --ctr_train_examples="$examples" --ctr_test_examples=20000 \
     --hidden=64,32 --embedding_dim=16 --optimizer=adam --learning_rate=0.002 \
@@ -77,21 +80,25 @@ tensorflow() {  # "examples/s auc best_auc"
 
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-ours=() torch=() dlrm=() theirs=()
+ours=() replicated=() torch=() dlrm=() theirs=()
 for run in $(seq "$runs"); do
   read -r rate auc best <<< "$(fulcrum)"
   ours+=("$rate")
+  read -r replicated_rate replicated_auc _ <<< "$(fulcrum --replication=2)"
+  replicated+=("$replicated_rate")
   read -r torch_rate torch_auc torch_best <<< "$(torch_ctr --interaction=cat --bottom=)"
   torch+=("$torch_rate")
   read -r dlrm_rate dlrm_auc _ <<< "$(torch_ctr --interaction=dot --bottom=64)"
   dlrm+=("$dlrm_rate")
   read -r tf_rate tf_auc tf_best <<< "$(tensorflow)"
   theirs+=("$tf_rate")
-  echo "run $run of $runs: fulcrum $rate examples/s AUC $auc (best $best);" \
+  echo "run $run of $runs: fulcrum $rate examples/s AUC $auc (best $best)," \
+    "replicated $replicated_rate AUC $replicated_auc;" \
     "torch_ctr.py $torch_rate examples/s AUC $torch_auc, as DLRM $dlrm_rate AUC $dlrm_auc;" \
     "tensorflow $tf_rate examples/s AUC $tf_auc (best $tf_best)" >&2
 done
 ours_m=$(echo "${ours[@]}" | median)
+replicated_m=$(echo "${replicated[@]}" | median)
 torch_m=$(echo "${torch[@]}" | median)
 dlrm_m=$(echo "${dlrm[@]}" | median)
 theirs_m=$(echo "${theirs[@]}" | median)
@@ -112,3 +119,6 @@ python3 -c "print('torch_ctr_vs_tensorflow=%.2f' % ($torch_m / $theirs_m))"
 echo "e2e_ctr_torch_dlrm_examples_per_sec=$dlrm_m"
 echo "e2e_ctr_torch_dlrm_test_auc=$dlrm_auc"
 python3 -c "print('torch_dlrm_vs_cpp_ctr=%.2f' % ($dlrm_m / $ours_m))"
+echo "e2e_ctr_fulcrum_replication2_examples_per_sec=$replicated_m"
+echo "e2e_ctr_fulcrum_replication2_test_auc=$replicated_auc"
+python3 -c "print('replication2_ctr_e2e_vs_unreplicated=%.2f' % ($replicated_m / $ours_m))"
