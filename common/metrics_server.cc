@@ -11,9 +11,23 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace fulcrum {
+
+bool IsLoopback(const sockaddr_storage& peer) {
+  if (peer.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(peer);
+    return (ntohl(v4.sin_addr.s_addr) >> 24) == 127;
+  }
+  if (peer.ss_family == AF_INET6) {
+    const in6_addr& v6 = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;
+}
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host,
                                                                     int port) {
@@ -66,7 +80,10 @@ void MetricsServer::Serve() {
     if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
     if (fds[1].revents != 0) break;
     if ((fds[0].revents & POLLIN) == 0) continue;
-    const int connection = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_storage peer{};
+    socklen_t peer_size = sizeof(peer);
+    const int connection = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_size,
+                                   SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (connection < 0) continue;
     bool accepted = false;
     {
@@ -83,8 +100,8 @@ void MetricsServer::Serve() {
       close(connection);
       continue;
     }
-    std::thread([this, connection] {
-      Answer(connection);
+    std::thread([this, connection, loopback = IsLoopback(peer)] {
+      Answer(connection, loopback);
       {
         absl::MutexLock lock(&mu_);
         --connections_;
@@ -123,7 +140,39 @@ std::string MetricsServer::Body() {
   return prometheus::TextSerializer().Serialize(families);
 }
 
-void MetricsServer::Answer(int connection) {
+void MetricsServer::SetPage(std::function<std::string()> render, bool loopback_only) {
+  absl::MutexLock lock(&mu_);
+  page_ = std::move(render);
+  page_loopback_only_ = loopback_only;
+}
+
+MetricsServer::Response MetricsServer::Route(absl::string_view request, bool from_loopback) {
+  auto is = [request](absl::string_view path) {
+    return absl::StartsWith(request, absl::StrCat("GET ", path, " ")) ||
+           absl::StartsWith(request, absl::StrCat("GET ", path, "?"));
+  };
+  if (is("/metrics")) return {"200 OK", "text/plain; version=0.0.4", Body()};
+  std::function<std::string()> page;
+  bool loopback_only = false;
+  {
+    absl::MutexLock lock(&mu_);
+    page = page_;
+    loopback_only = page_loopback_only_;
+  }
+  if (is("/") && page) {
+    if (loopback_only && !from_loopback) {
+      return {"403 Forbidden", "text/plain",
+              "this daemon runs with TLS: its status page is served on loopback only; reach it "
+              "through ssh -L or kubectl port-forward (docs/watching.md)\n"};
+    }
+    return {"200 OK", "text/html; charset=utf-8", page()};
+  }
+  return {"404 Not Found", "text/plain",
+          page ? "only GET / (the status page) and GET /metrics are served\n"
+               : "only GET /metrics is served\n"};
+}
+
+void MetricsServer::Answer(int connection, bool from_loopback) {
   const absl::Time deadline = absl::Now() + kConnectionTimeout;
   // The request line is enough: GET /metrics.
   std::string request;
@@ -135,14 +184,10 @@ void MetricsServer::Answer(int connection) {
     if (n <= 0) break;
     request.append(buffer, static_cast<size_t>(n));
   }
-  std::string status = "404 Not Found", body = "only GET /metrics is served\n";
-  if (request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0) {
-    status = "200 OK";
-    body = Body();
-  }
-  const std::string response =
-      absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: text/plain; version=0.0.4\r\n",
-                   "Content-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+  const Response answer = Route(request, from_loopback);
+  const std::string response = absl::StrCat(
+      "HTTP/1.0 ", answer.status, "\r\nContent-Type: ", answer.content_type,
+      "\r\nContent-Length: ", answer.body.size(), "\r\nConnection: close\r\n\r\n", answer.body);
   // MSG_NOSIGNAL: a client that reset the connection is an EPIPE here, not
   // a SIGPIPE that ends the process.
   for (size_t done = 0; done < response.size();) {

@@ -105,6 +105,55 @@ TEST(MetricsServerTest, AnswersScrapesConcurrently) {
   for (int fd : silent) close(fd);
 }
 
+// The status page at /, HTML, made afresh for each request; loopback-only
+// (a daemon with TLS) still serves this test, which asks from 127.0.0.1.
+TEST(MetricsServerTest, ServesTheStatusPageAtTheRoot) {
+  auto server = MetricsServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT(Ask((*server)->port(), "GET / HTTP/1.0\r\n\r\n"), StartsWith("HTTP/1.0 404"));
+  int rendered = 0;
+  (*server)->SetPage([&rendered] { return absl::StrCat("<p>page ", ++rendered, "</p>"); },
+                     /*loopback_only=*/true);
+  const std::string page = Ask((*server)->port(), "GET / HTTP/1.0\r\n\r\n");
+  EXPECT_THAT(page, StartsWith("HTTP/1.0 200 OK"));
+  EXPECT_THAT(page, HasSubstr("Content-Type: text/html; charset=utf-8"));
+  EXPECT_THAT(page, HasSubstr("<p>page 1</p>"));
+  EXPECT_THAT(Ask((*server)->port(), "GET /?refresh=1 HTTP/1.0\r\n\r\n"),
+              HasSubstr("<p>page 2</p>"));
+  EXPECT_THAT(Ask((*server)->port(), "GET /metrics HTTP/1.0\r\n\r\n"),
+              StartsWith("HTTP/1.0 200 OK"));
+  EXPECT_THAT(Ask((*server)->port(), "GET /other HTTP/1.0\r\n\r\n"),
+              HasSubstr("only GET / (the status page) and GET /metrics are served"));
+}
+
+// Which peers a loopback-only page answers (tests may send traffic only to
+// 127.0.0.1, so the other addresses are made, not connected from).
+TEST(MetricsServerTest, OnlyLoopbackPeersAreLoopback) {
+  auto v4 = [](const char* address) {
+    sockaddr_storage peer{};
+    auto& in = reinterpret_cast<sockaddr_in&>(peer);
+    in.sin_family = AF_INET;
+    EXPECT_EQ(inet_pton(AF_INET, address, &in.sin_addr), 1);
+    return peer;
+  };
+  auto v6 = [](const char* address) {
+    sockaddr_storage peer{};
+    auto& in = reinterpret_cast<sockaddr_in6&>(peer);
+    in.sin6_family = AF_INET6;
+    EXPECT_EQ(inet_pton(AF_INET6, address, &in.sin6_addr), 1);
+    return peer;
+  };
+  EXPECT_TRUE(IsLoopback(v4("127.0.0.1")));
+  EXPECT_TRUE(IsLoopback(v4("127.8.9.10")));
+  EXPECT_FALSE(IsLoopback(v4("10.0.0.1")));
+  EXPECT_FALSE(IsLoopback(v4("128.0.0.1")));
+  EXPECT_TRUE(IsLoopback(v6("::1")));
+  EXPECT_TRUE(IsLoopback(v6("::ffff:127.0.0.1")));
+  EXPECT_FALSE(IsLoopback(v6("::ffff:192.168.1.1")));
+  EXPECT_FALSE(IsLoopback(v6("fe80::1")));
+  EXPECT_FALSE(IsLoopback(sockaddr_storage{}));
+}
+
 TEST(MetricsServerTest, ATakenPortIsAClearError) {
   auto first = MetricsServer::Start("127.0.0.1", 0);
   ASSERT_TRUE(first.ok());

@@ -35,6 +35,7 @@
 #include "common/checkpoint/tensor_files.h"
 #include "common/cluster_flags.h"
 #include "common/consistency_mode.h"
+#include "common/describe_text.h"
 #include "common/file_system.h"
 #include "common/memory_size.h"
 #include "common/placement.h"
@@ -100,21 +101,6 @@ std::unique_ptr<PsClient> Client(const std::vector<std::string>& hosts) {
   return NewGrpcPsClient(hosts, options);
 }
 
-// Which copy of a shard or a table's range a server holds (ShardInfo,
-// TableInfo): "" when it is the only one.
-template <typename Info>
-std::string CopyOf(const Info& unit) {
-  std::string copy = !unit.primary().empty()   ? absl::StrCat("  backup of ", unit.primary())
-                     : !unit.backups().empty() ? absl::StrCat("  primary, backed up on ",
-                                                              absl::StrJoin(unit.backups(), ", "))
-                                               : "";
-  if (!unit.catching_up().empty()) {
-    absl::StrAppend(&copy, copy.empty() ? "  primary" : "", ", filling a copy on ",
-                    absl::StrJoin(unit.catching_up(), ", "));
-  }
-  return copy;
-}
-
 int Status(const std::vector<std::string>& hosts) {
   auto described = Client(hosts)->Describe();
   if (!described.ok()) {
@@ -132,11 +118,15 @@ int Status(const std::vector<std::string>& hosts) {
         ConsistencyModeName(d.mode()), d.incarnation(), d.restored_step(), d.updates_applied(),
         d.stale_gradients_dropped(), FormatBytes(d.memory_bytes()),
         FormatBytes(d.max_memory_bytes()), d.job_done() ? "  JOB DONE" : "");
+    // Two spaces before a copy's words, none for a single copy.
+    auto copy_of = [](const auto& unit) {
+      const std::string copy = CopyOf(unit);
+      return copy.empty() ? copy : absl::StrCat("  ", copy);
+    };
     for (const ShardInfo& s : d.shards()) {
-      const std::string copy = CopyOf(s);
       std::cout << absl::StrFormat("  shard %s/%d of %d  shape %s  version %d  pending %d  %s%s\n",
                                    s.variable(), s.shard(), s.num_shards(), ShapeString(s.shape()),
-                                   s.version(), s.pending_gradients(), s.optimizer(), copy);
+                                   s.version(), s.pending_gradients(), s.optimizer(), copy_of(s));
     }
     for (const TableInfo& t : d.tables()) {
       std::cout << absl::StrFormat(
@@ -145,16 +135,11 @@ int Status(const std::vector<std::string>& hosts) {
           t.name(), t.partition(), t.width(), t.rows(),
           t.max_rows() > 0 ? absl::StrCat(t.max_rows()) : std::string("unbounded"), t.candidates(),
           t.evictions(), t.admissions(), FormatBytes(t.memory_bytes()), t.version(), t.optimizer(),
-          CopyOf(t));
+          copy_of(t));
     }
     for (const WorkerInfo& w : d.workers()) {
-      const char* state = w.live()      ? "live"
-                          : w.awaited() ? "awaited (not started yet)"
-                          : w.seen()    ? "dead"
-                                        : "never came";
-      std::cout << absl::StrFormat("  worker %d  %s%s  clock %d  lease left %dms\n", w.worker_id(),
-                                   state, w.finished() ? " finished" : "", w.clock(),
-                                   w.lease_remaining_ms());
+      std::cout << absl::StrFormat("  worker %d  %s  clock %d  lease left %dms\n", w.worker_id(),
+                                   WorkerState(w), w.clock(), w.lease_remaining_ms());
     }
   }
   return 0;

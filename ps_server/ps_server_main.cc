@@ -30,6 +30,7 @@
 #include "ps_server/grpc/replica_link.h"
 #include "ps_server/membership.h"
 #include "ps_server/parameter_server.h"
+#include "ps_server/status_page.h"
 
 ABSL_FLAG(std::string, log_format, "text",
           "text (one line per event: time, role:index, level, message) or json (one JSON object "
@@ -70,8 +71,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(bool, keep_serving_after_job_done, false,
           "Keep serving (for inspection) after the chief says the job is done; SIGTERM stops it.");
 ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://<bind_host>:<port>/metrics; 0 picks a free port "
-          "(printed in the 'metrics on' line); -1: none.");
+          "Serve Prometheus metrics at http://<bind_host>:<port>/metrics and the server's status "
+          "page at / (with TLS, to loopback clients only: reach it through ssh -L or kubectl "
+          "port-forward); 0 picks a free port (printed in the 'metrics on' line); -1: none.");
 ABSL_FLAG(std::string, chief_identity, fulcrum::kDefaultControlIdentities,
           "With mutual TLS: the identities whose certificates may make control calls "
           "(JobDone, SaveCheckpoint), comma-separated; a certificate has one when its subject's "
@@ -256,6 +258,15 @@ int Run() {
   if (absl::EndsWith(address, ":0")) {
     address = absl::StrCat(address.substr(0, address.size() - 1), (*server)->port());
     ps.ServeAt(address);
+  }
+  if (metrics_server != nullptr) {
+    // Metadata only (names, versions, workers, addresses), never values;
+    // with TLS, to loopback clients only (docs/watching.md).
+    metrics_server->SetPage(
+        [&ps, address, security] {
+          return RenderServerPage(ps.Describe(), {address, security});
+        },
+        /*loopback_only=*/tls->enabled());
   }
   std::unique_ptr<Membership> membership;
   if (!config->etcd_endpoint().empty()) {

@@ -554,6 +554,15 @@ TEST(PsClusterTest, PrometheusMetrics) {
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_pulled_bytes_total 96"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_stale_gradients_dropped_total 0"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_workers_active 1"));
+  // The status page beside them: the shards, the worker, the security.
+  const std::string page = HttpGet(*port, "/");
+  EXPECT_THAT(page, HasSubstr("<!DOCTYPE html>"));
+  EXPECT_THAT(page, HasSubstr("parameter server 0 of 1 at " + ps.address));
+  EXPECT_THAT(page, HasSubstr("<td>w</td><td>0 of 2</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>w</td><td>1 of 2</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>0</td><td>live</td>"));
+  EXPECT_THAT(page, HasSubstr("updates applied 6"));
+  EXPECT_THAT(page, HasSubstr("&middot; plaintext &middot;"));
 }
 
 TEST(PsClusterTest, UnreachableServerIsReportedByAddress) {
@@ -719,11 +728,17 @@ TEST(PsClusterTest, ControlCallsNeverFailOpenWithTheClusterTokenAlone) {
 TEST(PsClusterTest, MutualTlsLetsInOnlyTheCasCertificates) {
   const std::string certs = ::testing::TempDir() + "/certs";
   ASSERT_EQ(std::system(("scripts/make_certs.sh " + certs + " > /dev/null").c_str()), 0);
-  PsProcess ps = StartPs(0, 1, 1,
-                         {"--mode=async", "--tls_cert=" + certs + "/ps.pem",
-                          "--tls_key=" + certs + "/ps.key", "--tls_ca=" + certs + "/ca.pem"});
+  PsProcess ps =
+      StartPs(0, 1, 1,
+              {"--mode=async", "--tls_cert=" + certs + "/ps.pem", "--tls_key=" + certs + "/ps.key",
+               "--tls_ca=" + certs + "/ca.pem", "--metrics_port=0"});
   ASSERT_FALSE(ps.address.empty());
   EXPECT_TRUE(ps.process->WaitForLine("(mutual TLS)", absl::Seconds(1)));
+  // The status page is served to loopback only with TLS: this test asks
+  // from 127.0.0.1 (MetricsServerTest checks which peers are loopback).
+  const std::optional<int> metrics_port = WaitForPort(*ps.process, "metrics on", absl::Seconds(10));
+  ASSERT_TRUE(metrics_port.has_value());
+  EXPECT_THAT(HttpGet(*metrics_port, "/"), HasSubstr("&middot; mutual TLS &middot;"));
   PsClientOptions worker;
   worker.tls_cert = certs + "/worker.pem";
   worker.tls_key = certs + "/worker.key";

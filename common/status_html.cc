@@ -1,0 +1,83 @@
+#include "common/status_html.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace fulcrum {
+
+std::string HtmlEscape(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string HtmlPage(absl::string_view title, int refresh_secs, absl::string_view body) {
+  return absl::StrCat("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+                      refresh_secs > 0 ? absl::StrCat("<meta http-equiv=\"refresh\" content=\"",
+                                                      refresh_secs, "\">")
+                                       : "",
+                      "<title>", HtmlEscape(title), "</title><style>",
+                      "body{font-family:sans-serif;margin:1.5em;color:#222}"
+                      "table{border-collapse:collapse;margin:.5em 0 1.5em}"
+                      "th,td{border:1px solid #ccc;padding:.2em .6em;text-align:left;font-size:90%}"
+                      "th{background:#f0f0f0}td.dead{color:#b00;font-weight:bold}"
+                      "h1{font-size:140%}h2{font-size:115%;margin-bottom:.2em}.muted{color:#777}",
+                      "</style></head><body>\n", body, "\n</body></html>\n");
+}
+
+std::string HtmlTable(absl::string_view id, const std::vector<std::string>& header,
+                      const std::vector<std::vector<std::string>>& rows, absl::string_view empty) {
+  if (rows.empty()) {
+    return absl::StrCat("<p id=\"", HtmlEscape(id), "\" class=\"muted\">", HtmlEscape(empty),
+                        "</p>\n");
+  }
+  std::string out = absl::StrCat("<table id=\"", HtmlEscape(id), "\"><tr>");
+  for (const std::string& cell : header) absl::StrAppend(&out, "<th>", HtmlEscape(cell), "</th>");
+  out += "</tr>\n";
+  for (const std::vector<std::string>& row : rows) {
+    out += "<tr>";
+    for (const std::string& cell : row) {
+      // A worker or copy lost stands out.
+      const bool dead = cell == "dead" || absl::StartsWith(cell, "dead ");
+      absl::StrAppend(&out, dead ? "<td class=\"dead\">" : "<td>", HtmlEscape(cell), "</td>");
+    }
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+std::string HtmlBar(double used, double limit, absl::string_view label) {
+  const double share = limit > 0 ? std::clamp(used / limit, 0.0, 1.0) : 0.0;
+  constexpr int kWidth = 300;
+  return absl::StrFormat(
+      "<svg width=\"%d\" height=\"18\" role=\"img\"><rect width=\"%d\" height=\"18\" "
+      "fill=\"#eee\"/><rect width=\"%d\" height=\"18\" fill=\"%s\"/></svg> %s\n",
+      kWidth, kWidth, static_cast<int>(share * kWidth), share >= 0.9 ? "#c33" : "#4a8",
+      HtmlEscape(label));
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,37 @@
+#include "common/status_html.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(StatusHtmlTest, EscapesWhatAPageShows) {
+  EXPECT_EQ(HtmlEscape("<w&'x\">"), "&lt;w&amp;&#39;x&quot;&gt;");
+  const std::string table = HtmlTable("t", {"a<b"}, {{"<script>"}, {"dead"}}, "none");
+  EXPECT_THAT(table, HasSubstr("<th>a&lt;b</th>"));
+  EXPECT_THAT(table, HasSubstr("<td>&lt;script&gt;</td>"));
+  EXPECT_THAT(table, Not(HasSubstr("<script>")));
+  EXPECT_THAT(table, HasSubstr("<td class=\"dead\">dead</td>"));
+  EXPECT_EQ(HtmlTable("t", {"a"}, {}, "nothing <yet>"),
+            "<p id=\"t\" class=\"muted\">nothing &lt;yet&gt;</p>\n");
+}
+
+TEST(StatusHtmlTest, APageRefreshesItselfAndABarShowsItsShare) {
+  const std::string page = HtmlPage("ps <0>", 2, "<p>body</p>");
+  EXPECT_THAT(page, HasSubstr("<meta http-equiv=\"refresh\" content=\"2\">"));
+  EXPECT_THAT(page, HasSubstr("<title>ps &lt;0&gt;</title>"));
+  EXPECT_THAT(page, HasSubstr("<p>body</p>"));
+  EXPECT_THAT(page, Not(HasSubstr("<script")));
+  EXPECT_THAT(HtmlPage("t", 0, ""), Not(HasSubstr("refresh")));
+  EXPECT_THAT(HtmlBar(50, 100, "half"), HasSubstr("width=\"150\" height=\"18\" fill=\"#4a8\""));
+  EXPECT_THAT(HtmlBar(95, 100, "near"), HasSubstr("fill=\"#c33\""));
+  EXPECT_THAT(HtmlBar(500, 100, "over"), HasSubstr("width=\"300\" height=\"18\" fill=\"#c33\""));
+  EXPECT_THAT(HtmlBar(1, 0, "no budget"), HasSubstr("width=\"0\""));
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,106 @@
+#include "ps_server/status_page.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/consistency_mode.h"
+#include "common/describe_text.h"
+#include "common/memory_size.h"
+#include "common/status_html.h"
+#include "common/tensor.h"
+
+namespace fulcrum {
+namespace {
+
+constexpr int kRefreshSecs = 2;
+
+std::string Or(const std::string& text, const char* otherwise) {
+  return text.empty() ? otherwise : text;
+}
+
+}  // namespace
+
+std::string RenderServerPage(const DescribeResponse& state, const ServerPageContext& context) {
+  const std::string title = absl::StrCat("ps ", state.ps_index(), " ", context.address);
+  const char* job = state.shutting_down() ? "done, shutting down"
+                    : state.job_done()    ? "done"
+                                          : "training";
+  std::string body = absl::StrCat(
+      "<h1>Fulcrum parameter server ", state.ps_index(), " of ", state.num_ps(), " at ",
+      HtmlEscape(context.address), "</h1>\n<p id=\"summary\">job ", job, " &middot; mode ",
+      HtmlEscape(ConsistencyModeName(state.mode())), " &middot; replication ",
+      std::max(1, state.replication()), state.zone().empty() ? "" : " &middot; zone ",
+      HtmlEscape(state.zone()), " &middot; ", HtmlEscape(context.security),
+      " &middot; incarnation ", absl::Hex(state.incarnation()), " &middot; checkpoint restored: ",
+      state.restored_step() >= 0 ? absl::StrCat("step ", state.restored_step()) : "none",
+      " &middot; updates applied ", state.updates_applied(), " &middot; stale pushes dropped ",
+      state.stale_gradients_dropped(), "</p>\n<h2>Memory</h2>\n<p id=\"memory\">",
+      HtmlBar(static_cast<double>(state.memory_bytes()),
+              static_cast<double>(state.max_memory_bytes()),
+              absl::StrCat(FormatBytes(state.memory_bytes()), " of its budget ",
+                           FormatBytes(state.max_memory_bytes()))),
+      "</p>\n");
+
+  std::vector<std::vector<std::string>> workers;
+  for (const WorkerInfo& w : state.workers()) {
+    workers.push_back({absl::StrCat(w.worker_id()), WorkerState(w),
+                       w.live() ? absl::StrCat(w.lease_remaining_ms(), " ms") : "-",
+                       absl::StrCat(w.clock())});
+  }
+  absl::StrAppend(&body, "<h2>Workers</h2>\n",
+                  HtmlTable("workers", {"worker", "state", "lease left", "clock"}, workers,
+                            "no worker known yet"));
+
+  std::vector<std::vector<std::string>> shards;
+  for (const ShardInfo& s : state.shards()) {
+    shards.push_back({s.variable(), absl::StrCat(s.shard(), " of ", s.num_shards()),
+                      ShapeString(s.shape()), absl::StrCat(s.version()),
+                      absl::StrCat(s.pending_gradients()), s.optimizer(),
+                      Or(CopyOf(s), "the only copy")});
+  }
+  absl::StrAppend(
+      &body, "<h2>Shards</h2>\n",
+      HtmlTable("shards",
+                {"variable", "shard", "shape", "version", "pending gradients", "optimizer", "copy"},
+                shards, "no shard here"));
+
+  std::vector<std::vector<std::string>> tables;
+  for (const TableInfo& t : state.tables()) {
+    tables.push_back({t.name(), absl::StrCat(t.partition()), absl::StrCat(t.width()),
+                      absl::StrCat(t.rows(), " of ",
+                                   t.max_rows() > 0 ? absl::StrCat(t.max_rows()) : "unbounded"),
+                      absl::StrCat(t.candidates()), absl::StrCat(t.evictions()),
+                      absl::StrCat(t.admissions()), FormatBytes(t.memory_bytes()),
+                      absl::StrCat(t.version()), t.optimizer(), Or(CopyOf(t), "the only copy")});
+  }
+  absl::StrAppend(&body, "<h2>Embedding tables</h2>\n",
+                  HtmlTable("tables",
+                            {"table", "range", "width", "rows", "candidates", "evictions",
+                             "admissions", "memory", "version", "optimizer", "copy"},
+                            tables, "no table's range here"));
+
+  std::vector<std::vector<std::string>> staleness;
+  for (int i = 0; i < state.staleness_histogram_size(); ++i) {
+    if (state.staleness_histogram(i) == 0) continue;
+    staleness.push_back({absl::StrCat(i, i + 1 == state.staleness_histogram_size() ? "+" : ""),
+                         absl::StrCat(state.staleness_histogram(i))});
+  }
+  absl::StrAppend(
+      &body, "<h2>Staleness of accepted pushes</h2>\n",
+      HtmlTable("staleness", {"versions behind", "pushes"}, staleness, "no push accepted yet"));
+  if (state.placement().epoch() > 0) {
+    std::vector<std::string> servers;
+    for (const PlacedServer& server : state.placement().servers()) {
+      servers.push_back(absl::StrCat(server.address(), server.draining() ? " (draining)" : ""));
+    }
+    absl::StrAppend(&body, "<h2>Placement</h2>\n<p id=\"placement\">epoch ",
+                    state.placement().epoch(), ", ", state.placement().units_size(), " unit(s) on ",
+                    HtmlEscape(absl::StrJoin(servers, ", ")), "</p>\n");
+  }
+  absl::StrAppend(&body, "<p class=\"muted\">Refreshes every ", kRefreshSecs,
+                  " s. The same figures for Prometheus: <a href=\"/metrics\">/metrics</a>.</p>");
+  return HtmlPage(title, kRefreshSecs, body);
+}
+
+}  // namespace fulcrum

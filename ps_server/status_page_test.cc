@@ -1,0 +1,86 @@
+#include "ps_server/status_page.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace fulcrum {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A replicated server's page: its copies, workers in each state, memory,
+// staleness and placement, every name escaped.
+TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
+  DescribeResponse state;
+  state.set_mode(ASYNC);
+  state.set_ps_index(1);
+  state.set_num_ps(3);
+  state.set_replication(2);
+  state.set_restored_step(-1);
+  state.set_memory_bytes(int64_t{3} << 20);
+  state.set_max_memory_bytes(int64_t{4} << 20);
+  ShardInfo* shard = state.add_shards();
+  shard->set_variable("dense<0>/kernel");
+  shard->set_shard(1);
+  shard->set_num_shards(2);
+  shard->add_shape(392);
+  shard->add_shape(256);
+  shard->set_version(17);
+  shard->set_optimizer("ADAM");
+  shard->add_backups("127.0.0.1:2");
+  TableInfo* table = state.add_tables();
+  table->set_name("ads");
+  table->set_partition(2);
+  table->set_width(8);
+  table->set_rows(40);
+  table->set_max_rows(50);
+  table->set_evictions(7);
+  table->set_primary("127.0.0.1:3");
+  WorkerInfo* live = state.add_workers();
+  live->set_worker_id(0);
+  live->set_live(true);
+  live->set_seen(true);
+  live->set_clock(5);
+  live->set_lease_remaining_ms(900);
+  WorkerInfo* dead = state.add_workers();
+  dead->set_worker_id(1);
+  dead->set_seen(true);
+  state.add_staleness_histogram(4);
+  state.add_staleness_histogram(0);
+  state.add_staleness_histogram(2);
+  state.mutable_placement()->set_epoch(3);
+  state.mutable_placement()->add_servers()->set_address("127.0.0.1:1");
+  state.mutable_placement()->add_units();
+
+  const std::string page = RenderServerPage(state, {"127.0.0.1:1", "mutual TLS, tokens"});
+  EXPECT_THAT(page, HasSubstr("parameter server 1 of 3 at 127.0.0.1:1"));
+  EXPECT_THAT(page, HasSubstr("mode async &middot; replication 2"));
+  EXPECT_THAT(page, HasSubstr("mutual TLS, tokens"));
+  EXPECT_THAT(page, HasSubstr("checkpoint restored: none"));
+  EXPECT_THAT(page, HasSubstr("3.0 MiB of its budget 4.0 MiB"));
+  EXPECT_THAT(page, HasSubstr("<td>dense&lt;0&gt;/kernel</td><td>1 of 2</td><td>[392, 256]</td>"
+                              "<td>17</td>"));
+  EXPECT_THAT(page, Not(HasSubstr("dense<0>")));
+  EXPECT_THAT(page, HasSubstr("<td>primary, backed up on 127.0.0.1:2</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>ads</td><td>2</td><td>8</td><td>40 of 50</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>backup of 127.0.0.1:3</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>0</td><td>live</td><td>900 ms</td><td>5</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>1</td><td class=\"dead\">dead</td><td>-</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>2+</td><td>2</td>"));
+  EXPECT_THAT(page, HasSubstr("epoch 3, 1 unit(s) on 127.0.0.1:1"));
+}
+
+TEST(StatusPageTest, AnEmptyServerSaysSo) {
+  DescribeResponse state;
+  state.set_restored_step(12);
+  const std::string page = RenderServerPage(state, {"127.0.0.1:1", "plaintext"});
+  EXPECT_THAT(page, HasSubstr("no worker known yet"));
+  EXPECT_THAT(page, HasSubstr("no shard here"));
+  EXPECT_THAT(page, HasSubstr("no table&#39;s range here"));
+  EXPECT_THAT(page, HasSubstr("checkpoint restored: step 12"));
+  EXPECT_THAT(page, Not(HasSubstr("Placement")));
+}
+
+}  // namespace
+}  // namespace fulcrum
