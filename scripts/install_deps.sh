@@ -30,6 +30,8 @@ if ! $build_only; then
     shellcheck
     # The coordination service of replicated shards (tests start their own).
     etcd-server
+    # The status pages' tests open them in a headless browser.
+    chromium fonts-dejavu-core
   )
 fi
 
