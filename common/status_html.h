@@ -4,6 +4,7 @@
 #define FULCRUM_COMMON_STATUS_HTML_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -22,6 +23,20 @@ std::string HtmlPage(absl::string_view title, int refresh_secs, absl::string_vie
 // paragraph instead.
 std::string HtmlTable(absl::string_view id, const std::vector<std::string>& header,
                       const std::vector<std::vector<std::string>>& rows, absl::string_view empty);
+
+// A line of a chart: its name (escaped here), its colour ("#36c") and
+// its points (x, y), x increasing.
+struct ChartLine {
+  std::string name;
+  std::string color;
+  std::vector<std::pair<double, double>> points;
+};
+
+// A line chart, inline SVG, of `lines` over one pair of axes, each axis
+// spanning the points' range (labelled at its ends); `x_label` names x.
+// A paragraph saying so when no line has a point.
+std::string HtmlLineChart(absl::string_view id, const std::vector<ChartLine>& lines,
+                          absl::string_view x_label);
 
 // A horizontal bar, inline SVG: `used` of `limit` filled (red from 90%),
 // labelled `label` (escaped here).

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace fulcrum {
 namespace {
 
@@ -31,6 +33,21 @@ TEST(StatusHtmlTest, APageRefreshesItselfAndABarShowsItsShare) {
   EXPECT_THAT(HtmlBar(95, 100, "near"), HasSubstr("fill=\"#c33\""));
   EXPECT_THAT(HtmlBar(500, 100, "over"), HasSubstr("width=\"300\" height=\"18\" fill=\"#c33\""));
   EXPECT_THAT(HtmlBar(1, 0, "no budget"), HasSubstr("width=\"0\""));
+}
+
+// A chart spans its points' range, skips points that are not finite, and
+// says so when there is nothing to draw.
+TEST(StatusHtmlTest, AChartDrawsEachLineOverThePointsRange) {
+  const std::string chart = HtmlLineChart(
+      "c", {{"loss", "#c33", {{0, 2}, {10, 1}, {20, std::nan("")}}}, {"acc<", "#36c", {{5, 0}}}},
+      "step");
+  EXPECT_THAT(chart, HasSubstr("<svg id=\"c\""));
+  // x from 0 to 10 across 560 px from 50; y from 0 to 2 over 180 px from 10.
+  EXPECT_THAT(chart, HasSubstr("points=\"50.0,10.0 610.0,100.0\""));
+  EXPECT_THAT(chart, HasSubstr("points=\"330.0,190.0\""));
+  EXPECT_THAT(chart, HasSubstr(">acc&lt;</text>"));
+  EXPECT_THAT(chart, HasSubstr(">step</text>"));
+  EXPECT_THAT(HtmlLineChart("c", {{"loss", "#c33", {}}}, "step"), HasSubstr("nothing to draw yet"));
 }
 
 }  // namespace

@@ -1048,6 +1048,7 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_replication(std::max(1, config_.replication()));
   response.set_zone(config_.zone());
   response.set_coordinated(!config_.etcd_endpoint().empty());
+  response.set_metrics_port(config_.metrics_port());
   {
     absl::MutexLock lock(&placement_mu_);
     *response.mutable_placement() = placement_;

@@ -213,6 +213,18 @@ int Run() {
     std::cerr << "ps_server: " << s.message() << "\n";
     return 2;
   }
+  // Started before the server, whose Describe says its port.
+  std::unique_ptr<MetricsServer> started_metrics;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto started =
+        MetricsServer::Start(absl::GetFlag(FLAGS_bind_host), absl::GetFlag(FLAGS_metrics_port));
+    if (!started.ok()) {
+      LOG_ERROR("{}", started.status().message());
+      return 1;
+    }
+    started_metrics = *std::move(started);
+    config->set_metrics_port(started_metrics->port());
+  }
   // A primary calls its shards' backups as the cluster's clients call it:
   // its certificate, and the token a control call needs.
   ParameterServer ps(
@@ -227,16 +239,10 @@ int Run() {
       return 1;
     }
   }
-  std::unique_ptr<MetricsServer> metrics_server;
+  // Destroyed before the server whose state it shows (declared after it).
+  std::unique_ptr<MetricsServer> metrics_server = std::move(started_metrics);
   std::optional<PsMetrics> metrics;
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto started =
-        MetricsServer::Start(absl::GetFlag(FLAGS_bind_host), absl::GetFlag(FLAGS_metrics_port));
-    if (!started.ok()) {
-      LOG_ERROR("{}", started.status().message());
-      return 1;
-    }
-    metrics_server = *std::move(started);
+  if (metrics_server != nullptr) {
     metrics.emplace(&ps, metrics_server->registry());
     metrics_server->Add(metrics->state());
     LOG_INFO("metrics on http://{}:{}/metrics", absl::GetFlag(FLAGS_bind_host),

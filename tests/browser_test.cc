@@ -60,7 +60,8 @@ bool Screenshot(const std::string& url, const std::string& name) {
 }
 
 // A server's page shows the cluster's workers and its shards; a worker
-// killed (-9) mid-run shows as dead once its lease (3 s) has run out. The
+// killed (-9) mid-run shows as dead once its lease (3 s) has run out; the
+// chief's page shows the job, its curves and a link to the server's. The
 // processes are started by hand, with mutual TLS, as on a real cluster:
 // the launcher would stop the job (or restart the worker) when one dies.
 TEST(BrowserTest, AServersPageShowsItsWorkersAndShardsAndAWorkerKilled) {
@@ -93,14 +94,17 @@ TEST(BrowserTest, AServersPageShowsItsWorkersAndShardsAndAWorkerKilled) {
                                      worker_hosts,
                                      absl::StrCat("--task_index=", index),
                                      "--mode=async",
-                                     "--epochs=3",
+                                     "--epochs=10",  // longer than the test: stopped at its end
                                      "--hidden=64",
                                      "--log_every_steps=50",
-                                     "--device=cpu"};
+                                     "--device=cpu",
+                                     "--metrics_port=0"};
     for (const std::string& flag : tls(index == 0 ? "chief" : "worker")) argv.push_back(flag);
     return std::make_unique<ChildProcess>(absl::StrCat("worker", index), argv);
   };
   std::unique_ptr<ChildProcess> chief = start_worker(0);
+  const std::optional<int> chief_port = WaitForPort(*chief, "metrics on", absl::Seconds(60));
+  ASSERT_TRUE(chief_port.has_value());
   std::unique_ptr<ChildProcess> worker1 = start_worker(1);
   ASSERT_TRUE(worker1->WaitForLine("step 50/", absl::Seconds(120)));
   const std::string url = absl::StrCat("http://127.0.0.1:", *port, "/");
@@ -123,7 +127,23 @@ TEST(BrowserTest, AServersPageShowsItsWorkersAndShardsAndAWorkerKilled) {
   EXPECT_THAT(after, HasSubstr("<td>1</td><td class=\"dead\">dead</td>"));
   EXPECT_THAT(after, HasSubstr("<td>0</td><td>live</td>"));
   EXPECT_TRUE(Screenshot(url, "server-page-worker-dead.png"));
-  EXPECT_EQ(chief->Wait(absl::Seconds(300)), 0);
+
+  // The chief's page, once it has evaluated its first epoch: where the job
+  // is, its curves, the test set's accuracy, and a link to the server's.
+  ASSERT_TRUE(chief->WaitForLine("epoch 1 test loss", absl::Seconds(120)));
+  const std::string chief_url = absl::StrCat("http://127.0.0.1:", *chief_port, "/");
+  const std::string job = Dom(chief_url);
+  EXPECT_THAT(job, HasSubstr("Fulcrum worker 0 (chief)"));
+  EXPECT_THAT(job, HasSubstr(" of 10 · step "));
+  EXPECT_THAT(job, HasSubstr(">train loss</text>"));
+  EXPECT_THAT(job, HasSubstr(">test accuracy</text>"));
+  EXPECT_THAT(job, HasSubstr(absl::StrCat("<a href=\"", url, "\">")));
+  EXPECT_TRUE(Screenshot(chief_url, "chief-page.png"));
+  // Stopped as an operator stops a job, to resume it later.
+  chief->Signal(SIGTERM);
+  EXPECT_EQ(chief->Wait(absl::Seconds(60)), 0);
+  ps.Signal(SIGTERM);
+  EXPECT_EQ(ps.Wait(absl::Seconds(60)), 0);
 }
 
 }  // namespace

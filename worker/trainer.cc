@@ -44,11 +44,6 @@ std::string NonFiniteGradient(const TensorMap& grads, const std::vector<float>& 
   return "";
 }
 
-std::string FormatEta(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds);
-  return s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60) : absl::StrFormat("%ds", s);
-}
-
 }  // namespace
 
 Trainer::Trainer(Strategy* strategy, std::vector<Mlp*> replicas, LocalReducer* reducer,
@@ -238,9 +233,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       const double loss = window_loss / std::max<int64_t>(window_examples, 1);
       const double accuracy =
           static_cast<double>(window_correct) / std::max<int64_t>(window_examples, 1);
+      const double eta_secs = elapsed / static_cast<double>(steps_done - first_step) *
+                              static_cast<double>(total_steps - steps_done);
       LOG_INFO("epoch {}/{} step {}/{} loss {:.4f} accuracy {:.4f} examples/s {:.0f} ETA {}",
                batch->epoch + 1, options_.epochs, steps_done, total_steps, loss, accuracy, rate,
-               FormatEta(elapsed / (steps_done - first_step) * (total_steps - steps_done)));
+               FormatDuration(eta_secs));
       ProgressRecord progress;
       progress.set_type("progress");
       progress.set_epoch(static_cast<int32_t>(batch->epoch + 1));
@@ -250,6 +247,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       progress.set_train_accuracy(accuracy);
       progress.set_examples_per_sec(rate);
       log_.Append(progress);
+      if (options_.status != nullptr) options_.status->Progress(progress, total_steps, eta_secs);
       window_loss = 0;
       window_correct = window_examples = 0;
       window_start = absl::Now();
@@ -273,6 +271,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         record.set_test_logloss(result->test_loss);
       }
       log_.Append(record);
+      if (options_.status != nullptr) options_.status->Evaluated(record);
       summary.epochs.push_back(*result);
     }
     if (options_.stop != nullptr && options_.stop->load()) {

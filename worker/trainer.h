@@ -21,6 +21,7 @@
 #include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
 #include "worker/embedding_inputs.h"
+#include "worker/job_page.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
 #include "worker/strategy/strategy.h"
@@ -52,6 +53,7 @@ struct TrainerOptions {
   Checkpointer* checkpointer = nullptr;  // chief: saves checkpoints as it trains
   FileSystem* fs = nullptr;              // chief: what the summary and metrics go through
   const std::atomic<bool>* stop = nullptr;  // set (SIGTERM): stop after the current step
+  JobStatus* status = nullptr;  // what the status page shows: recorded as it trains (null: none)
   // A batch whose gradients are not finite (NaN, infinity) is not pushed:
   // it is logged, counted and skipped. This many in a row end the run
   // (FAILED_PRECONDITION): the model has diverged.

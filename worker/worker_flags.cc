@@ -85,8 +85,10 @@ ABSL_FLAG(int64_t, checkpoint_every_secs, 600,
           "Chief: checkpoint every this many seconds; 0: not by time.");
 ABSL_FLAG(int, keep_checkpoints, 5, "Chief: complete checkpoints kept; older ones are deleted.");
 ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics; 0 picks a free "
-          "port (printed in the 'metrics on' line); -1: none.");
+          "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics and the worker's "
+          "status page at / (the job's progress, curves and the servers' pages; with TLS, to "
+          "loopback clients only); 0 picks a free port (printed in the 'metrics on' line); -1: "
+          "none.");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address the metrics endpoint binds.");
 ABSL_FLAG(std::string, wire_dtype, "float32",
           "How gradients and pulled weights travel: float32, bfloat16 or float16 (half the "

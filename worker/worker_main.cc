@@ -21,6 +21,7 @@
 #include "common/malloc_tuning.h"
 #include "common/metrics_server.h"
 #include "common/rpc/security_flags.h"
+#include "worker/job_page.h"
 #include "worker/trainer.h"
 #include "worker/worker_flags.h"
 #include "worker/worker_metrics.h"
@@ -139,6 +140,11 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
                          fs.get(), checkpoint_options);
     options.checkpointer = &*checkpointer;
   }
+  // What the status page shows, declared before the server that shows it
+  // (so destroyed after it).
+  std::optional<JobStatus> status;
+  absl::Mutex pages_mu;
+  std::vector<std::string> server_pages;  // the servers', learned at the first step
   std::unique_ptr<MetricsServer> metrics_server;
   std::optional<WorkerMetrics> metrics;
   if (flags.metrics_port >= 0) {
@@ -146,14 +152,55 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
     if (!started.ok()) return started.status();
     metrics_server = *std::move(started);
     metrics.emplace(metrics_server->registry());
-    options.on_step = [&metrics](const StepInfo& step) { metrics->OnStep(step); };
-    LOG_INFO("metrics on http://{}:{}/metrics", flags.metrics_host, metrics_server->port());
+    status.emplace(JobStatus::View{
+        absl::StrCat(cluster->task().type(), " ", cluster->task().index(),
+                     is_chief ? " (chief)" : ""),
+        absl::StrCat(options.model_name, " · ", strategy->name(), " · ", options.num_workers,
+                     " worker(s)",
+                     options.num_ps > 0 ? absl::StrCat(" · ", options.num_ps, " server(s)") : ""),
+        flags.epochs});
+    options.status = &*status;
+    PsClient* client = parts->client.get();
+    bool asked = client == nullptr;
+    options.on_step = [&, client, asked](const StepInfo& step) mutable {
+      metrics->OnStep(step);
+      if (asked) return;
+      // Once, with the servers up: where their pages are (each at the host
+      // of its address, on the port its Describe says).
+      asked = true;
+      auto described = client->Describe();
+      if (!described.ok()) return;
+      std::vector<std::string> pages;
+      for (size_t i = 0; i < described->size(); ++i) {
+        const int port = (*described)[i].metrics_port();
+        const std::string& address = cluster->cluster().ps(static_cast<int>(i));
+        if (port > 0) {
+          pages.push_back(
+              absl::StrCat("http://", address.substr(0, address.rfind(':')), ":", port, "/"));
+        }
+      }
+      absl::MutexLock lock(&pages_mu);
+      server_pages = std::move(pages);
+    };
+    metrics_server->SetPage(
+        [&] {
+          std::vector<std::string> pages;
+          {
+            absl::MutexLock lock(&pages_mu);
+            pages = server_pages;
+          }
+          return RenderJobPage(status->view(), pages);
+        },
+        /*loopback_only=*/security->tls.enabled());
+    LOG_INFO("metrics on http://{}:{}/metrics, status page at /", flags.metrics_host,
+             metrics_server->port());
   }
   options.stop = &g_stop;
   *configured = true;
   Trainer trainer(strategy, replicas, devices->reducer.get(), data->train,
                   data->test ? &*data->test : nullptr, options);
   auto summary = trainer.Run();
+  if (status) status->Finished();
   if (!summary.ok()) return summary.status();
   if (!summary->stopped && is_chief && !summary->epochs.empty()) LogFinal(*summary, *data->test);
   return absl::OkStatus();

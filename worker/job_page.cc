@@ -1,0 +1,112 @@
+#include "worker/job_page.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_html.h"
+
+namespace fulcrum {
+namespace {
+
+constexpr int kRefreshSecs = 5;
+
+}  // namespace
+
+std::string FormatDuration(double secs) {
+  if (secs < 0 || !std::isfinite(secs)) return "unknown";
+  const int64_t s = std::llround(secs);
+  return s >= 3600 ? absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60)
+         : s >= 60 ? absl::StrFormat("%dm%02ds", s / 60, s % 60)
+                   : absl::StrFormat("%ds", s);
+}
+
+void JobStatus::Progress(const ProgressRecord& record, int64_t total_steps, double eta_secs) {
+  absl::MutexLock lock(&mu_);
+  view_.total_steps = total_steps;
+  view_.eta_secs = eta_secs;
+  std::vector<ProgressRecord>& progress = view_.progress;
+  if (progress.size() >= kMaxPoints) {
+    size_t kept = 0;
+    for (size_t i = 0; i < progress.size(); i += 2) progress[kept++] = std::move(progress[i]);
+    progress.resize(kept);
+  }
+  progress.push_back(record);
+}
+
+void JobStatus::Evaluated(const EpochRecord& record) {
+  absl::MutexLock lock(&mu_);
+  view_.evaluations.push_back(record);
+}
+
+void JobStatus::Finished() {
+  absl::MutexLock lock(&mu_);
+  view_.finished = true;
+  view_.eta_secs = 0;
+}
+
+JobStatus::View JobStatus::view() const {
+  absl::MutexLock lock(&mu_);
+  return view_;
+}
+
+std::string RenderJobPage(const JobStatus::View& view,
+                          const std::vector<std::string>& server_pages) {
+  const ProgressRecord last = view.progress.empty() ? ProgressRecord() : view.progress.back();
+  std::string body = absl::StrCat(
+      "<h1>Fulcrum ", HtmlEscape(view.title), "</h1>\n<p id=\"job\">", HtmlEscape(view.job),
+      "</p>\n<p id=\"progress\">", view.finished ? "finished" : "training", " &middot; epoch ",
+      last.epoch(), " of ", view.epochs, " &middot; step ", static_cast<int64_t>(last.step()),
+      " of ", view.total_steps, " &middot; ", absl::StrFormat("%.0f", last.examples_per_sec()),
+      " examples/s &middot; ETA ", FormatDuration(view.eta_secs), " &middot; ",
+      FormatDuration(last.wall_seconds()), " so far</p>\n");
+  ChartLine loss{"train loss", "#c33", {}};
+  ChartLine accuracy{"train accuracy", "#36c", {}};
+  for (const ProgressRecord& p : view.progress) {
+    loss.points.emplace_back(p.step(), p.train_loss());
+    accuracy.points.emplace_back(p.step(), p.train_accuracy());
+  }
+  absl::StrAppend(&body, "<h2>Loss</h2>\n", HtmlLineChart("loss", {loss}, "this worker's step"),
+                  "<h2>Accuracy</h2>\n");
+  std::vector<ChartLine> accuracies = {accuracy};
+  if (!view.evaluations.empty()) {
+    ChartLine test{"test accuracy", "#393", {}};
+    // The evaluations are at global steps; this worker's steps are a share
+    // of them, so each is drawn at the end of its epoch's steps here.
+    for (const EpochRecord& e : view.evaluations) {
+      double end = -1;
+      for (const ProgressRecord& p : view.progress) {
+        if (p.epoch() == e.epoch()) end = std::max(end, p.step());
+      }
+      if (end >= 0) test.points.emplace_back(end, e.test_accuracy());
+    }
+    accuracies.push_back(std::move(test));
+  }
+  absl::StrAppend(&body, HtmlLineChart("accuracy", accuracies, "this worker's step"));
+  std::vector<std::vector<std::string>> evaluations;
+  for (const EpochRecord& e : view.evaluations) {
+    evaluations.push_back(
+        {absl::StrCat(e.epoch()), absl::StrCat(static_cast<int64_t>(e.global_step())),
+         absl::StrFormat("%.4f", e.test_loss()), absl::StrFormat("%.4f", e.test_accuracy()),
+         e.has_test_auc() ? absl::StrFormat("%.4f", e.test_auc()) : "-"});
+  }
+  absl::StrAppend(
+      &body, "<h2>Test set, after each epoch</h2>\n",
+      HtmlTable("evaluations", {"epoch", "global step", "test loss", "test accuracy", "test AUC"},
+                evaluations, "no evaluation yet (the chief evaluates after each epoch)"));
+  std::string links;
+  for (const std::string& url : server_pages) {
+    absl::StrAppend(&links, "<li><a href=\"", HtmlEscape(url), "\">", HtmlEscape(url), "</a></li>");
+  }
+  absl::StrAppend(&body, "<h2>Parameter servers</h2>\n",
+                  links.empty()
+                      ? "<p id=\"servers\" class=\"muted\">no server page to link to</p>\n"
+                      : absl::StrCat("<ul id=\"servers\">", links, "</ul>\n"),
+                  "<p class=\"muted\">Refreshes every ", kRefreshSecs,
+                  " s. The same figures for Prometheus: <a href=\"/metrics\">/metrics</a>.</p>");
+  return HtmlPage(view.title, kRefreshSecs, body);
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,64 @@
+// A worker's status page (GET / on its metrics port): the job as this
+// worker trains it (epoch and step out of their totals, examples/s, the
+// ETA), its loss and accuracy curves so far, on the chief the test set's
+// after each epoch, and links to the servers' own pages. The trainer
+// records into a JobStatus; the page is rendered from it at each request.
+#ifndef FULCRUM_WORKER_JOB_PAGE_H_
+#define FULCRUM_WORKER_JOB_PAGE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/training_log.pb.h"
+
+namespace fulcrum {
+
+// What a worker's page shows. Thread-safe: the trainer records, the
+// metrics server's threads read.
+class JobStatus {
+ public:
+  // The most progress records kept: past it every other one is dropped,
+  // so a long run's curves keep their shape in bounded memory.
+  static constexpr size_t kMaxPoints = 1000;
+
+  struct View {
+    // Set once, as the worker starts.
+    std::string title;   // "worker 0 (chief)"
+    std::string job;     // "mlp 64 · async · 2 workers · parameter_server over 2 servers"
+    int64_t epochs = 0;  // to train
+    // Recorded as it trains.
+    int64_t total_steps = 0;  // this worker's, as last known (re-dealing changes it)
+    double eta_secs = -1;     // -1: not known yet
+    bool finished = false;
+    std::vector<ProgressRecord> progress;
+    std::vector<EpochRecord> evaluations;  // the chief's
+  };
+
+  explicit JobStatus(View start) : view_(std::move(start)) {}
+
+  void Progress(const ProgressRecord& record, int64_t total_steps, double eta_secs)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Evaluated(const EpochRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
+  void Finished() ABSL_LOCKS_EXCLUDED(mu_);
+  View view() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  View view_ ABSL_GUARDED_BY(mu_);
+};
+
+// A duration or an ETA: "45s", "3m07s", "1h05m"; "unknown" when negative
+// or not finite.
+std::string FormatDuration(double secs);
+
+// The page of `view`, with links to `server_pages` (URLs; none under
+// all-reduce, or where the servers serve no page).
+std::string RenderJobPage(const JobStatus::View& view,
+                          const std::vector<std::string>& server_pages);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_JOB_PAGE_H_
