@@ -32,6 +32,8 @@ if ! $build_only; then
     etcd-server
     # The status pages' tests open them in a headless browser.
     chromium fonts-dejavu-core
+    # promtool checks and unit-tests the alerting rules.
+    prometheus
   )
 fi
 
@@ -51,9 +53,12 @@ $build_only && exit 0
 
 # Debian's etcd-server starts a system-wide etcd where systemd runs; Fulcrum
 # starts its own, on ports of its own, so that one is not wanted.
-if [ -d /run/systemd/system ] && systemctl is-enabled --quiet etcd 2>/dev/null; then
-  systemctl disable --now etcd
-fi
+# Likewise Debian's prometheus: the tests want its promtool only.
+for service in etcd prometheus; do
+  if [ -d /run/systemd/system ] && systemctl is-enabled --quiet "$service" 2>/dev/null; then
+    systemctl disable --now "$service"
+  fi
+done
 
 # Tools from PyPI, in a virtual environment of their own: offline
 # validation of the Kubernetes manifests against the API schemas

@@ -554,6 +554,10 @@ TEST(PsClusterTest, PrometheusMetrics) {
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_pulled_bytes_total 96"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_stale_gradients_dropped_total 0"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_workers_active 1"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_workers{state=\"live\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_workers{state=\"dead\"} 0"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_job_done 0"));
+  EXPECT_THAT(metrics, HasSubstr("fulcrum_ps_checkpoint_failures_total 0"));
   // The status page beside them: the shards, the worker, the security.
   const std::string page = HttpGet(*port, "/");
   EXPECT_THAT(page, HasSubstr("<!DOCTYPE html>"));
@@ -777,8 +781,11 @@ TEST(PsClusterTest, MutualTlsLetsInOnlyTheCasCertificates) {
   chief.tls_cert = certs + "/chief.pem";
   chief.tls_key = certs + "/chief.key";
   auto chief_client = NewGrpcPsClient({ps.address}, chief);
-  // Past the check: this server has no checkpoint directory to write to.
+  // Past the check: this server has no checkpoint directory to write to,
+  // which its metrics count as a checkpoint failed (an alert's series).
   EXPECT_NE(chief_client->SaveCheckpoint(1).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(HttpGet(*metrics_port, "/metrics"),
+              HasSubstr("fulcrum_ps_checkpoint_failures_total 1"));
   EXPECT_TRUE(chief_client->JobDone("the chief").ok());
   EXPECT_TRUE(ps.process->WaitForLine("job done", absl::Seconds(10)));
 }

@@ -267,7 +267,13 @@ class PsGrpcServer::Service final
     if (grpc::Status s = Allow(*context, kControl, "SaveCheckpoint"); !s.ok()) return s;
     const absl::Time start = absl::Now();
     auto result = ps_->SaveCheckpoint(*request);
-    if (metrics_ != nullptr && result.ok()) metrics_->ObserveCheckpoint(absl::Now() - start);
+    if (metrics_ != nullptr) {
+      if (result.ok()) {
+        metrics_->ObserveCheckpoint(absl::Now() - start);
+      } else {
+        metrics_->AddCheckpointFailure();
+      }
+    }
     if (result.ok()) *response = *result;
     return ToGrpcStatus(result.status());
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 namespace fulcrum {
 namespace {
@@ -64,7 +65,16 @@ class StateCollector final : public prometheus::Collectable {
     int64_t step = d.shards().empty() ? 0 : std::numeric_limits<int64_t>::max();
     for (const ShardInfo& shard : d.shards()) step = std::min(step, shard.version());
     int64_t active = 0;
-    for (const WorkerInfo& w : d.workers()) active += w.live() && !w.finished();
+    std::map<std::string, int64_t> by_state = {
+        {"live", 0}, {"awaited", 0}, {"dead", 0}, {"finished", 0}, {"never_came", 0}};
+    for (const WorkerInfo& w : d.workers()) {
+      active += w.live() && !w.finished();
+      ++by_state[w.finished()  ? "finished"
+                 : w.live()    ? "live"
+                 : w.awaited() ? "awaited"
+                 : w.seen()    ? "dead"
+                               : "never_came"];
+    }
 
     std::vector<prometheus::MetricFamily> out;
     AddReplication(d, &out);
@@ -79,6 +89,21 @@ class StateCollector final : public prometheus::Collectable {
                          prometheus::MetricType::Gauge, static_cast<double>(step)));
     out.push_back(Single("fulcrum_ps_workers_active", "Workers live and not finished.",
                          prometheus::MetricType::Gauge, static_cast<double>(active)));
+    prometheus::MetricFamily workers =
+        Family("fulcrum_ps_workers",
+               "Workers this server knows, by state: live, awaited (not started yet), dead (its "
+               "lease ran out), finished, never_came (the start-up deadline passed).",
+               prometheus::MetricType::Gauge);
+    for (const auto& [state, count] : by_state) {
+      prometheus::ClientMetric metric =
+          Value(prometheus::MetricType::Gauge, static_cast<double>(count));
+      metric.label.push_back({"state", state});
+      workers.metric.push_back(metric);
+    }
+    out.push_back(std::move(workers));
+    out.push_back(Single("fulcrum_ps_job_done",
+                         "1 once the chief has said the job is done (no steps are due then).",
+                         prometheus::MetricType::Gauge, d.job_done() ? 1 : 0));
     out.push_back(Single("fulcrum_ps_shards", "Shards this server holds.",
                          prometheus::MetricType::Gauge, static_cast<double>(d.shards_size())));
     out.push_back(Single(
@@ -202,6 +227,11 @@ PsMetrics::PsMetrics(ParameterServer* ps, prometheus::Registry& registry)
                               .Help("Time to write this server's checkpoint file.")
                               .Register(registry)
                               .Add({}, LatencyBuckets())),
+      checkpoint_failures_(prometheus::BuildCounter()
+                               .Name("fulcrum_ps_checkpoint_failures_total")
+                               .Help("Checkpoints this server was asked for and could not write.")
+                               .Register(registry)
+                               .Add({})),
       state_(std::make_shared<StateCollector>(ps)) {}
 
 void PsMetrics::ObserveRpc(const std::string& method, absl::Duration latency) {

@@ -32,6 +32,8 @@ class PsMetrics {
   void ObserveCheckpoint(absl::Duration duration) {
     checkpoint_seconds_.Observe(absl::ToDoubleSeconds(duration));
   }
+  // A checkpoint this server could not write.
+  void AddCheckpointFailure() { checkpoint_failures_.Increment(); }
 
   // The server's state, for MetricsServer::Add.
   std::shared_ptr<prometheus::Collectable> state() const { return state_; }
@@ -42,6 +44,7 @@ class PsMetrics {
   prometheus::Counter& pushed_bytes_;
   prometheus::Family<prometheus::Counter>& refused_;
   prometheus::Histogram& checkpoint_seconds_;
+  prometheus::Counter& checkpoint_failures_;
   std::shared_ptr<prometheus::Collectable> state_;
 };
 
