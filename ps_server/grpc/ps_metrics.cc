@@ -1,5 +1,6 @@
 #include "ps_server/grpc/ps_metrics.h"
 
+#include <google/protobuf/descriptor.h>
 #include <prometheus/client_metric.h>
 #include <prometheus/metric_family.h>
 
@@ -232,7 +233,15 @@ PsMetrics::PsMetrics(ParameterServer* ps, prometheus::Registry& registry)
                                .Help("Checkpoints this server was asked for and could not write.")
                                .Register(registry)
                                .Add({})),
-      state_(std::make_shared<StateCollector>(ps)) {}
+      state_(std::make_shared<StateCollector>(ps)) {
+  // Every method's count of refusals from 0, so that a rate over them (an
+  // alert's) has a series before the first refusal.
+  const google::protobuf::ServiceDescriptor* service =
+      DescribeRequest::descriptor()->file()->FindServiceByName("PsService");
+  for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+    refused_.Add({{"method", service->method(i)->name()}});
+  }
+}
 
 void PsMetrics::ObserveRpc(const std::string& method, absl::Duration latency) {
   rpc_seconds_.Add({{"method", method}}, LatencyBuckets()).Observe(absl::ToDoubleSeconds(latency));
