@@ -108,6 +108,18 @@ for dir in "$k8s/base" "$k8s/all-reduce" "$k8s/replicated"; do  # the base, and 
       fail "$dir/kustomization.yaml misses $manifest"
   done
 done
+# Every daemon serves its metrics and page on the port the scrape
+# annotations and the PodMonitor (a CRD: not in the API schemas) name.
+for job in "$k8s"/base/*-job.yaml "$k8s"/all-reduce/*-job.yaml; do
+  for expected in '"--metrics_port=9100"' 'prometheus.io/scrape: "true"' \
+    'prometheus.io/port: "9100"' 'name: metrics' 'containerPort: 9100'; do
+    grep -q -- "$expected" "$job" || fail "${job#"$k8s"/} lacks $expected"
+  done
+done
+monitor=$k8s/monitoring/podmonitor.yaml
+for expected in 'kind: PodMonitor' 'app.kubernetes.io/name: fulcrum' '- port: metrics'; do
+  grep -q -- "$expected" "$monitor" || fail "podmonitor.yaml lacks $expected"
+done
 sed 's/completions: 2/completions: two/' "$k8s/base/worker-job.yaml" > "$tmp/broken-job.yaml"
 if "$validate" --strict --quiet "$tmp/broken-job.yaml" >/dev/null 2>&1; then
   fail "a broken manifest validated"
