@@ -17,11 +17,16 @@
 // else TF_CONFIG).
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <poll.h>
+#include <termios.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -43,6 +48,7 @@
 #include "common/rpc/credentials.h"
 #include "common/rpc/security_flags.h"
 #include "common/tensor.h"
+#include "deploy/top_view.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/job_checkpoints.h"
 #include "fulcrum/ps_client.h"
@@ -66,6 +72,8 @@ ABSL_FLAG(bool, wait, true,
           "add-server, remove-server: wait until every copy has moved, showing progress; "
           "--nowait returns once the move has begun.");
 ABSL_FLAG(int, wait_secs, 1800, "add-server, remove-server: how long to wait for the moves.");
+ABSL_FLAG(double, interval_secs, 2, "top: seconds between refreshes.");
+ABSL_FLAG(int, iterations, 0, "top: refreshes before it exits; 0: until q or Ctrl-C.");
 
 namespace fulcrum {
 namespace {
@@ -99,6 +107,55 @@ std::unique_ptr<PsClient> Client(const std::vector<std::string>& hosts) {
   options.tls_ca = g_tls.ca;
   options.auth_token = g_token;
   return NewGrpcPsClient(hosts, options);
+}
+
+// Ctrl-C in top: ends its loop, so the terminal is put back as it was.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+// A live view of the cluster, redrawn every --interval_secs, as top does
+// (the screen cleared where stdout is a terminal); q (or Ctrl-C) quits.
+int Top(const std::vector<std::string>& hosts) {
+  auto client = Client(hosts);
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  // Keys read one at a time, unechoed, where stdin is a terminal.
+  termios saved{};
+  const bool raw = isatty(STDIN_FILENO) != 0 && tcgetattr(STDIN_FILENO, &saved) == 0;
+  if (raw) {
+    termios keys = saved;
+    keys.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    tcsetattr(STDIN_FILENO, TCSANOW, &keys);
+  }
+  struct sigaction interrupt {};
+  interrupt.sa_handler = [](int) { g_interrupted = 1; };
+  sigaction(SIGINT, &interrupt, nullptr);
+  const int iterations = absl::GetFlag(FLAGS_iterations);
+  const absl::Duration interval = absl::Seconds(std::max(0.1, absl::GetFlag(FLAGS_interval_secs)));
+  std::optional<TopSample> before;
+  for (int i = 0; (iterations == 0 || i < iterations) && g_interrupted == 0; ++i) {
+    const absl::Time at = absl::Now();
+    auto described = client->Describe();
+    std::string screen;
+    if (described.ok()) {
+      TopSample now{at, *std::move(described)};
+      screen = RenderTop(hosts, now, before ? &*before : nullptr);
+      before = std::move(now);
+    } else {
+      screen = absl::StrCat("fulcrumctl top: ", described.status().message(), "\n(asking again)\n");
+    }
+    std::cout << (tty ? "\033[H\033[2J" : "") << screen << (raw ? "\nq quits\n" : "") << std::flush;
+    if (iterations != 0 && i + 1 == iterations) break;
+    // The wait, which a key ends early.
+    pollfd key{STDIN_FILENO, POLLIN, 0};
+    const int64_t ms = absl::ToInt64Milliseconds(at + interval - absl::Now());
+    if (raw && poll(&key, 1, static_cast<int>(std::max<int64_t>(ms, 0))) > 0) {
+      char c = 0;
+      if (read(STDIN_FILENO, &c, 1) == 1 && (c == 'q' || c == 'Q')) break;
+    } else if (!raw) {
+      absl::SleepFor(at + interval - absl::Now());
+    }
+  }
+  if (raw) tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+  return 0;
 }
 
 int Status(const std::vector<std::string>& hosts) {
@@ -356,6 +413,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Looks at and steers a running Fulcrum cluster.\n\n"
       "  fulcrumctl status     --ps_hosts=h:p,...\n"
+      "  fulcrumctl top        --ps_hosts=h:p,... [--interval_secs=2] [--iterations=N]\n"
+      "                        (live: servers, workers, tables, rates; q quits)\n"
       "  fulcrumctl variables  --ps_hosts=h:p,...\n"
       "  fulcrumctl tables     --ps_hosts=h:p,...\n"
       "  fulcrumctl checkpoint --ps_hosts=h:p,... --checkpoint_dir=DIR [--step=N]\n"
@@ -405,12 +464,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (command == "status") return fulcrum::Status(*hosts);
+  if (command == "top") return fulcrum::Top(*hosts);
   if (command == "variables") return fulcrum::Variables(*hosts);
   if (command == "tables") return fulcrum::Tables(*hosts);
   if (command == "checkpoint") return fulcrum::Checkpoint(*hosts);
   if (command == "stop") return fulcrum::Stop(*hosts);
   std::cerr << "fulcrumctl: unknown command '" << command
-            << "'; one of status, variables, tables, checkpoint, stop, export, health, "
+            << "'; one of status, top, variables, tables, checkpoint, stop, export, health, "
                "add-server, remove-server (see --help)\n";
   return 2;
 }

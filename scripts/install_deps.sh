@@ -32,8 +32,8 @@ if ! $build_only; then
     etcd-server
     # The status pages' tests open them in a headless browser.
     chromium fonts-dejavu-core
-    # promtool checks and unit-tests the alerting rules.
-    prometheus
+    # promtool checks and unit-tests the alerting rules; fulcrumctl top runs in tmux.
+    prometheus tmux
   )
 fi
 

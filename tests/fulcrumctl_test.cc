@@ -1,9 +1,11 @@
-// fulcrumctl against real servers: status, variables, checkpoint, stop, and
-// the health probe.
+// fulcrumctl against real servers: status, variables, checkpoint, stop, the
+// health probe, and top in a terminal (tmux).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <regex>
 
@@ -127,6 +129,77 @@ TEST(FulcrumctlTest, StatusVariablesCheckpointStopAndHealth) {
 
   EXPECT_EQ(Ctl({"frobnicate", "--ps_hosts=" + ps_hosts}, &ctl), 2);
   EXPECT_TRUE(ctl->HasLine("unknown command 'frobnicate'"));
+}
+
+// A tmux command on a server of the test's own; its exit code, and what it
+// printed in *out when given. Its socket is in a directory of /tmp made for
+// it: the test's tmp path is longer than a socket's path may be.
+const std::string& TmuxDir() {
+  static const std::string dir = [] {
+    std::string made = "/tmp/fulcrumctl-tmux-XXXXXX";
+    EXPECT_NE(mkdtemp(made.data()), nullptr) << "cannot make " << made;
+    return made;
+  }();
+  return dir;
+}
+
+int Tmux(const std::string& args, std::string* out = nullptr) {
+  const std::string command = absl::StrCat("tmux -S ", TmuxDir(), "/socket ", args);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::string text;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) text.append(buffer, n);
+  const int status = pclose(pipe);
+  if (out != nullptr) *out = text;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// fulcrumctl top in a terminal, as a person runs it: it draws the server
+// and the worker, redraws them in place with rates, and q quits.
+TEST(FulcrumctlTest, TopRunsInATerminalAndQuitsOnQ) {
+  ASSERT_EQ(system("command -v tmux > /dev/null"), 0)
+      << "no tmux: scripts/install_deps.sh installs it";
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/checkpoints");
+  std::string address;
+  auto ps = StartPs(0, dir, &address);
+  PsClientOptions options;
+  options.worker_id = 0;
+  auto client = NewGrpcPsClient({address}, options);
+  VariableSpec spec;
+  spec.set_name("w");
+  spec.add_shape(8);
+  spec.set_dtype(DT_FLOAT);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  ASSERT_TRUE(client->CreateVariables({spec}).ok());
+  ASSERT_TRUE(client->Push({{"w", DenseTensor{{8}, std::vector<float>(8, 1)}}}).ok());
+
+  ASSERT_EQ(
+      Tmux(absl::StrCat("new-session -d -x 120 -y 30 -s top '", RunfilePath("deploy/fulcrumctl"),
+                        " --insecure top --ps_hosts=", address, " --interval_secs=0.3'")),
+      0);
+  std::string screen;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  bool drawn = false;
+  while (!drawn && absl::Now() < deadline) {
+    Tmux("capture-pane -p -t top", &screen);
+    // Redrawn at least once: the second sample has rates.
+    drawn = screen.find(address + "              1       0        0.0") != std::string::npos;
+    if (!drawn) absl::SleepFor(absl::Milliseconds(100));  // polls the terminal's contents
+  }
+  EXPECT_TRUE(drawn) << screen;
+  EXPECT_THAT(screen, ::testing::HasSubstr("fulcrumctl top: 1 server(s), mode async, 1 of 1"));
+  EXPECT_THAT(screen, ::testing::HasSubstr("0        live"));
+  EXPECT_THAT(screen, ::testing::HasSubstr("q quits"));
+  ASSERT_EQ(Tmux("send-keys -t top q"), 0);
+  bool ended = false;
+  for (const absl::Time end = absl::Now() + absl::Seconds(10); !ended && absl::Now() < end;) {
+    ended = Tmux("has-session -t top 2> /dev/null") != 0;
+    if (!ended) absl::SleepFor(absl::Milliseconds(100));  // polls tmux
+  }
+  EXPECT_TRUE(ended) << "top did not quit on q";
+  Tmux("kill-server 2> /dev/null");
+  std::system(absl::StrCat("rm -rf '", TmuxDir(), "'").c_str());  // /tmp/fulcrumctl-tmux-*
 }
 
 }  // namespace
