@@ -1080,6 +1080,12 @@ DescribeResponse ParameterServer::Describe() const {
     info->set_memory_bytes(stats.bytes);
     info->set_partition(table->partition());
     info->set_primary(table->primary());
+    for (const HeavyHitters::Hitter& hot : stats.hottest) {
+      HotId* hot_id = info->add_hottest();
+      hot_id->set_id(hot.id);
+      hot_id->set_pushes(hot.count);
+      hot_id->set_error(hot.error);
+    }
     add_copies(table, info);
   }
   for (const WorkerInfo& info : workers_.Describe()) *response.add_workers() = info;

@@ -19,6 +19,15 @@ std::string Or(const std::string& text, const char* otherwise) {
   return text.empty() ? otherwise : text;
 }
 
+// A range's most pushed ids: "17 (1204), 5 (998)"; "-" for none.
+std::string Hottest(const TableInfo& table) {
+  std::vector<std::string> ids;
+  for (const HotId& hot : table.hottest()) {
+    ids.push_back(absl::StrCat(hot.id(), " (", hot.pushes(), ")"));
+  }
+  return ids.empty() ? "-" : absl::StrJoin(ids, ", ");
+}
+
 }  // namespace
 
 std::string RenderServerPage(const DescribeResponse& state, const ServerPageContext& context) {
@@ -72,13 +81,15 @@ std::string RenderServerPage(const DescribeResponse& state, const ServerPageCont
                                    t.max_rows() > 0 ? absl::StrCat(t.max_rows()) : "unbounded"),
                       absl::StrCat(t.candidates()), absl::StrCat(t.evictions()),
                       absl::StrCat(t.admissions()), FormatBytes(t.memory_bytes()),
-                      absl::StrCat(t.version()), t.optimizer(), Or(CopyOf(t), "the only copy")});
+                      absl::StrCat(t.version()), t.optimizer(), Or(CopyOf(t), "the only copy"),
+                      Hottest(t)});
   }
-  absl::StrAppend(&body, "<h2>Embedding tables</h2>\n",
-                  HtmlTable("tables",
-                            {"table", "range", "width", "rows", "candidates", "evictions",
-                             "admissions", "memory", "version", "optimizer", "copy"},
-                            tables, "no table's range here"));
+  absl::StrAppend(
+      &body, "<h2>Embedding tables</h2>\n",
+      HtmlTable("tables",
+                {"table", "range", "width", "rows", "candidates", "evictions", "admissions",
+                 "memory", "version", "optimizer", "copy", "most pushed ids (pushes)"},
+                tables, "no table's range here"));
 
   std::vector<std::vector<std::string>> staleness;
   for (int i = 0; i < state.staleness_histogram_size(); ++i) {

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace fulcrum {
 namespace {
 
@@ -37,6 +39,11 @@ TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
   table->set_max_rows(50);
   table->set_evictions(7);
   table->set_primary("127.0.0.1:3");
+  for (const auto& [id, pushes] : {std::pair<int64_t, int64_t>{17, 1204}, {5, 998}}) {
+    HotId* hot = table->add_hottest();
+    hot->set_id(id);
+    hot->set_pushes(pushes);
+  }
   WorkerInfo* live = state.add_workers();
   live->set_worker_id(0);
   live->set_live(true);
@@ -64,7 +71,7 @@ TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
   EXPECT_THAT(page, Not(HasSubstr("dense<0>")));
   EXPECT_THAT(page, HasSubstr("<td>primary, backed up on 127.0.0.1:2</td>"));
   EXPECT_THAT(page, HasSubstr("<td>ads</td><td>2</td><td>8</td><td>40 of 50</td>"));
-  EXPECT_THAT(page, HasSubstr("<td>backup of 127.0.0.1:3</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>backup of 127.0.0.1:3</td><td>17 (1204), 5 (998)</td>"));
   EXPECT_THAT(page, HasSubstr("<td>0</td><td>live</td><td>900 ms</td><td>5</td>"));
   EXPECT_THAT(page, HasSubstr("<td>1</td><td class=\"dead\">dead</td><td>-</td>"));
   EXPECT_THAT(page, HasSubstr("<td>2+</td><td>2</td>"));

@@ -171,6 +171,7 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Push(int worker, uint64_t push_i
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
   if (last_push_ids_.Seen(worker, push_id)) return ResultLocked(ShardPushResult::DUPLICATE, 0);
+  for (int64_t id : ids) hot_.Add(id);
   const Taken taken{worker, push_id};
   ApplyLocked(ids, grads, 1, absl::MakeConstSpan(&taken, 1));
   return ResultLocked(ShardPushResult::APPLIED, 0);
@@ -199,6 +200,7 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, uint64_t 
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
   for (size_t i = 0; i < ids.size(); ++i) {
+    hot_.Add(ids[i]);
     auto [it, added] = pending_index_.try_emplace(ids[i], pending_ids_.size());
     if (added) {
       pending_ids_.push_back(ids[i]);
@@ -332,7 +334,8 @@ int64_t EmbeddingTable::BytesPerRow() const {
 EmbeddingTable::Stats EmbeddingTable::stats() const {
   absl::MutexLock lock(&mu_);
   return {store_->size(),       store_->candidates(),  store_->evictions(),
-          store_->admissions(), store_->MemoryBytes(), version_};
+          store_->admissions(), store_->MemoryBytes(), version_,
+          hot_.Top(kHottestShown)};
 }
 
 std::vector<ShardUpdate> EmbeddingTable::SnapshotLocked(int64_t part_bytes) const {

@@ -30,6 +30,7 @@
 #include "common/row_push.h"
 #include "proto/ps_service.pb.h"
 #include "proto/tensor.pb.h"
+#include "ps_server/embedding/heavy_hitters.h"
 #include "ps_server/embedding/row_store.h"
 #include "ps_server/last_push_ids.h"
 #include "ps_server/replicated_unit.h"
@@ -122,7 +123,13 @@ class EmbeddingTable : public ReplicatedUnit {
     int64_t admissions = 0;
     int64_t bytes = 0;
     int64_t step = 0;  // pushes applied
+    // The ids workers pushed most here, most first (kHottestShown at
+    // most; estimates, see HeavyHitters).
+    std::vector<HeavyHitters::Hitter> hottest;
   };
+  // The ids the sketch of most-pushed ids holds, and those Stats shows.
+  static constexpr int kHotCapacity = 256;
+  static constexpr int kHottestShown = 5;
   Stats stats() const;
 
  private:
@@ -168,6 +175,8 @@ class EmbeddingTable : public ReplicatedUnit {
   std::unique_ptr<RowStore> filling_ ABSL_GUARDED_BY(mu_);
   int64_t filled_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t filling_version_ ABSL_GUARDED_BY(mu_) = -1;
+  // The ids workers push most here (not replicated: a backup counts none).
+  HeavyHitters hot_ ABSL_GUARDED_BY(mu_){kHotCapacity};
 };
 
 }  // namespace fulcrum

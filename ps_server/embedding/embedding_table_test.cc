@@ -199,6 +199,28 @@ TEST(EmbeddingTableTest, ARetriedPushAppliesOnce) {
   EXPECT_EQ(table->version(), 3);
 }
 
+// The ids workers push most, counted once per push that is taken (a
+// retry is not), async and sync alike.
+TEST(EmbeddingTableTest, CountsTheMostPushedIds) {
+  auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);
+  const std::vector<float> two(2 * kWidth, 1.0f);
+  uint64_t push = 0;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(table->Push(0, ++push, {7, 3}, two).ok());
+  ASSERT_TRUE(table->Push(0, push, {7, 3}, two).ok());  // DUPLICATE: not counted
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(table->Push(0, ++push, {3, 9}, two).ok());
+  ASSERT_EQ(table->Accumulate(1, 1, table->version(), {3, 5}, two, 1)->outcome(),
+            ShardPushResult::APPLIED);
+  const std::vector<HeavyHitters::Hitter> hottest = table->stats().hottest;
+  ASSERT_EQ(hottest.size(), 4u);
+  EXPECT_EQ(hottest[0].id, 3);
+  EXPECT_EQ(hottest[0].count, 7);
+  EXPECT_EQ(hottest[1].id, 7);
+  EXPECT_EQ(hottest[1].count, 4);
+  EXPECT_EQ(hottest[2].id, 9);
+  EXPECT_EQ(hottest[2].count, 2);
+  EXPECT_EQ(hottest[3].id, 5);
+}
+
 TEST(EmbeddingTableTest, AwaitVersionWaitsForAStepOrTheDeadline) {
   auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);
   EXPECT_EQ(table->AwaitVersion(1, absl::Now() + absl::Milliseconds(20)).code(),

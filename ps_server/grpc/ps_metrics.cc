@@ -43,14 +43,22 @@ prometheus::MetricFamily Single(const std::string& name, const std::string& help
   return family;
 }
 
-// One gauge or counter per embedding table, labelled with its name.
+// The labels of a table's range on this server: its name, which range,
+// and which copy (a server holds at most one of each range).
+std::vector<prometheus::ClientMetric::Label> RangeLabels(const TableInfo& table) {
+  return {{"table", table.name()},
+          {"range", std::to_string(table.partition())},
+          {"copy", table.primary().empty() ? "primary" : "backup"}};
+}
+
+// One gauge or counter per range of an embedding table held here.
 prometheus::MetricFamily PerTable(const std::string& name, const std::string& help,
                                   prometheus::MetricType type, const DescribeResponse& d,
                                   int64_t (TableInfo::*field)() const) {
   prometheus::MetricFamily family = Family(name, help, type);
   for (const TableInfo& table : d.tables()) {
     prometheus::ClientMetric metric = Value(type, static_cast<double>((table.*field)()));
-    metric.label.push_back({"table", table.name()});
+    metric.label = RangeLabels(table);
     family.metric.push_back(metric);
   }
   return family;
@@ -134,6 +142,23 @@ class StateCollector final : public prometheus::Collectable {
                              &TableInfo::memory_bytes));
       out.push_back(PerTable("fulcrum_ps_table_version", "Steps applied to an embedding table.",
                              kGauge, d, &TableInfo::version));
+      // The hottest ids' pushes by rank, not by id: a label per id would
+      // make a series for every id that was ever hot.
+      prometheus::MetricFamily hottest =
+          Family("fulcrum_ps_table_hottest_pushes",
+                 "Pushes that carried the rank-th most pushed id of a range here (an estimate, "
+                 "Space-Saving); the ids are on the status page.",
+                 kGauge);
+      for (const TableInfo& table : d.tables()) {
+        for (int rank = 0; rank < table.hottest_size(); ++rank) {
+          prometheus::ClientMetric metric =
+              Value(kGauge, static_cast<double>(table.hottest(rank).pushes()));
+          metric.label = RangeLabels(table);
+          metric.label.push_back({"rank", std::to_string(rank + 1)});
+          hottest.metric.push_back(metric);
+        }
+      }
+      out.push_back(std::move(hottest));
     }
 
     // Staleness of accepted pushes, in versions; the last bucket of the
