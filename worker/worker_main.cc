@@ -171,7 +171,9 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
       auto described = client->Describe();
       if (!described.ok()) return;
       std::vector<std::string> pages;
-      for (size_t i = 0; i < described->size(); ++i) {
+      // The cluster spec's servers (one added since is not in it).
+      const size_t known = std::min<size_t>(described->size(), cluster->cluster().ps_size());
+      for (size_t i = 0; i < known; ++i) {
         const int port = (*described)[i].metrics_port();
         const std::string& address = cluster->cluster().ps(static_cast<int>(i));
         if (port > 0) {
