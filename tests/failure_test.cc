@@ -63,8 +63,10 @@ class FailureTest : public ::testing::Test {
     return absl::StrCat("127.0.0.1:", ports_[0], ",127.0.0.1:", ports_[1]);
   }
 
+  // `extra` flags go last, so they win over those before.
   std::unique_ptr<ChildProcess> StartWorker(int index, const std::string& mode,
-                                            const std::string& label) {
+                                            const std::string& label,
+                                            const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {RunfilePath("worker/worker"),
                                      "--insecure",
                                      "--ps_hosts=" + PsHosts(),
@@ -80,6 +82,7 @@ class FailureTest : public ::testing::Test {
       argv.push_back("--checkpoint_every_steps=100");
       argv.push_back("--summary_json=" + dir_ + "/summary.json");
     }
+    argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<ChildProcess>(label, argv);
   }
 
@@ -213,6 +216,40 @@ TEST_F(FailureTest, ADeadWorkersShareIsReDealtAtTheNextEpoch) {
   EXPECT_EQ(ps0->Wait(absl::Seconds(30)), 0);
   EXPECT_EQ(ps1->Wait(absl::Seconds(30)), 0);
   EXPECT_GE(FinalAccuracy(), kAccuracyBar);
+}
+
+// The mean of `part` per step in the worker's closing "where a step's time
+// went" line, in ms; -1 when there is none.
+double StepPartMs(ChildProcess& worker, const std::string& part) {
+  for (const std::string& line : worker.lines()) {
+    std::smatch match;
+    if (line.find("where a step's time went") != std::string::npos &&
+        std::regex_search(line, match, std::regex(part + " ([0-9.]+) ms"))) {
+      return std::stod(match[1]);
+    }
+  }
+  return -1;
+}
+
+// A worker slowed on purpose (30 ms more compute a step) in sync training
+// shows as the straggler in the steps' parts: its own compute is high, and
+// the chief spends its steps in the exchange, waiting for it.
+TEST_F(FailureTest, ASlowedWorkerShowsAsTheStragglerInTheStepsParts) {
+  auto ps0 = StartPs(0, "sync");
+  auto ps1 = StartPs(1, "sync");
+  auto chief = StartWorker(0, "sync", "chief", {"--epochs=1"});
+  auto slow = StartWorker(1, "sync", "worker1", {"--epochs=1", "--debug_step_delay_ms=30"});
+  ASSERT_EQ(chief->Wait(kJobTimeout), 0);
+  ASSERT_EQ(slow->Wait(kJobTimeout), 0);
+  const double slow_compute = StepPartMs(*slow, "compute");
+  const double chief_compute = StepPartMs(*chief, "compute");
+  const double chief_exchange = StepPartMs(*chief, "exchange");
+  EXPECT_GE(slow_compute, 30);
+  EXPECT_GE(chief_exchange, 20) << "the chief did not wait for the straggler";
+  EXPECT_LT(chief_compute, slow_compute / 2);
+  EXPECT_GT(chief_exchange, chief_compute);
+  const std::string json = ReadWholeFile(dir_ + "/summary.json");
+  EXPECT_THAT(json, ::testing::HasSubstr("\"chief_step_seconds\""));
 }
 
 TEST_F(FailureTest, KilledChiefRestartsAndResumes) {

@@ -36,6 +36,22 @@ void JobStatus::Progress(const ProgressRecord& record, int64_t total_steps, doub
   progress.push_back(record);
 }
 
+void JobStatus::Step(const StepParts& parts) {
+  absl::MutexLock lock(&mu_);
+  filling_ += parts;
+  ++filling_steps_;
+  // Until a first window is whole, the steps so far show; then whole
+  // windows, each as it completes.
+  if (view_.parts_steps < kWindowSteps || filling_steps_ >= kWindowSteps) {
+    view_.parts = filling_;
+    view_.parts_steps = filling_steps_;
+  }
+  if (filling_steps_ >= kWindowSteps) {
+    filling_ = StepParts();
+    filling_steps_ = 0;
+  }
+}
+
 void JobStatus::Evaluated(const EpochRecord& record) {
   absl::MutexLock lock(&mu_);
   view_.evaluations.push_back(record);
@@ -85,6 +101,31 @@ std::string RenderJobPage(const JobStatus::View& view,
     accuracies.push_back(std::move(test));
   }
   absl::StrAppend(&body, HtmlLineChart("accuracy", accuracies, "this worker's step"));
+  // Where a step's time goes: each part's mean, and its share as a bar.
+  absl::Duration total;
+  for (const absl::Duration& t : view.parts.time) total += t;
+  std::vector<std::vector<std::string>> parts;
+  const double steps = static_cast<double>(std::max<int64_t>(view.parts_steps, 1));
+  std::string bars;
+  for (int p = 0; p < StepParts::kParts && view.parts_steps > 0; ++p) {
+    const double ms = absl::ToDoubleMilliseconds(view.parts.time[p]) / steps;
+    const double share =
+        total > absl::ZeroDuration() ? absl::FDivDuration(view.parts.time[p], total) : 0.0;
+    parts.push_back({kStepPartNames[p], absl::StrFormat("%.2f ms", ms),
+                     absl::StrFormat("%.0f%%", 100 * share)});
+    absl::StrAppend(&bars, "<div>",
+                    HtmlBar(share, 1, absl::StrFormat("%s %.0f%%", kStepPartNames[p], 100 * share)),
+                    "</div>");
+  }
+  absl::StrAppend(&body, "<h2>Where a step's time goes</h2>\n",
+                  HtmlTable("parts", {"part", "mean per step", "share"}, parts, "no step yet"),
+                  bars,
+                  view.parts_steps > 0
+                      ? absl::StrCat("<p class=\"muted\">Over the last ", view.parts_steps,
+                                     " steps. In sync and SSP the wait for the other workers is "
+                                     "in the exchange: a straggler shows as its own compute "
+                                     "high and the others' exchange high.</p>\n")
+                      : "");
   std::vector<std::vector<std::string>> evaluations;
   for (const EpochRecord& e : view.evaluations) {
     evaluations.push_back(

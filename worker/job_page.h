@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/training_log.pb.h"
+#include "worker/step_parts.h"
 
 namespace fulcrum {
 
@@ -35,19 +36,29 @@ class JobStatus {
     bool finished = false;
     std::vector<ProgressRecord> progress;
     std::vector<EpochRecord> evaluations;  // the chief's
+    // The steps' parts, summed over the last window (at most kWindowSteps
+    // steps; the one before while a new one fills), and their count.
+    StepParts parts;
+    int64_t parts_steps = 0;
   };
+  // The steps a window of step parts covers.
+  static constexpr int64_t kWindowSteps = 200;
 
   explicit JobStatus(View start) : view_(std::move(start)) {}
 
   void Progress(const ProgressRecord& record, int64_t total_steps, double eta_secs)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Evaluated(const EpochRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
+  // After every step: where its time went.
+  void Step(const StepParts& parts) ABSL_LOCKS_EXCLUDED(mu_);
   void Finished() ABSL_LOCKS_EXCLUDED(mu_);
   View view() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   mutable absl::Mutex mu_;
   View view_ ABSL_GUARDED_BY(mu_);
+  StepParts filling_ ABSL_GUARDED_BY(mu_);  // the window being summed
+  int64_t filling_steps_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A duration or an ETA: "45s", "3m07s", "1h05m"; "unknown" when negative

@@ -32,6 +32,11 @@ TEST(JobPageTest, ShowsProgressCurvesEvaluationsAndServers) {
   epoch.set_test_accuracy(0.81);
   status.Evaluated(epoch);
   status.Progress(Progress(2, 500, 0.5, 0.83), 1404, 72);
+  StepParts parts;
+  parts.time[StepParts::kCompute] = absl::Milliseconds(3);
+  parts.time[StepParts::kExchange] = absl::Milliseconds(1);
+  status.Step(parts);
+  status.Step(parts);
   const std::string page =
       RenderJobPage(status.view(), {"http://10.0.0.1:9100/", "http://10.0.0.2:9100/"});
   EXPECT_THAT(page, HasSubstr("Fulcrum worker 0 (chief)"));
@@ -45,6 +50,10 @@ TEST(JobPageTest, ShowsProgressCurvesEvaluationsAndServers) {
   EXPECT_THAT(page, HasSubstr(">test accuracy</text>"));
   EXPECT_THAT(page, HasSubstr("<td>1</td><td>936</td><td>0.5500</td><td>0.8100</td><td>-</td>"));
   EXPECT_THAT(page, HasSubstr("<a href=\"http://10.0.0.2:9100/\">"));
+  // Where a step's time goes: means over the steps so far, and shares.
+  EXPECT_THAT(page, HasSubstr("<td>compute</td><td>3.00 ms</td><td>75%</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>exchange</td><td>1.00 ms</td><td>25%</td>"));
+  EXPECT_THAT(page, HasSubstr("Over the last 2 steps."));
   status.Finished();
   EXPECT_THAT(RenderJobPage(status.view(), {}), HasSubstr("finished &middot; epoch 2"));
   EXPECT_THAT(RenderJobPage(status.view(), {}), HasSubstr("no server page to link to"));
@@ -57,6 +66,7 @@ TEST(JobPageTest, AWorkerJustStartedSaysSo) {
   EXPECT_THAT(page, HasSubstr("ETA unknown"));
   EXPECT_THAT(page, HasSubstr("nothing to draw yet"));
   EXPECT_THAT(page, HasSubstr("no evaluation yet"));
+  EXPECT_THAT(page, HasSubstr("no step yet"));
 }
 
 // A long run's curve keeps its shape in bounded memory.

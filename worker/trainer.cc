@@ -180,12 +180,23 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     if (batch->step_in_epoch == 0) {
       total_steps = steps_done + batch->steps_in_epoch * (options_.epochs - batch->epoch);
     }
+    StepParts parts;
+    absl::Time part_start = absl::Now();
+    // Ends part `part` of the step, which began at part_start.
+    auto lap = [&](StepParts::Part part) {
+      const absl::Time now = absl::Now();
+      parts.time[part] += now - part_start;
+      part_start = now;
+    };
     if (options_.embeddings != nullptr) {
       if (absl::Status s = options_.embeddings->Gather(&*batch); !s.ok()) return s;
     }
+    lap(StepParts::kRowsPull);
     auto stats = ComputeStep(*batch, weights, &grads, &input_grads);
     if (!stats.ok()) return stats.status();
+    if (options_.compute_delay > absl::ZeroDuration()) absl::SleepFor(options_.compute_delay);
     const std::string nonfinite = NonFiniteGradient(grads, input_grads);
+    lap(StepParts::kCompute);
     if (options_.embeddings != nullptr) {
       if (!nonfinite.empty()) {
         if (absl::Status s = options_.embeddings->PushNothing(); !s.ok()) return s;
@@ -197,9 +208,14 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
     // Applied, it would be refused (or poison every replica); skipped,
     // the strategy goes on without this worker's batch.
+    lap(StepParts::kRowsPush);
     const StepPlace place{batch->epoch, batch->step_in_epoch + 1 == batch->steps_in_epoch};
     auto stale = strategy_->Step(nonfinite.empty() ? &grads : nullptr, place, &weights);
     if (!stale.ok()) return stale.status();
+    lap(StepParts::kExchange);
+    summary.parts += parts;
+    ++summary.steps;
+    if (options_.status != nullptr) options_.status->Step(parts);
     if (nonfinite.empty()) {
       consecutive_skips = 0;
       summary.stale_gradients_dropped += *stale;
@@ -219,7 +235,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     ++steps_done;
     if (options_.on_step) {
       options_.on_step(
-          {batch->size, absl::Now() - step_start, strategy_->step(), !nonfinite.empty()});
+          {batch->size, absl::Now() - step_start, strategy_->step(), !nonfinite.empty(), parts});
     }
     if (options_.checkpointer != nullptr) options_.checkpointer->MaybeSave(strategy_->step());
     summary.examples += batch->size;
@@ -312,6 +328,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   }
   LOG_INFO("done: {} steps, {} examples in {:.1f}s", steps_done, summary.examples,
            summary.wall_seconds);
+  LOG_INFO("where a step's time went, mean of {} steps: {}", summary.steps,
+           FormatStepParts(summary.parts, summary.steps));
   return summary;
 }
 
@@ -333,6 +351,12 @@ absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
   record.set_model(options_.model_name);
   record.set_device(options_.device_name);
   record.set_nonfinite_gradients_skipped(static_cast<double>(summary.nonfinite_gradients_skipped));
+  StepPartsRecord* parts = record.mutable_chief_step_seconds();
+  const double steps = static_cast<double>(std::max<int64_t>(summary.steps, 1));
+  parts->set_rows_pull(absl::ToDoubleSeconds(summary.parts.time[StepParts::kRowsPull]) / steps);
+  parts->set_compute(absl::ToDoubleSeconds(summary.parts.time[StepParts::kCompute]) / steps);
+  parts->set_rows_push(absl::ToDoubleSeconds(summary.parts.time[StepParts::kRowsPush]) / steps);
+  parts->set_exchange(absl::ToDoubleSeconds(summary.parts.time[StepParts::kExchange]) / steps);
   if (last.test_auc >= 0) {
     record.set_test_auc(last.test_auc);
     record.set_test_logloss(last.test_loss);

@@ -24,6 +24,7 @@
 #include "worker/job_page.h"
 #include "worker/local_reducer.h"
 #include "worker/model.h"
+#include "worker/step_parts.h"
 #include "worker/strategy/strategy.h"
 #include "worker/training_log.h"
 
@@ -35,6 +36,7 @@ struct StepInfo {
   absl::Duration time;
   int64_t global_step = 0;  // the strategy's step after it
   bool skipped = false;     // its gradients were not finite: not pushed
+  StepParts parts;          // where `time` went
 };
 
 struct TrainerOptions {
@@ -64,6 +66,9 @@ struct TrainerOptions {
   // pulled before its step and their gradients pushed after it. The
   // replicas must then compute input gradients.
   EmbeddingInputs* embeddings = nullptr;
+  // For tests and drills: each step's compute takes this much longer, as
+  // on a slow device or a loaded machine (a straggler).
+  absl::Duration compute_delay;
 };
 
 struct EpochResult {
@@ -84,6 +89,8 @@ struct TrainingSummary {
   int64_t nonfinite_gradients_skipped = 0;  // this worker's batches not pushed
   double wall_seconds = 0;
   bool stopped = false;  // by `stop`, before the last step
+  int64_t steps = 0;     // this worker's, in this run
+  StepParts parts;       // their parts, summed
 };
 
 class Trainer {

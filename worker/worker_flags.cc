@@ -90,6 +90,10 @@ ABSL_FLAG(int, metrics_port, -1,
           "loopback clients only); 0 picks a free port (printed in the 'metrics on' line); -1: "
           "none.");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address the metrics endpoint binds.");
+ABSL_FLAG(int, debug_step_delay_ms, 0,
+          "For tests and drills: adds this many milliseconds to each step's compute, as a slow "
+          "device or a loaded machine would (a straggler: its compute shows high in the step's "
+          "parts, and in sync mode the others' exchange too). 0: none.");
 ABSL_FLAG(std::string, wire_dtype, "float32",
           "How gradients and pulled weights travel: float32, bfloat16 or float16 (half the "
           "bytes; rounding error at most 0.39% or 0.049% of each value; float16 fails on "
@@ -158,6 +162,7 @@ WorkerFlags WorkerFlagsFromCommandLine() {
   flags.checkpoint_every_secs = absl::GetFlag(FLAGS_checkpoint_every_secs);
   flags.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   flags.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  flags.debug_step_delay_ms = absl::GetFlag(FLAGS_debug_step_delay_ms);
   flags.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   flags.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   flags.channels_per_ps = absl::GetFlag(FLAGS_channels_per_ps);

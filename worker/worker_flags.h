@@ -51,6 +51,7 @@ struct WorkerFlags {
   int64_t checkpoint_every_secs;
   int keep_checkpoints;
   int metrics_port;
+  int debug_step_delay_ms;
   std::string metrics_host;
   std::string wire_dtype;
   int channels_per_ps;

@@ -198,6 +198,7 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
              metrics_server->port());
   }
   options.stop = &g_stop;
+  options.compute_delay = absl::Milliseconds(flags.debug_step_delay_ms);
   *configured = true;
   Trainer trainer(strategy, replicas, devices->reducer.get(), data->train,
                   data->test ? &*data->test : nullptr, options);

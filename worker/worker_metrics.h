@@ -9,6 +9,9 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <array>
+
+#include "worker/step_parts.h"
 #include "worker/trainer.h"
 
 namespace fulcrum {
@@ -31,6 +34,8 @@ class WorkerMetrics {
   prometheus::Gauge& global_step_;
   prometheus::Gauge& rate_;
   prometheus::Counter& skipped_;
+  // fulcrum_worker_step_part_seconds, one histogram per part.
+  std::array<prometheus::Histogram*, StepParts::kParts> parts_{};
 };
 
 }  // namespace fulcrum

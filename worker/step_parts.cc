@@ -1,0 +1,19 @@
+#include "worker/step_parts.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace fulcrum {
+
+std::string FormatStepParts(const StepParts& sums, int64_t steps) {
+  std::string out;
+  for (int p = 0; p < StepParts::kParts; ++p) {
+    absl::StrAppendFormat(&out, "%s%s %.1f ms", p == 0 ? "" : ", ", kStepPartNames[p],
+                          absl::ToDoubleMilliseconds(sums.time[p]) /
+                              static_cast<double>(std::max<int64_t>(steps, 1)));
+  }
+  return out;
+}
+
+}  // namespace fulcrum
