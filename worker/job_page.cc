@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/memory_size.h"
 #include "common/status_html.h"
 
 namespace fulcrum {
@@ -63,13 +64,34 @@ void JobStatus::Finished() {
   view_.eta_secs = 0;
 }
 
+void JobStatus::SetServers(const std::vector<DescribeResponse>& described,
+                           const std::vector<std::string>& addresses) {
+  std::vector<View::Server> servers;
+  for (size_t i = 0; i < described.size() && i < addresses.size(); ++i) {
+    const DescribeResponse& d = described[i];
+    View::Server& server = servers.emplace_back();
+    server.address = addresses[i];
+    if (d.metrics_port() > 0) {
+      // At the host of its address, on the port its Describe says.
+      server.page = absl::StrCat("http://", addresses[i].substr(0, addresses[i].rfind(':')), ":",
+                                 d.metrics_port(), "/");
+    }
+    for (const ShardInfo& shard : d.shards()) server.shards += shard.primary().empty();
+    for (const TableInfo& table : d.tables()) server.ranges += table.primary().empty();
+    server.updates_applied = d.updates_applied();
+    server.memory_bytes = d.memory_bytes();
+    server.max_memory_bytes = d.max_memory_bytes();
+  }
+  absl::MutexLock lock(&mu_);
+  view_.servers = std::move(servers);
+}
+
 JobStatus::View JobStatus::view() const {
   absl::MutexLock lock(&mu_);
   return view_;
 }
 
-std::string RenderJobPage(const JobStatus::View& view,
-                          const std::vector<std::string>& server_pages) {
+std::string RenderJobPage(const JobStatus::View& view) {
   const ProgressRecord last = view.progress.empty() ? ProgressRecord() : view.progress.back();
   std::string body = absl::StrCat(
       "<h1>Fulcrum ", HtmlEscape(view.title), "</h1>\n<p id=\"job\">", HtmlEscape(view.job),
@@ -137,14 +159,32 @@ std::string RenderJobPage(const JobStatus::View& view,
       &body, "<h2>Test set, after each epoch</h2>\n",
       HtmlTable("evaluations", {"epoch", "global step", "test loss", "test accuracy", "test AUC"},
                 evaluations, "no evaluation yet (the chief evaluates after each epoch)"));
-  std::string links;
-  for (const std::string& url : server_pages) {
-    absl::StrAppend(&links, "<li><a href=\"", HtmlEscape(url), "\">", HtmlEscape(url), "</a></li>");
+  // Each server's share of the updates: an imbalanced placement shows.
+  int64_t updates = 0;
+  for (const JobStatus::View::Server& server : view.servers) updates += server.updates_applied;
+  std::string servers = view.servers.empty()
+                            ? "<p id=\"servers\" class=\"muted\">no parameter server</p>\n"
+                            : "<table id=\"servers\"><tr><th>server</th><th>shards</th><th>"
+                              "ranges</th><th>updates applied</th><th>share</th><th>memory</th>"
+                              "</tr>\n";
+  for (const JobStatus::View::Server& server : view.servers) {
+    const std::string address = HtmlEscape(server.address);
+    absl::StrAppend(
+        &servers, "<tr><td>",
+        server.page.empty()
+            ? address
+            : absl::StrCat("<a href=\"", HtmlEscape(server.page), "\">", address, "</a>"),
+        "</td><td>", server.shards, "</td><td>", server.ranges, "</td><td>", server.updates_applied,
+        "</td><td>",
+        absl::StrFormat("%.0f%%", updates > 0
+                                      ? 100.0 * static_cast<double>(server.updates_applied) /
+                                            static_cast<double>(updates)
+                                      : 0.0),
+        "</td><td>", HtmlEscape(FormatBytes(server.memory_bytes)), " of ",
+        HtmlEscape(FormatBytes(server.max_memory_bytes)), "</td></tr>\n");
   }
-  absl::StrAppend(&body, "<h2>Parameter servers</h2>\n",
-                  links.empty()
-                      ? "<p id=\"servers\" class=\"muted\">no server page to link to</p>\n"
-                      : absl::StrCat("<ul id=\"servers\">", links, "</ul>\n"),
+  if (!view.servers.empty()) servers += "</table>\n";
+  absl::StrAppend(&body, "<h2>Parameter servers</h2>\n", servers,
                   "<p class=\"muted\">Refreshes every ", kRefreshSecs,
                   " s. The same figures for Prometheus: <a href=\"/metrics\">/metrics</a>.</p>");
   return HtmlPage(view.title, kRefreshSecs, body);

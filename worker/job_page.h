@@ -1,7 +1,8 @@
 // A worker's status page (GET / on its metrics port): the job as this
 // worker trains it (epoch and step out of their totals, examples/s, the
 // ETA), its loss and accuracy curves so far, on the chief the test set's
-// after each epoch, and links to the servers' own pages. The trainer
+// after each epoch, where its steps' time goes, and the servers: each
+// one's share of the updates, and a link to its own page. The trainer
 // records into a JobStatus; the page is rendered from it at each request.
 #ifndef FULCRUM_WORKER_JOB_PAGE_H_
 #define FULCRUM_WORKER_JOB_PAGE_H_
@@ -12,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/ps_service.pb.h"
 #include "proto/training_log.pb.h"
 #include "worker/step_parts.h"
 
@@ -40,6 +42,17 @@ class JobStatus {
     // steps; the one before while a new one fills), and their count.
     StepParts parts;
     int64_t parts_steps = 0;
+    // The parameter servers as last asked (none under all-reduce).
+    struct Server {
+      std::string address;
+      std::string page;  // its status page's URL; "": it serves none
+      int shards = 0;    // primaries
+      int ranges = 0;    // tables' ranges, primaries
+      int64_t updates_applied = 0;
+      int64_t memory_bytes = 0;
+      int64_t max_memory_bytes = 0;
+    };
+    std::vector<Server> servers;
   };
   // The steps a window of step parts covers.
   static constexpr int64_t kWindowSteps = 200;
@@ -52,6 +65,11 @@ class JobStatus {
   // After every step: where its time went.
   void Step(const StepParts& parts) ABSL_LOCKS_EXCLUDED(mu_);
   void Finished() ABSL_LOCKS_EXCLUDED(mu_);
+  // The servers' Describe answers, in the order of `addresses` (the
+  // cluster spec's; an answer past them, a server added since, is left
+  // out): each one's share of the work, and where its page is.
+  void SetServers(const std::vector<DescribeResponse>& described,
+                  const std::vector<std::string>& addresses) ABSL_LOCKS_EXCLUDED(mu_);
   View view() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -65,10 +83,8 @@ class JobStatus {
 // or not finite.
 std::string FormatDuration(double secs);
 
-// The page of `view`, with links to `server_pages` (URLs; none under
-// all-reduce, or where the servers serve no page).
-std::string RenderJobPage(const JobStatus::View& view,
-                          const std::vector<std::string>& server_pages);
+// The page of `view`.
+std::string RenderJobPage(const JobStatus::View& view);
 
 }  // namespace fulcrum
 

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace fulcrum {
 namespace {
 
@@ -37,8 +39,17 @@ TEST(JobPageTest, ShowsProgressCurvesEvaluationsAndServers) {
   parts.time[StepParts::kExchange] = absl::Milliseconds(1);
   status.Step(parts);
   status.Step(parts);
-  const std::string page =
-      RenderJobPage(status.view(), {"http://10.0.0.1:9100/", "http://10.0.0.2:9100/"});
+  std::vector<DescribeResponse> servers(2);
+  servers[0].set_metrics_port(9100);
+  servers[0].set_updates_applied(300);
+  servers[0].add_shards();
+  servers[0].add_shards()->set_primary("10.0.0.2:2222");  // a backup: not counted
+  servers[1].set_updates_applied(100);
+  servers[1].set_memory_bytes(int64_t{3} << 20);
+  servers[1].set_max_memory_bytes(int64_t{4} << 20);
+  servers[1].add_tables();
+  status.SetServers(servers, {"10.0.0.1:2222", "10.0.0.2:2222"});
+  const std::string page = RenderJobPage(status.view());
   EXPECT_THAT(page, HasSubstr("Fulcrum worker 0 (chief)"));
   EXPECT_THAT(page, HasSubstr("mlp 64 · async · 2 worker(s) · 2 server(s)"));
   EXPECT_THAT(page,
@@ -49,24 +60,28 @@ TEST(JobPageTest, ShowsProgressCurvesEvaluationsAndServers) {
   EXPECT_THAT(page, HasSubstr(">train loss</text>"));
   EXPECT_THAT(page, HasSubstr(">test accuracy</text>"));
   EXPECT_THAT(page, HasSubstr("<td>1</td><td>936</td><td>0.5500</td><td>0.8100</td><td>-</td>"));
-  EXPECT_THAT(page, HasSubstr("<a href=\"http://10.0.0.2:9100/\">"));
+  // Each server's share of the updates, linked to its page where it has one.
+  EXPECT_THAT(page, HasSubstr("<tr><td><a href=\"http://10.0.0.1:9100/\">10.0.0.1:2222</a></td>"
+                              "<td>1</td><td>0</td><td>300</td><td>75%</td>"));
+  EXPECT_THAT(page, HasSubstr("<tr><td>10.0.0.2:2222</td><td>0</td><td>1</td><td>100</td><td>25%"
+                              "</td><td>3.0 MiB of 4.0 MiB</td></tr>"));
   // Where a step's time goes: means over the steps so far, and shares.
   EXPECT_THAT(page, HasSubstr("<td>compute</td><td>3.00 ms</td><td>75%</td>"));
   EXPECT_THAT(page, HasSubstr("<td>exchange</td><td>1.00 ms</td><td>25%</td>"));
   EXPECT_THAT(page, HasSubstr("Over the last 2 steps."));
   status.Finished();
-  EXPECT_THAT(RenderJobPage(status.view(), {}), HasSubstr("finished &middot; epoch 2"));
-  EXPECT_THAT(RenderJobPage(status.view(), {}), HasSubstr("no server page to link to"));
+  EXPECT_THAT(RenderJobPage(status.view()), HasSubstr("finished &middot; epoch 2"));
 }
 
 TEST(JobPageTest, AWorkerJustStartedSaysSo) {
   JobStatus status({"worker 1", "mlp 64 · sync · 2 worker(s)", 5});
-  const std::string page = RenderJobPage(status.view(), {});
+  const std::string page = RenderJobPage(status.view());
   EXPECT_THAT(page, HasSubstr("epoch 0 of 5"));
   EXPECT_THAT(page, HasSubstr("ETA unknown"));
   EXPECT_THAT(page, HasSubstr("nothing to draw yet"));
   EXPECT_THAT(page, HasSubstr("no evaluation yet"));
   EXPECT_THAT(page, HasSubstr("no step yet"));
+  EXPECT_THAT(page, HasSubstr("no parameter server"));
 }
 
 // A long run's curve keeps its shape in bounded memory.

@@ -143,8 +143,6 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
   // What the status page shows, declared before the server that shows it
   // (so destroyed after it).
   std::optional<JobStatus> status;
-  absl::Mutex pages_mu;
-  std::vector<std::string> server_pages;  // the servers', learned at the first step
   std::unique_ptr<MetricsServer> metrics_server;
   std::optional<WorkerMetrics> metrics;
   if (flags.metrics_port >= 0) {
@@ -161,39 +159,21 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
         flags.epochs});
     options.status = &*status;
     PsClient* client = parts->client.get();
-    bool asked = client == nullptr;
-    options.on_step = [&, client, asked](const StepInfo& step) mutable {
+    const std::vector<std::string> addresses(cluster->cluster().ps().begin(),
+                                             cluster->cluster().ps().end());
+    int64_t steps = 0;
+    options.on_step = [&, client, addresses, steps](const StepInfo& step) mutable {
       metrics->OnStep(step);
-      if (asked) return;
-      // Once, with the servers up: where their pages are (each at the host
-      // of its address, on the port its Describe says).
-      asked = true;
-      auto described = client->Describe();
-      if (!described.ok()) return;
-      std::vector<std::string> pages;
-      // The cluster spec's servers (one added since is not in it).
-      const size_t known = std::min<size_t>(described->size(), cluster->cluster().ps_size());
-      for (size_t i = 0; i < known; ++i) {
-        const int port = (*described)[i].metrics_port();
-        const std::string& address = cluster->cluster().ps(static_cast<int>(i));
-        if (port > 0) {
-          pages.push_back(
-              absl::StrCat("http://", address.substr(0, address.rfind(':')), ":", port, "/"));
-        }
+      // Every kServersEvery steps, the servers' shares and pages (a call
+      // to each: nothing beside a step).
+      constexpr int64_t kServersEvery = 100;
+      if (client == nullptr || steps++ % kServersEvery != 0) return;
+      if (auto described = client->Describe(); described.ok()) {
+        status->SetServers(*described, addresses);
       }
-      absl::MutexLock lock(&pages_mu);
-      server_pages = std::move(pages);
     };
-    metrics_server->SetPage(
-        [&] {
-          std::vector<std::string> pages;
-          {
-            absl::MutexLock lock(&pages_mu);
-            pages = server_pages;
-          }
-          return RenderJobPage(status->view(), pages);
-        },
-        /*loopback_only=*/security->tls.enabled());
+    metrics_server->SetPage([&] { return RenderJobPage(status->view()); },
+                            /*loopback_only=*/security->tls.enabled());
     LOG_INFO("metrics on http://{}:{}/metrics, status page at /", flags.metrics_host,
              metrics_server->port());
   }

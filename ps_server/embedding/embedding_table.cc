@@ -333,8 +333,8 @@ int64_t EmbeddingTable::BytesPerRow() const {
 
 EmbeddingTable::Stats EmbeddingTable::stats() const {
   absl::MutexLock lock(&mu_);
-  return {store_->size(),       store_->candidates(),  store_->evictions(),
-          store_->admissions(), store_->MemoryBytes(), version_,
+  return {store_->size(),         store_->candidates(),  store_->evictions(),
+          store_->admissions(),   store_->MemoryBytes(), version_,
           hot_.Top(kHottestShown)};
 }
 
