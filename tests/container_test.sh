@@ -2,7 +2,10 @@
 # The shipped image and compose cluster, really run: builds
 # deploy/docker/Dockerfile (by default its runtime stage over this
 # checkout's Bazel build; below), checks that every binary in it finds its shared
-# libraries and that it runs as non-root, brings up deploy/docker-compose.yml,
+# libraries and that it runs as non-root, brings up deploy/docker-compose.yml
+# with Prometheus (deploy/docker-compose.monitoring.yml), finds the job's
+# step rate in Prometheus' HTTP API, kills a worker and waits for
+# FulcrumWorkerDead to fire there, starts the worker again,
 # kills a parameter server mid-training and starts it again, and checks that
 # it restored the checkpoint, that every container exits 0 and the chief's
 # test accuracy (one run serves both: a clean run checks nothing more, and
@@ -27,7 +30,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-CHECKS=(image ldd kill_and_start compose_replicated compose_python compose_tensorflow
+CHECKS=(image ldd prometheus kill_and_start compose_replicated compose_python compose_tensorflow
   compose_all_reduce gpu_bundle_cpu)
 # The bars sit below what single runs measure (0.875-0.889 clean, 0.879-0.885
 # with a server killed: sync steps sum gradients in arrival order, so runs
@@ -269,14 +272,85 @@ served_tls() {
   logged "$("${compose[@]}" ps -q ps-0)" "(mutual TLS)" || echo "ps-0 did not serve mutual TLS"
 }
 
-log "compose run: 2 servers, a chief and 2 workers (deploy/docker-compose.yml), mutual TLS;"
-log "ps-1 killed after the first checkpoint, then started again"
+# Prometheus' HTTP API, on the loopback port Docker picked for it.
+prometheus_address() { "${compose[@]}" port prometheus 9090 2>/dev/null; }
+prom_query() {  # EXPR: prints the value of its first series; nothing for none
+  python3 - "$(prometheus_address)" "$1" <<'EOF'
+import json, sys, urllib.parse, urllib.request
+address, expr = sys.argv[1:]
+url = f"http://{address}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+try:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        series = json.load(answer)["data"]["result"]
+except (OSError, ValueError, KeyError):
+    sys.exit(0)  # not up yet
+if series:
+    print(series[0]["value"][1])
+EOF
+}
+await_query() {  # EXPR SECONDS: 0 once EXPR has a series with a value > 0
+  local deadline=$(($(date +%s) + $2)) value
+  while (($(date +%s) < deadline)); do
+    value=$(prom_query "$1")
+    [ -n "$value" ] && at_least "$value" 1e-9 && return 0
+    sleep 1  # polls Prometheus until its scrapes and rules have run
+  done
+  return 1
+}
+# The prometheus check, in the running job: the step rate is in Prometheus,
+# and FulcrumWorkerDead fires once worker-1, killed, outlives its lease
+# (--lease_timeout_ms, 10 s); then worker-1 is started again to finish the
+# job with the others.
+watch_prometheus() {
+  local rate='sum(rate(fulcrum_worker_steps_total[15s]))'
+  local alert='ALERTS{alertname="FulcrumWorkerDead",alertstate="firing"}'
+  if ! await_query "$rate" 120; then
+    docker logs --tail 20 "$("${compose[@]}" ps -q prometheus)" >&2 2>&1
+    report prometheus FAILED "no step rate in Prometheus at $(prometheus_address) ($rate)"
+    return
+  fi
+  log "Prometheus: the job steps $(prom_query "$rate") times a second;" \
+    "$(prom_query 'count(up{job="fulcrum"} == 1)') daemons scraped"
+  if ! docker kill "$worker1" >/dev/null; then
+    report prometheus FAILED "could not kill worker-1"
+    return
+  fi
+  local killed_at
+  killed_at=$(date +%s)
+  if await_query "$alert" 90; then
+    log "Prometheus: FulcrumWorkerDead fired $(($(date +%s) - killed_at)) s after worker-1 was killed"
+    report prometheus PASSED
+  else
+    report prometheus FAILED "FulcrumWorkerDead did not fire within 90 s of worker-1's death"
+  fi
+  "${compose[@]}" start worker-1 >&2
+}
+
+log "compose run: 2 servers, a chief and 2 workers (deploy/docker-compose.yml), mutual TLS,"
+log "and Prometheus (deploy/docker-compose.monitoring.yml); worker-1 killed once the step"
+log "rate shows, started again once FulcrumWorkerDead fires; ps-1 killed after the first"
+log "checkpoint, then started again"
+compose=(docker-compose -f deploy/docker-compose.yml -f deploy/docker-compose.monitoring.yml
+  -p "$project")
+export FULCRUM_PROMETHEUS_PORT=""  # a loopback port of Docker's choosing
 start=$(date +%s)
 killed=""
+if ! docker build --network host -q -f deploy/docker/Dockerfile.prometheus \
+     -t fulcrum-prometheus:latest deploy >&2; then
+  report prometheus FAILED "docker build -f deploy/docker/Dockerfile.prometheus failed"
+  compose=(docker-compose -f deploy/docker-compose.yml -p "$project")
+fi
 if up; then
   chief=$("${compose[@]}" ps -q chief)
   ps1=$("${compose[@]}" ps -q ps-1)
+  worker1=$("${compose[@]}" ps -q worker-1)
+  if [ -z "${result[prometheus]:-}" ]; then
+    unjudged=$("${compose[@]}" ps -q prometheus)  # it runs until the cluster is taken down
+    watch_prometheus
+  fi
   kill_and_start "$chief" "checkpoint .* complete" ps-1 "$ps1" && killed=yes
+elif [ -z "${result[prometheus]:-}" ]; then
+  report prometheus FAILED "docker-compose up failed"
 fi
 ps1_restored() {
   logged "$ps1" "restoring from checkpoint" ||
@@ -289,6 +363,7 @@ else
   "${compose[@]}" logs --tail 30 >&2 2>&1
   report kill_and_start FAILED "the chief wrote no checkpoint to kill ps-1 after"
 fi
+unjudged=""
 
 # A run of the compose cluster with the override file OVERRIDE, judged:
 # check NAME, at least BAR, CHECK (as judge's).
