@@ -516,6 +516,7 @@ absl::StatusOr<DenseCalls::Pushes> DenseCalls::BuildPushes(const ConstTensorView
     request.set_push_id(push_id);
     request.set_incarnation(servers_.incarnation(ps));
     request.set_placement_epoch(routed_epoch_);
+    request.set_trace(servers_.Tracing());
   }
   for (const auto& [name, grad] : gradients) {
     auto found = Find(name);

@@ -309,6 +309,7 @@ absl::StatusOr<PushStats> RowCalls::PushOnce(const std::vector<TableIds>& lookup
     requests[ps].set_incarnation(servers_.incarnation(ps));
     requests[ps].set_push_id(push_id);
     requests[ps].set_placement_epoch(routed_epoch_);
+    requests[ps].set_trace(servers_.Tracing());
   }
   for (size_t i = 0; i < lookups.size(); ++i) {
     const int64_t width = tables_.at(lookups[i].table).width();

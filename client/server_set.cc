@@ -8,10 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/transport/tracing_ps_transport.h"
 #include "common/consistency_mode.h"
 #include "common/embedding.h"
 #include "common/logging.h"
 #include "common/partitioner.h"
+#include "common/trace.h"
 
 namespace fulcrum {
 namespace {
@@ -75,6 +77,18 @@ ServerSet::ServerSet(std::vector<std::unique_ptr<PsTransport>> servers,
       create_requests_(servers.size()),
       push_ids_(std::random_device()()) {
   CHECK(!servers.empty());
+  absl::MutexLock lock(&servers_mu_);
+  for (size_t ps = 0; ps < servers_.size(); ++ps) servers_[ps] = Traced(std::move(servers_[ps]), static_cast<int>(ps));
+}
+
+std::unique_ptr<PsTransport> ServerSet::Traced(std::unique_ptr<PsTransport> transport,
+                                               int ps) const {
+  if (options_.trace == nullptr) return transport;
+  return std::make_unique<TracingPsTransport>(std::move(transport), options_.trace, ps);
+}
+
+bool ServerSet::Tracing() const {
+  return options_.trace != nullptr && options_.trace->recording();
 }
 
 int ServerSet::size() const {
@@ -94,8 +108,8 @@ int ServerSet::Add(const std::string& address) {
   incarnations_.push_back(0);
   create_requests_.emplace_back();
   absl::MutexLock lock(&servers_mu_);
-  servers_.push_back(std::move(transport));
-  const int ps = static_cast<int>(servers_.size()) - 1;
+  const int ps = static_cast<int>(servers_.size());
+  servers_.push_back(Traced(std::move(transport), ps));
   LOG_INFO("ps {} ({}): a server that joined the cluster", ps, address);
   return ps;
 }

@@ -91,6 +91,9 @@ class ServerSet {
   ServerSet(const ServerSet&) = delete;
   ServerSet& operator=(const ServerSet&) = delete;
 
+  // Whether the options' trace file records now: pushes are then marked
+  // for the servers to trace their handling.
+  bool Tracing() const;
   // Servers are only ever added (Add), at the end, so an index stays
   // valid; a set that grew has the servers of its task list first.
   int size() const ABSL_LOCKS_EXCLUDED(servers_mu_);
@@ -234,6 +237,9 @@ class ServerSet {
   bool KeptItsPlace(int ps) const;
   // Creates this client's shards and tables on server `ps` again.
   absl::Status Recover(int ps, absl::Time deadline);
+  // `transport` to server `ps`, its calls recorded in options' trace file
+  // if there is one (TracingPsTransport).
+  std::unique_ptr<PsTransport> Traced(std::unique_ptr<PsTransport> transport, int ps) const;
 
   mutable absl::Mutex servers_mu_;
   // A deque: what server() returned stays where it is as the set grows.

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "common/json_escape.h"
 
 namespace fulcrum {
 namespace {
@@ -17,17 +17,8 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
-    for (char c : absl::string_view(msg.payload.data(), msg.payload.size())) {
-      if (c == '"' || c == '\\') {
-        dest.push_back('\\');
-        dest.push_back(c);
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        const std::string escaped = absl::StrFormat("\\u%04x", c);
-        dest.append(escaped.data(), escaped.data() + escaped.size());
-      } else {
-        dest.push_back(c);
-      }
-    }
+    const std::string escaped = JsonEscape(absl::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(escaped.data(), escaped.data() + escaped.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {
     return std::make_unique<JsonMessageFlag>();

@@ -133,13 +133,14 @@ void CopyPushHeader(const PushRequest& from, PushRequest* to) {
   to->set_incarnation(from.incarnation());
   to->set_push_id(from.push_id());
   to->set_placement_epoch(from.placement_epoch());
+  to->set_trace(from.trace());
 }
 
 bool SamePushHeader(const PushRequest& a, const PushRequest& b) {
   return a.has_worker_id() == b.has_worker_id() && a.worker_id() == b.worker_id() &&
          a.has_clock() == b.has_clock() && a.clock() == b.clock() &&
          a.incarnation() == b.incarnation() && a.push_id() == b.push_id() &&
-         a.placement_epoch() == b.placement_epoch();
+         a.placement_epoch() == b.placement_epoch() && a.trace() == b.trace();
 }
 
 std::shared_ptr<const OutgoingPush> PushPart(std::shared_ptr<const OutgoingPush> whole,

@@ -103,7 +103,7 @@ std::vector<SliceRange> BatchSlices(const SliceList& slices, int64_t max_batch_b
 // response from the parts it came in (stream messages, parallel calls).
 void AppendPullResponse(PullResponse& part, PullResponse* whole);
 
-// Copies a push's header (worker, clock, incarnation, push id; with their
+// Copies a push's header (worker, clock, incarnation, push id, trace; with their
 // presence) from `from` to `to`.
 void CopyPushHeader(const PushRequest& from, PushRequest* to);
 

@@ -7,6 +7,7 @@
 //   fulcrumctl stop       --ps_hosts=h:p,... [--reason=...]   job done: the servers exit 0
 //   fulcrumctl export     --checkpoint_dir=DIR --out=FILE [--format=safetensors|npz] [--step=N]
 //                         [--slots]   the trained model, as files other tools read
+//   fulcrumctl merge-traces --out=FILE TRACE...   the daemons' --trace_file files as one
 //   fulcrumctl health     --address=h:p        exit 0 when SERVING (a probe for images)
 //   fulcrumctl add-server    h:p [--nowait]    the server (started with --etcd) takes its
 //                                              share of the shards, moved live
@@ -43,6 +44,7 @@
 #include "common/describe_text.h"
 #include "common/file_system.h"
 #include "common/memory_size.h"
+#include "common/trace.h"
 #include "common/placement.h"
 #include "common/rpc/authorization.h"
 #include "common/rpc/credentials.h"
@@ -63,7 +65,7 @@ ABSL_FLAG(int64_t, step, -1,
           "checkpoint of this step; -1: the job's last state (the newest complete checkpoint, "
           "with newer final files of its servers, else their final files).");
 ABSL_FLAG(std::string, reason, "stopped with fulcrumctl", "stop: the reason the servers log.");
-ABSL_FLAG(std::string, out, "", "export: the file to write.");
+ABSL_FLAG(std::string, out, "", "export, merge-traces: the file to write.");
 ABSL_FLAG(std::string, format, "",
           "export: safetensors or npz; empty: by --out's extension (.npz is npz, else "
           "safetensors).");
@@ -294,6 +296,22 @@ int Checkpoint(const std::vector<std::string>& hosts) {
   return 0;
 }
 
+// The job's trace files (each daemon's --trace_file) as one, for Perfetto.
+int MergeTraceFiles(const std::vector<std::string>& inputs) {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty() || inputs.empty()) {
+    std::cerr << "fulcrumctl: merge-traces needs --out=FILE and the trace files to join\n";
+    return 2;
+  }
+  if (absl::Status s = MergeTraces(inputs, out); !s.ok()) {
+    std::cerr << "fulcrumctl: merge-traces: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << out << " from " << inputs.size()
+            << " trace file(s): open it in https://ui.perfetto.dev or chrome://tracing\n";
+  return 0;
+}
+
 int Export() {
   const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir);
   const std::string out = absl::GetFlag(FLAGS_out);
@@ -421,6 +439,8 @@ int main(int argc, char** argv) {
       "  fulcrumctl stop       --ps_hosts=h:p,... [--reason=TEXT]\n"
       "  fulcrumctl export     --checkpoint_dir=DIR --out=FILE [--format=safetensors|npz]\n"
       "                        [--step=N] [--slots]   (the model, for other tools)\n"
+      "  fulcrumctl merge-traces --out=FILE TRACE...   (the daemons' --trace_file files,\n"
+      "                        joined for Perfetto or chrome://tracing)\n"
       "  fulcrumctl health     --address=h:p    (exit 0 when SERVING: a probe)\n"
       "  fulcrumctl add-server    h:p [--nowait] [--wait_secs=N]\n"
       "  fulcrumctl remove-server h:p [--nowait] [--wait_secs=N]\n"
@@ -431,7 +451,11 @@ int main(int argc, char** argv) {
       "or plaintext with --insecure.");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const std::string command = args.size() > 1 ? args[1] : "";
-  if (command == "export") return fulcrum::Export();  // files only: no servers, no TLS
+  // Files only: no servers, no TLS.
+  if (command == "export") return fulcrum::Export();
+  if (command == "merge-traces") {
+    return fulcrum::MergeTraceFiles(std::vector<std::string>(args.begin() + 2, args.end()));
+  }
   auto tls = fulcrum::TlsFilesFromFlags();
   if (!tls.ok()) {
     std::cerr << "fulcrumctl: " << tls.status().message() << "\n";
@@ -470,7 +494,7 @@ int main(int argc, char** argv) {
   if (command == "checkpoint") return fulcrum::Checkpoint(*hosts);
   if (command == "stop") return fulcrum::Stop(*hosts);
   std::cerr << "fulcrumctl: unknown command '" << command
-            << "'; one of status, top, variables, tables, checkpoint, stop, export, health, "
-               "add-server, remove-server (see --help)\n";
+            << "'; one of status, top, variables, tables, checkpoint, stop, export, "
+               "merge-traces, health, add-server, remove-server (see --help)\n";
   return 2;
 }

@@ -41,6 +41,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
@@ -48,6 +49,7 @@
 #include "common/loopback.h"
 #include "common/rpc/credentials.h"
 #include "common/subprocess.h"
+#include "common/trace.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(int, num_ps, 2,
@@ -74,6 +76,12 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(std::string, ps_args, "",
           "Flags for every parameter server, separated by spaces, e.g. "
           "\"--lease_timeout_ms=3000 --max_memory_mb=512\" (see ps_server --help).");
+ABSL_FLAG(std::string, trace_file, "",
+          "Write a Chrome trace (Perfetto, chrome://tracing) of the workers' traced steps "
+          "(their --trace_steps, after --; 1:100 by default) and the servers' handling of "
+          "them here: each process writes its own file beside it (PATH without .json, then "
+          ".ps0.json, .worker1.json, ...), joined into PATH when the run ends. Fulcrum's own "
+          "workers only (not with --worker_command). \"\" = none.");
 ABSL_FLAG(int, max_restarts, 0,
           "A process that exits non-zero or is killed is started again with the same command, "
           "up to this many times each; a server comes back on its port and restores the newest "
@@ -423,6 +431,37 @@ int Run(const std::vector<std::string>& worker_args) {
     std::fprintf(stderr, "local_cluster: --max_restarts must be >= 0\n");
     return 2;
   }
+  // --trace_file: each process's own file, joined into it at the end.
+  const std::string trace_file = absl::GetFlag(FLAGS_trace_file);
+  if (!trace_file.empty() && !worker_command.empty()) {
+    std::fprintf(stderr,
+                 "local_cluster: --trace_file traces Fulcrum's own workers; not with "
+                 "--worker_command\n");
+    return 2;
+  }
+  std::vector<std::string> trace_parts;
+  const auto trace_flag = [&](const std::string& process) {
+    trace_parts.push_back(
+        absl::StrCat(absl::StripSuffix(trace_file, ".json"), ".", process, ".json"));
+    return "--trace_file=" + trace_parts.back();
+  };
+  const auto join_traces = absl::MakeCleanup([&] {
+    std::vector<std::string> written;
+    for (const std::string& part : trace_parts) {
+      if (std::filesystem::exists(part)) written.push_back(part);
+    }
+    if (written.empty()) return;
+    if (absl::Status s = fulcrum::MergeTraces(written, trace_file); !s.ok()) {
+      std::printf("[launcher] the trace files were not joined: %s\n",
+                  std::string(s.message()).c_str());
+      return;
+    }
+    for (const std::string& part : written) std::filesystem::remove(part);
+    std::printf(
+        "[launcher] trace of %zu process(es) written to %s: open it in "
+        "https://ui.perfetto.dev or chrome://tracing\n",
+        written.size(), trace_file.c_str());
+  });
   const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   std::vector<std::string> ps_flags = mode_flags;
   if (!checkpoint_dir.empty()) ps_flags.push_back("--checkpoint_dir=" + checkpoint_dir);
@@ -481,6 +520,7 @@ int Run(const std::vector<std::string>& worker_args) {
                                      "--bind_host=127.0.0.1"};
     argv.insert(argv.end(), security["ps"].begin(), security["ps"].end());
     argv.insert(argv.end(), ps_flags.begin(), ps_flags.end());
+    if (!trace_file.empty()) argv.push_back(trace_flag(absl::StrCat("ps", i)));
     children.push_back(Spawn(absl::StrCat("ps ", i), argv,
                              TaskTfConfig(placeholders_ps, placeholders_workers, "ps", i)));
     std::string address;
@@ -548,6 +588,7 @@ int Run(const std::vector<std::string>& worker_args) {
         argv.push_back("--metrics_jsonl=" + absl::GetFlag(FLAGS_metrics_jsonl));
       }
     }
+    if (!trace_file.empty()) argv.push_back(trace_flag(absl::StrCat("worker", w)));
     std::vector<std::string> env = worker_env;
     if (!worker_command.empty()) {
       const std::vector<std::string> launcher_flags(argv.begin() + worker_command.size(),

@@ -26,6 +26,7 @@
 #include "common/metrics_server.h"
 #include "common/rpc/authorization.h"
 #include "common/rpc/security_flags.h"
+#include "common/trace.h"
 #include "ps_server/grpc/ps_grpc_server.h"
 #include "ps_server/grpc/replica_link.h"
 #include "ps_server/membership.h"
@@ -74,6 +75,11 @@ ABSL_FLAG(int, metrics_port, -1,
           "Serve Prometheus metrics at http://<bind_host>:<port>/metrics and the server's status "
           "page at / (with TLS, to loopback clients only: reach it through ssh -L or kubectl "
           "port-forward); 0 picks a free port (printed in the 'metrics on' line); -1: none.");
+ABSL_FLAG(std::string, trace_file, "",
+          "Write a Chrome trace (Perfetto, chrome://tracing) of how this server handles the "
+          "pushes of the steps workers trace (their --trace_file and --trace_steps), one span "
+          "per push on the track of its worker, linked to the worker's call; join the job's "
+          "files with `fulcrumctl merge-traces`. \"\": none.");
 ABSL_FLAG(std::string, chief_identity, fulcrum::kDefaultControlIdentities,
           "With mutual TLS: the identities whose certificates may make control calls "
           "(JobDone, SaveCheckpoint), comma-separated; a certificate has one when its subject's "
@@ -252,8 +258,18 @@ int Run() {
   const std::string security =
       absl::StrCat(tls->enabled() ? "mutual TLS" : "plaintext",
                    policy.cluster_token.empty() && policy.control_token.empty() ? "" : ", tokens");
+  std::unique_ptr<TraceFile> trace;
+  if (const std::string path = absl::GetFlag(FLAGS_trace_file); !path.empty()) {
+    auto opened = TraceFile::Open(path, absl::StrCat("ps ", config->cluster().task().index()));
+    if (!opened.ok()) {
+      LOG_ERROR("--trace_file: {}", opened.status().message());
+      return 2;
+    }
+    trace = *std::move(opened);
+    LOG_INFO("tracing the pushes workers trace to {}", path);
+  }
   auto server = PsGrpcServer::Start(&ps, config->listen_address(), metrics ? &*metrics : nullptr,
-                                    *tls, Access(std::move(policy)));
+                                    *tls, Access(std::move(policy)), trace.get());
   if (!server.ok()) {
     LOG_ERROR("{}", server.status().message());
     return 1;

@@ -85,6 +85,8 @@ docker-compose -f "$compose" -f "$root/deploy/docker-compose.tensorflow.yml" con
   fail "docker-compose.tensorflow.yml does not validate"
 docker-compose -f "$compose" -f "$root/deploy/docker-compose.replicated.yml" config -q ||
   fail "docker-compose.replicated.yml does not validate"
+docker-compose -f "$compose" -f "$root/deploy/docker-compose.monitoring.yml" config -q ||
+  fail "docker-compose.monitoring.yml does not validate"
 docker-compose -f "$root/deploy/docker-compose.all-reduce.yml" config -q ||
   fail "docker-compose.all-reduce.yml does not validate"
 sed 's/condition: service_healthy/condition: whenever/' "$compose" > "$tmp/broken.yml"

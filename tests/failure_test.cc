@@ -11,9 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -44,14 +48,21 @@ class FailureTest : public ::testing::Test {
   }
 
   // Server `index`: first on a port it picks, after a restart on the same.
-  std::unique_ptr<ChildProcess> StartPs(int index, const std::string& mode) {
-    auto ps = std::make_unique<ChildProcess>(
-        absl::StrCat("ps", index),
-        std::vector<std::string>{
-            RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0,127.0.0.1:0",
-            "--worker_hosts=" + worker_hosts_, absl::StrCat("--task_index=", index),
-            absl::StrCat("--port=", ports_[index]), "--bind_host=127.0.0.1", "--mode=" + mode,
-            "--lease_timeout_ms=3000", "--checkpoint_dir=" + dir_ + "/checkpoints", "--insecure"});
+  // `extra` flags go last.
+  std::unique_ptr<ChildProcess> StartPs(int index, const std::string& mode,
+                                        const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {RunfilePath("ps_server/ps_server"),
+                                     "--ps_hosts=127.0.0.1:0,127.0.0.1:0",
+                                     "--worker_hosts=" + worker_hosts_,
+                                     absl::StrCat("--task_index=", index),
+                                     absl::StrCat("--port=", ports_[index]),
+                                     "--bind_host=127.0.0.1",
+                                     "--mode=" + mode,
+                                     "--lease_timeout_ms=3000",
+                                     "--checkpoint_dir=" + dir_ + "/checkpoints",
+                                     "--insecure"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto ps = std::make_unique<ChildProcess>(absl::StrCat("ps", index), argv);
     const std::optional<int> port = WaitForPort(*ps, "listening on", absl::Seconds(30));
     EXPECT_TRUE(port.has_value());
     ports_[index] = port.value_or(0);
@@ -231,16 +242,88 @@ double StepPartMs(ChildProcess& worker, const std::string& part) {
   return -1;
 }
 
+// One span of a merged trace file (fulcrumctl merge-traces): which process
+// and track it is on, by name.
+struct Span {
+  std::string process, track, name;
+  int64_t dur_us = 0;
+};
+
+// The spans of `path` and its flow ids by kind ("s": a call's, "f": its
+// handling's). The file's lines are TraceFile's: one event each.
+struct MergedTrace {
+  std::vector<Span> spans;
+  std::multiset<std::string> flows_from, flows_to;
+
+  // The mean duration in ms of `name` spans on `track` of `process`, and
+  // how many there are.
+  std::pair<double, int> Mean(const std::string& process, const std::string& track,
+                              const std::string& name) const {
+    int64_t sum = 0;
+    int n = 0;
+    for (const Span& span : spans) {
+      if (span.process == process && span.track == track && span.name == name) {
+        sum += span.dur_us;
+        ++n;
+      }
+    }
+    return {n == 0 ? 0.0 : static_cast<double>(sum) / n / 1000, n};
+  }
+};
+
+MergedTrace ReadMergedTrace(const std::string& path) {
+  const std::regex process(
+      R"re("name": "process_name", "ph": "M", "pid": (\d+), "args": \{"name": "([^"]+)")re");
+  const std::regex track(
+      R"re("name": "thread_name", "ph": "M", "pid": (\d+), "tid": (\d+), "args": \{"name": "([^"]+)")re");
+  const std::regex span(
+      R"re("name": "([^"]+)", "cat": "fulcrum", "ph": "X", "ts": \d+, "dur": (\d+), "pid": (\d+), "tid": (\d+))re");
+  const std::regex flow(R"re("ph": "([sf])", "bp": "e", "id": "([^"]+)")re");
+  std::map<std::string, std::string> processes, tracks;
+  MergedTrace trace;
+  std::vector<std::array<std::string, 4>> raw;  // name, dur, pid, tid
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, process)) {
+      processes[m[1]] = m[2];
+    } else if (std::regex_search(line, m, track)) {
+      tracks[absl::StrCat(m[1].str(), "/", m[2].str())] = m[3];
+    } else if (std::regex_search(line, m, span)) {
+      raw.push_back({m[1], m[2], m[3], m[4]});
+    } else if (std::regex_search(line, m, flow)) {
+      (m[1] == "s" ? trace.flows_from : trace.flows_to).insert(m[2]);
+    }
+  }
+  for (const auto& [name, dur, pid, tid] : raw) {
+    trace.spans.push_back(
+        {processes[pid], tracks[absl::StrCat(pid, "/", tid)], name, std::stoll(dur)});
+  }
+  return trace;
+}
+
 // A worker slowed on purpose (30 ms more compute a step) in sync training
 // shows as the straggler in the steps' parts: its own compute is high, and
-// the chief spends its steps in the exchange, waiting for it.
-TEST_F(FailureTest, ASlowedWorkerShowsAsTheStragglerInTheStepsParts) {
-  auto ps0 = StartPs(0, "sync");
-  auto ps1 = StartPs(1, "sync");
-  auto chief = StartWorker(0, "sync", "chief", {"--epochs=1"});
-  auto slow = StartWorker(1, "sync", "worker1", {"--epochs=1", "--debug_step_delay_ms=30"});
+// the chief spends its steps in the exchange, waiting for it. The same in
+// the trace of steps 20 to 40 every process writes (--trace_file), joined
+// by fulcrumctl merge-traces: on the servers, the chief's push-pulls wait
+// long for their step's pull while the straggler's, the step's last, do
+// not; and each traced call arrows to its handling.
+TEST_F(FailureTest, ASlowedWorkerShowsAsTheStragglerInTheStepsPartsAndTheTrace) {
+  const auto trace_flags = [&](const std::string& who) {
+    return std::vector<std::string>{"--epochs=1", "--trace_steps=20:40",
+                                    "--trace_file=" + dir_ + "-" + who + ".json"};
+  };
+  auto ps0 = StartPs(0, "sync", {"--trace_file=" + dir_ + "-ps0.json"});
+  auto ps1 = StartPs(1, "sync", {"--trace_file=" + dir_ + "-ps1.json"});
+  auto chief = StartWorker(0, "sync", "chief", trace_flags("chief"));
+  std::vector<std::string> slow_flags = trace_flags("worker1");
+  slow_flags.push_back("--debug_step_delay_ms=30");
+  auto slow = StartWorker(1, "sync", "worker1", slow_flags);
   ASSERT_EQ(chief->Wait(kJobTimeout), 0);
   ASSERT_EQ(slow->Wait(kJobTimeout), 0);
+  ASSERT_EQ(ps0->Wait(absl::Seconds(30)), 0);
+  ASSERT_EQ(ps1->Wait(absl::Seconds(30)), 0);
   const double slow_compute = StepPartMs(*slow, "compute");
   const double chief_compute = StepPartMs(*chief, "compute");
   const double chief_exchange = StepPartMs(*chief, "exchange");
@@ -250,6 +333,60 @@ TEST_F(FailureTest, ASlowedWorkerShowsAsTheStragglerInTheStepsParts) {
   EXPECT_GT(chief_exchange, chief_compute);
   const std::string json = ReadWholeFile(dir_ + "/summary.json");
   EXPECT_THAT(json, ::testing::HasSubstr("\"chief_step_seconds\""));
+
+  const std::string merged = dir_ + "-job.json";
+  ChildProcess merge("merge", {RunfilePath("deploy/fulcrumctl"), "merge-traces", "--out=" + merged,
+                               dir_ + "-chief.json", dir_ + "-worker1.json", dir_ + "-ps0.json",
+                               dir_ + "-ps1.json"});
+  ASSERT_EQ(merge.Wait(absl::Seconds(30)), 0);
+  // What Perfetto opens: one JSON document.
+  EXPECT_EQ(std::system(
+                absl::StrCat("python3 -c 'import json, sys; json.load(open(sys.argv[1]))' ", merged)
+                    .c_str()),
+            0);
+  const MergedTrace trace = ReadMergedTrace(merged);
+  const auto [slow_step_compute, slow_steps] = trace.Mean("worker 1", "step", "compute");
+  EXPECT_EQ(slow_steps, 21);
+  EXPECT_GE(slow_step_compute, 30);
+  const auto [chief_step_compute, chief_steps] = trace.Mean("worker 0", "step", "compute");
+  EXPECT_EQ(chief_steps, 21);
+  EXPECT_LT(chief_step_compute, slow_step_compute / 2);
+  const auto [chief_call, chief_calls] = trace.Mean("worker 0", "ps 0", "push-pull");
+  EXPECT_EQ(chief_calls, 21);
+  EXPECT_GE(chief_call, 20) << "the chief's calls did not wait for the straggler";
+  for (const std::string ps : {"ps 0", "ps 1"}) {
+    const auto [chief_wait, chief_handled] = trace.Mean(ps, "worker 0", "pull");
+    const auto [slow_wait, slow_handled] = trace.Mean(ps, "worker 1", "pull");
+    std::cout << ps << "'s pull part: the chief's " << chief_wait << " ms, the straggler's "
+              << slow_wait << " ms (their compute " << chief_step_compute << " and "
+              << slow_step_compute << " ms; the chief's push-pull " << chief_call << " ms)\n";
+    EXPECT_EQ(chief_handled, 21) << ps;
+    EXPECT_EQ(slow_handled, 21) << ps;
+    EXPECT_GE(chief_wait, 20) << ps << " did not hold the chief's pulls for the straggler";
+    EXPECT_LT(slow_wait, chief_wait / 2) << ps;
+  }
+  // Each of the 2 x 21 steps' calls to each server, and its handling.
+  EXPECT_EQ(trace.flows_from.size(), 84u);
+  EXPECT_EQ(trace.flows_from, trace.flows_to);
+}
+
+TEST_F(FailureTest, BadTraceFlagsExitWithAClearError) {
+  ChildProcess steps("steps", {RunfilePath("worker/worker"), "--insecure", "--ps_hosts=127.0.0.1:1",
+                               "--worker_hosts=127.0.0.1:2", "--device=cpu",
+                               "--trace_file=" + dir_ + "-t.json", "--trace_steps=40:20"});
+  EXPECT_EQ(steps.Wait(absl::Seconds(30)), 2);
+  EXPECT_TRUE(steps.HasLine("--trace_steps=40:20: want N:M"));
+  const std::string unwritable = "--trace_file=/nonexistent/dir/t.json";
+  ChildProcess worker_file("worker",
+                           {RunfilePath("worker/worker"), "--insecure", "--ps_hosts=127.0.0.1:1",
+                            "--worker_hosts=127.0.0.1:2", "--device=cpu", unwritable});
+  EXPECT_EQ(worker_file.Wait(absl::Seconds(30)), 2);
+  EXPECT_TRUE(worker_file.HasLine("cannot write the trace file /nonexistent/dir/t.json"));
+  ChildProcess ps_file(
+      "ps", {RunfilePath("ps_server/ps_server"), "--ps_hosts=127.0.0.1:0",
+             "--worker_hosts=127.0.0.1:1", "--bind_host=127.0.0.1", "--insecure", unwritable});
+  EXPECT_EQ(ps_file.Wait(absl::Seconds(30)), 2);
+  EXPECT_TRUE(ps_file.HasLine("cannot write the trace file /nonexistent/dir/t.json"));
 }
 
 TEST_F(FailureTest, KilledChiefRestartsAndResumes) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -190,6 +191,32 @@ TEST(LocalClusterTest, WorkersServePrometheusMetrics) {
   EXPECT_THAT(metrics, HasSubstr("fulcrum_worker_global_step"));
   EXPECT_THAT(metrics, HasSubstr("fulcrum_worker_examples_per_second"));
   EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 0);
+}
+
+int CountOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// --trace_file: every process traces (the workers steps 5 to 9), and the
+// launcher joins their files into one when the run ends.
+TEST(LocalClusterTest, JoinsTheProcessesTracesIntoOne) {
+  const std::string trace = TempPath("job.json");
+  ChildProcess cluster(
+      "cluster", Launcher({"--num_ps=2", "--num_workers=2", "--mode=async", "--trace_file=" + trace,
+                           "--", "--epochs=1", "--hidden=64", "--trace_steps=5:9"}));
+  EXPECT_EQ(cluster.Wait(absl::Seconds(120)), 0);
+  EXPECT_TRUE(cluster.HasLine("trace of 4 process(es) written to " + trace));
+  const std::string text = ReadWholeFile(trace);
+  for (const std::string process : {"ps 0", "ps 1", "worker 0", "worker 1"}) {
+    EXPECT_THAT(text, HasSubstr("\"args\": {\"name\": \"" + process + "\"}")) << process;
+  }
+  // 5 steps of each worker, and the parts' files gone.
+  EXPECT_EQ(CountOf(text, "\"name\": \"step 9\""), 2);
+  EXPECT_EQ(CountOf(text, "\"name\": \"step 10\""), 0);
+  EXPECT_FALSE(std::filesystem::exists(TempPath("job.ps0.json")));
+  EXPECT_FALSE(std::filesystem::exists(TempPath("job.worker1.json")));
 }
 
 TEST(LocalClusterTest, AFailingWorkerStopsTheClusterWithItsStatus) {

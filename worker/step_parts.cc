@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace fulcrum {
@@ -14,6 +15,17 @@ std::string FormatStepParts(const StepParts& sums, int64_t steps) {
                               static_cast<double>(std::max<int64_t>(steps, 1)));
   }
   return out;
+}
+
+void TraceStep(TraceFile& trace, int64_t step, absl::Time start, absl::Time end,
+               const StepParts& parts) {
+  trace.Add({"step", absl::StrCat("step ", step), start, end});
+  absl::Time at = start;
+  for (int p = 0; p < StepParts::kParts; ++p) {
+    if (parts.time[p] <= absl::ZeroDuration()) continue;
+    trace.Add({"step", kStepPartNames[p], at, at + parts.time[p]});
+    at += parts.time[p];
+  }
 }
 
 }  // namespace fulcrum

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "common/trace.h"
 
 namespace fulcrum {
 
@@ -33,6 +34,12 @@ inline constexpr std::array<const char*, StepParts::kParts> kStepPartNames = {
 // "rows_pull 0.0 ms, compute 5.1 ms, rows_push 0.0 ms, exchange 12.3 ms":
 // `sums` over `steps` steps, as means per step.
 std::string FormatStepParts(const StepParts& sums, int64_t steps);
+
+// Records step `step` (this worker's, counted from 1 in this run), which
+// ran from `start` to `end`, and its parts in order, on the track "step"
+// of `trace` (--trace_file).
+void TraceStep(TraceFile& trace, int64_t step, absl::Time start, absl::Time end,
+               const StepParts& parts);
 
 }  // namespace fulcrum
 

@@ -177,6 +177,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   absl::Time window_start = absl::Now();
   while (std::optional<Batch> batch = batcher.Next()) {
     const absl::Time step_start = absl::Now();
+    const int64_t step_number = summary.steps + 1;  // this worker's, in this run
+    const bool traced = options_.trace != nullptr && step_number >= options_.trace_first &&
+                        step_number <= options_.trace_last;
+    if (traced) options_.trace->SetRecording(true);
     if (batch->step_in_epoch == 0) {
       total_steps = steps_done + batch->steps_in_epoch * (options_.epochs - batch->epoch);
     }
@@ -213,6 +217,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     auto stale = strategy_->Step(nonfinite.empty() ? &grads : nullptr, place, &weights);
     if (!stale.ok()) return stale.status();
     lap(StepParts::kExchange);
+    if (traced) {
+      options_.trace->SetRecording(false);
+      TraceStep(*options_.trace, step_number, step_start, part_start, parts);
+    }
     summary.parts += parts;
     ++summary.steps;
     if (options_.status != nullptr) options_.status->Step(parts);

@@ -69,6 +69,12 @@ struct TrainerOptions {
   // For tests and drills: each step's compute takes this much longer, as
   // on a slow device or a loaded machine (a straggler).
   absl::Duration compute_delay;
+  // --trace_file: this worker's steps first..last (counted from 1 in this
+  // run) are recorded in `trace`, which records its calls to the servers
+  // meanwhile (TraceFile::SetRecording). Null: none.
+  TraceFile* trace = nullptr;
+  int64_t trace_first = 0;
+  int64_t trace_last = -1;
 };
 
 struct EpochResult {

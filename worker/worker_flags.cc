@@ -94,6 +94,14 @@ ABSL_FLAG(int, debug_step_delay_ms, 0,
           "For tests and drills: adds this many milliseconds to each step's compute, as a slow "
           "device or a loaded machine would (a straggler: its compute shows high in the step's "
           "parts, and in sync mode the others' exchange too). 0: none.");
+ABSL_FLAG(std::string, trace_file, "",
+          "Write a Chrome trace (Perfetto, chrome://tracing) of the steps --trace_steps picks: "
+          "each step and its parts, and this worker's calls to each server, which then trace "
+          "their handling of them if they have a --trace_file of their own (`fulcrumctl "
+          "merge-traces` joins the files; arrows link each call to its handling). \"\": none.");
+ABSL_FLAG(std::string, trace_steps, "1:100",
+          "With --trace_file: the steps to trace, N:M, this worker's steps N to M (counted from 1 "
+          "in this run).");
 ABSL_FLAG(std::string, wire_dtype, "float32",
           "How gradients and pulled weights travel: float32, bfloat16 or float16 (half the "
           "bytes; rounding error at most 0.39% or 0.049% of each value; float16 fails on "
@@ -163,6 +171,8 @@ WorkerFlags WorkerFlagsFromCommandLine() {
   flags.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   flags.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   flags.debug_step_delay_ms = absl::GetFlag(FLAGS_debug_step_delay_ms);
+  flags.trace_file = absl::GetFlag(FLAGS_trace_file);
+  flags.trace_steps = absl::GetFlag(FLAGS_trace_steps);
   flags.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   flags.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   flags.channels_per_ps = absl::GetFlag(FLAGS_channels_per_ps);

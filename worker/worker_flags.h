@@ -52,6 +52,8 @@ struct WorkerFlags {
   int keep_checkpoints;
   int metrics_port;
   int debug_step_delay_ms;
+  std::string trace_file;
+  std::string trace_steps;
   std::string metrics_host;
   std::string wire_dtype;
   int channels_per_ps;

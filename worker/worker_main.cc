@@ -93,6 +93,9 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
   if (!embeddings.ok()) return embeddings.status();
   auto security = SecurityFromFlags(flags);
   if (!security.ok()) return security.status();
+  // Declared before the client that records in it.
+  auto trace = TraceFromFlags(flags, *cluster);
+  if (!trace.ok()) return trace.status();
   auto data = LoadData(flags, *model, is_chief, *fs);
   if (!data.ok()) return data.status();
   if (absl::Status s = FitToData(data->train, &*model, &*embeddings); !s.ok()) return s;
@@ -108,7 +111,7 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
   }
 
   auto parts = MakeStrategy(flags, *cluster, *replica, is_chief, *model, *embeddings, *security,
-                            fs.get(), &g_stop);
+                            fs.get(), &g_stop, trace->file.get());
   if (!parts.ok()) return parts.status();
   Strategy* strategy = parts->strategy.get();
 
@@ -179,6 +182,9 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
   }
   options.stop = &g_stop;
   options.compute_delay = absl::Milliseconds(flags.debug_step_delay_ms);
+  options.trace = trace->file.get();
+  options.trace_first = trace->first;
+  options.trace_last = trace->last;
   *configured = true;
   Trainer trainer(strategy, replicas, devices->reducer.get(), data->train,
                   data->test ? &*data->test : nullptr, options);

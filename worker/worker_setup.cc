@@ -156,8 +156,9 @@ TfConfig LoneWorker() {
 absl::StatusOr<StrategyParts> MakeParameterServerStrategy(
     const WorkerFlags& flags, const TfConfig& cluster, int replica, const ModelConfig& model,
     const std::optional<EmbeddingConfig>& embeddings, const WorkerSecurity& security,
-    const std::atomic<bool>* stop) {
+    const std::atomic<bool>* stop, TraceFile* trace) {
   PsClientOptions options;
+  options.trace = trace;
   options.worker_id = replica;
   options.mode = *ParseConsistencyMode(flags.mode);
   options.wire_dtype = *ParseFloatEncoding(flags.wire_dtype);
@@ -437,13 +438,31 @@ absl::StatusOr<Devices> MakeDevices(const WorkerFlags& flags) {
   return out;
 }
 
+absl::StatusOr<WorkerTrace> TraceFromFlags(const WorkerFlags& flags, const TfConfig& cluster) {
+  WorkerTrace trace;
+  if (flags.trace_file.empty()) return trace;
+  const std::vector<std::string> range = absl::StrSplit(flags.trace_steps, ':');
+  if (range.size() != 2 || !absl::SimpleAtoi(range[0], &trace.first) ||
+      !absl::SimpleAtoi(range[1], &trace.last) || trace.first < 1 || trace.last < trace.first) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--trace_steps=", flags.trace_steps, ": want N:M, steps N to M with 1 <= N <= M"));
+  }
+  auto file = TraceFile::Open(
+      flags.trace_file, absl::StrCat(cluster.task().type(), " ", cluster.task().index()));
+  if (!file.ok()) return absl::InvalidArgumentError(absl::StrCat("--trace_file: ", file.status().message()));
+  trace.file = *std::move(file);
+  LOG_INFO("tracing steps {} to {} to {}", trace.first, trace.last, flags.trace_file);
+  return trace;
+}
+
 absl::StatusOr<StrategyParts> MakeStrategy(const WorkerFlags& flags, const TfConfig& cluster,
                                            int replica, bool is_chief, const ModelConfig& model,
                                            const std::optional<EmbeddingConfig>& embeddings,
                                            const WorkerSecurity& security, FileSystem* fs,
-                                           const std::atomic<bool>* stop) {
+                                           const std::atomic<bool>* stop, TraceFile* trace) {
   if (flags.strategy == "parameter_server") {
-    return MakeParameterServerStrategy(flags, cluster, replica, model, embeddings, security, stop);
+    return MakeParameterServerStrategy(flags, cluster, replica, model, embeddings, security, stop,
+                                       trace);
   }
   return MakeAllReduceStrategy(flags, cluster, replica, is_chief, model, security, fs);
 }

@@ -16,6 +16,7 @@
 #include "common/cluster_spec.h"
 #include "common/file_system.h"
 #include "common/rpc/credentials.h"
+#include "common/trace.h"
 #include "fulcrum/ps_client.h"
 #include "proto/config.pb.h"
 #include "worker/collective/peer_links.h"
@@ -86,16 +87,28 @@ struct StrategyParts {
   std::unique_ptr<Strategy> strategy;
 };
 
+// --trace_file and --trace_steps: the file (null without one), named for
+// `cluster`'s task, and the steps to trace. InvalidArgument for steps not
+// N:M with 1 <= N <= M, or a file that cannot be written.
+struct WorkerTrace {
+  std::unique_ptr<TraceFile> file;
+  int64_t first = 0;
+  int64_t last = -1;
+};
+absl::StatusOr<WorkerTrace> TraceFromFlags(const WorkerFlags& flags, const TfConfig& cluster);
+
 // The strategy of --strategy. parameter_server: connects to the servers,
 // checks they run this worker's mode, creates the model's variables and
 // tables there and waits (until *stop) for the job to start. The all-reduce
 // strategies: links to the other replicas (multi_worker_mirrored) and
-// restores the chief's checkpoints from `fs`.
+// restores the chief's checkpoints from `fs`. The servers' client records
+// its calls in `trace` (which must outlive it), if given.
 absl::StatusOr<StrategyParts> MakeStrategy(const WorkerFlags& flags, const TfConfig& cluster,
                                            int replica, bool is_chief, const ModelConfig& model,
                                            const std::optional<EmbeddingConfig>& embeddings,
                                            const WorkerSecurity& security, FileSystem* fs,
-                                           const std::atomic<bool>* stop);
+                                           const std::atomic<bool>* stop,
+                                           TraceFile* trace = nullptr);
 
 }  // namespace fulcrum
 

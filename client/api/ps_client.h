@@ -66,6 +66,8 @@
 
 namespace fulcrum {
 
+class TraceFile;
+
 struct PsClientOptions {
   // This worker's replica id (ReplicaId of the cluster spec); -1 for a
   // read-only client (evaluator, tools) that may only pull.
@@ -109,6 +111,11 @@ struct PsClientOptions {
   // A token every call carries, for servers that need one (docs/security.md): the cluster token, or
   // the control token for the chief and tools. Empty: none.
   std::string auth_token;
+  // A trace file (common/trace.h, --trace_file) that, while it records,
+  // gets a span for each data call to each server, and whose recording
+  // marks pushes for the servers to trace too. Must outlive the client;
+  // null: none.
+  TraceFile* trace = nullptr;
 };
 
 // One embedding table's ids in a sparse pull or push, repeats allowed, in

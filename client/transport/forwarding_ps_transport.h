@@ -1,5 +1,6 @@
 // A PsTransport that passes every call to another: tests derive from it and
-// override the calls they watch or break. Thread-safe as the inner one is.
+// override the calls they watch or break, and TracingPsTransport times the
+// data calls. Thread-safe as the inner one is.
 #ifndef FULCRUM_CLIENT_TRANSPORT_FORWARDING_PS_TRANSPORT_H_
 #define FULCRUM_CLIENT_TRANSPORT_FORWARDING_PS_TRANSPORT_H_
 

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -48,14 +50,61 @@ class RpcTimer {
   const absl::Time start_;
 };
 
+// The handling of a push the worker traces (PushRequest.trace, its
+// --trace_steps), for the server's trace file: the whole call on the track
+// of its worker, with the arrow from the worker's call, and its parts.
+class HandlingTrace {
+ public:
+  HandlingTrace(TraceFile* trace, int ps, const char* call)
+      : trace_(trace), ps_(ps), call_(call), start_(absl::Now()), lap_(start_) {}
+  ~HandlingTrace() {
+    if (!traced_) return;
+    const std::string track = absl::StrCat("worker ", worker_);
+    trace_->Add({track, call_, start_, absl::Now(), {{"push_id", absl::StrCat(absl::Hex(push_id_))}},
+                 TraceSpan::kTo, FlowId(push_id_, ps_)});
+    for (const TraceSpan& part : parts_) trace_->Add(part);
+  }
+
+  // The push's header (a PushRequest's or PushRowsRequest's), once read.
+  template <typename Request>
+  void Header(const Request& header) {
+    if (trace_ == nullptr || !header.trace()) return;
+    traced_ = true;
+    worker_ = header.worker_id();
+    push_id_ = header.push_id();
+  }
+  // Ends part `name` of the handling, begun where the last one ended.
+  void Lap(const char* name) {
+    if (!traced_) return;
+    const absl::Time now = absl::Now();
+    parts_.push_back({absl::StrCat("worker ", worker_), name, lap_, now});
+    lap_ = now;
+  }
+
+ private:
+  TraceFile* const trace_;
+  const int ps_;
+  const char* const call_;
+  const absl::Time start_;
+  absl::Time lap_;
+  bool traced_ = false;
+  int worker_ = 0;
+  uint64_t push_id_ = 0;
+  std::vector<TraceSpan> parts_;
+};
+
 }  // namespace
 
 class PsGrpcServer::Service final
     : public PsService::WithStreamedUnaryMethod_PullSmall<
           PsService::WithStreamedUnaryMethod_PushPullSmall<PsService::Service>> {
  public:
-  Service(ParameterServer* ps, PsMetrics* metrics, Access access)
-      : ps_(ps), metrics_(metrics), access_(std::move(access)) {}
+  Service(ParameterServer* ps, PsMetrics* metrics, Access access, TraceFile* trace)
+      : ps_(ps),
+        metrics_(metrics),
+        access_(std::move(access)),
+        trace_(trace),
+        index_(ps->config().cluster().task().index()) {}
 
   grpc::Status CreateShards(grpc::ServerContext* context, const CreateShardsRequest* request,
                             CreateShardsResponse* response) override {
@@ -79,14 +128,17 @@ class PsGrpcServer::Service final
                     PushResponse* response) override {
     RpcTimer timer(metrics_, "Push");
     if (grpc::Status s = Allow(*context, kData, "Push"); !s.ok()) return s;
+    HandlingTrace trace(trace_, index_, "push");
     ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushRequest part;
     while (reader->Read(&part)) {
+      trace.Header(part);
       if (absl::Status s = Receive(push, &part, receive.Take()); !s.ok()) return ToGrpcStatus(s);
     }
     if (!receive.error().ok()) return ToGrpcStatus(receive.error());
     auto result = push.Finish();
+    trace.Lap("receive and apply");
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
     return grpc::Status::OK;
@@ -96,6 +148,7 @@ class PsGrpcServer::Service final
                         grpc::ServerReaderWriter<PullResponse, PushPullRequest>* stream) override {
     RpcTimer timer(metrics_, "PushPull");
     if (grpc::Status s = Allow(*context, kData, "PushPull"); !s.ok()) return s;
+    HandlingTrace trace(trace_, index_, "push-pull");
     ParameterServer::IncomingPush push(ps_, StreamedCallLimits());
     // Without a pull part, only the push's outcome is sent back.
     PullRequest pull;
@@ -119,6 +172,7 @@ class PsGrpcServer::Service final
     ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushPullRequest part;
     while (stream->Read(&part)) {
+      trace.Header(part.push());
       if (absl::Status s = Receive(push, part.mutable_push(), receive.Take()); !s.ok()) {
         return ToGrpcStatus(s);
       }
@@ -138,10 +192,13 @@ class PsGrpcServer::Service final
     if (!receive.error().ok()) return ToGrpcStatus(receive.error());
     auto pushed = push.Finish();
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
+    trace.Lap("receive and apply");
     // The rest, and the push's outcome.
     const PullRequest rest = take([](const ShardRef&) { return true; });
-    return ToGrpcStatus(PullAndWrite(rest, Deadline(context), StreamedCallLimits(), kChunkBytes,
-                                     true, pushed->results(), stream));
+    const absl::Status pulled = PullAndWrite(rest, Deadline(context), StreamedCallLimits(),
+                                             kChunkBytes, true, pushed->results(), stream);
+    trace.Lap(kPullPart);
+    return ToGrpcStatus(pulled);
   }
 
   // The unary calls are served as streamed unary methods (below), so that
@@ -164,21 +221,26 @@ class PsGrpcServer::Service final
       grpc::ServerUnaryStreamer<PushPullRequest, PullResponse>* streamer) override {
     RpcTimer timer(metrics_, "PushPullSmall");
     if (grpc::Status s = Allow(*context, kData, "PushPullSmall"); !s.ok()) return s;
+    HandlingTrace trace(trace_, index_, "push-pull");
     ReceiveTensorBytes receive;  // gradients are applied from gRPC's buffers
     PushPullRequest request;
     if (!streamer->Read(&request)) {
       if (!receive.error().ok()) return ToGrpcStatus(receive.error());
       return {grpc::StatusCode::INTERNAL, "PushPullSmall: no request"};
     }
+    trace.Header(request.push());
     const ReceivedBytes received = receive.Take();
     auto pushed = ps_->Push(request.push(), SmallCallLimits(), received);
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
+    trace.Lap("receive and apply");
     if (metrics_ != nullptr) {
       metrics_->AddPushedBytes(TensorBytes(request.push().gradients(), received));
     }
     // Without a pull part (an empty pull), only the push's outcome.
-    return ToGrpcStatus(PullAndWrite(request.pull(), Deadline(context), SmallCallLimits(),
-                                     kOneMessage, true, pushed->results(), streamer));
+    const absl::Status pulled = PullAndWrite(request.pull(), Deadline(context), SmallCallLimits(),
+                                             kOneMessage, true, pushed->results(), streamer);
+    trace.Lap(kPullPart);
+    return ToGrpcStatus(pulled);
   }
 
   grpc::Status PullRows(grpc::ServerContext* context, const PullRowsRequest* request,
@@ -196,7 +258,10 @@ class PsGrpcServer::Service final
                         PushRowsResponse* response) override {
     RpcTimer timer(metrics_, "PushRows");
     if (grpc::Status s = Allow(*context, kData, "PushRows"); !s.ok()) return s;
+    HandlingTrace trace(trace_, index_, "push rows");
+    trace.Header(*request);
     auto result = ps_->PushRows(*request);
+    trace.Lap("apply");
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
     if (metrics_ != nullptr) metrics_->AddPushedBytes(RowBytes(request->tables()));
@@ -208,12 +273,14 @@ class PsGrpcServer::Service final
                               PushRowsResponse* response) override {
     RpcTimer timer(metrics_, "PushRowsStream");
     if (grpc::Status s = Allow(*context, kData, "PushRowsStream"); !s.ok()) return s;
+    HandlingTrace trace(trace_, index_, "push rows");
     // A peer's parts are bounded as they arrive: at most the ids one push
     // may carry, and their gradients within a few of the largest messages.
     const int64_t max_bytes = 4 * ps_->config().max_message_bytes();
     std::vector<PushRowsRequest> parts;
     int64_t ids = 0, bytes = 0, pushed = 0;
     for (PushRowsRequest part; reader->Read(&part);) {
+      trace.Header(part);
       pushed += RowBytes(part.tables());
       for (const TableRows& rows : part.tables()) {
         ids += rows.ids_size();
@@ -227,7 +294,9 @@ class PsGrpcServer::Service final
       }
       parts.push_back(std::move(part));
     }
+    trace.Lap("receive");
     auto result = ps_->PushRows(std::move(parts));
+    trace.Lap("apply");
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
     if (metrics_ != nullptr) metrics_->AddPushedBytes(pushed);
@@ -372,20 +441,27 @@ class PsGrpcServer::Service final
     return absl::OkStatus();
   }
 
+  // The part of a push-pull's handling after its push: in sync, the wait
+  // for the step's other pushes is in it.
+  static constexpr const char* kPullPart = "pull";
+
   ParameterServer* const ps_;
   PsMetrics* const metrics_;
   const Access access_;
+  TraceFile* const trace_;
+  const int index_;  // this server's, in the cluster's ps list
 };
 
 absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServer* ps,
                                                                   const std::string& address,
                                                                   PsMetrics* metrics,
                                                                   const TlsFiles& tls,
-                                                                  Access access) {
+                                                                  Access access,
+                                                                  TraceFile* trace) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<PsGrpcServer> server(new PsGrpcServer());
   server->ps_ = ps;
-  server->service_ = std::make_unique<Service>(ps, metrics, std::move(access));
+  server->service_ = std::make_unique<Service>(ps, metrics, std::move(access), trace);
   const int max_bytes = static_cast<int>(
       std::min<int64_t>(ps->config().max_message_bytes(), std::numeric_limits<int>::max()));
   grpc::ServerBuilder builder;

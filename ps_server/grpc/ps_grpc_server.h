@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "common/rpc/authorization.h"
 #include "common/rpc/credentials.h"
+#include "common/trace.h"
 #include "proto/ps_service.grpc.pb.h"
 #include "ps_server/grpc/ps_metrics.h"
 #include "ps_server/parameter_server.h"
@@ -28,11 +29,14 @@ class PsGrpcServer {
   // certificate its CA signed get through the handshake; without, plaintext.
   // `access` says who may make which calls (tokens, and the identities
   // that may make control calls); refusals are counted in `metrics`.
+  // With `trace` (which must outlive the server), the handling of each push
+  // a worker traces (--trace_steps) is recorded there.
   static absl::StatusOr<std::unique_ptr<PsGrpcServer>> Start(ParameterServer* ps,
                                                              const std::string& address,
                                                              PsMetrics* metrics = nullptr,
                                                              const TlsFiles& tls = {},
-                                                             Access access = {});
+                                                             Access access = {},
+                                                             TraceFile* trace = nullptr);
   ~PsGrpcServer();
 
   // The port actually bound.
