@@ -734,6 +734,7 @@ absl::StatusOr<PushStats> DenseCalls::PushPullOnce(
   for (const PullResponse& response : responses) {
     stats = AddPushResults(response.push_results(), stats);
     results.push_back(&response.push_results());
+    stats.waited = std::max(stats.waited, absl::Microseconds(response.waited_us()));
   }
   KeepAccumulated(pushes, results);
   for (int ps = 0; ps < servers_.size(); ++ps) {

@@ -125,6 +125,7 @@ void AppendPullResponse(PullResponse& part, PullResponse* whole) {
   for (ShardPushResult& result : *part.mutable_push_results()) {
     *whole->add_push_results() = std::move(result);
   }
+  whole->set_waited_us(std::max(whole->waited_us(), part.waited_us()));
 }
 
 void CopyPushHeader(const PushRequest& from, PushRequest* to) {

@@ -723,6 +723,7 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
         absl::StrCat("pull: asks for ", bytes, " bytes of tensors, more than the ",
                      store_.value_bytes(), " bytes of variables this server holds"));
   }
+  const absl::Time waiting = absl::Now();
   for (;;) {
     const absl::Status waited = policy_->AwaitPull(request, deadline, checked_by);
     if (!absl::IsAborted(waited)) {
@@ -733,6 +734,8 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
     if (absl::Status s = find_shards(); !s.ok()) return s;
   }
   OutgoingPull pulled;
+  // The reads add their waits for the shards' versions.
+  pulled.response.set_waited_us(absl::ToInt64Microseconds(absl::Now() - waiting));
   for (size_t i = 0; i < shards.size(); ++i) {
     if (absl::Status s = shards[i]->Read(request.shards(i).min_version(), deadline, encoding,
                                          limits.max_slice_bytes, &pulled);
@@ -1091,6 +1094,8 @@ DescribeResponse ParameterServer::Describe() const {
   for (const WorkerInfo& info : workers_.Describe()) *response.add_workers() = info;
   policy_->Describe(&response);
   response.set_updates_applied(updates_applied_.load());
+  response.set_bytes_pushed(bytes_pushed_.load(std::memory_order_relaxed));
+  response.set_bytes_pulled(bytes_pulled_.load(std::memory_order_relaxed));
   response.set_stale_gradients_dropped(stale_dropped_.load());
   for (const auto& bucket : staleness_histogram_) response.add_staleness_histogram(bucket.load());
   response.set_job_done(job_done_requested_.load());

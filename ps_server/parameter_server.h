@@ -222,6 +222,12 @@ class ParameterServer {
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
 
   DescribeResponse Describe() const;
+  // Bytes workers pushed here and pulled from here (what a transport
+  // counts as calls pass), for Describe.
+  void CountTraffic(int64_t pushed, int64_t pulled) {
+    bytes_pushed_.fetch_add(pushed, std::memory_order_relaxed);
+    bytes_pulled_.fetch_add(pulled, std::memory_order_relaxed);
+  }
 
   // The chief says training is over. WaitForJobDone returns once every
   // worker has also finished (Heartbeat with finished) or its lease has run
@@ -386,6 +392,8 @@ class ParameterServer {
   std::atomic<int64_t> placement_applied_{0};
 
   std::atomic<int64_t> updates_applied_{0};
+  std::atomic<int64_t> bytes_pushed_{0};
+  std::atomic<int64_t> bytes_pulled_{0};
   std::atomic<int64_t> stale_dropped_{0};
   std::array<std::atomic<int64_t>, kStalenessBuckets> staleness_histogram_{};
 

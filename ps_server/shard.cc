@@ -65,7 +65,12 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType enco
   auto ready = [this, min_version]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return cancelled_ || retired_ || committed_version_ >= min_version;
   };
-  if (!ready()) mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  if (!ready()) {
+    const absl::Time waiting = absl::Now();
+    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    out->response.set_waited_us(out->response.waited_us() +
+                                absl::ToInt64Microseconds(absl::Now() - waiting));
+  }
   // UNAVAILABLE, so that clients retry: the server is going away.
   if (cancelled_) return absl::UnavailableError(absl::StrCat(label(), ": server is shutting down"));
   if (retired_) return RetiredError();

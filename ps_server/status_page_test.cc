@@ -20,6 +20,8 @@ TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
   state.set_num_ps(3);
   state.set_replication(2);
   state.set_restored_step(-1);
+  state.set_bytes_pushed(int64_t{5} << 20);
+  state.set_bytes_pulled(int64_t{7} << 20);
   state.set_memory_bytes(int64_t{3} << 20);
   state.set_max_memory_bytes(int64_t{4} << 20);
   ShardInfo* shard = state.add_shards();
@@ -66,6 +68,7 @@ TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
   EXPECT_THAT(page, HasSubstr("mutual TLS, tokens"));
   EXPECT_THAT(page, HasSubstr("checkpoint restored: none"));
   EXPECT_THAT(page, HasSubstr("3.0 MiB of its budget 4.0 MiB"));
+  EXPECT_THAT(page, HasSubstr("pushed here 5.0 MiB, pulled 7.0 MiB"));
   EXPECT_THAT(page, HasSubstr("<td>dense&lt;0&gt;/kernel</td><td>1 of 2</td><td>[392, 256]</td>"
                               "<td>17</td>"));
   EXPECT_THAT(page, Not(HasSubstr("dense<0>")));

@@ -79,6 +79,7 @@ void JobStatus::SetServers(const std::vector<DescribeResponse>& described,
     for (const ShardInfo& shard : d.shards()) server.shards += shard.primary().empty();
     for (const TableInfo& table : d.tables()) server.ranges += table.primary().empty();
     server.updates_applied = d.updates_applied();
+    server.bytes = d.bytes_pushed() + d.bytes_pulled();
     server.memory_bytes = d.memory_bytes();
     server.max_memory_bytes = d.max_memory_bytes();
   }
@@ -159,14 +160,22 @@ std::string RenderJobPage(const JobStatus::View& view) {
       &body, "<h2>Test set, after each epoch</h2>\n",
       HtmlTable("evaluations", {"epoch", "global step", "test loss", "test accuracy", "test AUC"},
                 evaluations, "no evaluation yet (the chief evaluates after each epoch)"));
-  // Each server's share of the updates: an imbalanced placement shows.
-  int64_t updates = 0;
-  for (const JobStatus::View::Server& server : view.servers) updates += server.updates_applied;
+  // Each server's share of the updates and of the bytes: an imbalanced
+  // placement shows.
+  int64_t updates = 0, bytes = 0;
+  for (const JobStatus::View::Server& server : view.servers) {
+    updates += server.updates_applied;
+    bytes += server.bytes;
+  }
+  const auto share = [](int64_t part, int64_t whole) {
+    return absl::StrFormat(
+        "%.0f%%", whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  };
   std::string servers = view.servers.empty()
                             ? "<p id=\"servers\" class=\"muted\">no parameter server</p>\n"
                             : "<table id=\"servers\"><tr><th>server</th><th>shards</th><th>"
-                              "ranges</th><th>updates applied</th><th>share</th><th>memory</th>"
-                              "</tr>\n";
+                              "ranges</th><th>updates applied</th><th>share</th><th>bytes "
+                              "pushed and pulled</th><th>share</th><th>memory</th></tr>\n";
   for (const JobStatus::View::Server& server : view.servers) {
     const std::string address = HtmlEscape(server.address);
     absl::StrAppend(
@@ -175,12 +184,9 @@ std::string RenderJobPage(const JobStatus::View& view) {
             ? address
             : absl::StrCat("<a href=\"", HtmlEscape(server.page), "\">", address, "</a>"),
         "</td><td>", server.shards, "</td><td>", server.ranges, "</td><td>", server.updates_applied,
-        "</td><td>",
-        absl::StrFormat("%.0f%%", updates > 0
-                                      ? 100.0 * static_cast<double>(server.updates_applied) /
-                                            static_cast<double>(updates)
-                                      : 0.0),
-        "</td><td>", HtmlEscape(FormatBytes(server.memory_bytes)), " of ",
+        "</td><td>", share(server.updates_applied, updates), "</td><td>",
+        HtmlEscape(FormatBytes(server.bytes)), "</td><td>", share(server.bytes, bytes), "</td><td>",
+        HtmlEscape(FormatBytes(server.memory_bytes)), " of ",
         HtmlEscape(FormatBytes(server.max_memory_bytes)), "</td></tr>\n");
   }
   if (!view.servers.empty()) servers += "</table>\n";

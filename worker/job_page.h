@@ -49,6 +49,7 @@ class JobStatus {
       int shards = 0;    // primaries
       int ranges = 0;    // tables' ranges, primaries
       int64_t updates_applied = 0;
+      int64_t bytes = 0;  // pushed to it and pulled from it
       int64_t memory_bytes = 0;
       int64_t max_memory_bytes = 0;
     };

@@ -44,7 +44,11 @@ TEST(JobPageTest, ShowsProgressCurvesEvaluationsAndServers) {
   servers[0].set_updates_applied(300);
   servers[0].add_shards();
   servers[0].add_shards()->set_primary("10.0.0.2:2222");  // a backup: not counted
+  servers[0].set_bytes_pushed(int64_t{1} << 20);
+  servers[0].set_bytes_pulled(int64_t{1} << 20);
   servers[1].set_updates_applied(100);
+  servers[1].set_bytes_pushed(int64_t{3} << 20);
+  servers[1].set_bytes_pulled(int64_t{3} << 20);
   servers[1].set_memory_bytes(int64_t{3} << 20);
   servers[1].set_max_memory_bytes(int64_t{4} << 20);
   servers[1].add_tables();
@@ -60,11 +64,13 @@ TEST(JobPageTest, ShowsProgressCurvesEvaluationsAndServers) {
   EXPECT_THAT(page, HasSubstr(">train loss</text>"));
   EXPECT_THAT(page, HasSubstr(">test accuracy</text>"));
   EXPECT_THAT(page, HasSubstr("<td>1</td><td>936</td><td>0.5500</td><td>0.8100</td><td>-</td>"));
-  // Each server's share of the updates, linked to its page where it has one.
+  // Each server's share of the updates and bytes, linked to its page where
+  // it has one: here the second moves three times the first's bytes.
   EXPECT_THAT(page, HasSubstr("<tr><td><a href=\"http://10.0.0.1:9100/\">10.0.0.1:2222</a></td>"
-                              "<td>1</td><td>0</td><td>300</td><td>75%</td>"));
+                              "<td>1</td><td>0</td><td>300</td><td>75%</td><td>2.0 MiB</td>"
+                              "<td>25%</td>"));
   EXPECT_THAT(page, HasSubstr("<tr><td>10.0.0.2:2222</td><td>0</td><td>1</td><td>100</td><td>25%"
-                              "</td><td>3.0 MiB of 4.0 MiB</td></tr>"));
+                              "</td><td>6.0 MiB</td><td>75%</td><td>3.0 MiB of 4.0 MiB</td></tr>"));
   // Where a step's time goes: means over the steps so far, and shares.
   EXPECT_THAT(page, HasSubstr("<td>compute</td><td>3.00 ms</td><td>75%</td>"));
   EXPECT_THAT(page, HasSubstr("<td>exchange</td><td>1.00 ms</td><td>25%</td>"));

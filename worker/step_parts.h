@@ -15,10 +15,11 @@ namespace fulcrum {
 struct StepParts {
   // The order of `time` and kStepPartNames: the rows of the batch's ids
   // pulled from the servers' tables; the forward and backward passes (and
-  // the local replicas' reduce); the rows' gradients pushed; and the
-  // strategy's exchange: the push-pull with the servers (in sync and SSP,
-  // the wait for the other workers is in it) or all-reduce's reduce.
-  enum Part { kRowsPull, kCompute, kRowsPush, kExchange, kParts };
+  // the local replicas' reduce); the rows' gradients pushed; the
+  // strategy's exchange: the push-pull with the servers or all-reduce's
+  // reduce; and, in sync and SSP, the wait for the other workers the
+  // servers held the push-pull's pull for (taken out of the exchange).
+  enum Part { kRowsPull, kCompute, kRowsPush, kExchange, kWait, kParts };
   std::array<absl::Duration, kParts> time{};
 
   StepParts& operator+=(const StepParts& other) {
@@ -29,7 +30,7 @@ struct StepParts {
 
 // Each part's name, for metrics labels, logs and the status page.
 inline constexpr std::array<const char*, StepParts::kParts> kStepPartNames = {
-    "rows_pull", "compute", "rows_push", "exchange"};
+    "rows_pull", "compute", "rows_push", "exchange", "wait"};
 
 // "rows_pull 0.0 ms, compute 5.1 ms, rows_push 0.0 ms, exchange 12.3 ms":
 // `sums` over `steps` steps, as means per step.

@@ -217,6 +217,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     auto stale = strategy_->Step(nonfinite.empty() ? &grads : nullptr, place, &weights);
     if (!stale.ok()) return stale.status();
     lap(StepParts::kExchange);
+    const absl::Duration waited =
+        std::min(strategy_->last_wait(), parts.time[StepParts::kExchange]);
+    parts.time[StepParts::kExchange] -= waited;
+    parts.time[StepParts::kWait] += waited;
     if (traced) {
       options_.trace->SetRecording(false);
       TraceStep(*options_.trace, step_number, step_start, part_start, parts);
@@ -365,6 +369,7 @@ absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
   parts->set_compute(absl::ToDoubleSeconds(summary.parts.time[StepParts::kCompute]) / steps);
   parts->set_rows_push(absl::ToDoubleSeconds(summary.parts.time[StepParts::kRowsPush]) / steps);
   parts->set_exchange(absl::ToDoubleSeconds(summary.parts.time[StepParts::kExchange]) / steps);
+  parts->set_wait(absl::ToDoubleSeconds(summary.parts.time[StepParts::kWait]) / steps);
   if (last.test_auc >= 0) {
     record.set_test_auc(last.test_auc);
     record.set_test_logloss(last.test_loss);

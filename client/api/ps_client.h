@@ -133,6 +133,9 @@ struct PushStats {
   int duplicate = 0;    // already taken: sync, pushed for this step; or a retried push
   int lost = 0;         // dropped: their server restarted since they were pulled
   int64_t max_staleness = 0;
+  // PushPull: the longest any server held the pull for the other workers
+  // (sync's step, SSP's bound), as the servers measured it.
+  absl::Duration waited;
 };
 
 class PsClient {

@@ -114,6 +114,12 @@ TEST_F(GrpcPsTransportTest, PushesAndPushPullsApplyAndAnswer) {
   EXPECT_EQ(both->push_results(0).version(), 2);
   EXPECT_EQ(values, std::vector<float>(size_t{64} * 256, 0.0f))
       << "1 - 0.5 - 0.5, read after the push";
+  EXPECT_EQ(both->waited_us(), 0) << "async: nothing to wait for";
+  // The server counted the bytes each way, for its share of the traffic.
+  auto described = transport_->Describe(Deadline());
+  ASSERT_TRUE(described.ok());
+  EXPECT_EQ(described->bytes_pushed(), 2 * 64 * 256 * 4);
+  EXPECT_EQ(described->bytes_pulled(), 64 * 256 * 4);
 }
 
 // A push of rows in parts streams and applies as one push; a page of the

@@ -137,6 +137,10 @@ class WireParser {
         if (!ReadBytes(&bytes) || !response->add_push_results()->ParseFromString(bytes)) {
           return false;
         }
+      } else if (tag == Tag(PullResponse::kWaitedUsFieldNumber, kVarint)) {
+        uint64_t waited = 0;
+        if (!in_->ReadVarint64(&waited)) return false;
+        response->set_waited_us(static_cast<int64_t>(waited));
       } else if (!Skip(tag)) {
         return false;
       }
@@ -552,8 +556,9 @@ grpc::ByteBuffer SerializePush(const OutgoingPush& push, bool as_push_pull, cons
 grpc::ByteBuffer SerializePull(const OutgoingPull& pull, const std::shared_ptr<const void>& owner) {
   if (pull.lent.empty()) return SerializeLending(pull.response, owner);
   const SlicesWriter slices(PullResponse::kSlicesFieldNumber, pull.response.slices(), pull.lent);
-  PullResponse rest;  // the push results
+  PullResponse rest;  // the push results and the wait
   *rest.mutable_push_results() = pull.response.push_results();
+  rest.set_waited_us(pull.response.waited_us());
   rest.ByteSizeLong();
   return WriteLending(owner, [&](CodedOutputStream* out) {
     slices.Write(out);

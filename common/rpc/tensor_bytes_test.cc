@@ -125,6 +125,7 @@ TEST(LendTensorBytesTest, SnapshotBytesGoFromWhereTheyLie) {
                                 pull->response.mutable_slices(), &pull->lent)
                   .ok());
   pull->response.add_push_results()->set_variable("w");
+  pull->response.set_waited_us(1234);
   const std::string expected = OutgoingPull(*pull).Materialize().SerializeAsString();
   grpc::ByteBuffer buffer;
   {
@@ -279,6 +280,7 @@ PullResponse Mixed() {
   half->mutable_tensor()->mutable_data()->resize(16);
   response.add_push_results()->set_variable("w");
   response.mutable_push_results(0)->set_version(4);
+  response.set_waited_us(31'000);
   return response;
 }
 

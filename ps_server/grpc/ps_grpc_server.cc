@@ -60,8 +60,13 @@ class HandlingTrace {
   ~HandlingTrace() {
     if (!traced_) return;
     const std::string track = absl::StrCat("worker ", worker_);
-    trace_->Add({track, call_, start_, absl::Now(), {{"push_id", absl::StrCat(absl::Hex(push_id_))}},
-                 TraceSpan::kTo, FlowId(push_id_, ps_)});
+    trace_->Add({track,
+                 call_,
+                 start_,
+                 absl::Now(),
+                 {{"push_id", absl::StrCat(absl::Hex(push_id_))}},
+                 TraceSpan::kTo,
+                 FlowId(push_id_, ps_)});
     for (const TraceSpan& part : parts_) trace_->Add(part);
   }
 
@@ -233,9 +238,7 @@ class PsGrpcServer::Service final
     auto pushed = ps_->Push(request.push(), SmallCallLimits(), received);
     if (!pushed.ok()) return ToGrpcStatus(pushed.status());
     trace.Lap("receive and apply");
-    if (metrics_ != nullptr) {
-      metrics_->AddPushedBytes(TensorBytes(request.push().gradients(), received));
-    }
+    Pushed(TensorBytes(request.push().gradients(), received));
     // Without a pull part (an empty pull), only the push's outcome.
     const absl::Status pulled = PullAndWrite(request.pull(), Deadline(context), SmallCallLimits(),
                                              kOneMessage, true, pushed->results(), streamer);
@@ -250,7 +253,7 @@ class PsGrpcServer::Service final
     auto result = ps_->PullRows(*request, Deadline(context));
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
-    if (metrics_ != nullptr) metrics_->AddPulledBytes(RowBytes(response->tables()));
+    Pulled(RowBytes(response->tables()));
     return grpc::Status::OK;
   }
 
@@ -264,7 +267,7 @@ class PsGrpcServer::Service final
     trace.Lap("apply");
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(RowBytes(request->tables()));
+    Pushed(RowBytes(request->tables()));
     return grpc::Status::OK;
   }
 
@@ -299,7 +302,7 @@ class PsGrpcServer::Service final
     trace.Lap("apply");
     if (!result.ok()) return ToGrpcStatus(result.status());
     *response = *std::move(result);
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(pushed);
+    Pushed(pushed);
     return grpc::Status::OK;
   }
 
@@ -394,10 +397,21 @@ class PsGrpcServer::Service final
     return status;
   }
 
+  // Counts bytes pushed here or pulled from here: in the metrics, and in
+  // what Describe says.
+  void Pushed(int64_t bytes) {
+    if (metrics_ != nullptr) metrics_->AddPushedBytes(bytes);
+    ps_->CountTraffic(bytes, 0);
+  }
+  void Pulled(int64_t bytes) {
+    if (metrics_ != nullptr) metrics_->AddPulledBytes(bytes);
+    ps_->CountTraffic(0, bytes);
+  }
+
   // Hands a streamed push's next message to `push`, counting its bytes.
   absl::Status Receive(ParameterServer::IncomingPush& push, PushRequest* part,
                        ReceivedBytes received) {
-    if (metrics_ != nullptr) metrics_->AddPushedBytes(TensorBytes(part->gradients(), received));
+    Pushed(TensorBytes(part->gradients(), received));
     return push.Add(part, std::move(received));
   }
 
@@ -426,10 +440,11 @@ class PsGrpcServer::Service final
         message->lent.push_back(result->lent[i]);
       }
       message->snapshots = result->snapshots;
-      if (metrics_ != nullptr) {
-        metrics_->AddPulledBytes(TensorBytes(message->response.slices(), message->lent));
+      Pulled(TensorBytes(message->response.slices(), message->lent));
+      if (b == 0) {
+        *message->response.mutable_push_results() = push_results;
+        message->response.set_waited_us(result->response.waited_us());
       }
-      if (b == 0) *message->response.mutable_push_results() = push_results;
       LendTensorBytes lend(message);
       // A call's last message goes out with its status, in one write.
       grpc::WriteOptions options;
@@ -456,8 +471,7 @@ absl::StatusOr<std::unique_ptr<PsGrpcServer>> PsGrpcServer::Start(ParameterServe
                                                                   const std::string& address,
                                                                   PsMetrics* metrics,
                                                                   const TlsFiles& tls,
-                                                                  Access access,
-                                                                  TraceFile* trace) {
+                                                                  Access access, TraceFile* trace) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<PsGrpcServer> server(new PsGrpcServer());
   server->ps_ = ps;

@@ -25,6 +25,7 @@ int64_t ParameterServerStrategy::ResumedBatches(int num_workers, int64_t) const 
 
 absl::StatusOr<int> ParameterServerStrategy::Step(const TensorMap* gradients, const StepPlace&,
                                                   TensorMap* weights) {
+  last_wait_ = absl::ZeroDuration();
   if (gradients == nullptr) {
     // Nothing pushed; in sync mode the next batch takes this one's place
     // in the same step.
@@ -33,6 +34,7 @@ absl::StatusOr<int> ParameterServerStrategy::Step(const TensorMap* gradients, co
   }
   auto pushed = client_->PushPull(*gradients, {}, weights);
   if (!pushed.ok()) return pushed.status();
+  last_wait_ = pushed->waited;
   return pushed->stale;
 }
 

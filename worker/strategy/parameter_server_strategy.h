@@ -28,6 +28,7 @@ class ParameterServerStrategy final : public Strategy {
   int64_t ResumedBatches(int num_workers, int64_t steps_per_epoch) const override;
   absl::StatusOr<int> Step(const TensorMap* gradients, const StepPlace& place,
                            TensorMap* weights) override;
+  absl::Duration last_wait() const override { return last_wait_; }
   int64_t step() const override;
   // Gone for good: a worker whose lease ran out (or that never came) on
   // every server.
@@ -43,6 +44,7 @@ class ParameterServerStrategy final : public Strategy {
   const int worker_;
   const int num_workers_;
   const bool resume_;
+  absl::Duration last_wait_;  // of the last Step's push-pull
 };
 
 }  // namespace fulcrum

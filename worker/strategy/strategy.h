@@ -51,6 +51,10 @@ class Strategy {
   // gradients dropped as stale.
   virtual absl::StatusOr<int> Step(const TensorMap* gradients, const StepPlace& place,
                                    TensorMap* weights) = 0;
+  // How long the last Step waited for the other workers, as the servers
+  // measured it (sync's step, SSP's bound); zero where the strategy does
+  // not tell it apart.
+  virtual absl::Duration last_wait() const { return absl::ZeroDuration(); }
 
   // The global step: updates applied to the variables so far.
   virtual int64_t step() const = 0;
