@@ -51,10 +51,12 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
       return s;
     }
   }
+  const auto row_bytes_of = [](const VariablePlacement& variable) {
+    return RowElements(variable.spec.shape()) * static_cast<int64_t>(sizeof(float));
+  };
   std::vector<PlacementUnitSpec> units;
   for (const VariablePlacement& variable : *placed) {
-    const int64_t row_bytes =
-        RowElements(variable.spec.shape()) * static_cast<int64_t>(sizeof(float));
+    const int64_t row_bytes = row_bytes_of(variable);
     for (const ShardPlacement& shard : variable.shards) {
       units.push_back({ShardKey(variable.spec.name(), shard.shard), shard.rows * row_bytes});
     }
@@ -66,8 +68,7 @@ absl::Status DenseCalls::CreateVariables(const std::vector<VariableSpec>& specs,
   int unit = 0;  // the shard's index among all variables' shards
   for (const VariablePlacement& variable : *placed) {
     auto value = initial_values.find(variable.spec.name());
-    const int64_t row_bytes =
-        RowElements(variable.spec.shape()) * static_cast<int64_t>(sizeof(float));
+    const int64_t row_bytes = row_bytes_of(variable);
     int64_t largest = 0;
     for (const ShardPlacement& shard : variable.shards) largest = std::max(largest, shard.rows);
     if (largest * row_bytes > kLargeShardBytes) {

@@ -45,13 +45,13 @@ std::string HtmlPage(absl::string_view title, int refresh_secs, absl::string_vie
                       "body{font-family:sans-serif;margin:1.5em;color:#222}"
                       "table{border-collapse:collapse;margin:.5em 0 1.5em}"
                       "th,td{border:1px solid #ccc;padding:.2em .6em;text-align:left;font-size:90%}"
-                      "th{background:#f0f0f0}td.dead{color:#b00;font-weight:bold}"
+                      "th{background:#f0f0f0}td.alert{color:#b00;font-weight:bold}"
                       "h1{font-size:140%}h2{font-size:115%;margin-bottom:.2em}.muted{color:#777}",
                       "</style></head><body>\n", body, "\n</body></html>\n");
 }
 
 std::string HtmlTable(absl::string_view id, const std::vector<std::string>& header,
-                      const std::vector<std::vector<std::string>>& rows, absl::string_view empty) {
+                      const std::vector<std::vector<HtmlCell>>& rows, absl::string_view empty) {
   if (rows.empty()) {
     return absl::StrCat("<p id=\"", HtmlEscape(id), "\" class=\"muted\">", HtmlEscape(empty),
                         "</p>\n");
@@ -59,12 +59,11 @@ std::string HtmlTable(absl::string_view id, const std::vector<std::string>& head
   std::string out = absl::StrCat("<table id=\"", HtmlEscape(id), "\"><tr>");
   for (const std::string& cell : header) absl::StrAppend(&out, "<th>", HtmlEscape(cell), "</th>");
   out += "</tr>\n";
-  for (const std::vector<std::string>& row : rows) {
+  for (const std::vector<HtmlCell>& row : rows) {
     out += "<tr>";
-    for (const std::string& cell : row) {
-      // A worker or copy lost stands out.
-      const bool dead = cell == "dead" || absl::StartsWith(cell, "dead ");
-      absl::StrAppend(&out, dead ? "<td class=\"dead\">" : "<td>", HtmlEscape(cell), "</td>");
+    for (const HtmlCell& cell : row) {
+      absl::StrAppend(&out, cell.alert ? "<td class=\"alert\">" : "<td>", HtmlEscape(cell.text),
+                      "</td>");
     }
     out += "</tr>\n";
   }

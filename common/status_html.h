@@ -18,11 +18,19 @@ std::string HtmlEscape(absl::string_view text);
 // the browser loads again every `refresh_secs` (0: never).
 std::string HtmlPage(absl::string_view title, int refresh_secs, absl::string_view body);
 
+// A table's cell: its text, and whether it stands out (a worker lost).
+struct HtmlCell {
+  HtmlCell(std::string text, bool alert = false) : text(std::move(text)), alert(alert) {}
+  HtmlCell(const char* text) : text(text) {}
+  std::string text;
+  bool alert = false;
+};
+
 // A table with `header` and `rows` of cells, each escaped here; `id`
 // names it (for tests and links). "" for no rows: `empty` (escaped) in a
 // paragraph instead.
 std::string HtmlTable(absl::string_view id, const std::vector<std::string>& header,
-                      const std::vector<std::vector<std::string>>& rows, absl::string_view empty);
+                      const std::vector<std::vector<HtmlCell>>& rows, absl::string_view empty);
 
 // A line of a chart: its name (escaped here), its colour ("#36c") and
 // its points (x, y), x increasing.

@@ -13,11 +13,13 @@ using ::testing::Not;
 
 TEST(StatusHtmlTest, EscapesWhatAPageShows) {
   EXPECT_EQ(HtmlEscape("<w&'x\">"), "&lt;w&amp;&#39;x&quot;&gt;");
-  const std::string table = HtmlTable("t", {"a<b"}, {{"<script>"}, {"dead"}}, "none");
+  const std::string table =
+      HtmlTable("t", {"a<b"}, {{"<script>"}, {HtmlCell("dead", /*alert=*/true)}, {"dead"}}, "none");
   EXPECT_THAT(table, HasSubstr("<th>a&lt;b</th>"));
   EXPECT_THAT(table, HasSubstr("<td>&lt;script&gt;</td>"));
   EXPECT_THAT(table, Not(HasSubstr("<script>")));
-  EXPECT_THAT(table, HasSubstr("<td class=\"dead\">dead</td>"));
+  EXPECT_THAT(table, HasSubstr("<td class=\"alert\">dead</td>"));
+  EXPECT_THAT(table, HasSubstr("<tr><td>dead</td></tr>")) << "alert only where asked";
   EXPECT_EQ(HtmlTable("t", {"a"}, {}, "nothing <yet>"),
             "<p id=\"t\" class=\"muted\">nothing &lt;yet&gt;</p>\n");
 }

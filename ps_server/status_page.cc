@@ -53,9 +53,11 @@ std::string RenderServerPage(const DescribeResponse& state, const ServerPageCont
                            FormatBytes(state.max_memory_bytes()))),
       "</p>\n");
 
-  std::vector<std::vector<std::string>> workers;
+  std::vector<std::vector<HtmlCell>> workers;
   for (const WorkerInfo& w : state.workers()) {
-    workers.push_back({absl::StrCat(w.worker_id()), WorkerState(w),
+    // A worker lost stands out.
+    workers.push_back({absl::StrCat(w.worker_id()),
+                       HtmlCell(WorkerState(w), !w.live() && w.seen() && !w.finished()),
                        w.live() ? absl::StrCat(w.lease_remaining_ms(), " ms") : "-",
                        absl::StrCat(w.clock())});
   }
@@ -63,7 +65,7 @@ std::string RenderServerPage(const DescribeResponse& state, const ServerPageCont
                   HtmlTable("workers", {"worker", "state", "lease left", "clock"}, workers,
                             "no worker known yet"));
 
-  std::vector<std::vector<std::string>> shards;
+  std::vector<std::vector<HtmlCell>> shards;
   for (const ShardInfo& s : state.shards()) {
     shards.push_back({s.variable(), absl::StrCat(s.shard(), " of ", s.num_shards()),
                       ShapeString(s.shape()), absl::StrCat(s.version()),
@@ -76,7 +78,7 @@ std::string RenderServerPage(const DescribeResponse& state, const ServerPageCont
                 {"variable", "shard", "shape", "version", "pending gradients", "optimizer", "copy"},
                 shards, "no shard here"));
 
-  std::vector<std::vector<std::string>> tables;
+  std::vector<std::vector<HtmlCell>> tables;
   for (const TableInfo& t : state.tables()) {
     tables.push_back({t.name(), absl::StrCat(t.partition()), absl::StrCat(t.width()),
                       absl::StrCat(t.rows(), " of ",
@@ -93,7 +95,7 @@ std::string RenderServerPage(const DescribeResponse& state, const ServerPageCont
                  "memory", "version", "optimizer", "copy", "most pushed ids (pushes)"},
                 tables, "no table's range here"));
 
-  std::vector<std::vector<std::string>> staleness;
+  std::vector<std::vector<HtmlCell>> staleness;
   for (int i = 0; i < state.staleness_histogram_size(); ++i) {
     if (state.staleness_histogram(i) == 0) continue;
     staleness.push_back({absl::StrCat(i, i + 1 == state.staleness_histogram_size() ? "+" : ""),

@@ -76,7 +76,7 @@ TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
   EXPECT_THAT(page, HasSubstr("<td>ads</td><td>2</td><td>8</td><td>40 of 50</td>"));
   EXPECT_THAT(page, HasSubstr("<td>backup of 127.0.0.1:3</td><td>17 (1204), 5 (998)</td>"));
   EXPECT_THAT(page, HasSubstr("<td>0</td><td>live</td><td>900 ms</td><td>5</td>"));
-  EXPECT_THAT(page, HasSubstr("<td>1</td><td class=\"dead\">dead</td><td>-</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>1</td><td class=\"alert\">dead</td><td>-</td>"));
   EXPECT_THAT(page, HasSubstr("<td>2+</td><td>2</td>"));
   EXPECT_THAT(page, HasSubstr("epoch 3, 1 unit(s) on 127.0.0.1:1"));
 }

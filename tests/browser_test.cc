@@ -122,9 +122,9 @@ TEST(BrowserTest, AServersPageShowsItsWorkersAndShardsAndAWorkerKilled) {
   std::string after;
   while (absl::Now() < deadline) {  // each load takes a second or so
     after = Dom(url);
-    if (after.find("<td>1</td><td class=\"dead\">dead</td>") != std::string::npos) break;
+    if (after.find("<td>1</td><td class=\"alert\">dead</td>") != std::string::npos) break;
   }
-  EXPECT_THAT(after, HasSubstr("<td>1</td><td class=\"dead\">dead</td>"));
+  EXPECT_THAT(after, HasSubstr("<td>1</td><td class=\"alert\">dead</td>"));
   EXPECT_THAT(after, HasSubstr("<td>0</td><td>live</td>"));
   EXPECT_TRUE(Screenshot(url, "server-page-worker-dead.png"));
 

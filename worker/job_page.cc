@@ -127,7 +127,7 @@ std::string RenderJobPage(const JobStatus::View& view) {
   // Where a step's time goes: each part's mean, and its share as a bar.
   absl::Duration total;
   for (const absl::Duration& t : view.parts.time) total += t;
-  std::vector<std::vector<std::string>> parts;
+  std::vector<std::vector<HtmlCell>> parts;
   const double steps = static_cast<double>(std::max<int64_t>(view.parts_steps, 1));
   std::string bars;
   for (int p = 0; p < StepParts::kParts && view.parts_steps > 0; ++p) {
@@ -149,7 +149,7 @@ std::string RenderJobPage(const JobStatus::View& view) {
                                      "in the exchange: a straggler shows as its own compute "
                                      "high and the others' exchange high.</p>\n")
                       : "");
-  std::vector<std::vector<std::string>> evaluations;
+  std::vector<std::vector<HtmlCell>> evaluations;
   for (const EpochRecord& e : view.evaluations) {
     evaluations.push_back(
         {absl::StrCat(e.epoch()), absl::StrCat(static_cast<int64_t>(e.global_step())),
