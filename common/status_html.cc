@@ -45,7 +45,7 @@ std::string HtmlPage(absl::string_view title, int refresh_secs, absl::string_vie
                       "body{font-family:sans-serif;margin:1.5em;color:#222}"
                       "table{border-collapse:collapse;margin:.5em 0 1.5em}"
                       "th,td{border:1px solid #ccc;padding:.2em .6em;text-align:left;font-size:90%}"
-                      "th{background:#f0f0f0}td.alert{color:#b00;font-weight:bold}"
+                      "th{background:#f0f0f0}.alert{color:#b00;font-weight:bold}"
                       "h1{font-size:140%}h2{font-size:115%;margin-bottom:.2em}.muted{color:#777}",
                       "</style></head><body>\n", body, "\n</body></html>\n");
 }

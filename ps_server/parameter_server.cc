@@ -133,6 +133,10 @@ ParameterServer::ParameterServer(const PsServerConfig& config, std::function<abs
           config_, &store_, policy_.get(),
           [this](const std::string& table, int partition) { return FindRange(table, partition); }),
       replicas_(std::move(replicas)) {
+  {
+    absl::MutexLock lock(&checkpoints_mu_);
+    checkpoint_info_.set_last_step(-1);
+  }
   if (replicas_) MakeReplicator();
   const absl::Duration period = std::max(absl::Milliseconds(5), workers_.lease_timeout() / 4);
   lease_thread_ = std::thread([this, period] {
@@ -1096,6 +1100,10 @@ DescribeResponse ParameterServer::Describe() const {
   response.set_updates_applied(updates_applied_.load());
   response.set_bytes_pushed(bytes_pushed_.load(std::memory_order_relaxed));
   response.set_bytes_pulled(bytes_pulled_.load(std::memory_order_relaxed));
+  {
+    absl::MutexLock lock(&checkpoints_mu_);
+    *response.mutable_checkpoints() = checkpoint_info_;
+  }
   response.set_stale_gradients_dropped(stale_dropped_.load());
   for (const auto& bucket : staleness_histogram_) response.add_staleness_histogram(bucket.load());
   response.set_job_done(job_done_requested_.load());
@@ -1108,6 +1116,23 @@ DescribeResponse ParameterServer::Describe() const {
 }
 
 absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpoint(
+    const SaveCheckpointRequest& request) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<SaveCheckpointResponse> saved = SaveCheckpointHere(request);
+  absl::MutexLock lock(&checkpoints_mu_);
+  if (saved.ok()) {
+    checkpoint_info_.set_last_step(request.step());
+    checkpoint_info_.set_last_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+    checkpoint_info_.set_last_unix_secs(absl::ToUnixSeconds(absl::Now()));
+  } else {
+    checkpoint_info_.set_failures(checkpoint_info_.failures() + 1);
+    checkpoint_info_.set_last_error(
+        absl::StrCat("step ", request.step(), ": ", saved.status().message()));
+  }
+  return saved;
+}
+
+absl::StatusOr<SaveCheckpointResponse> ParameterServer::SaveCheckpointHere(
     const SaveCheckpointRequest& request) {
   std::set<std::string> primaries;
   int64_t epoch = 0;

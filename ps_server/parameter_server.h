@@ -119,8 +119,9 @@ class ParameterServer {
   // one table hold each shard once, though shards moved meanwhile.
   // FAILED_PRECONDITION naming a shard the table places here that this
   // server lacks (it restarted, and its clients have not made it again).
+  // Its outcome and time are kept for Describe (CheckpointHistory).
   absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request)
-      ABSL_LOCKS_EXCLUDED(placement_mu_);
+      ABSL_LOCKS_EXCLUDED(placement_mu_, checkpoints_mu_);
 
   // At shutdown: writes this server's own checkpoint,
   // <checkpoint_dir>/final-ps-<i>-of-<n>.ckpt. When this server restarts
@@ -251,6 +252,9 @@ class ParameterServer {
   const PsServerConfig& config() const { return config_; }
 
  private:
+  // SaveCheckpoint, unrecorded.
+  absl::StatusOr<SaveCheckpointResponse> SaveCheckpointHere(const SaveCheckpointRequest& request)
+      ABSL_LOCKS_EXCLUDED(placement_mu_);
   static constexpr int kStalenessBuckets = 16;
 
   // One shard's pushed gradient, checked and decoded: its slices' values
@@ -392,6 +396,8 @@ class ParameterServer {
   std::atomic<int64_t> placement_applied_{0};
 
   std::atomic<int64_t> updates_applied_{0};
+  mutable absl::Mutex checkpoints_mu_;
+  CheckpointHistory checkpoint_info_ ABSL_GUARDED_BY(checkpoints_mu_);  // what Describe says
   std::atomic<int64_t> bytes_pushed_{0};
   std::atomic<int64_t> bytes_pulled_{0};
   std::atomic<int64_t> stale_dropped_{0};

@@ -338,8 +338,14 @@ TEST(ParameterServerTablesTest, CheckpointsRestoreOntoAnyNumberOfServers) {
     for (int i = 0; i < 2; ++i) {
       SaveCheckpointRequest request;
       request.set_step(3);
+      EXPECT_EQ(servers[i]->Describe().checkpoints().last_step(), -1);
       auto saved = servers[i]->SaveCheckpoint(request);
       ASSERT_TRUE(saved.ok()) << saved.status();
+      // Kept for the status page: the step written, its time, no failure.
+      const CheckpointHistory written = servers[i]->Describe().checkpoints();
+      EXPECT_EQ(written.last_step(), 3);
+      EXPECT_GT(written.last_unix_secs(), 0);
+      EXPECT_EQ(written.failures(), 0);
       ManifestFile file;
       file.set_name(saved->file());
       file.set_bytes(saved->bytes());

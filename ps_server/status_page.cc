@@ -3,7 +3,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/consistency_mode.h"
 #include "common/describe_text.h"
 #include "common/memory_size.h"
@@ -52,6 +54,22 @@ std::string RenderServerPage(const DescribeResponse& state, const ServerPageCont
               absl::StrCat(FormatBytes(state.memory_bytes()), " of its budget ",
                            FormatBytes(state.max_memory_bytes()))),
       "</p>\n");
+
+  const CheckpointHistory& checkpoints = state.checkpoints();
+  absl::StrAppend(
+      &body, "<h2>Checkpoints</h2>\n<p id=\"checkpoints\">",
+      checkpoints.last_step() >= 0
+          ? absl::StrCat("last: step ", checkpoints.last_step(), ", written in ",
+                         absl::StrFormat("%.2f", checkpoints.last_seconds()), " s at ",
+                         absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
+                                          absl::FromUnixSeconds(checkpoints.last_unix_secs()),
+                                          absl::UTCTimeZone()))
+          : "none written yet",
+      " &middot; failures: ", checkpoints.failures(), "</p>\n");
+  if (!checkpoints.last_error().empty()) {
+    absl::StrAppend(&body, "<p id=\"checkpoint-error\" class=\"alert\">last failure: ",
+                    HtmlEscape(checkpoints.last_error()), "</p>\n");
+  }
 
   std::vector<std::vector<HtmlCell>> workers;
   for (const WorkerInfo& w : state.workers()) {

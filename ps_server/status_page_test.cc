@@ -55,6 +55,11 @@ TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
   WorkerInfo* dead = state.add_workers();
   dead->set_worker_id(1);
   dead->set_seen(true);
+  state.mutable_checkpoints()->set_last_step(300);
+  state.mutable_checkpoints()->set_last_seconds(0.25);
+  state.mutable_checkpoints()->set_last_unix_secs(1'700'000'000);
+  state.mutable_checkpoints()->set_failures(1);
+  state.mutable_checkpoints()->set_last_error("step 200: disk <full>");
   state.add_staleness_histogram(4);
   state.add_staleness_histogram(0);
   state.add_staleness_histogram(2);
@@ -69,6 +74,9 @@ TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
   EXPECT_THAT(page, HasSubstr("checkpoint restored: none"));
   EXPECT_THAT(page, HasSubstr("3.0 MiB of its budget 4.0 MiB"));
   EXPECT_THAT(page, HasSubstr("pushed here 5.0 MiB, pulled 7.0 MiB"));
+  EXPECT_THAT(page, HasSubstr("last: step 300, written in 0.25 s at 2023-11-14 22:13:20 UTC "
+                              "&middot; failures: 1"));
+  EXPECT_THAT(page, HasSubstr("class=\"alert\">last failure: step 200: disk &lt;full&gt;"));
   EXPECT_THAT(page, HasSubstr("<td>dense&lt;0&gt;/kernel</td><td>1 of 2</td><td>[392, 256]</td>"
                               "<td>17</td>"));
   EXPECT_THAT(page, Not(HasSubstr("dense<0>")));

@@ -786,6 +786,11 @@ TEST(PsClusterTest, MutualTlsLetsInOnlyTheCasCertificates) {
   EXPECT_NE(chief_client->SaveCheckpoint(1).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(HttpGet(*metrics_port, "/metrics"),
               HasSubstr("fulcrum_ps_checkpoint_failures_total 1"));
+  auto described = chief_client->Describe();
+  ASSERT_TRUE(described.ok());
+  EXPECT_EQ((*described)[0].checkpoints().failures(), 1);
+  EXPECT_EQ((*described)[0].checkpoints().last_step(), -1);
+  EXPECT_THAT((*described)[0].checkpoints().last_error(), HasSubstr("step 1: "));
   EXPECT_TRUE(chief_client->JobDone("the chief").ok());
   EXPECT_TRUE(ps.process->WaitForLine("job done", absl::Seconds(10)));
 }
