@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -284,11 +285,9 @@ int Run() {
   if (metrics_server != nullptr) {
     // Metadata only (names, versions, workers, addresses), never values;
     // with TLS, to loopback clients only (docs/watching.md).
-    metrics_server->SetPage(
-        [&ps, address, security] {
-          return RenderServerPage(ps.Describe(), {address, security});
-        },
-        /*loopback_only=*/tls->enabled());
+    auto page = std::make_shared<ServerPage>(ServerPageContext{address, security});
+    metrics_server->SetPage([&ps, page] { return page->Render(ps.Describe(), absl::Now()); },
+                            /*loopback_only=*/tls->enabled());
   }
   std::unique_ptr<Membership> membership;
   if (!config->etcd_endpoint().empty()) {

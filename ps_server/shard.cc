@@ -81,6 +81,7 @@ absl::Status Shard::Read(int64_t min_version, absl::Time deadline, DataType enco
                                       : "",
         " at the deadline, waiting for ", min_version));
   }
+  pulls_.fetch_add(1, std::memory_order_relaxed);
   if (encoding == DT_FLOAT) out->snapshots.push_back(values_);
   // The committed version, which every copy has: a gradient computed from
   // these values is never from a version a promoted copy lacks (the values
@@ -251,6 +252,7 @@ void Shard::FreeLocked() {
 }
 
 absl::StatusOr<ShardPushResult> Shard::ApplyNow(const ShardGradient& grad, int64_t max_staleness) {
+  pushes_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
   if (absl::Status s = CheckNotFromFutureLocked(grad.computed_at); !s.ok()) return s;
@@ -277,6 +279,7 @@ void Shard::ApplyAccumulatedLocked() {
 }
 
 absl::StatusOr<ShardPushResult> Shard::Accumulate(const ShardGradient& grad, int required) {
+  pushes_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
   if (absl::Status s = CheckNotFromFutureLocked(grad.computed_at); !s.ok()) return s;
@@ -343,6 +346,8 @@ ShardInfo Shard::Describe() const {
   info.set_num_shards(spec_.num_shards());
   info.mutable_shape()->Assign(shape_.begin(), shape_.end());
   info.set_version(version_);
+  info.set_pushes(pushes_.load(std::memory_order_relaxed));
+  info.set_pulls(pulls_.load(std::memory_order_relaxed));
   info.set_pending_gradients(static_cast<int>(accumulated_from_.size()));
   info.set_optimizer(OptimizerSpec::Kind_Name(spec_.variable().optimizer().kind()));
   info.set_primary(primary_);

@@ -4,6 +4,7 @@
 #ifndef FULCRUM_PS_SERVER_SHARD_H_
 #define FULCRUM_PS_SERVER_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -126,6 +127,9 @@ class Shard : public ReplicatedUnit {
 
   const ShardSpec spec_;
   const Shape shape_;
+  // For Describe: workers' gradients taken, and pulls answered.
+  std::atomic<int64_t> pushes_{0};
+  mutable std::atomic<int64_t> pulls_{0};
 
   // Shared with the pulls that still send a snapshot of them; a push
   // applies to a copy then (UnshareValuesLocked).

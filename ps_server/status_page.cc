@@ -30,9 +30,21 @@ std::string Hottest(const TableInfo& table) {
   return ids.empty() ? "-" : absl::StrJoin(ids, ", ");
 }
 
-}  // namespace
+// Per-second rates of a unit's counts since the last render, by unit;
+// absent for a unit the last render did not see.
+using Rates = std::map<std::string, std::array<double, 2>>;
 
-std::string RenderServerPage(const DescribeResponse& state, const ServerPageContext& context) {
+std::string ShardUnit(const ShardInfo& s) { return absl::StrCat(s.variable(), "/", s.shard()); }
+std::string RangeUnit(const TableInfo& t) { return absl::StrCat(t.name(), "#", t.partition()); }
+
+// "12.5/s"; "-" where there is no rate yet.
+std::string RateText(const Rates& rates, const std::string& unit, int which) {
+  auto it = rates.find(unit);
+  return it == rates.end() ? "-" : absl::StrFormat("%.1f/s", it->second[which]);
+}
+
+std::string RenderServerPage(const DescribeResponse& state, const ServerPageContext& context,
+                             const Rates& rates) {
   const std::string title = absl::StrCat("ps ", state.ps_index(), " ", context.address);
   const char* job = state.shutting_down() ? "done, shutting down"
                     : state.job_done()    ? "done"
@@ -87,14 +99,15 @@ std::string RenderServerPage(const DescribeResponse& state, const ServerPageCont
   for (const ShardInfo& s : state.shards()) {
     shards.push_back({s.variable(), absl::StrCat(s.shard(), " of ", s.num_shards()),
                       ShapeString(s.shape()), absl::StrCat(s.version()),
+                      RateText(rates, ShardUnit(s), 0), RateText(rates, ShardUnit(s), 1),
                       absl::StrCat(s.pending_gradients()), s.optimizer(),
                       Or(CopyOf(s), "the only copy")});
   }
-  absl::StrAppend(
-      &body, "<h2>Shards</h2>\n",
-      HtmlTable("shards",
-                {"variable", "shard", "shape", "version", "pending gradients", "optimizer", "copy"},
-                shards, "no shard here"));
+  absl::StrAppend(&body, "<h2>Shards</h2>\n",
+                  HtmlTable("shards",
+                            {"variable", "shard", "shape", "version", "pushes", "pulls",
+                             "pending gradients", "optimizer", "copy"},
+                            shards, "no shard here"));
 
   std::vector<std::vector<HtmlCell>> tables;
   for (const TableInfo& t : state.tables()) {
@@ -103,14 +116,14 @@ std::string RenderServerPage(const DescribeResponse& state, const ServerPageCont
                                    t.max_rows() > 0 ? absl::StrCat(t.max_rows()) : "unbounded"),
                       absl::StrCat(t.candidates()), absl::StrCat(t.evictions()),
                       absl::StrCat(t.admissions()), FormatBytes(t.memory_bytes()),
-                      absl::StrCat(t.version()), t.optimizer(), Or(CopyOf(t), "the only copy"),
-                      Hottest(t)});
+                      absl::StrCat(t.version()), RateText(rates, RangeUnit(t), 0), t.optimizer(),
+                      Or(CopyOf(t), "the only copy"), Hottest(t)});
   }
   absl::StrAppend(
       &body, "<h2>Embedding tables</h2>\n",
       HtmlTable("tables",
                 {"table", "range", "width", "rows", "candidates", "evictions", "admissions",
-                 "memory", "version", "optimizer", "copy", "most pushed ids (pushes)"},
+                 "memory", "version", "updates", "optimizer", "copy", "most pushed ids (pushes)"},
                 tables, "no table's range here"));
 
   std::vector<std::vector<HtmlCell>> staleness;
@@ -134,6 +147,30 @@ std::string RenderServerPage(const DescribeResponse& state, const ServerPageCont
   absl::StrAppend(&body, "<p class=\"muted\">Refreshes every ", kRefreshSecs,
                   " s. The same figures for Prometheus: <a href=\"/metrics\">/metrics</a>.</p>");
   return HtmlPage(title, kRefreshSecs, body);
+}
+
+}  // namespace
+
+std::string ServerPage::Render(const DescribeResponse& state, absl::Time now) {
+  std::map<std::string, std::array<int64_t, 2>> counts;
+  for (const ShardInfo& s : state.shards()) counts[ShardUnit(s)] = {s.pushes(), s.pulls()};
+  for (const TableInfo& t : state.tables()) counts[RangeUnit(t)] = {t.version(), 0};
+  Rates rates;
+  {
+    absl::MutexLock lock(&mu_);
+    const double seconds = absl::ToDoubleSeconds(now - last_render_);
+    if (seconds > 0 && seconds < 3600) {
+      for (const auto& [unit, count] : counts) {
+        auto last = last_counts_.find(unit);
+        if (last == last_counts_.end()) continue;
+        rates[unit] = {static_cast<double>(count[0] - last->second[0]) / seconds,
+                       static_cast<double>(count[1] - last->second[1]) / seconds};
+      }
+    }
+    last_counts_ = counts;
+    last_render_ = now;
+  }
+  return RenderServerPage(state, context_, rates);
 }
 
 }  // namespace fulcrum

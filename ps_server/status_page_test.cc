@@ -67,7 +67,8 @@ TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
   state.mutable_placement()->add_servers()->set_address("127.0.0.1:1");
   state.mutable_placement()->add_units();
 
-  const std::string page = RenderServerPage(state, {"127.0.0.1:1", "mutual TLS, tokens"});
+  const std::string page =
+      ServerPage({"127.0.0.1:1", "mutual TLS, tokens"}).Render(state, absl::Now());
   EXPECT_THAT(page, HasSubstr("parameter server 1 of 3 at 127.0.0.1:1"));
   EXPECT_THAT(page, HasSubstr("mode async &middot; replication 2"));
   EXPECT_THAT(page, HasSubstr("mutual TLS, tokens"));
@@ -92,12 +93,37 @@ TEST(StatusPageTest, ShowsCopiesWorkersMemoryAndPlacement) {
 TEST(StatusPageTest, AnEmptyServerSaysSo) {
   DescribeResponse state;
   state.set_restored_step(12);
-  const std::string page = RenderServerPage(state, {"127.0.0.1:1", "plaintext"});
+  const std::string page = ServerPage({"127.0.0.1:1", "plaintext"}).Render(state, absl::Now());
   EXPECT_THAT(page, HasSubstr("no worker known yet"));
   EXPECT_THAT(page, HasSubstr("no shard here"));
   EXPECT_THAT(page, HasSubstr("no table&#39;s range here"));
   EXPECT_THAT(page, HasSubstr("checkpoint restored: step 12"));
   EXPECT_THAT(page, Not(HasSubstr("Placement")));
+}
+
+// Each shard's pushes and pulls, and each range's updates, per second
+// between two renders; none at the first.
+TEST(StatusPageTest, ShowsRatesSinceTheLastRender) {
+  DescribeResponse state;
+  ShardInfo* shard = state.add_shards();
+  shard->set_variable("w");
+  shard->set_num_shards(1);
+  shard->set_pushes(100);
+  shard->set_pulls(40);
+  TableInfo* table = state.add_tables();
+  table->set_name("ads");
+  table->set_version(7);
+  ServerPage page({"127.0.0.1:1", "plaintext"});
+  const absl::Time start = absl::FromUnixSeconds(1'000);
+  const std::string first = page.Render(state, start);
+  EXPECT_THAT(first,
+              HasSubstr("<td>w</td><td>0 of 1</td><td>[]</td><td>0</td><td>-</td><td>-</td>"));
+  shard->set_pushes(150);
+  shard->set_pulls(60);
+  table->set_version(27);
+  const std::string second = page.Render(state, start + absl::Seconds(2));
+  EXPECT_THAT(second, HasSubstr("<td>0</td><td>25.0/s</td><td>10.0/s</td>"));
+  EXPECT_THAT(second, HasSubstr("<td>27</td><td>10.0/s</td>"));
 }
 
 }  // namespace
