@@ -3,6 +3,9 @@
 # Adam 1e-3, batch 64 per worker) on this machine with
 #   - Fulcrum, 2 parameter servers and 2 workers, async (deploy:local_cluster);
 #   - Fulcrum, 2 parameter servers and 1 worker alone, async;
+#   - Fulcrum, 2 parameter servers and 2 workers, async, with the launcher's
+#     default security (mutual TLS, certificates made for the run) where
+#     the others run --insecure: what TLS costs users;
 #   - Fulcrum, 2 parameter servers and 2 workers, sync;
 #   - Fulcrum, 2 parameter servers and 2 workers, async, every shard on both
 #     servers (--replication=2): what replication costs when the copies
@@ -13,7 +16,8 @@
 #   - TensorFlow's MultiWorkerMirroredStrategy, 2 workers (bench/tf_mwms_bench.py).
 # Prints name=value lines (medians of 3 runs; 1 with --quick), ending with
 # e2e_vs_tensorflow, e2e_vs_one_worker, e2e_mwms_vs_sync_ps,
-# e2e_mwms_vs_tensorflow and replication2_e2e_vs_unreplicated.
+# e2e_mwms_vs_tensorflow, replication2_e2e_vs_unreplicated and
+# e2e_tls_vs_plain.
 #   bench/e2e_bench.sh [--quick]
 #
 # How each rate is counted: Fulcrum's is the chief's summary (its examples
@@ -37,10 +41,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 fulcrum() {  # fulcrum NAME LAUNCHER_FLAGS...: "examples/s accuracy" from the chief's summary
-  local name=$1
+  local name=$1 security=--insecure
   shift
-  # Plaintext, as TensorFlow's runs are (TLS's cost: bench:dataplane_bench).
-  "$bin/deploy/local_cluster" --insecure "$@" --summary_json="$work/summary-$name.json" \
+  # Plaintext, as TensorFlow's runs are, but for the run named tls: the
+  # launcher's default, mutual TLS.
+  [ "$name" = tls ] && security=""
+  "$bin/deploy/local_cluster" ${security:+"$security"} "$@" \
+    --summary_json="$work/summary-$name.json" \
     -- --model=mlp --hidden=256,128 --optimizer=adam --learning_rate=0.001 \
     --batch_size=64 --epochs=1 --log_every_steps=100000 > "$work/cluster-$name.log" 2>&1 ||
     { tail -20 "$work/cluster-$name.log" >&2; exit 1; }
@@ -63,10 +70,12 @@ tf_mwms() {  # "examples/s accuracy" of one MultiWorkerMirroredStrategy run, 2 w
 
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-two=() one=() sync=() replicated=() mwms=() tf=() tf_ar=()
+two=() tls=() one=() sync=() replicated=() mwms=() tf=() tf_ar=()
 for run in $(seq "$runs"); do
   out=$(fulcrum two --num_ps=2 --num_workers=2 --mode=async); read -r rate two_acc <<< "$out"
   two+=("$rate")
+  out=$(fulcrum tls --num_ps=2 --num_workers=2 --mode=async); read -r rate tls_acc <<< "$out"
+  tls+=("$rate")
   out=$(fulcrum one --num_ps=2 --num_workers=1 --mode=async); read -r rate one_acc <<< "$out"
   one+=("$rate")
   out=$(fulcrum sync --num_ps=2 --num_workers=2 --mode=sync); read -r rate sync_acc <<< "$out"
@@ -79,12 +88,13 @@ for run in $(seq "$runs"); do
   mwms+=("$rate")
   out=$(tensorflow); read -r rate tf_acc <<< "$out"; tf+=("$rate")
   out=$(tf_mwms); read -r rate tf_ar_acc <<< "$out"; tf_ar+=("$rate")
-  echo "run $run of $runs: fulcrum async 2 workers ${two[-1]}, 1 worker ${one[-1]}," \
+  echo "run $run of $runs: fulcrum async 2 workers ${two[-1]} (TLS ${tls[-1]}), 1 worker ${one[-1]}," \
     "sync ${sync[-1]}, replicated ${replicated[-1]}, all-reduce ${mwms[-1]};" \
     "tensorflow PSS ${tf[-1]}," \
     "MWMS ${tf_ar[-1]} examples/s" >&2
 done
 two_m=$(echo "${two[@]}" | median)
+tls_m=$(echo "${tls[@]}" | median)
 one_m=$(echo "${one[@]}" | median)
 sync_m=$(echo "${sync[@]}" | median)
 replicated_m=$(echo "${replicated[@]}" | median)
@@ -93,6 +103,8 @@ tf_m=$(echo "${tf[@]}" | median)
 tf_ar_m=$(echo "${tf_ar[@]}" | median)
 echo "e2e_fulcrum_2ps_2workers_examples_per_sec=$two_m"
 echo "e2e_fulcrum_2ps_2workers_test_accuracy=$two_acc"
+echo "e2e_fulcrum_2ps_2workers_tls_examples_per_sec=$tls_m"
+echo "e2e_fulcrum_2ps_2workers_tls_test_accuracy=$tls_acc"
 echo "e2e_fulcrum_2ps_1worker_examples_per_sec=$one_m"
 echo "e2e_fulcrum_2ps_1worker_test_accuracy=$one_acc"
 echo "e2e_fulcrum_2ps_2workers_sync_examples_per_sec=$sync_m"
@@ -111,3 +123,4 @@ python3 -c "print('e2e_vs_one_worker=%.2f' % ($two_m / $one_m))"
 python3 -c "print('e2e_mwms_vs_sync_ps=%.2f' % ($mwms_m / $sync_m))"
 python3 -c "print('e2e_mwms_vs_tensorflow=%.2f' % ($mwms_m / $tf_ar_m))"
 python3 -c "print('replication2_e2e_vs_unreplicated=%.2f' % ($replicated_m / $two_m))"
+python3 -c "print('e2e_tls_vs_plain=%.2f' % ($tls_m / $two_m))"
