@@ -3,9 +3,9 @@
 # Adam 1e-3, batch 64 per worker) on this machine with
 #   - Fulcrum, 2 parameter servers and 2 workers, async (deploy:local_cluster);
 #   - Fulcrum, 2 parameter servers and 1 worker alone, async;
-#   - Fulcrum, 2 parameter servers and 2 workers, async, with the launcher's
-#     default security (mutual TLS, certificates made for the run) where
-#     the others run --insecure: what TLS costs users;
+#   - Fulcrum, 2 parameter servers and 2 workers, async, with mutual TLS
+#     (--tls: certificates made for the run, as a cluster across machines
+#     runs) where the others run plaintext with tokens: what TLS costs;
 #   - Fulcrum, 2 parameter servers and 2 workers, sync;
 #   - Fulcrum, 2 parameter servers and 2 workers, async, every shard on both
 #     servers (--replication=2): what replication costs when the copies
@@ -43,10 +43,9 @@ trap 'rm -rf "$work"' EXIT
 fulcrum() {  # fulcrum NAME LAUNCHER_FLAGS...: "examples/s accuracy" from the chief's summary
   local name=$1 security=--insecure
   shift
-  # Plaintext, as TensorFlow's runs are, but for the run named tls: the
-  # launcher's default, mutual TLS.
-  [ "$name" = tls ] && security=""
-  "$bin/deploy/local_cluster" ${security:+"$security"} "$@" \
+  # Plaintext, as TensorFlow's runs are, but for the run named tls.
+  [ "$name" = tls ] && security=--tls
+  "$bin/deploy/local_cluster" "$security" "$@" \
     --summary_json="$work/summary-$name.json" \
     -- --model=mlp --hidden=256,128 --optimizer=adam --learning_rate=0.001 \
     --batch_size=64 --epochs=1 --log_every_steps=100000 > "$work/cluster-$name.log" 2>&1 ||

@@ -7,8 +7,8 @@
 #   3-4. async scaling and sync step time with simulated compute
 #        (bench:scaling_bench);
 #   5.   end to end against TensorFlow's ParameterServerStrategy and against
-#        one worker alone, and the launcher's default mutual TLS against
-#        --insecure, e2e_tls_vs_plain (bench/e2e_bench.sh);
+#        one worker alone, and mutual TLS against plaintext,
+#        e2e_tls_vs_plain (bench/e2e_bench.sh);
 #   6.   all-reduce among 2-4 ranks on loopback (bench:allreduce_bench),
 #        against iperf3 with 4 parallel streams (per stream: what each of 4
 #        ranks sharing this machine can carry), and against TensorFlow's

@@ -101,15 +101,19 @@ ABSL_FLAG(std::string, worker_command, "",
           "With --strategy=multi_worker_mirrored, also --bind_host: the program serves its "
           "peers at its TF_CONFIG address (fulcrum.tensorflow.MultiWorkerMirroredStrategy, "
           "fulcrum.collective).");
-ABSL_FLAG(bool, insecure, false,
-          "Plaintext gRPC between the processes (all on 127.0.0.1) instead of mutual TLS; "
-          "calls are still authenticated, with tokens made for the run (--auth_token_file, "
-          "--control_token_file).");
+ABSL_FLAG(bool, tls, false,
+          "Mutual TLS between the processes, with a CA and certificates made for this run in a "
+          "temporary directory, removed when the launcher exits: what a cluster across "
+          "machines runs. Without it (or --tls_dir) the processes, all on 127.0.0.1, talk "
+          "plaintext, every call carrying a token made for the run (--auth_token_file, "
+          "--control_token_file), as Jupyter guards localhost: other users of the machine "
+          "cannot call in, and no TLS is paid for.");
 ABSL_FLAG(std::string, tls_dir, "",
           "Mutual TLS from this directory of scripts/make_certs.sh's files: ca.pem, and ps, "
-          "chief and worker .pem and .key (and etcd's, for the etcd of --replication >= 2). Empty: "
-          "a CA and certificates are made for this run "
-          "in a temporary directory, removed when the launcher exits.");
+          "chief and worker .pem and .key (and etcd's, for the etcd of --replication >= 2).");
+ABSL_FLAG(bool, insecure, false,
+          "Plaintext with tokens made for the run: the default, named for scripts that ask for "
+          "it; not with --tls or --tls_dir.");
 ABSL_FLAG(std::string, bin_dir, "",
           "Directory holding ps_server/ps_server and worker/worker; default: the bazel-bin "
           "tree this launcher was built into.");
@@ -322,8 +326,8 @@ std::map<std::string, std::vector<std::string>> InsecureFlags(std::string* made)
   const std::string cluster = dir + "/cluster.token", control = dir + "/control.token";
   if (dir.empty() || !WriteToken(cluster) || !WriteToken(control)) return {};
   std::printf(
-      "[launcher] plaintext, with tokens made for this run in %s (fulcrumctl --insecure "
-      "--control_token_file=%s)\n",
+      "[launcher] plaintext on 127.0.0.1, every call carrying a token made for this run in %s "
+      "(--tls for mutual TLS; fulcrumctl --insecure --control_token_file=%s)\n",
       dir.c_str(), control.c_str());
   const std::vector<std::string> both = {"--insecure", "--auth_token_file=" + cluster,
                                          "--control_token_file=" + control};
@@ -331,14 +335,17 @@ std::map<std::string, std::vector<std::string>> InsecureFlags(std::string* made)
       {"ps", both}, {"chief", both}, {"worker", {"--insecure", "--auth_token_file=" + cluster}}};
 }
 
-// The security flags of each role ("ps", "chief", "worker"): InsecureFlags,
-// or mutual TLS from the files in --tls_dir, else in `made` (made with
+// The security flags of each role ("ps", "chief", "worker"): InsecureFlags
+// by default, or mutual TLS (--tls, --tls_dir) from the files in
+// --tls_dir, else in `made` (made with
 // scripts/make_certs.sh, from this program's runfiles), and then in `etcd`
 // the files the run's etcd serves with. Empty on an error, which is
 // printed.
 std::map<std::string, std::vector<std::string>> SecurityFlags(std::string* made,
                                                               fulcrum::TlsFiles* etcd) {
-  if (absl::GetFlag(FLAGS_insecure)) return InsecureFlags(made);
+  if (!absl::GetFlag(FLAGS_tls) && absl::GetFlag(FLAGS_tls_dir).empty()) {
+    return InsecureFlags(made);
+  }
   const std::vector<std::string> roles = {"ps", "chief", "worker"};
   std::map<std::string, std::vector<std::string>> flags;
   std::string dir = absl::GetFlag(FLAGS_tls_dir);
@@ -354,8 +361,8 @@ std::map<std::string, std::vector<std::string>> SecurityFlags(std::string* made,
     if (script.empty() || access(script.c_str(), X_OK) != 0) {
       std::fprintf(stderr,
                    "local_cluster: scripts/make_certs.sh is not among this program's runfiles "
-                   "(%s); run the local_cluster that Bazel built, or pass --tls_dir or "
-                   "--insecure\n",
+                   "(%s); run the local_cluster that Bazel built, pass --tls_dir, or leave out "
+                   "--tls\n",
                    runfiles ? script.c_str() : error.c_str());
       return {};
     }
@@ -364,7 +371,7 @@ std::map<std::string, std::vector<std::string>> SecurityFlags(std::string* made,
     if (std::system(command.c_str()) != 0) {
       std::fprintf(stderr,
                    "local_cluster: making certificates with %s failed (its error is above); "
-                   "pass --tls_dir, or --insecure\n",
+                   "pass --tls_dir, or leave out --tls\n",
                    script.c_str());
       return {};
     }
@@ -406,6 +413,12 @@ int Run(const std::vector<std::string>& worker_args) {
                  replication, num_ps);
     return 2;
   }
+  if (absl::GetFlag(FLAGS_insecure) &&
+      (absl::GetFlag(FLAGS_tls) || !absl::GetFlag(FLAGS_tls_dir).empty())) {
+    std::fprintf(stderr,
+                 "local_cluster: --insecure (plaintext) cannot go with --tls or --tls_dir\n");
+    return 2;
+  }
   const std::vector<std::string> worker_command =
       absl::StrSplit(absl::GetFlag(FLAGS_worker_command), ' ', absl::SkipWhitespace());
   std::string bin = absl::GetFlag(FLAGS_bin_dir);
@@ -414,7 +427,7 @@ int Run(const std::vector<std::string>& worker_args) {
   const auto remove_run_dir = absl::MakeCleanup([&] {
     if (!run_dir.empty()) std::filesystem::remove_all(run_dir);
   });
-  fulcrum::TlsFiles etcd_tls;  // plaintext with --insecure
+  fulcrum::TlsFiles etcd_tls;  // plaintext without --tls or --tls_dir
   std::map<std::string, std::vector<std::string>> security = SecurityFlags(&run_dir, &etcd_tls);
   if (security.empty()) return 1;
   const std::string mode = all_reduce ? "sync" : absl::GetFlag(FLAGS_mode);
@@ -692,8 +705,9 @@ int main(int argc, char** argv) {
       "  local_cluster --checkpoint_dir=/tmp/ckpt --max_restarts=3 \\\n"
       "      --ps_args=\"--lease_timeout_ms=5000\" -- --epochs=10 --checkpoint_every_secs=30\n\n"
       "Arguments after -- go to every worker (see worker --help), --ps_args to every server "
-      "(see ps_server --help). The processes talk mutual TLS, with certificates made for the "
-      "run, unless --tls_dir or --insecure says otherwise.");
+      "(see ps_server --help). The processes, all on 127.0.0.1, talk plaintext with tokens "
+      "made for the run, or mutual TLS with --tls (certificates made for the run) or "
+      "--tls_dir.");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> worker_args(rest.begin() + 1, rest.end());
   struct sigaction action {};

@@ -41,14 +41,18 @@ std::vector<std::string> Launcher(std::vector<std::string> args) {
 // Two epochs: in async mode the chief's test accuracy is of the model at the
 // end of its own share, and a worker that starts late (a loaded machine)
 // leaves the chief's first epoch at 0.76 where it is 0.84 otherwise.
+// With --tls: mutual TLS between the processes, certificates made for the
+// run, as a cluster across machines runs.
 TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
   const std::string summary = TempPath("summary.json");
   const std::string metrics = TempPath("metrics.jsonl");
   ChildProcess cluster("cluster",
-                       Launcher({"--num_ps=2", "--num_workers=2", "--mode=async",
+                       Launcher({"--num_ps=2", "--num_workers=2", "--mode=async", "--tls",
                                  "--summary_json=" + summary, "--metrics_jsonl=" + metrics, "--",
                                  "--epochs=2", "--hidden=64", "--log_every_steps=100"}));
   ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(cluster.HasLine("[launcher] mutual TLS, with certificates in "));
+  EXPECT_TRUE(cluster.HasLine("(mutual TLS)"));
   EXPECT_TRUE(cluster.HasLine("[ps 1] "));
   EXPECT_TRUE(cluster.HasLine("[worker 1] "));
   EXPECT_TRUE(cluster.HasLine("[launcher] ps 0 exited with status 0"));
@@ -69,14 +73,15 @@ TEST(LocalClusterTest, TrainsFashionMnistAndWritesSummaryAndCurves) {
   EXPECT_THAT(ReadWholeFile(svg), HasSubstr("<polyline"));
 }
 
-// Also plaintext (--insecure): the launcher makes tokens for the run,
-// which every call carries, the chief's JobDone the control token.
+// By default plaintext on 127.0.0.1: the launcher makes tokens for the
+// run, which every call carries, the chief's JobDone the control token.
 TEST(LocalClusterTest, TrainsWithBfloat16OnTheWire) {
   const std::string summary = TempPath("bf16-summary.json");
   ChildProcess cluster("cluster", Launcher({"--num_ps=2", "--num_workers=2", "--mode=sync",
-                                            "--insecure", "--summary_json=" + summary, "--",
-                                            "--epochs=1", "--hidden=64", "--wire_dtype=bfloat16"}));
+                                            "--summary_json=" + summary, "--", "--epochs=1",
+                                            "--hidden=64", "--wire_dtype=bfloat16"}));
   ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(cluster.HasLine("[launcher] plaintext on 127.0.0.1, every call carrying a token"));
   EXPECT_TRUE(cluster.HasLine("(plaintext, tokens)"));
   EXPECT_FALSE(cluster.HasLine("UNAUTHENTICATED"));
   const std::string json = ReadWholeFile(summary);
@@ -92,15 +97,16 @@ TEST(LocalClusterTest, TrainsWithBfloat16OnTheWire) {
 // `figure` above `bar` and no process restarted. `promoted`: a line of the
 // promotion, whose epoch is one past the table's last change (the
 // variables' creation; the tables', after them).
+// `security`: the launcher's security flag ("": its default).
 void TrainThroughAServerLostForGood(const std::string& mode,
                                     const std::vector<std::string>& worker_args,
                                     const std::string& promoted, const std::string& figure,
-                                    double bar) {
+                                    double bar, const std::string& security = "") {
   const std::string summary = TempPath("replicated-" + mode + "-" + figure + ".json");
-  std::vector<std::string> args = {
-      "--num_ps=3",           "--num_workers=2",           "--mode=" + mode,
-      "--replication=2",      "--summary_json=" + summary, "--",
-      "--log_every_steps=100"};
+  std::vector<std::string> args = {"--num_ps=3", "--num_workers=2", "--mode=" + mode,
+                                   "--replication=2", "--summary_json=" + summary};
+  if (!security.empty()) args.push_back(security);
+  args.insert(args.end(), {"--", "--log_every_steps=100"});
   args.insert(args.end(), worker_args.begin(), worker_args.end());
   ChildProcess cluster("cluster", Launcher(args));
   const pid_t ps1 = StartedPs1(cluster);
@@ -109,6 +115,7 @@ void TrainThroughAServerLostForGood(const std::string& mode,
   ASSERT_EQ(kill(ps1, SIGKILL), 0);
   ASSERT_EQ(cluster.Wait(absl::Seconds(300)), 0);
   EXPECT_TRUE(cluster.HasLine("[launcher] etcd on 127.0.0.1:"));
+  if (security == "--tls") EXPECT_TRUE(cluster.HasLine("(mutual TLS) coordinates"));
   EXPECT_TRUE(cluster.HasLine(", a backup of 127.0.0.1:"));
   EXPECT_TRUE(cluster.HasLine(", backed up on 127.0.0.1:"));
   EXPECT_TRUE(cluster.HasLine("[launcher] ps 1 exited with status 137"));
@@ -126,13 +133,14 @@ void TrainThroughAServerLostForGood(const std::string& mode,
   EXPECT_GT(std::stod(match[1]), bar);
 }
 
-void TrainMlpThroughAServerLostForGood(const std::string& mode) {
+void TrainMlpThroughAServerLostForGood(const std::string& mode, const std::string& security = "") {
   TrainThroughAServerLostForGood(mode, {"--epochs=1", "--hidden=64"}, "the primary now (epoch 3)",
-                                 "test_accuracy", 0.80);
+                                 "test_accuracy", 0.80, security);
 }
 
+// With --tls, the run's etcd serves mutual TLS too.
 TEST(LocalClusterTest, SyncTrainsWithReplicatedShardsThroughAServerLostForGood) {
-  TrainMlpThroughAServerLostForGood("sync");
+  TrainMlpThroughAServerLostForGood("sync", "--tls");
 }
 TEST(LocalClusterTest, AsyncTrainsWithReplicatedShardsThroughAServerLostForGood) {
   TrainMlpThroughAServerLostForGood("async");
@@ -158,6 +166,12 @@ TEST(LocalClusterTest, MoreCopiesThanServersIsAFlagError) {
   ChildProcess three("three", Launcher({"--num_ps=2", "--replication=3"}));
   EXPECT_EQ(three.Wait(absl::Seconds(60)), 2);
   EXPECT_TRUE(three.HasLine("--replication=3 needs between 1 and --num_ps (2) servers"));
+}
+
+TEST(LocalClusterTest, PlaintextWithTlsIsAFlagError) {
+  ChildProcess both("both", Launcher({"--num_ps=1", "--insecure", "--tls"}));
+  EXPECT_EQ(both.Wait(absl::Seconds(60)), 2);
+  EXPECT_TRUE(both.HasLine("--insecure (plaintext) cannot go with --tls or --tls_dir"));
 }
 
 TEST(LocalClusterTest, UnknownWireDtypeIsAFlagError) {

@@ -251,7 +251,7 @@ def launch(program, summary, *flags, **options):
 
 def test_the_guides_custom_loop_trains_through_the_launcher_over_tls(tmp_path):
     summary = tmp_path / "summary.json"
-    done = launch("tf_custom_loop.py", summary, worker_flags=["--epochs=2"])
+    done = launch("tf_custom_loop.py", summary, "--tls", worker_flags=["--epochs=2"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for w in range(3):
         assert "[worker %d] Epoch 2, Loss:" % w in done.stdout
