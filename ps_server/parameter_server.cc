@@ -727,9 +727,9 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
         absl::StrCat("pull: asks for ", bytes, " bytes of tensors, more than the ",
                      store_.value_bytes(), " bytes of variables this server holds"));
   }
-  const absl::Time waiting = absl::Now();
+  absl::Duration held;  // by the policy, for the other workers
   for (;;) {
-    const absl::Status waited = policy_->AwaitPull(request, deadline, checked_by);
+    const absl::Status waited = policy_->AwaitPull(request, deadline, checked_by, &held);
     if (!absl::IsAborted(waited)) {
       if (!waited.ok()) return waited;
       break;
@@ -739,7 +739,7 @@ absl::StatusOr<OutgoingPull> ParameterServer::PullLending(const PullRequest& req
   }
   OutgoingPull pulled;
   // The reads add their waits for the shards' versions.
-  pulled.response.set_waited_us(absl::ToInt64Microseconds(absl::Now() - waiting));
+  pulled.response.set_waited_us(absl::ToInt64Microseconds(held));
   for (size_t i = 0; i < shards.size(); ++i) {
     if (absl::Status s = shards[i]->Read(request.shards(i).min_version(), deadline, encoding,
                                          limits.max_slice_bytes, &pulled);

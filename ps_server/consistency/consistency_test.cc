@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -69,13 +70,7 @@ class Cluster {
   // "v<version> w=<value>", or why not.
   std::string Pull(int worker, int64_t min_version, int64_t clock,
                    absl::Duration wait = absl::Milliseconds(50)) {
-    PullRequest request;
-    if (worker >= 0) request.set_worker_id(worker);
-    if (clock >= 0) request.set_clock(clock);
-    ShardRef* ref = request.add_shards();
-    ref->set_variable("w");
-    ref->set_min_version(min_version);
-    auto pulled = ps_.Pull(request, absl::Now() + wait, {1 << 20});
+    auto pulled = PullResponse(worker, min_version, clock, wait);
     if (!pulled.ok()) {
       return pulled.status().code() == absl::StatusCode::kDeadlineExceeded
                  ? absl::StrCat("waiting: ", pulled.status().message())
@@ -83,6 +78,18 @@ class Cluster {
     }
     return absl::StrCat("v", pulled->slices(0).version(),
                         " w=", FloatValues(pulled->slices(0).tensor())[0]);
+  }
+
+  // The same pull's answer.
+  absl::StatusOr<fulcrum::PullResponse> PullResponse(int worker, int64_t min_version, int64_t clock,
+                                                     absl::Duration wait) {
+    PullRequest request;
+    if (worker >= 0) request.set_worker_id(worker);
+    if (clock >= 0) request.set_clock(clock);
+    ShardRef* ref = request.add_shards();
+    ref->set_variable("w");
+    ref->set_min_version(min_version);
+    return ps_.Pull(request, absl::Now() + wait, {1 << 20});
   }
 
   // What a reader sees now.
@@ -372,6 +379,38 @@ INSTANTIATE_TEST_SUITE_P(Modes, ConsistencyTest, ::testing::ValuesIn(kRows),
 TEST(ConsistencyTest, OnlyAsyncPullsOverlapThePush) {
   for (ConsistencyMode mode : {ASYNC, SYNC, SSP}) {
     EXPECT_EQ(Cluster(mode).PullsOverlapPush(), mode == ASYNC) << ConsistencyMode_Name(mode);
+  }
+}
+
+// A pull held for the other workers (sync's step, SSP's bound) says how
+// long it was held: here until worker 1 pushes, at least 30 ms after the
+// pull began; async holds nothing.
+TEST(ConsistencyTest, APullSaysHowLongTheServerHeldItForTheOthers) {
+  for (ConsistencyMode mode : {ASYNC, SYNC, SSP}) {
+    Cluster c(mode);
+    int64_t min_version = 0, clock = -1;
+    if (mode == SYNC) {
+      ASSERT_EQ(c.Push(0, 0, 1, -1), "ACCUMULATED");
+      min_version = 1;  // the step, once worker 1 pushes
+    } else if (mode == SSP) {
+      ASSERT_EQ(c.Push(0, 0, 1, 0), "APPLIED");
+      ASSERT_EQ(c.Push(0, 0, 1, 1, 2), "APPLIED/1");
+      clock = 2;  // two clocks ahead of worker 1
+    }
+    std::thread other([&] {
+      if (mode == ASYNC) return;
+      absl::SleepFor(absl::Milliseconds(30));  // the time the pull is held for
+      c.Push(1, 0, 1, mode == SSP ? 0 : -1);
+    });
+    auto pulled = c.PullResponse(0, min_version, clock, absl::Seconds(30));
+    other.join();
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    if (mode == ASYNC) {
+      EXPECT_EQ(pulled->waited_us(), 0);
+    } else {
+      EXPECT_GE(pulled->waited_us(), 25'000) << ConsistencyMode_Name(mode);
+      EXPECT_LT(pulled->waited_us(), 30'000'000) << ConsistencyMode_Name(mode);
+    }
   }
 }
 

@@ -56,9 +56,10 @@ class ConsistencyPolicy {
   // what; UNAVAILABLE once Cancel. With `checked_by` (>= 0), the epoch of
   // the placement table by which the caller found the pull's shards here:
   // ABORTED once a newer table is applied (OnPlacementApplied), since the
-  // shards may have moved, and the caller checks them again.
+  // shards may have moved, and the caller checks them again. With
+  // `waited`, how long it held the pull is added there.
   virtual absl::Status AwaitPull(const PullRequest& pull, absl::Time deadline,
-                                 int64_t checked_by = -1) {
+                                 int64_t checked_by = -1, absl::Duration* waited = nullptr) {
     return absl::OkStatus();
   }
 

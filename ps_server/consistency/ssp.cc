@@ -60,8 +60,8 @@ class SspPolicy final : public ConsistencyPolicy {
     HeardLocked(worker, push.clock(), push.placement_epoch());
   }
 
-  absl::Status AwaitPull(const PullRequest& pull, absl::Time deadline,
-                         int64_t checked_by) override {
+  absl::Status AwaitPull(const PullRequest& pull, absl::Time deadline, int64_t checked_by,
+                         absl::Duration* waited) override {
     if (!pull.has_worker_id()) return absl::OkStatus();  // readers wait for no one
     if (absl::Status s = CheckClock("pull", pull.worker_id(), pull.has_clock(), pull.clock());
         !s.ok()) {
@@ -84,7 +84,11 @@ class SspPolicy final : public ConsistencyPolicy {
     auto ready = [this, min_clock, &pull, &moved]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return cancelled_ || moved() || BehindLocked(min_clock, pull).empty();
     };
-    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (!ready()) {
+      const absl::Time waiting = absl::Now();
+      mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+      if (waited != nullptr) *waited += absl::Now() - waiting;
+    }
     if (cancelled_) return absl::UnavailableError("server is shutting down");
     const std::vector<int> behind = BehindLocked(min_clock, pull);
     if (!behind.empty() && moved()) {
