@@ -78,7 +78,8 @@ ServerSet::ServerSet(std::vector<std::unique_ptr<PsTransport>> servers,
       push_ids_(std::random_device()()) {
   CHECK(!servers.empty());
   absl::MutexLock lock(&servers_mu_);
-  for (size_t ps = 0; ps < servers_.size(); ++ps) servers_[ps] = Traced(std::move(servers_[ps]), static_cast<int>(ps));
+  for (size_t ps = 0; ps < servers_.size(); ++ps)
+    servers_[ps] = Traced(std::move(servers_[ps]), static_cast<int>(ps));
 }
 
 std::unique_ptr<PsTransport> ServerSet::Traced(std::unique_ptr<PsTransport> transport,
@@ -87,9 +88,7 @@ std::unique_ptr<PsTransport> ServerSet::Traced(std::unique_ptr<PsTransport> tran
   return std::make_unique<TracingPsTransport>(std::move(transport), options_.trace, ps);
 }
 
-bool ServerSet::Tracing() const {
-  return options_.trace != nullptr && options_.trace->recording();
-}
+bool ServerSet::Tracing() const { return options_.trace != nullptr && options_.trace->recording(); }
 
 int ServerSet::size() const {
   absl::ReaderMutexLock lock(&servers_mu_);

@@ -17,7 +17,8 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
-    const std::string escaped = JsonEscape(absl::string_view(msg.payload.data(), msg.payload.size()));
+    const std::string escaped =
+        JsonEscape(absl::string_view(msg.payload.data(), msg.payload.size()));
     dest.append(escaped.data(), escaped.data() + escaped.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {

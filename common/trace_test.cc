@@ -36,9 +36,7 @@ std::string PidOf(const std::vector<std::string>& lines, const std::string& proc
   return "";
 }
 
-std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/" + name;
-}
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
 TEST(TraceFileTest, WritesSpansAndFlowsOneEventALine) {
   const std::string path = TempPath("worker.json");
@@ -50,8 +48,13 @@ TEST(TraceFileTest, WritesSpansAndFlowsOneEventALine) {
     EXPECT_TRUE((*trace)->recording());
     const absl::Time t = absl::FromUnixMicros(1'000'000);
     (*trace)->Add({"step", "compute", t, t + absl::Microseconds(250), {{"step", "3"}}});
-    (*trace)->Add({"ps 0", "push-pull \"big\"", t + absl::Microseconds(300),
-                   t + absl::Microseconds(900), {}, TraceSpan::kFrom, FlowId(0xabc, 0)});
+    (*trace)->Add({"ps 0",
+                   "push-pull \"big\"",
+                   t + absl::Microseconds(300),
+                   t + absl::Microseconds(900),
+                   {},
+                   TraceSpan::kFrom,
+                   FlowId(0xabc, 0)});
     (*trace)->Add({"step", "exchange", t + absl::Microseconds(250), t + absl::Microseconds(1000)});
     // Open: a process killed now leaves every span written.
     const std::string so_far = Read(path);
@@ -80,13 +83,25 @@ TEST(TraceFileTest, MergesFilesIntoOneArrayKeepingTheirProcessesApart) {
   const absl::Time t = absl::FromUnixMicros(5'000'000);
   auto server_trace = TraceFile::Open(server, "ps 0");  // left open, as if killed
   ASSERT_TRUE(server_trace.ok());
-  (*server_trace)->Add({"worker 1", "push-pull", t + absl::Microseconds(10),
-                        t + absl::Microseconds(20), {}, TraceSpan::kTo, FlowId(7, 0)});
+  (*server_trace)
+      ->Add({"worker 1",
+             "push-pull",
+             t + absl::Microseconds(10),
+             t + absl::Microseconds(20),
+             {},
+             TraceSpan::kTo,
+             FlowId(7, 0)});
   {
     auto worker_trace = TraceFile::Open(worker, "worker 1");
     ASSERT_TRUE(worker_trace.ok());
-    (*worker_trace)->Add({"ps 0", "push-pull", t, t + absl::Microseconds(30), {},
-                          TraceSpan::kFrom, FlowId(7, 0)});
+    (*worker_trace)
+        ->Add({"ps 0",
+               "push-pull",
+               t,
+               t + absl::Microseconds(30),
+               {},
+               TraceSpan::kFrom,
+               FlowId(7, 0)});
   }
   const std::string merged = TempPath("job.json");
   ASSERT_TRUE(MergeTraces({worker, server}, merged).ok());

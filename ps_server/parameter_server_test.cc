@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/tensor.h"
+#include "ps_server/test_requests.h"
 
 namespace fulcrum {
 namespace {
@@ -92,13 +93,7 @@ ShardPushResult::Outcome PushOutcome(ParameterServer& ps, const PushRequest& req
 
 absl::StatusOr<PullResponse> PullW(ParameterServer& ps, int worker, int64_t min_version = 0,
                                    int64_t clock = -1, absl::Duration wait = absl::Seconds(10)) {
-  PullRequest request;
-  if (worker >= 0) request.set_worker_id(worker);
-  if (clock >= 0) request.set_clock(clock);
-  ShardRef* ref = request.add_shards();
-  ref->set_variable("w");
-  ref->set_min_version(min_version);
-  return ps.Pull(request, absl::Now() + wait, {1 << 20});
+  return ps.Pull(PullOf("w", worker, min_version, clock), absl::Now() + wait, {1 << 20});
 }
 
 // The value of w's first element and w's version, as a pull sees them.

@@ -444,12 +444,13 @@ absl::StatusOr<WorkerTrace> TraceFromFlags(const WorkerFlags& flags, const TfCon
   const std::vector<std::string> range = absl::StrSplit(flags.trace_steps, ':');
   if (range.size() != 2 || !absl::SimpleAtoi(range[0], &trace.first) ||
       !absl::SimpleAtoi(range[1], &trace.last) || trace.first < 1 || trace.last < trace.first) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--trace_steps=", flags.trace_steps, ": want N:M, steps N to M with 1 <= N <= M"));
+    return absl::InvalidArgumentError(absl::StrCat("--trace_steps=", flags.trace_steps,
+                                                   ": want N:M, steps N to M with 1 <= N <= M"));
   }
-  auto file = TraceFile::Open(
-      flags.trace_file, absl::StrCat(cluster.task().type(), " ", cluster.task().index()));
-  if (!file.ok()) return absl::InvalidArgumentError(absl::StrCat("--trace_file: ", file.status().message()));
+  auto file = TraceFile::Open(flags.trace_file,
+                              absl::StrCat(cluster.task().type(), " ", cluster.task().index()));
+  if (!file.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--trace_file: ", file.status().message()));
   trace.file = *std::move(file);
   LOG_INFO("tracing steps {} to {} to {}", trace.first, trace.last, flags.trace_file);
   return trace;

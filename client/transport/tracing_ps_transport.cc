@@ -33,7 +33,8 @@ void TracingPsTransport::Record(const char* name, absl::Time start, int64_t byte
 absl::StatusOr<PullResponse> TracingPsTransport::Pull(const PullRequest& request,
                                                       int64_t response_bytes, absl::Time deadline,
                                                       SlicePlacer* sink) {
-  if (!trace_->recording()) return ForwardingPsTransport::Pull(request, response_bytes, deadline, sink);
+  if (!trace_->recording())
+    return ForwardingPsTransport::Pull(request, response_bytes, deadline, sink);
   const absl::Time start = absl::Now();
   auto pulled = ForwardingPsTransport::Pull(request, response_bytes, deadline, sink);
   Record("pull", start, 0);

@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "common/tensor.h"
 #include "ps_server/parameter_server.h"
+#include "ps_server/test_requests.h"
 
 namespace fulcrum {
 namespace {
@@ -83,13 +84,7 @@ class Cluster {
   // The same pull's answer.
   absl::StatusOr<fulcrum::PullResponse> PullResponse(int worker, int64_t min_version, int64_t clock,
                                                      absl::Duration wait) {
-    PullRequest request;
-    if (worker >= 0) request.set_worker_id(worker);
-    if (clock >= 0) request.set_clock(clock);
-    ShardRef* ref = request.add_shards();
-    ref->set_variable("w");
-    ref->set_min_version(min_version);
-    return ps_.Pull(request, absl::Now() + wait, {1 << 20});
+    return ps_.Pull(PullOf("w", worker, min_version, clock), absl::Now() + wait, {1 << 20});
   }
 
   // What a reader sees now.

@@ -31,12 +31,9 @@ class PsGrpcServer {
   // that may make control calls); refusals are counted in `metrics`.
   // With `trace` (which must outlive the server), the handling of each push
   // a worker traces (--trace_steps) is recorded there.
-  static absl::StatusOr<std::unique_ptr<PsGrpcServer>> Start(ParameterServer* ps,
-                                                             const std::string& address,
-                                                             PsMetrics* metrics = nullptr,
-                                                             const TlsFiles& tls = {},
-                                                             Access access = {},
-                                                             TraceFile* trace = nullptr);
+  static absl::StatusOr<std::unique_ptr<PsGrpcServer>> Start(
+      ParameterServer* ps, const std::string& address, PsMetrics* metrics = nullptr,
+      const TlsFiles& tls = {}, Access access = {}, TraceFile* trace = nullptr);
   ~PsGrpcServer();
 
   // The port actually bound.
