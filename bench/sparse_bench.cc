@@ -16,6 +16,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
@@ -25,6 +26,9 @@
 #include "fulcrum/ps_client.h"
 
 ABSL_FLAG(bool, quick, false, "Fewer shapes and iterations: a run of under a minute.");
+ABSL_FLAG(std::string, only, "",
+          "Only the cases whose name (as in sparse_1ps_w16_65536ids_uniform) contains this: for "
+          "profiling one.");
 
 namespace fulcrum {
 namespace {
@@ -178,10 +182,10 @@ void MeasureMemory() {
               static_cast<double>(info.memory_bytes()) / info.rows() / raw);
 }
 
-void Run(bool quick) {
+void Run(bool quick, const std::string& only) {
   // First, while no freed memory is kept for reuse, so that the resident
   // growth is the table's.
-  MeasureMemory();
+  if (only.empty()) MeasureMemory();
   const std::vector<int> servers = {1, 4};
   const std::vector<int64_t> widths = {16, 64};
   const std::vector<int64_t> sizes =
@@ -201,6 +205,9 @@ void Run(bool quick) {
         // The same bytes as a dense pull and push, as the baseline.
         const auto [dense_pull, dense_push] = DenseBaseline(*client, num_ps, n * width, rounds);
         for (bool zipf : {false, true}) {
+          const std::string key = absl::StrFormat("sparse_%dps_w%d_%dids_%s", num_ps, width, n,
+                                                  zipf ? "zipf" : "uniform");
+          if (!absl::StrContains(key, only)) continue;
           const Rates rates = Measure(*client, width, n, zipf, rounds);
           const double pull_vs = rates.pull_rows_per_sec * dense_pull / n;
           const double push_vs = rates.push_rows_per_sec * dense_push / n;
@@ -208,8 +215,6 @@ void Run(bool quick) {
                       static_cast<long long>(width), static_cast<long long>(n),
                       zipf ? "zipf" : "uniform", rates.pull_rows_per_sec, rates.push_rows_per_sec,
                       rates.unique_fraction, pull_vs, push_vs);
-          const std::string key = absl::StrFormat("sparse_%dps_w%d_%dids_%s", num_ps, width, n,
-                                                  zipf ? "zipf" : "uniform");
           std::printf("%s_pull_rows_per_sec=%.0f\n%s_push_rows_per_sec=%.0f\n", key.c_str(),
                       rates.pull_rows_per_sec, key.c_str(), rates.push_rows_per_sec);
           std::printf("%s_pull_vs_dense=%.2f\n%s_push_vs_dense=%.2f\n", key.c_str(), pull_vs,
@@ -231,6 +236,6 @@ void Run(bool quick) {
 int main(int argc, char** argv) {
   fulcrum::KeepFreedMemoryForReuse();
   absl::ParseCommandLine(argc, argv);
-  fulcrum::Run(absl::GetFlag(FLAGS_quick));
+  fulcrum::Run(absl::GetFlag(FLAGS_quick), absl::GetFlag(FLAGS_only));
   return 0;
 }

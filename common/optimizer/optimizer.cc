@@ -133,14 +133,18 @@ float ScaledLearningRate(const OptimizerSpec& spec, int averaged) {
   }
 }
 
-void ApplyGradientToRow(const OptimizerSpec& spec, int64_t iteration, int averaged,
-                        absl::Span<const float> grad, absl::Span<float> row) {
-  const size_t width = grad.size();
+void ApplyGradientToRows(const OptimizerSpec& spec, int64_t iteration, int averaged, int64_t width,
+                         absl::Span<const float> grads, absl::Span<float* const> rows) {
+  CHECK(grads.size() == rows.size() * static_cast<size_t>(width));
   const int slots = NumSlots(spec);
-  CHECK(row.size() == width * (1 + slots));
-  ApplyRange(spec, UpdateRate(spec, iteration, averaged), width, AsFloatBytes(grad).data(),
-             row.data(), slots > 0 ? row.data() + width : nullptr,
-             slots > 1 ? row.data() + 2 * width : nullptr);
+  const float lr = UpdateRate(spec, iteration, averaged);
+  const char* grad_bytes = AsFloatBytes(grads).data();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    float* row = rows[i];
+    if (row == nullptr) continue;
+    ApplyRange(spec, lr, width, grad_bytes + i * width * sizeof(float), row,
+               slots > 0 ? row + width : nullptr, slots > 1 ? row + 2 * width : nullptr);
+  }
 }
 
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,

@@ -41,11 +41,13 @@ float ScaledLearningRate(const OptimizerSpec& spec, int averaged);
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots);
 
-// The same rule on one embedding row: `row` holds the values, then each of
-// NumSlots(spec) slots, each grad.size() floats (so only the rows a push
-// touches move: sparse Adagrad, lazy Adam, FTRL). Small rows, one thread.
-void ApplyGradientToRow(const OptimizerSpec& spec, int64_t iteration, int averaged,
-                        absl::Span<const float> grad, absl::Span<float> row);
+// The same rule on embedding rows of `width`, as one update: grads[i *
+// width, (i + 1) * width) to rows[i] (skipped where null), which holds the
+// values, then each of NumSlots(spec) slots, each `width` floats (so only
+// the rows a push touches move: sparse Adagrad, lazy Adam, FTRL). One
+// thread.
+void ApplyGradientToRows(const OptimizerSpec& spec, int64_t iteration, int averaged, int64_t width,
+                         absl::Span<const float> grads, absl::Span<float* const> rows);
 
 }  // namespace fulcrum
 

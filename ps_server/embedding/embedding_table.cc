@@ -74,10 +74,12 @@ absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<floa
   // While copies take this one's updates, a pull is no use of its rows:
   // the copies never see it.
   const bool counts_as_use = !ForwardingLocked();
+  std::vector<const float*> rows(ids.size());
+  store_->FindAll(ids, /*peek=*/!counts_as_use, absl::MakeSpan(rows));
   for (size_t i = 0; i < ids.size(); ++i) {
     absl::Span<float> to = out.subspan(i * width, width);
-    if (const float* row = counts_as_use ? store_->Find(ids[i]) : store_->Peek(ids[i])) {
-      std::copy(row, row + width, to.begin());
+    if (rows[i] != nullptr) {
+      std::copy(rows[i], rows[i] + width, to.begin());
     } else {
       initializer_.Row(ids[i], to);
     }
@@ -145,12 +147,10 @@ void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const
     initializer_.Row(id, row.subspan(0, spec_.width()));
     std::copy(initial_slots_.begin(), initial_slots_.end(), row.begin() + spec_.width());
   };
-  for (size_t i = 0; i < ids.size(); ++i) {
-    float* row = store_->Touch(ids[i], init);
-    if (row == nullptr) continue;  // not admitted yet
-    ApplyGradientToRow(spec_.optimizer(), version_, averaged, grads.subspan(i * width, width),
-                       absl::MakeSpan(row, store_->row_floats()));
-  }
+  // Every row first (null: not admitted yet), then the rule over them all.
+  std::vector<float*> rows(ids.size());
+  store_->TouchAll(ids, init, absl::MakeSpan(rows));
+  ApplyGradientToRows(spec_.optimizer(), version_, averaged, width, grads, rows);
   MadeVersionLocked([&, version = version_] {
     ShardUpdate update;
     update.set_table(spec_.name());
@@ -171,7 +171,7 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Push(int worker, uint64_t push_i
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
   if (last_push_ids_.Seen(worker, push_id)) return ResultLocked(ShardPushResult::DUPLICATE, 0);
-  for (int64_t id : ids) hot_.Add(id);
+  CountPushedLocked(ids);
   const Taken taken{worker, push_id};
   ApplyLocked(ids, grads, 1, absl::MakeConstSpan(&taken, 1));
   return ResultLocked(ShardPushResult::APPLIED, 0);
@@ -199,8 +199,8 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, uint64_t 
       last_push_ids_.IsLast(worker, push_id)) {
     return ResultLocked(ShardPushResult::DUPLICATE, 0);
   }
+  CountPushedLocked(ids);
   for (size_t i = 0; i < ids.size(); ++i) {
-    hot_.Add(ids[i]);
     auto [it, added] = pending_index_.try_emplace(ids[i], pending_ids_.size());
     if (added) {
       pending_ids_.push_back(ids[i]);
@@ -218,6 +218,17 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, uint64_t 
   }
   ApplyAccumulatedLocked();
   return ResultLocked(ShardPushResult::APPLIED, 0);
+}
+
+void EmbeddingTable::CountPushedLocked(absl::Span<const int64_t> ids) {
+  if (ids.empty()) return;
+  // Every stride-th id from a start that moves on with each push, so that
+  // no place in a push goes uncounted; the sketch's updates, a hash map
+  // write per level of its heap, would otherwise cost more than the push.
+  const size_t stride = (ids.size() + kHotSampled - 1) / kHotSampled;
+  for (size_t i = hot_offset_++ % stride; i < ids.size(); i += stride) {
+    hot_.Add(ids[i], static_cast<int64_t>(stride));
+  }
 }
 
 void EmbeddingTable::ApplyAccumulatedLocked() {

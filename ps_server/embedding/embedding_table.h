@@ -130,6 +130,9 @@ class EmbeddingTable : public ReplicatedUnit {
   // The ids the sketch of most-pushed ids holds, and those Stats shows.
   static constexpr int kHotCapacity = 256;
   static constexpr int kHottestShown = 5;
+  // The most ids of one push the sketch counts: a larger push's are
+  // sampled evenly, each standing for as many as it was picked from.
+  static constexpr size_t kHotSampled = 512;
   Stats stats() const;
 
  private:
@@ -141,6 +144,8 @@ class EmbeddingTable : public ReplicatedUnit {
   void ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads, int averaged,
                    absl::Span<const Taken> pushes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a push's ids in hot_ (at most kHotSampled of them).
+  void CountPushedLocked(absl::Span<const int64_t> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
@@ -177,6 +182,7 @@ class EmbeddingTable : public ReplicatedUnit {
   int64_t filling_version_ ABSL_GUARDED_BY(mu_) = -1;
   // The ids workers push most here (not replicated: a backup counts none).
   HeavyHitters hot_ ABSL_GUARDED_BY(mu_){kHotCapacity};
+  size_t hot_offset_ ABSL_GUARDED_BY(mu_) = 0;  // where the next sample starts
 };
 
 }  // namespace fulcrum

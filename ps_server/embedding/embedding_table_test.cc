@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
@@ -219,6 +220,31 @@ TEST(EmbeddingTableTest, CountsTheMostPushedIds) {
   EXPECT_EQ(hottest[2].id, 9);
   EXPECT_EQ(hottest[2].count, 2);
   EXPECT_EQ(hottest[3].id, 5);
+}
+
+// A push of more ids than the sketch counts one by one is sampled: every
+// stride-th id, each counted as stride ids, so that counting stays cheap.
+TEST(EmbeddingTableTest, CountsALargePushBySample) {
+  auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);
+  const int64_t n = 4 * static_cast<int64_t>(EmbeddingTable::kHotSampled);  // a stride of 4
+  std::vector<int64_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 1000);
+  ASSERT_TRUE(table->Push(0, 1, ids, std::vector<float>(n * kWidth, 1.0f)).ok());
+  const std::vector<HeavyHitters::Hitter> sampled = table->stats().hottest;
+  ASSERT_FALSE(sampled.empty());
+  // 512 samples of weight 4 in a sketch of 256: each held id counts 4, or
+  // 8 where it took the place of one counted before.
+  for (const HeavyHitters::Hitter& hit : sampled) {
+    EXPECT_TRUE(hit.count == 4 || hit.count == 8) << "id " << hit.id << ": " << hit.count;
+  }
+  // Then one id pushed alone, 9 times: it comes first, its count over the
+  // truth by no more than its error.
+  for (uint64_t push = 2; push < 11; ++push) {
+    ASSERT_TRUE(table->Push(0, push, {5}, std::vector<float>(kWidth, 1.0f)).ok());
+  }
+  const HeavyHitters::Hitter first = table->stats().hottest[0];
+  EXPECT_EQ(first.id, 5);
+  EXPECT_EQ(first.count - first.error, 9);
 }
 
 TEST(EmbeddingTableTest, AwaitVersionWaitsForAStepOrTheDeadline) {

@@ -27,15 +27,14 @@ void HeavyHitters::SiftDown(size_t i) {
   }
 }
 
-void HeavyHitters::Add(int64_t id) {
+void HeavyHitters::Add(int64_t id, int64_t weight) {
   if (auto held = position_.find(id); held != position_.end()) {
-    ++heap_[held->second].count;  // larger: it can only go down a min-heap
+    heap_[held->second].count += weight;  // larger: it can only go down a min-heap
     SiftDown(held->second);
     return;
   }
   if (heap_.size() < capacity_) {
-    // A count of 1 is the least there is: it goes to the top.
-    heap_.push_back({id, 1, 0});
+    heap_.push_back({id, weight, 0});
     position_[id] = heap_.size() - 1;
     for (size_t i = heap_.size() - 1; i > 0 && heap_[(i - 1) / 2].count > heap_[i].count;) {
       Swap(i, (i - 1) / 2);
@@ -47,7 +46,7 @@ void HeavyHitters::Add(int64_t id) {
   // pushed as often before it was dropped.
   Hitter& least = heap_[0];
   position_.erase(least.id);
-  least = {id, least.count + 1, least.count};
+  least = {id, least.count + weight, least.count};
   position_[id] = 0;
   SiftDown(0);
 }

@@ -4,7 +4,9 @@
 // full, takes the place of the least counted, starting at that count plus
 // one. Any id pushed more than total/capacity times is held, and each
 // count is over the id's true count by at most the count it started from
-// (its error). O(log capacity) per id. Thread-compatible.
+// (its error). Weighted, so that a sample of a stream can stand for it (an
+// id counted with weight w stands for w ids). O(log capacity) per id.
+// Thread-compatible.
 #ifndef FULCRUM_PS_SERVER_EMBEDDING_HEAVY_HITTERS_H_
 #define FULCRUM_PS_SERVER_EMBEDDING_HEAVY_HITTERS_H_
 
@@ -19,7 +21,8 @@ class HeavyHitters {
  public:
   explicit HeavyHitters(int capacity);
 
-  void Add(int64_t id);
+  // Counts `id` `weight` (>= 1) times.
+  void Add(int64_t id, int64_t weight = 1);
 
   struct Hitter {
     int64_t id;

@@ -28,6 +28,24 @@ TEST(HeavyHittersTest, CountsExactlyWhileItHoldsEveryId) {
   EXPECT_EQ(hot.Top(10).size(), 3u);
 }
 
+// Weighted: an id counted with weight w counts as w ids, held or not, and
+// one that takes the least counted's place starts above it by its weight.
+TEST(HeavyHittersTest, AWeightCountsAsThatManyIds) {
+  HeavyHitters hot(2);
+  hot.Add(7, 4);
+  hot.Add(2);
+  hot.Add(2, 2);
+  EXPECT_EQ(hot.Top(1)[0].id, 7);
+  EXPECT_EQ(hot.Top(1)[0].count, 4);
+  hot.Add(9, 5);  // takes 2's place (3), at 8 with an error of 3
+  const auto top = hot.Top(2);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].id, 9);
+  EXPECT_EQ(top[0].count, 8);
+  EXPECT_EQ(top[0].error, 3);
+  EXPECT_EQ(top[1].id, 7);
+}
+
 // A Zipf-like stream of 100,000 ids over a million-id space, in a sketch
 // of 256: every id pushed more than total/capacity times is held, with a
 // count within its error of the truth and never under it; the three

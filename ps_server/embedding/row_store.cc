@@ -31,10 +31,11 @@ void RowStore::PushFront(int32_t row) {
 
 int32_t RowStore::Allocate(int64_t id) {
   int32_t row;
-  if (size() < max_rows_) {
+  if (size() <= max_rows_) {
     row = static_cast<int32_t>(ids_.size());
     if (row % kSlabRows == 0) {
-      slabs_.push_back(std::make_unique<float[]>(kSlabRows * row_floats_));
+      // Uninitialised: every row is filled as it is stored.
+      slabs_.push_back(std::unique_ptr<float[]>(new float[kSlabRows * row_floats_]));
     }
     ids_.push_back(id);
     prev_.push_back(kNone);
@@ -46,21 +47,23 @@ int32_t RowStore::Allocate(int64_t id) {
     ids_[row] = id;
     ++evictions_;
   }
-  index_.emplace(id, row);
   PushFront(row);
   return row;
 }
 
-float* RowStore::Find(int64_t id) {
-  auto it = index_.find(id);
-  if (it == index_.end()) return nullptr;
+float* RowStore::Use(int32_t row) {
   // Without a bound nothing is evicted, and the order of use is only the
   // order of creation: two random accesses a touch saved.
-  if (options_.max_rows > 0 && head_ != it->second) {
-    Unlink(it->second);
-    PushFront(it->second);
+  if (options_.max_rows > 0 && head_ != row) {
+    Unlink(row);
+    PushFront(row);
   }
-  return RowData(it->second);
+  return RowData(row);
+}
+
+float* RowStore::Find(int64_t id) {
+  auto it = index_.find(id);
+  return it == index_.end() ? nullptr : Use(it->second);
 }
 
 const float* RowStore::Peek(int64_t id) const {
@@ -70,8 +73,8 @@ const float* RowStore::Peek(int64_t id) const {
 
 float* RowStore::Touch(int64_t id,
                        absl::FunctionRef<void(int64_t id, absl::Span<float> row)> init) {
-  if (float* row = Find(id)) return row;
   if (options_.admit_after > 1) {
+    if (float* row = Find(id)) return row;
     auto [it, added] = candidates_.try_emplace(id, 0);
     if (++it->second < static_cast<uint32_t>(options_.admit_after)) {
       if (added && static_cast<int64_t>(candidates_.size()) > max_candidates_) {
@@ -83,15 +86,39 @@ float* RowStore::Touch(int64_t id,
     candidates_.erase(it);
     ++admissions_;
   }
-  float* row = RowData(Allocate(id));
+  // One probe of the index for a stored id and a new one alike.
+  auto [it, added] = index_.try_emplace(id, kNone);
+  if (!added) return Use(it->second);
+  // An eviction erases another id from the index, which leaves `it` valid.
+  it->second = Allocate(id);
+  float* row = RowData(it->second);
   init(id, absl::MakeSpan(row, row_floats_));
   return row;
 }
 
+void RowStore::TouchAll(absl::Span<const int64_t> ids,
+                        absl::FunctionRef<void(int64_t id, absl::Span<float> row)> init,
+                        absl::Span<float*> rows) {
+  CHECK(rows.size() == ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kLookAhead < ids.size()) index_.prefetch(ids[i + kLookAhead]);
+    rows[i] = Touch(ids[i], init);
+  }
+}
+
+void RowStore::FindAll(absl::Span<const int64_t> ids, bool peek, absl::Span<const float*> rows) {
+  CHECK(rows.size() == ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kLookAhead < ids.size()) index_.prefetch(ids[i + kLookAhead]);
+    rows[i] = peek ? Peek(ids[i]) : Find(ids[i]);
+  }
+}
+
 void RowStore::Put(int64_t id, absl::Span<const float> row) {
   CHECK(static_cast<int64_t>(row.size()) == row_floats_);
-  float* data = Find(id);
-  if (data == nullptr) data = RowData(Allocate(id));
+  auto [it, added] = index_.try_emplace(id, kNone);
+  if (added) it->second = Allocate(id);
+  float* data = Use(it->second);
   std::copy(row.begin(), row.end(), data);
   candidates_.erase(id);
 }

@@ -56,6 +56,14 @@ class RowStore {
   // `init`, if it was not and this touch admits it; null while it is
   // still a candidate.
   float* Touch(int64_t id, absl::FunctionRef<void(int64_t id, absl::Span<float> row)> init);
+  // Touch of each of `ids` in turn, its row (or null) into `rows` (as many):
+  // the index's lookups are started some ids ahead, so that a large
+  // request's cache misses overlap instead of each waiting in turn.
+  void TouchAll(absl::Span<const int64_t> ids,
+                absl::FunctionRef<void(int64_t id, absl::Span<float> row)> init,
+                absl::Span<float*> rows);
+  // Find, or with `peek` Peek, of each of `ids`, fetched ahead as TouchAll.
+  void FindAll(absl::Span<const int64_t> ids, bool peek, absl::Span<const float*> rows);
 
   // Stores `id`'s row as given (restoring a checkpoint), evicting as Touch
   // does; `row` holds row_floats() floats.
@@ -86,6 +94,8 @@ class RowStore {
  private:
   static constexpr int32_t kNone = -1;
   static constexpr int64_t kSlabRows = 1024;
+  // How many ids ahead TouchAll and FindAll start a lookup.
+  static constexpr size_t kLookAhead = 16;
 
   float* RowData(int32_t row) {
     return slabs_[row / kSlabRows].get() + (row % kSlabRows) * row_floats_;
@@ -93,8 +103,12 @@ class RowStore {
   const float* RowData(int32_t row) const {
     return slabs_[row / kSlabRows].get() + (row % kSlabRows) * row_floats_;
   }
-  // A row for `id`: a new one, or the least recently used one's, evicted.
+  // A row for `id`, the most recently used: a new one, or the least
+  // recently used one's, evicted (its id erased from the index). The
+  // caller puts `id` in the index: it is in already, counted in size().
   int32_t Allocate(int64_t id);
+  // `row`, now the most recently used.
+  float* Use(int32_t row);
   void Unlink(int32_t row);
   void PushFront(int32_t row);  // the most recently used
 

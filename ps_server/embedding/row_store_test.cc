@@ -83,6 +83,43 @@ TEST(RowStoreTest, EvictionsFollowAReferenceLru) {
   EXPECT_EQ(stored, std::vector<int64_t>(order.rbegin(), order.rend()));  // least recent first
 }
 
+// TouchAll and FindAll (lookups started ahead) do what Touch and Find do
+// one id at a time: the same rows, evictions, admissions and order of use,
+// with ids repeated within a batch.
+TEST(RowStoreTest, BatchesTouchAndFindAsSingleCallsDo) {
+  const RowStore::Options options = {/*width=*/1, /*num_slots=*/1, /*max_rows=*/40,
+                                     /*admit_after=*/2};
+  RowStore batched(options), single(options);
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<int64_t> draw(0, 120);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<int64_t> ids(1 + round % 37);
+    for (int64_t& id : ids) id = draw(gen);
+    const bool find = round % 4 == 0;
+    std::vector<float*> touched(ids.size());
+    std::vector<const float*> found(ids.size());
+    if (find) {
+      batched.FindAll(ids, /*peek=*/round % 8 == 0, absl::MakeSpan(found));
+    } else {
+      batched.TouchAll(ids, ById, absl::MakeSpan(touched));
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const float* expected = find ? (round % 8 == 0 ? single.Peek(ids[i]) : single.Find(ids[i]))
+                                   : single.Touch(ids[i], ById);
+      const float* got = find ? found[i] : touched[i];
+      ASSERT_EQ(got == nullptr, expected == nullptr) << "round " << round << " id " << ids[i];
+      if (got != nullptr) EXPECT_EQ(got[0], expected[0]);
+    }
+  }
+  EXPECT_GT(batched.evictions(), 0);
+  EXPECT_EQ(batched.evictions(), single.evictions());
+  EXPECT_EQ(batched.admissions(), single.admissions());
+  std::vector<int64_t> order_batched, order_single;
+  batched.ForEachRow([&](int64_t id, absl::Span<const float>) { order_batched.push_back(id); });
+  single.ForEachRow([&](int64_t id, absl::Span<const float>) { order_single.push_back(id); });
+  EXPECT_EQ(order_batched, order_single);
+}
+
 // With admit_after = 3 an id is stored at its third touch; until then it
 // costs only a counter.
 TEST(RowStoreTest, AnIdIsAdmittedAtItsFthTouch) {
