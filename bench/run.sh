@@ -20,6 +20,10 @@
 #        ParameterServerStrategy on the same model, and examples/torch_ctr.py
 #        (the same model, and DLRM's) against both: torch_ctr_vs_cpp_ctr,
 #        torch_ctr_vs_tensorflow (bench/e2e_ctr_bench.sh);
+#   8a.  a worker's peak memory and examples/s on 1x, 4x and 16x the same
+#        Criteo-format file, held in memory and streamed (--stream_data):
+#        stream_rss_16x_vs_1x, stream_vs_memory_examples_per_sec
+#        (bench/stream_bench.sh);
 #   8b.  Keras programs on fulcrum.tensorflow's strategies against
 #        TensorFlow's own on the same models: keras_pss_vs_tensorflow,
 #        keras_mwms_vs_tensorflow, keras_ctr_vs_tensorflow, and against the
@@ -121,6 +125,7 @@ bench_ratio allreduce_vs_tf_collective "a * 1000 / b" "$tf_ms" "$p50_us"
 sparse() { "$bin/bench/sparse_bench" $quick | grep -v "\] \[info\] "; }
 bench_step sparse sparse
 bench_step e2e_ctr bench/e2e_ctr_bench.sh $quick
+bench_step stream bench/stream_bench.sh $quick
 bench_step keras bench/keras_bench.sh $quick
 bench_step python env PYTHONPATH="$bin/python/site" /usr/bin/python3 bench/python_bench.py \
   --bin_dir="$bin" $quick

@@ -444,8 +444,9 @@ TEST(LocalClusterTest, TrainsTheCtrModelWithBoundedTables) {
   EXPECT_GT(std::stoi(table[2]), 0);
 }
 
-// Criteo TSV files the test writes: the model learns their signal, and a
-// malformed line stops the worker naming the file and the line.
+// Criteo TSV files the test writes: the model learns their signal from the
+// training file streamed (--stream_data, a buffer of 1,000 of the 6,000),
+// and a malformed line stops the worker naming the file and the line.
 TEST(LocalClusterTest, TrainsOnCriteoFilesAndNamesABadLine) {
   const std::string dir = TempPath("criteo");
   ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
@@ -475,10 +476,11 @@ TEST(LocalClusterTest, TrainsOnCriteoFilesAndNamesABadLine) {
   ChildProcess cluster(
       "cluster",
       Launcher({"--num_ps=1", "--num_workers=1", "--mode=async", "--summary_json=" + summary, "--",
-                "--model=ctr", "--dataset=criteo", "--data_dir=" + dir, "--epochs=3", "--hidden=16",
-                "--batch_size=64", "--embedding_dim=4", "--learning_rate=0.005",
-                "--embedding_learning_rate=0.2"}));
+                "--model=ctr", "--dataset=criteo", "--data_dir=" + dir, "--stream_data",
+                "--shuffle_buffer=1000", "--epochs=3", "--hidden=16", "--batch_size=64",
+                "--embedding_dim=4", "--learning_rate=0.005", "--embedding_learning_rate=0.2"}));
   ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
+  EXPECT_TRUE(cluster.HasLine("6000 training examples of 13 features (streamed, shuffled 1000"));
   std::smatch auc;
   const std::string json = ReadWholeFile(summary);
   ASSERT_TRUE(std::regex_search(json, auc, std::regex("\"test_auc\": ([0-9.]+)"))) << json;

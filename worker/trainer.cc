@@ -1,7 +1,10 @@
 #include "worker/trainer.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -150,10 +153,20 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   const int64_t resume = strategy_->ResumedBatches(
       options_.num_workers,
       StepsPerEpoch(train_.num_examples, options_.num_workers, options_.batch_size));
-  Batcher batcher(train_, {options_.shard_index, options_.num_workers, options_.batch_size,
-                           options_.epochs, options_.seed, resume,
-                           [this](int64_t epoch) { return strategy_->DealEpoch(epoch); }});
-  const int64_t steps_per_epoch = batcher.steps_per_epoch();
+  const DealingOptions dealing{options_.shard_index,
+                               options_.num_workers,
+                               options_.batch_size,
+                               options_.epochs,
+                               options_.seed,
+                               resume,
+                               [this](int64_t epoch) { return strategy_->DealEpoch(epoch); }};
+  const std::unique_ptr<Batcher> batcher =
+      options_.stream == nullptr
+          ? std::make_unique<Batcher>(train_, dealing)
+          : std::make_unique<Batcher>(
+                StepsPerEpoch(train_.num_examples, options_.num_workers, options_.batch_size),
+                StreamBatches(*options_.stream, dealing));
+  const int64_t steps_per_epoch = batcher->steps_per_epoch();
   if (steps_per_epoch == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the training set (", train_.num_examples, " examples) is too small for ",
@@ -175,7 +188,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   int consecutive_skips = 0;
   const int64_t first_step = steps_done;
   absl::Time window_start = absl::Now();
-  while (std::optional<Batch> batch = batcher.Next()) {
+  while (std::optional<Batch> batch = batcher->Next()) {
     const absl::Time step_start = absl::Now();
     const int64_t step_number = summary.steps + 1;  // this worker's, in this run
     const bool traced = options_.trace != nullptr && step_number >= options_.trace_first &&
@@ -308,6 +321,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       break;
     }
   }
+  if (absl::Status s = batcher->status(); !s.ok()) return s;
   summary.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   summary.global_steps = strategy_->step();
   const std::optional<int64_t> batches = strategy_->ClusterBatches();
@@ -363,6 +377,10 @@ absl::Status Trainer::WriteSummary(const TrainingSummary& summary) {
   record.set_model(options_.model_name);
   record.set_device(options_.device_name);
   record.set_nonfinite_gradients_skipped(static_cast<double>(summary.nonfinite_gradients_skipped));
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    record.set_peak_rss_mib(static_cast<double>(usage.ru_maxrss) / 1024);  // KiB on Linux
+  }
   StepPartsRecord* parts = record.mutable_chief_step_seconds();
   const double steps = static_cast<double>(std::max<int64_t>(summary.steps, 1));
   parts->set_rows_pull(absl::ToDoubleSeconds(summary.parts.time[StepParts::kRowsPull]) / steps);

@@ -20,6 +20,7 @@
 #include "proto/config.pb.h"
 #include "worker/data/batcher.h"
 #include "worker/data/dataset.h"
+#include "worker/data/stream_batcher.h"
 #include "worker/embedding_inputs.h"
 #include "worker/job_page.h"
 #include "worker/local_reducer.h"
@@ -66,6 +67,9 @@ struct TrainerOptions {
   // pulled before its step and their gradients pushed after it. The
   // replicas must then compute input gradients.
   EmbeddingInputs* embeddings = nullptr;
+  // Streamed training data (--stream_data): batches are read from here,
+  // and the training set passed holds only its shape. Null: in memory.
+  const ExampleStream* stream = nullptr;
   // For tests and drills: each step's compute takes this much longer, as
   // on a slow device or a loaded machine (a straggler).
   absl::Duration compute_delay;

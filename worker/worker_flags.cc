@@ -46,6 +46,12 @@ ABSL_FLAG(int, embedding_admit_after, 0,
           "initial row and its gradients are dropped); 0 or 1: at the first.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Where the data set is (Debian's dataset-fashion-mnist installs it here).");
+ABSL_FLAG(bool, stream_data, false,
+          "criteo: stream the training file instead of reading it into memory: each epoch reads "
+          "it again and mixes this worker's share through --shuffle_buffer examples, so memory "
+          "does not grow with the file (the test file is still read whole).");
+ABSL_FLAG(int64_t, shuffle_buffer, 65536,
+          "--stream_data: examples of the share shuffled at once (about 270 bytes each).");
 ABSL_FLAG(int, num_classes, 10, "Classes of the labels (0 .. num_classes-1).");
 ABSL_FLAG(int64_t, epochs, 10, "Passes over this worker's share of the training set.");
 ABSL_FLAG(int64_t, batch_size, 64, "Examples per step on this worker (split over local replicas).");
@@ -149,6 +155,8 @@ WorkerFlags WorkerFlagsFromCommandLine() {
   flags.embedding_max_rows = absl::GetFlag(FLAGS_embedding_max_rows);
   flags.embedding_admit_after = absl::GetFlag(FLAGS_embedding_admit_after);
   flags.data_dir = absl::GetFlag(FLAGS_data_dir);
+  flags.stream_data = absl::GetFlag(FLAGS_stream_data);
+  flags.shuffle_buffer = absl::GetFlag(FLAGS_shuffle_buffer);
   flags.num_classes = absl::GetFlag(FLAGS_num_classes);
   flags.epochs = absl::GetFlag(FLAGS_epochs);
   flags.batch_size = absl::GetFlag(FLAGS_batch_size);

@@ -30,6 +30,8 @@ struct WorkerFlags {
   int64_t embedding_max_rows;
   int embedding_admit_after;
   std::string data_dir;
+  bool stream_data;
+  int64_t shuffle_buffer;
   int num_classes;
   int64_t epochs;
   int64_t batch_size;

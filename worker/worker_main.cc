@@ -129,6 +129,7 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
   options.model_name =
       model->kind == "softmax" ? model->kind : absl::StrCat(model->kind, " ", flags.hidden);
   options.embeddings = parts->embeddings.get();
+  options.stream = data->stream ? &*data->stream : nullptr;
   options.device_name = devices->devices[0]->name();
   options.fs = fs.get();
   std::optional<Checkpointer> checkpointer;

@@ -353,6 +353,8 @@ absl::StatusOr<TrainingData> LoadData(const WorkerFlags& flags, const ModelConfi
   source.ctr_train_examples = flags.ctr_train_examples;
   source.ctr_test_examples = flags.ctr_test_examples;
   source.seed = flags.seed;
+  source.stream = flags.stream_data;
+  source.shuffle_buffer = flags.shuffle_buffer;
   if (absl::Status s = ValidateDataSource(source); !s.ok()) return s;
   const bool ctr_data = source.kind == "criteo" || source.kind == "synthetic_ctr";
   if (ctr_data != (model.kind == "ctr")) {
@@ -366,16 +368,27 @@ absl::StatusOr<TrainingData> LoadData(const WorkerFlags& flags, const ModelConfi
   const auto data_error = [](const absl::Status& s) {
     return s.code() == absl::StatusCode::kInvalidArgument ? absl::DataLossError(s.message()) : s;
   };
-  auto train = LoadTrainingSet(fs, source);
-  if (!train.ok()) return data_error(train.status());
-  TrainingData data{*std::move(train), std::nullopt};
+  TrainingData data;
+  if (source.stream) {
+    auto stream = OpenTrainingStream(fs, source);
+    if (!stream.ok()) return data_error(stream.status());
+    data.train = std::move(stream->shape);
+    data.stream = std::move(stream->stream);
+  } else {
+    auto train = LoadTrainingSet(fs, source);
+    if (!train.ok()) return data_error(train.status());
+    data.train = *std::move(train);
+  }
   if (is_chief) {
     auto test = LoadTestSet(fs, source, data.train.feature_dim);
     if (!test.ok()) return data_error(test.status());
     data.test = *std::move(test);
   }
-  LOG_INFO("data: {} training examples of {} features{}", data.train.num_examples,
+  LOG_INFO("data: {} training examples of {} features{}{}", data.train.num_examples,
            data.train.feature_dim,
+           data.stream
+               ? absl::StrCat(" (streamed, shuffled ", data.stream->shuffle_buffer, " at a time)")
+               : "",
            data.test ? absl::StrCat(", ", data.test->num_examples, " test examples") : "");
   return data;
 }

@@ -21,6 +21,7 @@
 #include "proto/config.pb.h"
 #include "worker/collective/peer_links.h"
 #include "worker/data/dataset.h"
+#include "worker/data/stream_batcher.h"
 #include "worker/device.h"
 #include "worker/embedding_inputs.h"
 #include "worker/local_reducer.h"
@@ -49,8 +50,9 @@ absl::StatusOr<std::optional<EmbeddingConfig>> EmbeddingsFromFlags(const WorkerF
                                                                    const ModelConfig& model);
 
 struct TrainingData {
-  Dataset train;
-  std::optional<Dataset> test;  // the chief's
+  Dataset train;                        // streamed: its shape only
+  std::optional<Dataset> test;          // the chief's
+  std::optional<ExampleStream> stream;  // --stream_data: where the training examples come from
 };
 
 // The training set and, for the chief, the test set, read through `fs`. A

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <utility>
 
@@ -37,8 +38,23 @@ std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size) {
 }
 
 Batcher::Batcher(const Dataset& data, DealingOptions dealing, int prefetch)
-    : data_(data), prefetch_(prefetch), dealer_(data.num_examples, std::move(dealing)) {
-  producer_ = std::thread([this] { Produce(); });
+    : Batcher(
+          StepsPerEpoch(data.num_examples, dealing.num_shards, dealing.batch_size),
+          [&data, dealer = std::make_shared<BatchDealer>(data.num_examples, std::move(dealing))]()
+              -> absl::StatusOr<std::optional<Batch>> {
+            std::optional<DealtBatch> dealt = dealer->Next();
+            if (!dealt) return std::nullopt;
+            Batch batch = GatherBatch(data, dealt->indices);
+            batch.epoch = dealt->epoch;
+            batch.step_in_epoch = dealt->step_in_epoch;
+            batch.steps_in_epoch = dealt->steps_in_epoch;
+            return batch;
+          },
+          prefetch) {}
+
+Batcher::Batcher(int64_t steps_per_epoch, Produce produce, int prefetch)
+    : steps_per_epoch_(steps_per_epoch), prefetch_(prefetch), produce_(std::move(produce)) {
+  producer_ = std::thread([this] { Run(); });
 }
 
 Batcher::~Batcher() {
@@ -49,22 +65,22 @@ Batcher::~Batcher() {
   producer_.join();
 }
 
-void Batcher::Produce() {
-  while (std::optional<DealtBatch> dealt = dealer_.Next()) {
-    Batch batch = GatherBatch(data_, dealt->indices);
-    batch.epoch = dealt->epoch;
-    batch.step_in_epoch = dealt->step_in_epoch;
-    batch.steps_in_epoch = dealt->steps_in_epoch;
+void Batcher::Run() {
+  for (;;) {
+    absl::StatusOr<std::optional<Batch>> made = produce_();
     absl::MutexLock lock(&mu_);
+    if (!made.ok() || !*made) {
+      status_ = made.status();
+      done_ = true;
+      return;
+    }
     auto room = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return stop_ || static_cast<int>(ready_.size()) < prefetch_;
     };
     mu_.Await(absl::Condition(&room));
     if (stop_) return;
-    ready_.push_back(std::move(batch));
+    ready_.push_back(**std::move(made));
   }
-  absl::MutexLock lock(&mu_);
-  done_ = true;
 }
 
 std::optional<Batch> Batcher::Next() {
@@ -75,6 +91,11 @@ std::optional<Batch> Batcher::Next() {
   Batch batch = std::move(ready_.front());
   ready_.pop_front();
   return batch;
+}
+
+absl::Status Batcher::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
 }
 
 }  // namespace fulcrum

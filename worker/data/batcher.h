@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/data/dataset.h"
 #include "worker/data/dealing.h"
@@ -37,34 +39,48 @@ Batch GatherBatch(const Dataset& data, const std::vector<int64_t>& indices);
 // last may be smaller.
 std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size);
 
-// Yields `epochs` epochs of batches. Every shard of one dealing yields the
-// same number of batches per epoch (the remainder is dropped), so
-// synchronous workers stay in step. Thread-safe; `data` must outlive it.
+// Yields a worker's batches, made ahead on a background thread: of a data
+// set in memory as its dealing deals them, or of whatever `produce` makes
+// (streamed data: StreamBatches). Thread-safe.
 class Batcher {
  public:
-  // `prefetch`: batches made ahead.
+  // Makes the next batch, on the background thread: nothing once all
+  // epochs are done; an error ends the batches (status() then says it).
+  using Produce = std::function<absl::StatusOr<std::optional<Batch>>()>;
+
+  // `epochs` epochs of `data`'s examples as `dealing` deals them (every
+  // shard of one dealing yields the same number of batches per epoch, the
+  // remainder dropped, so synchronous workers stay in step); `data` must
+  // outlive it. `prefetch`: batches made ahead.
   Batcher(const Dataset& data, DealingOptions dealing, int prefetch = 4);
+  // The batches `produce` makes, `steps_per_epoch` of them an epoch at
+  // first.
+  Batcher(int64_t steps_per_epoch, Produce produce, int prefetch = 4);
   ~Batcher();
 
-  // floor(num_examples / num_shards / batch_size) of the first dealing, the
-  // same on every shard (Batch::steps_in_epoch tells each epoch's).
-  int64_t steps_per_epoch() const { return dealer_.steps_per_epoch(); }
+  // Batches per epoch of the first dealing, the same on every shard
+  // (Batch::steps_in_epoch tells each epoch's).
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
   // The next batch, waiting for the prefetch thread; nothing once all epochs
-  // are done.
+  // are done, or once making one failed.
   std::optional<Batch> Next() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Why the batches ended early (the data could not be read), or OK.
+  absl::Status status() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
-  void Produce();
+  void Run();
 
-  const Dataset& data_;
+  const int64_t steps_per_epoch_;
   const int prefetch_;
-  BatchDealer dealer_;  // the producer's
+  const Produce produce_;  // the producer's
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<Batch> ready_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::thread producer_;
 };
 

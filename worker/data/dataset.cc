@@ -224,6 +224,14 @@ absl::Status ValidateDataSource(const DataSource& source) {
                        "' is not one of fashion_mnist, idx, libsvm, criteo, synthetic_ctr"));
     }
   }
+  if (source.stream && source.kind != "criteo") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stream_data streams criteo files; --dataset=", source.kind, " is read into memory"));
+  }
+  if (source.shuffle_buffer < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shuffle_buffer: must be >= 1, got ", source.shuffle_buffer));
+  }
   if (source.kind == "synthetic_ctr" &&
       (source.ctr_vocabulary < 1 || source.ctr_train_examples < 1 ||
        source.ctr_test_examples < 1)) {

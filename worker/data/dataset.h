@@ -57,10 +57,15 @@ struct DataSource {
   int64_t ctr_train_examples = 1000000;
   int64_t ctr_test_examples = 100000;
   uint64_t seed = 0;
+  // criteo: the training file is streamed (TrainingStream), not read into
+  // memory, its share mixed through a buffer of this many examples.
+  bool stream = false;
+  int64_t shuffle_buffer = 1 << 16;
 };
 
-// INVALID_ARGUMENT naming the flag when `source` names no known data set
-// or synthetic_ctr sizes below 1.
+// INVALID_ARGUMENT naming the flag when `source` names no known data set,
+// synthetic_ctr sizes below 1, a stream of another data set than criteo or
+// a shuffle buffer below 1.
 absl::Status ValidateDataSource(const DataSource& source);
 
 // The training and test sets of a source. fashion_mnist and idx read

@@ -6,43 +6,63 @@
 
 namespace fulcrum {
 
+std::mt19937_64 EpochShuffle(uint64_t seed, int64_t epoch, const Dealing& dealing) {
+  return std::mt19937_64(seed * 1000003 + epoch * 7919 + dealing.shard_index);
+}
+
 std::vector<int64_t> DealtExamples(int64_t num_examples, const Dealing& dealing, int64_t epoch,
                                    uint64_t seed, int64_t batch_size) {
   std::vector<int64_t> share;
   for (int64_t i = dealing.shard_index; i < num_examples; i += dealing.num_shards) {
     share.push_back(i);
   }
-  // The same permutation on every run with this seed, a different one each epoch.
-  std::mt19937_64 gen(seed * 1000003 + epoch * 7919 + dealing.shard_index);
+  std::mt19937_64 gen = EpochShuffle(seed, epoch, dealing);
   std::shuffle(share.begin(), share.end(), gen);
   share.resize(StepsPerEpoch(num_examples, dealing.num_shards, batch_size) * batch_size);
   return share;
 }
 
-BatchDealer::BatchDealer(int64_t num_examples, DealingOptions options)
+EpochPlanner::EpochPlanner(int64_t num_examples, DealingOptions options)
     : num_examples_(num_examples),
       options_(std::move(options)),
       steps_per_epoch_(StepsPerEpoch(num_examples, options_.num_shards, options_.batch_size)) {}
 
-std::optional<DealtBatch> BatchDealer::Next() {
-  while (epoch_ < 0 || step_ * options_.batch_size >= static_cast<int64_t>(share_.size())) {
-    if (++epoch_ >= options_.epochs) return std::nullopt;
+std::optional<EpochPlan> EpochPlanner::Next() {
+  while (++epoch_ < options_.epochs) {
     if ((epoch_ + 1) * steps_per_epoch_ <= options_.skip) continue;  // resumed past it
     // The first epoch keeps the first dealing (the skip counts in it),
     // unless the skip ends exactly where it begins.
     const bool keep = first_ && (options_.skip == 0 || epoch_ * steps_per_epoch_ < options_.skip);
-    Dealing dealing{options_.shard_index, options_.num_shards};
-    if (!keep && options_.deal) dealing = options_.deal(epoch_);
     first_ = false;
-    share_ = DealtExamples(num_examples_, dealing, epoch_, options_.seed, options_.batch_size);
-    step_ = std::max<int64_t>(0, options_.skip - epoch_ * steps_per_epoch_);
+    EpochPlan plan;
+    plan.epoch = epoch_;
+    plan.dealing = Dealing{options_.shard_index, options_.num_shards};
+    if (!keep && options_.deal) plan.dealing = options_.deal(epoch_);
+    plan.steps = StepsPerEpoch(num_examples_, plan.dealing.num_shards, options_.batch_size);
+    plan.first_step = std::max<int64_t>(0, options_.skip - epoch_ * steps_per_epoch_);
+    return plan;
+  }
+  return std::nullopt;
+}
+
+BatchDealer::BatchDealer(int64_t num_examples, DealingOptions options)
+    : num_examples_(num_examples), planner_(num_examples, std::move(options)) {}
+
+std::optional<DealtBatch> BatchDealer::Next() {
+  const int64_t batch_size = planner_.options().batch_size;
+  while (!epoch_ || step_ >= epoch_->steps) {
+    epoch_ = planner_.Next();
+    if (!epoch_) return std::nullopt;
+    share_ = DealtExamples(num_examples_, epoch_->dealing, epoch_->epoch, planner_.options().seed,
+                           batch_size);
+    step_ = epoch_->first_step;
   }
   DealtBatch batch;
-  batch.indices.assign(share_.begin() + step_ * options_.batch_size,
-                       share_.begin() + (step_ + 1) * options_.batch_size);
-  batch.epoch = epoch_;
+  batch.indices.assign(share_.begin() + step_ * batch_size,
+                       share_.begin() + (step_ + 1) * batch_size);
+  batch.epoch = epoch_->epoch;
   batch.step_in_epoch = step_;
-  batch.steps_in_epoch = static_cast<int64_t>(share_.size()) / options_.batch_size;
+  batch.steps_in_epoch = epoch_->steps;
   ++step_;
   return batch;
 }

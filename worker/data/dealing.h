@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "proto/ps_service.pb.h"
@@ -31,6 +32,10 @@ inline int64_t StepsPerEpoch(int64_t num_examples, int num_shards, int64_t batch
 // The examples `dealing` gives in `epoch`, in the order they are trained:
 // its share, shuffled by (seed, epoch, shard), cut to whole batches of
 // `batch_size`. The same permutation on every run with this seed.
+// The random numbers that order `dealing`'s share in `epoch`: the same on
+// every run with this seed, others each epoch and shard.
+std::mt19937_64 EpochShuffle(uint64_t seed, int64_t epoch, const Dealing& dealing);
+
 std::vector<int64_t> DealtExamples(int64_t num_examples, const Dealing& dealing, int64_t epoch,
                                    uint64_t seed, int64_t batch_size);
 
@@ -46,6 +51,38 @@ struct DealingOptions {
   // first when `skip` ends exactly where it begins; none: the first
   // dealing throughout.
   std::function<Dealing(int64_t epoch)> deal;
+};
+
+// One epoch a worker trains: the dealing it is dealt by (asked as it
+// begins), its batches (the same on every shard of that dealing), and the
+// first one trained (past a resumed job's skip; 0 otherwise).
+struct EpochPlan {
+  int64_t epoch = 0;
+  Dealing dealing;
+  int64_t steps = 0;
+  int64_t first_step = 0;
+};
+
+// A worker's epochs in order, each dealt as it begins, the epochs a resume
+// skips whole left out: the walk that in-memory (BatchDealer) and streamed
+// (StreamBatches) data share. Thread-compatible.
+class EpochPlanner {
+ public:
+  EpochPlanner(int64_t num_examples, DealingOptions options);
+
+  // Batches per epoch of the first dealing.
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  const DealingOptions& options() const { return options_; }
+
+  // The next epoch; nothing once every epoch is planned.
+  std::optional<EpochPlan> Next();
+
+ private:
+  const int64_t num_examples_;
+  const DealingOptions options_;
+  const int64_t steps_per_epoch_;
+  int64_t epoch_ = -1;  // the last planned
+  bool first_ = true;   // no epoch planned yet
 };
 
 // One batch's examples, and where it stands.
@@ -66,18 +103,16 @@ class BatchDealer {
   BatchDealer(int64_t num_examples, DealingOptions options);
 
   // Batches per epoch of the first dealing.
-  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t steps_per_epoch() const { return planner_.steps_per_epoch(); }
 
   // The next batch; nothing once every epoch is done.
   std::optional<DealtBatch> Next();
 
  private:
   const int64_t num_examples_;
-  const DealingOptions options_;
-  const int64_t steps_per_epoch_;
-  int64_t epoch_ = -1;  // of share_; -1 before the first
-  int64_t step_ = 0;    // the next batch of share_
-  bool first_ = true;   // no epoch begun yet
+  EpochPlanner planner_;
+  std::optional<EpochPlan> epoch_;  // of share_; none before the first
+  int64_t step_ = 0;                // the next batch of share_
   std::vector<int64_t> share_;
 };
 
