@@ -147,10 +147,18 @@ void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const
     initializer_.Row(id, row.subspan(0, spec_.width()));
     std::copy(initial_slots_.begin(), initial_slots_.end(), row.begin() + spec_.width());
   };
-  // Every row first (null: not admitted yet), then the rule over them all.
-  std::vector<float*> rows(ids.size());
-  store_->TouchAll(ids, init, absl::MakeSpan(rows));
-  ApplyGradientToRows(spec_.optimizer(), version_, averaged, width, grads, rows);
+  // Every row first (null: not admitted yet), then the rule over them all;
+  // in parts of at most max_rows ids, so that no row of a part is evicted
+  // (and taken by another id) before its gradient is applied.
+  const size_t part = spec_.max_rows() > 0 ? static_cast<size_t>(spec_.max_rows()) : ids.size();
+  std::vector<float*> rows(std::min(part, ids.size()));
+  for (size_t begin = 0; begin < ids.size(); begin += part) {
+    const size_t n = std::min(part, ids.size() - begin);
+    const absl::Span<float*> touched = absl::MakeSpan(rows.data(), n);
+    store_->TouchAll(ids.subspan(begin, n), init, touched);
+    ApplyGradientToRows(spec_.optimizer(), version_, averaged, width,
+                        grads.subspan(begin * width, n * width), touched);
+  }
   MadeVersionLocked([&, version = version_] {
     ShardUpdate update;
     update.set_table(spec_.name());

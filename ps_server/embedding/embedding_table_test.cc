@@ -222,6 +222,25 @@ TEST(EmbeddingTableTest, CountsTheMostPushedIds) {
   EXPECT_EQ(hottest[3].id, 5);
 }
 
+// A push of more ids than the table holds: each stored row ends with its
+// own id's update, none with another's that was evicted meanwhile.
+TEST(EmbeddingTableTest, APushOfMoreIdsThanTheTableHoldsUpdatesEachRowOnce) {
+  auto table = Bounded(/*max_rows=*/3, /*admit_after=*/0);
+  const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6, 7};
+  const std::vector<float> initial = Pull(*table, ids);  // nothing stored: the initial rows
+  std::vector<float> grads;
+  for (int64_t id : ids) grads.insert(grads.end(), kWidth, static_cast<float>(id));
+  ASSERT_TRUE(table->Push(0, 1, ids, grads).ok());
+  EXPECT_EQ(table->stats().rows, 3);
+  const std::vector<float> last = Pull(*table, {5, 6, 7});
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < kWidth; ++j) {
+      EXPECT_FLOAT_EQ(last[i * kWidth + j], initial[(4 + i) * kWidth + j] - 0.1f * (5 + i))
+          << "id " << 5 + i;
+    }
+  }
+}
+
 // A push of more ids than the sketch counts one by one is sampled: every
 // stride-th id, each counted as stride ids, so that counting stays cheap.
 TEST(EmbeddingTableTest, CountsALargePushBySample) {
