@@ -1,8 +1,9 @@
 // Data-plane benchmark: dense push+pull throughput for tensors from 4 KiB up,
 // with 1 parameter server (over 1 and 4 channels) and 4 on loopback,
 // against a bare gRPC bytes echo of the same size measured in the same run;
-// and the latency (p50, p99) of a 4 KiB pull and push-then-pull. Prints a
-// table and `name=value` lines.
+// and the latency (p50, p99) of a 4 KiB pull and push-then-pull; and the
+// cost curve of a push+pull against the model's size, 1 MiB to 1 GiB.
+// Prints tables and `name=value` lines.
 // Raw TCP (iperf3) is measured by bench/run.sh beside it.
 #include <arpa/inet.h>
 #include <grpcpp/create_channel.h>
@@ -35,6 +36,9 @@ ABSL_FLAG(bool, quick, false, "Fewer sizes and iterations: a run of about a minu
 ABSL_FLAG(std::string, tls_dir, "",
           "A directory of scripts/make_certs.sh's files: also measures mutual TLS (servers "
           "with ps.pem, the client with worker.pem) against plaintext. Empty: plaintext only.");
+ABSL_FLAG(int64_t, curve_max_mib, 1024,
+          "The cost curve's largest model, in MiB: push+pull time of 1 MiB, 4 MiB, ... up to "
+          "it, over one server (--quick: at most 64; 0: no curve).");
 ABSL_FLAG(int64_t, max_size_mib, 256,
           "Largest tensor of the throughput sweep, in MiB (--quick: at most 64); 0 skips the "
           "sweep, for the latencies alone.");
@@ -177,8 +181,27 @@ std::string SizeName(int64_t bytes) {
   return bytes >= (1 << 20) ? absl::StrCat(bytes >> 20, "MiB") : absl::StrCat(bytes >> 10, "KiB");
 }
 
+// Push+pull time of models of 1 MiB to `largest` bytes (by fours) over one
+// server, in shards of 4 MiB at most: its median over at least 3 calls,
+// and the rate it makes.
+void PushPullCurve(int64_t largest) {
+  if (largest <= 0) return;
+  std::printf("push+pull time against the model's size (1 server, shards of 4 MiB at most)\n");
+  for (int64_t size = 1 << 20; size <= largest; size *= 4) {
+    Cluster cluster(1, size, DT_FLOAT, 1, int64_t{4} << 20);
+    const int iterations =
+        static_cast<int>(std::clamp<int64_t>((int64_t{512} << 20) / size, 3, 50));
+    const double seconds = Percentile(TimePushPull(cluster, iterations), 0.5);
+    std::printf("  %-8s %10.2f ms %10.1f MB/s\n", SizeName(size).c_str(), seconds * 1e3,
+                2.0 * static_cast<double>(size) / seconds / 1e6);
+    std::printf("curve_pushpull_%s_ms=%.2f\n", SizeName(size).c_str(), seconds * 1e3);
+  }
+  std::printf("\n");
+}
+
 int Run() {
   const bool quick = absl::GetFlag(FLAGS_quick);
+  PushPullCurve(std::min<int64_t>(absl::GetFlag(FLAGS_curve_max_mib), quick ? 64 : 1 << 30) << 20);
   EchoService echo_service;
   grpc::ServerBuilder builder;
   int echo_port = 0;

@@ -45,6 +45,12 @@
 #        MiB push+pull, 4 KiB pull) against --replication=1 in the same run
 #        (bench:failover_bench), and the primaries' memory growth in the
 #        catch-up against the bytes they sent.
+#   13.  how cost grows with the work, drawn from the figures above into
+#        cost-curves.svg in the logs directory (bench/plot_curves.py):
+#        updates/s against async workers (3), push+pull time against the
+#        model's size, 1 MiB to 1 GiB (1), a table's rows/s against its
+#        size, 10^4 to 10^8 rows (7), and a worker's memory against its
+#        data set's size (8a).
 #   bench/run.sh [--quick]     (--quick: a few minutes)
 #
 # A step that fails (a baseline included) prints NAME=FAILED and the end of
@@ -59,6 +65,8 @@ source bench/steps.sh
 quick=""
 [ "${1:-}" = "--quick" ] && quick="--quick"
 echo "bench: each step's stderr goes to $BENCH_LOGS" >&2
+# Every figure is kept too, for the curves drawn at the end.
+exec > >(tee "$BENCH_LOGS/results.txt")
 
 command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; }
 bazel build -c opt //bench:dataplane_bench //bench:scaling_bench //bench:allreduce_bench \
@@ -136,4 +144,6 @@ bench_step failover "$bin/bench/failover_bench" --ps_server="$bin/ps_server/ps_s
   --catch_up_mib="$([ -n "$quick" ] && echo 192 || echo 1536)" \
   --cost_rounds="$([ -n "$quick" ] && echo 3 || echo 10)"
 bench_ratio catch_up_vs_tcp "a / b" "$(sed -n 's/^catch_up_MBps=//p' <<< "$BENCH_OUT")" "$tcp_mbs"
+bench_step curves python3 bench/plot_curves.py "$BENCH_LOGS/results.txt" \
+  "$BENCH_LOGS/cost-curves.svg"
 bench_finish

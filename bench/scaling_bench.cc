@@ -116,7 +116,8 @@ int Main() {
     const double rate = steps / absl::ToDoubleSeconds(window);
     if (n == 1) one = rate;
     std::printf("  N=%d  updates/s %.1f  efficiency %.2f\n", n, rate, rate / (n * one));
-    std::printf("async_scaling_n%d=%.2f\n", n, rate / (n * one));
+    std::printf("async_scaling_n%d=%.2f\nasync_updates_per_sec_n%d=%.1f\n", n, rate / (n * one), n,
+                rate);
   }
 
   const int steps = quick ? 30 : 100;

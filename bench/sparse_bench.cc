@@ -3,8 +3,10 @@
 // servers on loopback, rows of 16 and 64 floats, 1K to 64K ids per
 // request, ids uniform or Zipf-skewed; against a dense pull and push of
 // the same bytes in the same run. And the memory a million rows take on
-// a server, against their raw floats (values and Adagrad's slot). Prints
-// a table and `name=value` lines.
+// a server, against their raw floats (values and Adagrad's slot). And the
+// cost curve of a server's table against its size: rows pushed and pulled
+// per second, in the server's process (no network), by tables of 10^4 to
+// 10^8 rows with eviction on. Prints tables and `name=value` lines.
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/match.h"
@@ -26,6 +29,9 @@
 #include "fulcrum/ps_client.h"
 
 ABSL_FLAG(bool, quick, false, "Fewer shapes and iterations: a run of under a minute.");
+ABSL_FLAG(int64_t, table_curve_max_rows, 100000000,
+          "The cost curve's largest table (rows; from 10^4 by tens; 0: no curve). Its memory is "
+          "about 100 bytes a row.");
 ABSL_FLAG(std::string, only, "",
           "Only the cases whose name (as in sparse_1ps_w16_65536ids_uniform) contains this: for "
           "profiling one.");
@@ -182,10 +188,91 @@ void MeasureMemory() {
               static_cast<double>(info.memory_bytes()) / info.rows() / raw);
 }
 
+// Rows per second that one server's table of `max_rows` rows (width 4,
+// Adagrad) takes in pushes and pulls of 16,384 ids, once full: ids are
+// drawn uniformly from twice as many as it holds, so that half of a push's
+// are new, each evicting the least recently used row. Called directly,
+// without gRPC, so that the table's own cost shows.
+void TableCurvePoint(int64_t max_rows, int rounds) {
+  constexpr int64_t kIds = 16384, kWidth = 4;
+  ParameterServer server(BenchServerConfig());
+  CreateShardsRequest create;
+  EmbeddingTableSpec spec = Table(kWidth);
+  spec.set_max_rows(max_rows);
+  *create.add_tables() = spec;
+  create.add_ranges()->set_table(spec.name());
+  if (!server.CreateShards(create).ok()) std::abort();
+  PushRowsRequest push;
+  push.set_worker_id(0);
+  TableRows* rows = push.add_tables();
+  rows->set_table(spec.name());
+  const auto id_of = [](uint64_t rank) { return static_cast<int64_t>(Mix64(rank) >> 1); };
+  // Filled by pushing every id of the space once: the second half evicts
+  // the first.
+  for (int64_t start = 0; start < 2 * max_rows; start += 65536) {
+    rows->clear_ids();
+    for (int64_t r = start; r < std::min(2 * max_rows, start + 65536); ++r) rows->add_ids(id_of(r));
+    rows->mutable_values()->Resize(rows->ids_size() * kWidth, 1e-3f);
+    if (!server.PushRows(push).ok()) std::abort();
+  }
+  std::mt19937_64 gen(11);
+  const auto draw = [&] {
+    std::vector<int64_t> ids(kIds);
+    absl::flat_hash_set<int64_t> seen;
+    for (int64_t& id : ids) {
+      do {
+        id = id_of(gen() % static_cast<uint64_t>(2 * max_rows));
+      } while (!seen.insert(id).second);
+    }
+    return ids;
+  };
+  rows->mutable_values()->Resize(kIds * kWidth, 1e-3f);
+  PullRowsRequest pull;
+  pull.set_worker_id(0);
+  TableRows* asked = pull.add_tables();
+  asked->set_table(spec.name());
+  // The ids drawn first, apart from the calls timed.
+  std::vector<std::vector<int64_t>> draws(2 *
+                                          static_cast<size_t>(rounds + 1));  // Time calls once more
+  for (std::vector<int64_t>& ids : draws) ids = draw();
+  int next = 0;
+  const std::vector<double> pushes = Time(rounds, [&] {
+    rows->mutable_ids()->Assign(draws[next].begin(), draws[next].end());
+    ++next;
+    if (!server.PushRows(push).ok()) std::abort();
+  });
+  const std::vector<double> pulls = Time(rounds, [&] {
+    asked->mutable_ids()->Assign(draws[next].begin(), draws[next].end());
+    ++next;
+    if (!server.PullRows(pull, absl::InfiniteFuture()).ok()) std::abort();
+  });
+  const TableInfo info = server.Describe().tables(0);
+  const double push_rate = kIds / Percentile(pushes, 0.5);
+  const double pull_rate = kIds / Percentile(pulls, 0.5);
+  std::printf("  %10lld rows  %12.0f pushed rows/s  %12.0f pulled rows/s  %6.1f B/row\n",
+              static_cast<long long>(info.rows()), push_rate, pull_rate,
+              static_cast<double>(info.memory_bytes()) / static_cast<double>(info.rows()));
+  std::printf("table_curve_%lld_rows_push_rows_per_sec=%.0f\n", static_cast<long long>(max_rows),
+              push_rate);
+  std::printf("table_curve_%lld_rows_pull_rows_per_sec=%.0f\n", static_cast<long long>(max_rows),
+              pull_rate);
+}
+
+void TableCurve(int64_t largest, bool quick) {
+  if (largest <= 0) return;
+  std::printf("a server's table against its size (width 4, Adagrad, eviction on, 16K ids)\n");
+  for (int64_t rows = 10000; rows <= largest; rows *= 10) TableCurvePoint(rows, quick ? 10 : 30);
+  std::printf("\n");
+}
+
 void Run(bool quick, const std::string& only) {
   // First, while no freed memory is kept for reuse, so that the resident
   // growth is the table's.
   if (only.empty()) MeasureMemory();
+  if (only.empty()) {
+    const int64_t largest = absl::GetFlag(FLAGS_table_curve_max_rows);
+    TableCurve(quick ? std::min<int64_t>(largest, 1000000) : largest, quick);
+  }
   const std::vector<int> servers = {1, 4};
   const std::vector<int64_t> widths = {16, 64};
   const std::vector<int64_t> sizes =
