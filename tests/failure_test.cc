@@ -488,18 +488,16 @@ TEST_P(AllReduceFailureTest, WorkersGoOnWithoutAKilledOneAndTakeItBack) {
   std::vector<std::vector<std::string>> argvs;
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int w = 0; w < 4; ++w) {
-    std::vector<std::string> argv = {RunfilePath("worker/worker"),
-                                     "--insecure",
-                                     "--strategy=multi_worker_mirrored",
-                                     "--worker_hosts=" + absl::StrJoin(hosts, ","),
-                                     absl::StrCat("--task_index=", w),
-                                     "--bind_host=127.0.0.1",
-                                     "--collective_timeout_secs=10",
-                                     "--epochs=3",
-                                     "--hidden=64",
-                                     "--log_every_steps=50",
-                                     "--cpu_threads=1",
-                                     "--device=cpu"};
+    std::vector<std::string> argv = {
+        RunfilePath("worker/worker"), "--insecure", "--strategy=multi_worker_mirrored",
+        "--worker_hosts=" + absl::StrJoin(hosts, ","), absl::StrCat("--task_index=", w),
+        "--bind_host=127.0.0.1", "--collective_timeout_secs=10", "--epochs=3", "--hidden=64",
+        "--log_every_steps=50", "--cpu_threads=1", "--device=cpu",
+        // The tiny model's steps take 2 ms: slowed, the
+        // job outlasts the killed worker's restart (which
+        // reads Fashion-MNIST first, about 2 s) whatever
+        // the machine's load.
+        "--debug_step_delay_ms=15"};
     if (w == 0) argv.push_back("--summary_json=" + dir_ + "/summary.json");
     argvs.push_back(argv);
     workers.push_back(std::make_unique<ChildProcess>(absl::StrCat("worker", w), argv));
