@@ -1087,7 +1087,7 @@ DescribeResponse ParameterServer::Describe() const {
     info->set_memory_bytes(stats.bytes);
     info->set_partition(table->partition());
     info->set_primary(table->primary());
-    for (const HeavyHitters::Hitter& hot : stats.hottest) {
+    for (const HeavyHitters::Hitter& hot : table->hottest()) {
       HotId* hot_id = info->add_hottest();
       hot_id->set_id(hot.id);
       hot_id->set_pushes(hot.count);

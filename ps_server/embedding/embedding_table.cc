@@ -352,9 +352,13 @@ int64_t EmbeddingTable::BytesPerRow() const {
 
 EmbeddingTable::Stats EmbeddingTable::stats() const {
   absl::MutexLock lock(&mu_);
-  return {store_->size(),         store_->candidates(),  store_->evictions(),
-          store_->admissions(),   store_->MemoryBytes(), version_,
-          hot_.Top(kHottestShown)};
+  return {store_->size(),       store_->candidates(),  store_->evictions(),
+          store_->admissions(), store_->MemoryBytes(), version_};
+}
+
+std::vector<HeavyHitters::Hitter> EmbeddingTable::hottest() const {
+  absl::MutexLock lock(&mu_);
+  return hot_.Top(kHottestShown);
 }
 
 std::vector<ShardUpdate> EmbeddingTable::SnapshotLocked(int64_t part_bytes) const {

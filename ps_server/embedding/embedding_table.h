@@ -123,9 +123,6 @@ class EmbeddingTable : public ReplicatedUnit {
     int64_t admissions = 0;
     int64_t bytes = 0;
     int64_t step = 0;  // pushes applied
-    // The ids workers pushed most here, most first (kHottestShown at
-    // most; estimates, see HeavyHitters).
-    std::vector<HeavyHitters::Hitter> hottest;
   };
   // The ids the sketch of most-pushed ids holds, and those Stats shows.
   static constexpr int kHotCapacity = 256;
@@ -133,7 +130,11 @@ class EmbeddingTable : public ReplicatedUnit {
   // The most ids of one push the sketch counts: a larger push's are
   // sampled evenly, each standing for as many as it was picked from.
   static constexpr size_t kHotSampled = 512;
+  // Cheap: the servers ask on every push, for the memory budget.
   Stats stats() const;
+  // The ids workers pushed most here, most first (kHottestShown at most;
+  // estimates, see HeavyHitters).
+  std::vector<HeavyHitters::Hitter> hottest() const;
 
  private:
   EmbeddingTable(const EmbeddingTableSpec& spec, int partition);

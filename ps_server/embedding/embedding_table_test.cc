@@ -211,7 +211,7 @@ TEST(EmbeddingTableTest, CountsTheMostPushedIds) {
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(table->Push(0, ++push, {3, 9}, two).ok());
   ASSERT_EQ(table->Accumulate(1, 1, table->version(), {3, 5}, two, 1)->outcome(),
             ShardPushResult::APPLIED);
-  const std::vector<HeavyHitters::Hitter> hottest = table->stats().hottest;
+  const std::vector<HeavyHitters::Hitter> hottest = table->hottest();
   ASSERT_EQ(hottest.size(), 4u);
   EXPECT_EQ(hottest[0].id, 3);
   EXPECT_EQ(hottest[0].count, 7);
@@ -249,7 +249,7 @@ TEST(EmbeddingTableTest, CountsALargePushBySample) {
   std::vector<int64_t> ids(n);
   std::iota(ids.begin(), ids.end(), 1000);
   ASSERT_TRUE(table->Push(0, 1, ids, std::vector<float>(n * kWidth, 1.0f)).ok());
-  const std::vector<HeavyHitters::Hitter> sampled = table->stats().hottest;
+  const std::vector<HeavyHitters::Hitter> sampled = table->hottest();
   ASSERT_FALSE(sampled.empty());
   // 512 samples of weight 4 in a sketch of 256: each held id counts 4, or
   // 8 where it took the place of one counted before.
@@ -261,7 +261,7 @@ TEST(EmbeddingTableTest, CountsALargePushBySample) {
   for (uint64_t push = 2; push < 11; ++push) {
     ASSERT_TRUE(table->Push(0, push, {5}, std::vector<float>(kWidth, 1.0f)).ok());
   }
-  const HeavyHitters::Hitter first = table->stats().hottest[0];
+  const HeavyHitters::Hitter first = table->hottest()[0];
   EXPECT_EQ(first.id, 5);
   EXPECT_EQ(first.count - first.error, 9);
 }

@@ -9,22 +9,21 @@ HeavyHitters::HeavyHitters(int capacity) : capacity_(static_cast<size_t>(std::ma
   heap_.reserve(capacity_);
 }
 
-void HeavyHitters::Swap(size_t a, size_t b) {
-  std::swap(heap_[a], heap_[b]);
-  position_[heap_[a].id] = a;
-  position_[heap_[b].id] = b;
-}
-
 void HeavyHitters::SiftDown(size_t i) {
+  // The hitter at i moves down past smaller children, each moved up into
+  // the hole it leaves: one write of a position per level.
+  const Hitter moving = heap_[i];
   for (;;) {
-    size_t least = i;
-    for (size_t child : {2 * i + 1, 2 * i + 2}) {
-      if (child < heap_.size() && heap_[child].count < heap_[least].count) least = child;
-    }
-    if (least == i) return;
-    Swap(i, least);
+    size_t least = 2 * i + 1;
+    if (least >= heap_.size()) break;
+    if (least + 1 < heap_.size() && heap_[least + 1].count < heap_[least].count) ++least;
+    if (heap_[least].count >= moving.count) break;
+    heap_[i] = heap_[least];
+    position_[heap_[i].id] = i;
     i = least;
   }
+  heap_[i] = moving;
+  position_[moving.id] = i;
 }
 
 void HeavyHitters::Add(int64_t id, int64_t weight) {
@@ -34,12 +33,15 @@ void HeavyHitters::Add(int64_t id, int64_t weight) {
     return;
   }
   if (heap_.size() < capacity_) {
+    // Up past larger parents, each moved down into the hole.
+    size_t i = heap_.size();
     heap_.push_back({id, weight, 0});
-    position_[id] = heap_.size() - 1;
-    for (size_t i = heap_.size() - 1; i > 0 && heap_[(i - 1) / 2].count > heap_[i].count;) {
-      Swap(i, (i - 1) / 2);
-      i = (i - 1) / 2;
+    for (; i > 0 && heap_[(i - 1) / 2].count > weight; i = (i - 1) / 2) {
+      heap_[i] = heap_[(i - 1) / 2];
+      position_[heap_[i].id] = i;
     }
+    heap_[i] = {id, weight, 0};
+    position_[id] = i;
     return;
   }
   // Full: the least counted gives its place to `id`, which may have been
@@ -47,16 +49,17 @@ void HeavyHitters::Add(int64_t id, int64_t weight) {
   Hitter& least = heap_[0];
   position_.erase(least.id);
   least = {id, least.count + weight, least.count};
-  position_[id] = 0;
   SiftDown(0);
 }
 
 std::vector<HeavyHitters::Hitter> HeavyHitters::Top(int n) const {
   std::vector<Hitter> top = heap_;
-  std::sort(top.begin(), top.end(), [](const Hitter& a, const Hitter& b) {
+  const auto first = top.begin() + static_cast<std::ptrdiff_t>(
+                                       std::min(top.size(), static_cast<size_t>(std::max(0, n))));
+  std::partial_sort(top.begin(), first, top.end(), [](const Hitter& a, const Hitter& b) {
     return a.count != b.count ? a.count > b.count : a.id < b.id;
   });
-  top.resize(std::min(top.size(), static_cast<size_t>(std::max(0, n))));
+  top.erase(first, top.end());
   return top;
 }
 

@@ -34,9 +34,8 @@ class HeavyHitters {
 
  private:
   // A min-heap by count of the ids held; position_ maps an id to its
-  // place in it.
+  // place in it. SiftDown moves the hitter at i to its place below.
   void SiftDown(size_t i);
-  void Swap(size_t a, size_t b);
 
   const size_t capacity_;
   std::vector<Hitter> heap_;
