@@ -68,7 +68,7 @@ echo "bench: each step's stderr goes to $BENCH_LOGS" >&2
 # Every figure is kept too, for the curves drawn at the end.
 exec > >(tee "$BENCH_LOGS/results.txt")
 
-command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; }
+command -v iperf3 >/dev/null || { apt-get update -q && apt-get install -y -q iperf3; } >&2
 bazel build -c opt //bench:dataplane_bench //bench:scaling_bench //bench:allreduce_bench \
   //bench:sparse_bench //bench:client_bench //bench:failover_bench //ps_server //deploy:local_cluster //deploy:fulcrumctl \
   //python:site || { echo "bench: the build failed" >&2; exit 1; }
