@@ -29,13 +29,13 @@ inline int64_t StepsPerEpoch(int64_t num_examples, int num_shards, int64_t batch
   return num_examples / num_shards / batch_size;
 }
 
-// The examples `dealing` gives in `epoch`, in the order they are trained:
-// its share, shuffled by (seed, epoch, shard), cut to whole batches of
-// `batch_size`. The same permutation on every run with this seed.
 // The random numbers that order `dealing`'s share in `epoch`: the same on
 // every run with this seed, others each epoch and shard.
 std::mt19937_64 EpochShuffle(uint64_t seed, int64_t epoch, const Dealing& dealing);
 
+// The examples `dealing` gives in `epoch`, in the order they are trained:
+// its share, shuffled by (seed, epoch, shard), cut to whole batches of
+// `batch_size`. The same permutation on every run with this seed.
 std::vector<int64_t> DealtExamples(int64_t num_examples, const Dealing& dealing, int64_t epoch,
                                    uint64_t seed, int64_t batch_size);
 
