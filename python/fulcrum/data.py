@@ -17,6 +17,11 @@ dealt over the others, so every example is still seen. A restarted worker
 
 A Dealer is also a batch sampler: torch.utils.data.DataLoader(dataset,
 batch_sampler=dealer) loads its batches.
+
+A Criteo file too large to load streams instead, dealt alike:
+
+    for batch in fulcrum.data.Stream(client, "/data/criteo", batch_size=256, epochs=3):
+        ...  # batch.features, batch.labels, batch.ids
 """
 
 import collections
@@ -125,14 +130,13 @@ def share(client, num_workers, epoch):
     return shard, shards
 
 
-class Dealer:
-    """This worker's batches of `num_examples` examples (indices 0 to
-    num_examples - 1), `batch_size` each, for `epochs` epochs, shuffled from
-    `seed`, dealt over the job's `client.num_replicas` training workers.
-    With `resume`, the batches the job has already trained (by the servers'
-    step, once the client has pulled) are skipped. Iterate it once."""
+class _Dealt:
+    """What Dealer and Stream share: a worker of the client's job, its
+    batches resumed at the servers' step (with `resume`) and re-dealt as
+    each later epoch begins (share). A subclass makes `_native` and names
+    its batches' type `_batch`."""
 
-    def __init__(self, client, num_examples, batch_size, epochs=1, seed=0, resume=True):
+    def __init__(self, client, resume):
         if client.worker_id < 0:
             raise _fulcrum.InvalidArgument(
                 "a read-only client (worker_id -1) trains no share of the data"
@@ -140,6 +144,34 @@ class Dealer:
         self._client = client
         self.num_workers = client.num_replicas
         self.resumed = client.resumed_batches() if resume else 0
+
+    def _deal(self, epoch):
+        return share(self._client, self.num_workers, epoch)
+
+    @property
+    def steps_per_epoch(self):
+        """Batches per epoch while no worker is gone."""
+        return self._native.steps_per_epoch
+
+    def __iter__(self):
+        while True:
+            batch = self._native.next()
+            if batch is None:
+                return
+            yield self._batch(*batch)
+
+
+class Dealer(_Dealt):
+    """This worker's batches of `num_examples` examples (indices 0 to
+    num_examples - 1), `batch_size` each, for `epochs` epochs, shuffled from
+    `seed`, dealt over the job's `client.num_replicas` training workers.
+    With `resume`, the batches the job has already trained (by the servers'
+    step, once the client has pulled) are skipped. Iterate it once."""
+
+    _batch = Batch
+
+    def __init__(self, client, num_examples, batch_size, epochs=1, seed=0, resume=True):
+        super().__init__(client, resume)
         self._native = _fulcrum.BatchDealer(
             int(num_examples),
             client.worker_id,
@@ -151,17 +183,51 @@ class Dealer:
             self._deal,
         )
 
+
+StreamBatch = collections.namedtuple(
+    "StreamBatch", ["features", "labels", "ids", "epoch", "step_in_epoch", "steps_in_epoch"]
+)
+StreamBatch.__doc__ = """A streamed batch's examples: `features` (float32,
+[batch, 13]: the numeric fields as log(1 + x)), `labels` (int32, [batch]),
+`ids` (int64, [batch, 26]: one id per categorical field), and its place,
+as a Batch's."""
+
+
+class Stream(_Dealt):
+    """This worker's batches of a Criteo training file (train.txt in
+    `data_dir`) too large to load, streamed as the C++ worker's
+    --stream_data streams it: the file is counted and every line checked
+    here, then each epoch it is read again, this worker's share (the dealing
+    of Dealer, re-dealt and resumed alike) mixed through a buffer of
+    `shuffle_buffer` examples, so memory does not grow with the file.
+    Iterate it once; it yields StreamBatch."""
+
+    _batch = StreamBatch
+
+    def __init__(
+        self,
+        client,
+        data_dir,
+        batch_size,
+        epochs=1,
+        seed=0,
+        shuffle_buffer=65536,
+        resume=True,
+    ):
+        super().__init__(client, resume)
+        self._native = _fulcrum.StreamDealer(
+            str(data_dir),
+            int(shuffle_buffer),
+            client.worker_id,
+            self.num_workers,
+            int(batch_size),
+            int(epochs),
+            int(seed),
+            self.resumed,
+            self._deal,
+        )
+
     @property
-    def steps_per_epoch(self):
-        """Batches per epoch while no worker is gone."""
-        return self._native.steps_per_epoch
-
-    def _deal(self, epoch):
-        return share(self._client, self.num_workers, epoch)
-
-    def __iter__(self):
-        while True:
-            batch = self._native.next()
-            if batch is None:
-                return
-            yield Batch(*batch)
+    def num_examples(self):
+        """The examples of the file."""
+        return self._native.num_examples

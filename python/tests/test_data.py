@@ -110,3 +110,41 @@ def test_load_gives_the_c_plus_plus_workers_data():
         fulcrum.data.load("synthetic_ctr", "test", feature_dim=5, **sizes)
     with pytest.raises(fulcrum.InvalidArgument, match="train or test"):
         fulcrum.data.load("synthetic_ctr", "validation", **sizes)
+
+
+def write_numbered_criteo(path, n):
+    """A Criteo file whose example i has i as its first integer field (read
+    back as log(1 + i)) and i % 2 as its label."""
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write("\t".join([str(i % 2), str(i)] + [""] * 12 + ["%x" % i] * 26) + "\n")
+
+
+def test_a_criteo_file_streams_dealt_as_in_memory_within_its_buffer(servers, tmp_path):
+    write_numbered_criteo(tmp_path / "train.txt", 103)
+    s = servers(num_ps=1, workers=3)
+    seen = set()
+    for w in range(3):
+        client = fulcrum.connect(s.hosts, worker_id=w, num_replicas=3)
+        stream = fulcrum.data.Stream(
+            client, tmp_path, batch_size=8, epochs=2, seed=5, shuffle_buffer=10
+        )
+        assert stream.num_examples == 103 and stream.steps_per_epoch == 4
+        batches = list(stream)
+        places = [(b.epoch, b.step_in_epoch) for b in batches]
+        assert places == [(e, i) for e in range(2) for i in range(4)]
+        index = [np.rint(np.expm1(b.features[:, 0])).astype(np.int64) for b in batches]
+        assert all((b.labels == i % 2).all() for b, i in zip(batches, index, strict=True))
+        assert batches[0].ids.shape == (8, 26)
+        first = np.concatenate(index[:4]).tolist()
+        assert all(i % 3 == w for i in first)  # its own share, each once
+        assert not seen & set(first) and len(set(first)) == 32
+        seen |= set(first)
+        # Mixed within the buffer: the p-th trained is among the share's first p + 10.
+        assert all(i // 3 < p + 10 for p, i in enumerate(first))
+        assert np.concatenate(index[4:]).tolist() != first  # another order next epoch
+    # A line that is not a Criteo line is named before any batch.
+    with open(tmp_path / "train.txt", "a") as f:
+        f.write("1\t2\t3\n")
+    with pytest.raises(fulcrum.InvalidArgument, match="train.txt:104"):
+        fulcrum.data.Stream(fulcrum.connect(s.hosts, worker_id=0, num_replicas=3), tmp_path, 8)

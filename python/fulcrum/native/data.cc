@@ -16,6 +16,7 @@
 #include "python/fulcrum/native/module.h"
 #include "worker/data/dataset.h"
 #include "worker/data/dealing.h"
+#include "worker/data/stream_batcher.h"
 
 namespace py = pybind11;
 
@@ -42,7 +43,7 @@ class PyBatchDealer {
     return py::make_tuple(indices, batch->epoch, batch->step_in_epoch, batch->steps_in_epoch);
   }
 
- private:
+  // Checked: INVALID_ARGUMENT naming what is wrong.
   static DealingOptions Options(int64_t num_examples, int shard_index, int num_shards,
                                 int64_t batch_size, int64_t epochs, uint64_t seed, int64_t skip,
                                 py::object deal) {
@@ -63,7 +64,59 @@ class PyBatchDealer {
     return options;
   }
 
+ private:
   BatchDealer dealer_;
+};
+
+// A worker's batches of a Criteo training file streamed as the C++
+// worker's --stream_data streams it (worker/data/stream_batcher.h): the
+// file counted and checked at construction, then read again each epoch.
+class PyStreamDealer {
+ public:
+  PyStreamDealer(const std::string& data_dir, int64_t shuffle_buffer, int shard_index,
+                 int num_shards, int64_t batch_size, int64_t epochs, uint64_t seed, int64_t skip,
+                 py::object deal)
+      : fs_(MakeLocalFileSystem()) {
+    DataSource source;
+    source.kind = "criteo";
+    source.data_dir = data_dir;
+    source.stream = true;
+    source.shuffle_buffer = shuffle_buffer;
+    absl::StatusOr<TrainingStream> opened = [&] {
+      py::gil_scoped_release release;
+      return OpenTrainingStream(*fs_, source);
+    }();
+    ThrowIfError(opened.status());
+    stream_ = std::move(opened->stream);
+    steps_per_epoch_ = StepsPerEpoch(stream_.num_examples, num_shards, batch_size);
+    produce_ = StreamBatches(
+        stream_, PyBatchDealer::Options(stream_.num_examples, shard_index, num_shards, batch_size,
+                                        epochs, seed, skip, std::move(deal)));
+  }
+
+  int64_t num_examples() const { return stream_.num_examples; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+  // (features, labels, ids, epoch, step_in_epoch, steps_in_epoch), or None
+  // after the last. Read with the GIL held: the dealing of a new epoch asks
+  // Python.
+  py::object Next() {
+    absl::StatusOr<std::optional<Batch>> made = produce_();
+    ThrowIfError(made.status());
+    if (!*made) return py::none();
+    const Batch& batch = **made;
+    return py::make_tuple(
+        py::array_t<float>({batch.size, batch.feature_dim}, batch.features.data()),
+        py::array_t<int32_t>(static_cast<py::ssize_t>(batch.labels.size()), batch.labels.data()),
+        py::array_t<int64_t>({batch.size, batch.ids_per_example}, batch.ids.data()), batch.epoch,
+        batch.step_in_epoch, batch.steps_in_epoch);
+  }
+
+ private:
+  const std::unique_ptr<FileSystem> fs_;  // the stream reads through it
+  ExampleStream stream_;
+  int64_t steps_per_epoch_ = 0;
+  Batcher::Produce produce_;
 };
 
 // {"features", "labels", "ids", "num_classes", "oracle_auc"} of a data
@@ -121,6 +174,15 @@ void RegisterData(py::module_& m) {
            py::arg("deal"))
       .def("next", &PyBatchDealer::Next)
       .def_property_readonly("steps_per_epoch", &PyBatchDealer::steps_per_epoch);
+  py::class_<PyStreamDealer>(m, "StreamDealer")
+      .def(py::init<const std::string&, int64_t, int, int, int64_t, int64_t, uint64_t, int64_t,
+                    py::object>(),
+           py::arg("data_dir"), py::arg("shuffle_buffer"), py::arg("shard_index"),
+           py::arg("num_shards"), py::arg("batch_size"), py::arg("epochs"), py::arg("seed"),
+           py::arg("skip"), py::arg("deal"))
+      .def("next", &PyStreamDealer::Next)
+      .def_property_readonly("num_examples", &PyStreamDealer::num_examples)
+      .def_property_readonly("steps_per_epoch", &PyStreamDealer::steps_per_epoch);
 }
 
 }  // namespace fulcrum::native
