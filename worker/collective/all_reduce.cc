@@ -33,47 +33,74 @@ absl::StatusOr<std::vector<float>> RecvExactly(PeerLinks& links, int peer, size_
 
 }  // namespace
 
-absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
-                           const AllReduceOptions& options) {
-  const int n = links.size();
-  const int rank = links.rank();
-  if (n <= 1 || buffer.empty()) return absl::OkStatus();
-  const int right = Mod(rank + 1, n);
-  const int left = Mod(rank - 1, n);
-  const int64_t length = static_cast<int64_t>(buffer.size());
-  const int64_t chunk = std::max<int64_t>(1, options.chunk_elements);
-  const absl::Time deadline = absl::Now() + options.timeout;
+namespace {
 
-  // The chunks of the segment this rank sends next, as they arrived in the
-  // step before (in the reduce-scatter, with this rank's part added):
-  // forwarded as they are, not copied. None at first: the first segment
-  // goes from the buffer.
-  std::vector<std::vector<float>> forward;
+// The ring's steps over one buffer: the reduce-scatter, the all-gather, or
+// both in turn, within one deadline.
+class Ring {
+ public:
+  Ring(PeerLinks& links, absl::Span<float> buffer, const AllReduceOptions& options)
+      : links_(links),
+        buffer_(buffer),
+        n_(links.size()),
+        rank_(links.rank()),
+        length_(static_cast<int64_t>(buffer.size())),
+        chunk_(std::max<int64_t>(1, options.chunk_elements)),
+        deadline_(absl::Now() + options.timeout) {}
 
+  // Reduce-scatter: after step k, rank r holds the sum of k + 2 ranks in
+  // segment r - k - 1; at the end, the whole sum of segment r + 1, which
+  // it stores. `keep`: its last chunks are kept to start the all-gather.
+  absl::Status ReduceScatter(bool keep) {
+    for (int step = 0; step < n_ - 1; ++step) {
+      if (absl::Status s = Exchange(Mod(rank_ - step, n_), Mod(rank_ - step - 1, n_), /*add=*/true,
+                                    /*store=*/step == n_ - 2, /*keep=*/keep || step < n_ - 2);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // All-gather: each rank's segment r + 1 goes round.
+  absl::Status AllGather() {
+    for (int step = 0; step < n_ - 1; ++step) {
+      if (absl::Status s = Exchange(Mod(rank_ + 1 - step, n_), Mod(rank_ - step, n_),
+                                    /*add=*/false, /*store=*/true, /*keep=*/step < n_ - 2);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
   // Sends segment `send` to the right and receives segment `receive` from
   // the left, chunk by chunk. `add`: this rank's part is added to what
   // arrives (reduce-scatter); `store`: what arrives (with it) goes into
   // the buffer; `keep`: it is forwarded in the next step.
-  auto exchange = [&](int send, int receive, bool add, bool store, bool keep) -> absl::Status {
-    const Range out = Segment(length, n, send);
-    const Range in = Segment(length, n, receive);
+  absl::Status Exchange(int send, int receive, bool add, bool store, bool keep) {
+    const int right = Mod(rank_ + 1, n_);
+    const int left = Mod(rank_ - 1, n_);
+    const Range out = Segment(length_, n_, send);
+    const Range in = Segment(length_, n_, receive);
     std::vector<std::vector<float>> received;
     size_t forwarded = 0;
     for (int64_t offset = 0; offset < std::max(out.end - out.begin, in.end - in.begin);
-         offset += chunk) {
+         offset += chunk_) {
       if (out.begin + offset < out.end) {
-        const int64_t count = std::min(chunk, out.end - out.begin - offset);
-        absl::Status sent = forwarded < forward.size()
-                                ? links.SendOwned(right, std::move(forward[forwarded++]))
-                                : links.Send(right, buffer.subspan(out.begin + offset, count));
+        const int64_t count = std::min(chunk_, out.end - out.begin - offset);
+        absl::Status sent = forwarded < forward_.size()
+                                ? links_.SendOwned(right, std::move(forward_[forwarded++]))
+                                : links_.Send(right, buffer_.subspan(out.begin + offset, count));
         if (!sent.ok()) return sent;
       }
       if (in.begin + offset < in.end) {
-        const int64_t count = std::min(chunk, in.end - in.begin - offset);
-        auto message = RecvExactly(links, left, count, deadline);
+        const int64_t count = std::min(chunk_, in.end - in.begin - offset);
+        auto message = RecvExactly(links_, left, count, deadline_);
         if (!message.ok()) return message.status();
         float* incoming = message->data();
-        float* own = buffer.data() + in.begin + offset;
+        float* own = buffer_.data() + in.begin + offset;
         if (add) {
           for (int64_t i = 0; i < count; ++i) incoming[i] += own[i];  // b + a == a + b
         }
@@ -81,29 +108,49 @@ absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
         if (keep) received.push_back(*std::move(message));
       }
     }
-    forward = std::move(received);
+    forward_ = std::move(received);
     return absl::OkStatus();
-  };
+  }
 
-  // Reduce-scatter: after step k, rank r holds the sum of k + 2 ranks in
-  // segment r - k - 1; at the end, the whole sum of segment r + 1, which
-  // it stores.
-  for (int step = 0; step < n - 1; ++step) {
-    if (absl::Status s = exchange(Mod(rank - step, n), Mod(rank - step - 1, n), /*add=*/true,
-                                  /*store=*/step == n - 2, /*keep=*/true);
-        !s.ok()) {
-      return s;
-    }
-  }
-  // All-gather: the whole sums go round.
-  for (int step = 0; step < n - 1; ++step) {
-    if (absl::Status s = exchange(Mod(rank + 1 - step, n), Mod(rank - step, n), /*add=*/false,
-                                  /*store=*/true, /*keep=*/step < n - 2);
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+  PeerLinks& links_;
+  const absl::Span<float> buffer_;
+  const int n_;
+  const int rank_;
+  const int64_t length_;
+  const int64_t chunk_;
+  const absl::Time deadline_;
+  // The chunks of the segment this rank sends next, as they arrived in the
+  // step before (in the reduce-scatter, with this rank's part added):
+  // forwarded as they are, not copied. None at first: the first segment
+  // goes from the buffer.
+  std::vector<std::vector<float>> forward_;
+};
+
+}  // namespace
+
+RingPart RingPartOf(int64_t length, int n, int rank) {
+  const Range part = Segment(length, n, Mod(rank + 1, n));
+  return {part.begin, part.end};
+}
+
+absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
+                           const AllReduceOptions& options) {
+  if (links.size() <= 1 || buffer.empty()) return absl::OkStatus();
+  Ring ring(links, buffer, options);
+  if (absl::Status s = ring.ReduceScatter(/*keep=*/true); !s.ok()) return s;
+  return ring.AllGather();
+}
+
+absl::Status RingReduceScatter(PeerLinks& links, absl::Span<float> buffer,
+                               const AllReduceOptions& options) {
+  if (links.size() <= 1 || buffer.empty()) return absl::OkStatus();
+  return Ring(links, buffer, options).ReduceScatter(/*keep=*/false);
+}
+
+absl::Status RingAllGather(PeerLinks& links, absl::Span<float> buffer,
+                           const AllReduceOptions& options) {
+  if (links.size() <= 1 || buffer.empty()) return absl::OkStatus();
+  return Ring(links, buffer, options).AllGather();
 }
 
 absl::Status RecursiveDoublingAllReduce(PeerLinks& links, absl::Span<float> buffer,

@@ -48,7 +48,25 @@ absl::Status AllReduce(PeerLinks& links, absl::Span<float> buffer,
 absl::Status Broadcast(PeerLinks& links, int root, absl::Span<float> buffer,
                        const AllReduceOptions& options = {});
 
-// The two algorithms, as AllReduce runs them.
+// The ring's two halves, for a caller that works on its own part of the
+// sum between them (a sharded optimizer updating its part of the
+// variables): after RingReduceScatter each rank holds the whole sum of its
+// part of `buffer`, [begin, end) of RingPartOf(length, n, rank), and
+// partial sums elsewhere; RingAllGather then gives every rank each rank's
+// part, as its buffer holds it. The parts of the n ranks cover the buffer
+// without overlap. Failures as for AllReduce.
+struct RingPart {
+  int64_t begin;
+  int64_t end;
+};
+RingPart RingPartOf(int64_t length, int n, int rank);
+absl::Status RingReduceScatter(PeerLinks& links, absl::Span<float> buffer,
+                               const AllReduceOptions& options = {});
+absl::Status RingAllGather(PeerLinks& links, absl::Span<float> buffer,
+                           const AllReduceOptions& options = {});
+
+// The two algorithms, as AllReduce runs them; the ring is
+// RingReduceScatter then RingAllGather.
 absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
                            const AllReduceOptions& options = {});
 absl::Status RecursiveDoublingAllReduce(PeerLinks& links, absl::Span<float> buffer,

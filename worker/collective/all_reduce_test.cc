@@ -3,10 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "worker/collective/in_process_links.h"
@@ -18,18 +21,18 @@ using ::testing::HasSubstr;
 
 using Algorithm = absl::Status (*)(PeerLinks&, absl::Span<float>, const AllReduceOptions&);
 
-// Runs `algorithm` on `n` ranks, each on a thread with its own buffer;
+// Runs `fn` on `n` ranks, each on a thread with its own links and buffer;
 // their statuses.
-std::vector<absl::Status> RunRanks(Algorithm algorithm, int n,
-                                   std::vector<std::vector<float>>& buffers,
-                                   const AllReduceOptions& options) {
+using RankFn = std::function<absl::Status(PeerLinks& links, int rank, absl::Span<float> buffer)>;
+std::vector<absl::Status> RunRanks(int n, std::vector<std::vector<float>>& buffers,
+                                   const RankFn& fn) {
   Mailbox mailbox(n);
   std::vector<absl::Status> results(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       InProcessLinks links(&mailbox, r);
-      results[r] = algorithm(links, absl::MakeSpan(buffers[r]), options);
+      results[r] = fn(links, r, absl::MakeSpan(buffers[r]));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -69,7 +72,11 @@ TEST_P(AllReduceTest, EveryRankHoldsTheSum) {
   AllReduceOptions options;
   options.chunk_elements = chunk;
   options.small_bytes = 4096;  // AllReduce: doubling up to 1024 floats, the ring above
-  for (const absl::Status& s : RunRanks(Find(algorithm), n, buffers, options)) {
+  const Algorithm run = Find(algorithm);
+  for (const absl::Status& s :
+       RunRanks(n, buffers, [&](PeerLinks&links, int, absl::Span<float> buffer) {
+         return run(links, buffer, options);
+       })) {
     ASSERT_TRUE(s.ok()) << s;
   }
   for (int64_t i = 0; i < length; ++i) {
@@ -91,6 +98,50 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.algorithm) + "_n" + std::to_string(info.param.ranks) + "_len" +
              std::to_string(info.param.length) + "_chunk" + std::to_string(info.param.chunk);
     });
+
+// The ring's halves apart: after the reduce-scatter each rank holds the
+// whole sum of its own part (the parts cover the buffer once); each then
+// changes its part (as an optimizer would update it), and after the
+// all-gather every rank holds every rank's changed part, bit-identical.
+TEST(RingHalvesTest, EachRankSumsItsPartAndTheGatherSpreadsEveryPart) {
+  for (const auto& [ranks, size, chunk] : std::vector<std::tuple<int, int64_t, int64_t>>{
+           {1, 10, 4}, {2, 7, 4}, {3, 1000, 64}, {4, 3, 1}, {5, 12345, 1000}}) {
+    const int n = ranks;
+    const int64_t length = size;
+    std::mt19937 gen(static_cast<unsigned>(int64_t{n} * 7 + length));
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<std::vector<float>> buffers(n, std::vector<float>(length));
+    std::vector<double> reference(length, 0.0);
+    for (int r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < length; ++i) reference[i] += buffers[r][i] = value(gen);
+    }
+    std::vector<int> owner(length, -1);
+    for (int r = 0; r < n; ++r) {
+      const RingPart part = RingPartOf(length, n, r);
+      for (int64_t i = part.begin; i < part.end; ++i) {
+        ASSERT_EQ(owner[i], -1) << "element " << i << " in two parts";
+        owner[i] = r;
+      }
+    }
+    ASSERT_EQ(std::count(owner.begin(), owner.end(), -1), 0);
+    AllReduceOptions options;
+    options.chunk_elements = chunk;
+    const auto halves = [&](PeerLinks& links, int r, absl::Span<float> buffer) {
+      if (absl::Status s = RingReduceScatter(links, buffer, options); !s.ok()) return s;
+      const RingPart part = RingPartOf(length, n, r);
+      for (int64_t i = part.begin; i < part.end; ++i) {
+        EXPECT_NEAR(buffer[i], reference[i], 1e-5) << "rank " << r << " element " << i;
+        buffer[i] = 2.0f * buffer[i] + static_cast<float>(r);  // this rank's update
+      }
+      return RingAllGather(links, buffer, options);
+    };
+    for (const absl::Status& s : RunRanks(n, buffers, halves)) ASSERT_TRUE(s.ok()) << s;
+    for (int64_t i = 0; i < length; ++i) {
+      ASSERT_NEAR(buffers[0][i], 2.0 * reference[i] + owner[i], 1e-4) << "n " << n << " " << i;
+    }
+    for (int r = 1; r < n; ++r) EXPECT_EQ(buffers[r], buffers[0]) << "n " << n << " rank " << r;
+  }
+}
 
 // Every rank ends with the root's buffer, whichever rank is the root, in
 // chunks that do not divide the buffer.
