@@ -89,16 +89,15 @@ TEST(BrowserTest, AServersPageShowsItsWorkersAndShardsAndAWorkerKilled) {
   const std::optional<int> data_port = WaitForPort(ps, "listening on", absl::Seconds(30));
   ASSERT_TRUE(port.has_value() && data_port.has_value());
   auto start_worker = [&](int index) {
-    std::vector<std::string> argv = {RunfilePath("worker/worker"),
-                                     absl::StrCat("--ps_hosts=127.0.0.1:", *data_port),
-                                     worker_hosts,
-                                     absl::StrCat("--task_index=", index),
-                                     "--mode=async",
-                                     "--epochs=10",  // longer than the test: stopped at its end
-                                     "--hidden=64",
-                                     "--log_every_steps=50",
-                                     "--device=cpu",
-                                     "--metrics_port=0"};
+    std::vector<std::string> argv = {
+        RunfilePath("worker/worker"), absl::StrCat("--ps_hosts=127.0.0.1:", *data_port),
+        worker_hosts, absl::StrCat("--task_index=", index), "--mode=async",
+        "--epochs=10",  // longer than the test: stopped at its end
+        // Steps slowed, so that 10 epochs outlast the
+        // test however fast the machine (2 ms a step
+        // otherwise: the chief once finished first).
+        "--debug_step_delay_ms=5", "--hidden=64", "--log_every_steps=50", "--device=cpu",
+        "--metrics_port=0"};
     for (const std::string& flag : tls(index == 0 ? "chief" : "worker")) argv.push_back(flag);
     return std::make_unique<ChildProcess>(absl::StrCat("worker", index), argv);
   };

@@ -413,26 +413,38 @@ void ReplicationClusterTest::AddOneRemoveAnother(ConsistencyMode mode, int repli
   ASSERT_FALSE(added.empty());
   ASSERT_TRUE(fourth->WaitForLine("coordinated through etcd", absl::Seconds(30)));
   std::atomic<bool> moving{true};
+  absl::Mutex mu;
   std::vector<int> checkpointed;  // the steps written, complete
   std::thread checkpointer([&] {
     for (int step = 1; moving.load(); ++step) {
       auto ctl = Ctl({"checkpoint", "--ps_hosts=" + absl::StrJoin(addresses, ","),
                       "--checkpoint_dir=" + checkpoints_, absl::StrCat("--step=", step)});
       EXPECT_EQ(ctl->Wait(absl::Seconds(60)), 0) << "checkpoint " << step;
-      if (ctl->HasLine(absl::StrCat("checkpoint ", step, " complete")))
+      if (ctl->HasLine(absl::StrCat("checkpoint ", step, " complete"))) {
+        absl::MutexLock lock(&mu);
         checkpointed.push_back(step);
+      }
     }
   });
+  // Each move waits for a checkpoint taken meanwhile (one takes about 3 s
+  // here, a move less), so that checkpoints overlap both.
+  const auto await_checkpoints = [&](size_t n) {
+    absl::MutexLock lock(&mu);
+    const auto enough = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return checkpointed.size() >= n; };
+    return mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(120));
+  };
   auto add = Ctl({"add-server", added});
   ASSERT_EQ(add->Wait(absl::Seconds(120)), 0);
   EXPECT_TRUE(add->HasLine(added + " holds its share"));
   EXPECT_GT(DescribeAt(added).shards_size(), 0);
   ASSERT_TRUE(pushers.AwaitEach(pushers.Fewest() + 10, absl::Seconds(120)));
+  EXPECT_TRUE(await_checkpoints(1));
 
   auto remove = Ctl({"remove-server", addresses[1]});
   ASSERT_EQ(remove->Wait(absl::Seconds(120)), 0);
   EXPECT_TRUE(remove->HasLine(addresses[1] + " holds no copy and has left the job"));
   EXPECT_EQ(DescribeAt(addresses[1]).shards_size(), 0);  // its copies freed
+  EXPECT_TRUE(await_checkpoints(2));
   moving = false;
   checkpointer.join();
   EXPECT_GE(checkpointed.size(), 2u);
