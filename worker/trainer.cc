@@ -150,9 +150,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   TensorMap weights, grads;
   std::vector<float> input_grads;
   if (absl::Status s = strategy_->Start(&weights); !s.ok()) return s;
-  const int64_t resume = strategy_->ResumedBatches(
-      options_.num_workers,
-      StepsPerEpoch(train_.num_examples, options_.num_workers, options_.batch_size));
+  // Of the first dealing, the same on every worker.
+  const int64_t steps_per_epoch =
+      StepsPerEpoch(train_.num_examples, options_.num_workers, options_.batch_size);
+  const int64_t resume = strategy_->ResumedBatches(options_.num_workers, steps_per_epoch);
   const DealingOptions dealing{options_.shard_index,
                                options_.num_workers,
                                options_.batch_size,
@@ -163,10 +164,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   const std::unique_ptr<Batcher> batcher =
       options_.stream == nullptr
           ? std::make_unique<Batcher>(train_, dealing)
-          : std::make_unique<Batcher>(
-                StepsPerEpoch(train_.num_examples, options_.num_workers, options_.batch_size),
-                StreamBatches(*options_.stream, dealing));
-  const int64_t steps_per_epoch = batcher->steps_per_epoch();
+          : std::make_unique<Batcher>(StreamBatches(*options_.stream, dealing));
   if (steps_per_epoch == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the training set (", train_.num_examples, " examples) is too small for ",

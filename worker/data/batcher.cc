@@ -39,7 +39,6 @@ std::vector<Batch> SequentialBatches(const Dataset& data, int64_t batch_size) {
 
 Batcher::Batcher(const Dataset& data, DealingOptions dealing, int prefetch)
     : Batcher(
-          StepsPerEpoch(data.num_examples, dealing.num_shards, dealing.batch_size),
           [&data, dealer = std::make_shared<BatchDealer>(data.num_examples, std::move(dealing))]()
               -> absl::StatusOr<std::optional<Batch>> {
             std::optional<DealtBatch> dealt = dealer->Next();
@@ -52,8 +51,8 @@ Batcher::Batcher(const Dataset& data, DealingOptions dealing, int prefetch)
           },
           prefetch) {}
 
-Batcher::Batcher(int64_t steps_per_epoch, Produce produce, int prefetch)
-    : steps_per_epoch_(steps_per_epoch), prefetch_(prefetch), produce_(std::move(produce)) {
+Batcher::Batcher(Produce produce, int prefetch)
+    : prefetch_(prefetch), produce_(std::move(produce)) {
   producer_ = std::thread([this] { Run(); });
 }
 

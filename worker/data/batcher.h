@@ -53,14 +53,9 @@ class Batcher {
   // remainder dropped, so synchronous workers stay in step); `data` must
   // outlive it. `prefetch`: batches made ahead.
   Batcher(const Dataset& data, DealingOptions dealing, int prefetch = 4);
-  // The batches `produce` makes, `steps_per_epoch` of them an epoch at
-  // first.
-  Batcher(int64_t steps_per_epoch, Produce produce, int prefetch = 4);
+  // The batches `produce` makes.
+  explicit Batcher(Produce produce, int prefetch = 4);
   ~Batcher();
-
-  // Batches per epoch of the first dealing, the same on every shard
-  // (Batch::steps_in_epoch tells each epoch's).
-  int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
   // The next batch, waiting for the prefetch thread; nothing once all epochs
   // are done, or once making one failed.
@@ -72,7 +67,6 @@ class Batcher {
  private:
   void Run();
 
-  const int64_t steps_per_epoch_;
   const int prefetch_;
   const Produce produce_;  // the producer's
 

@@ -52,8 +52,7 @@ ExampleStream Stream(FileSystem& fs, const std::string& path, int64_t buffer) {
 // Each epoch's example indices in the order trained, the batches checked.
 std::vector<std::vector<int64_t>> Epochs(const ExampleStream& stream,
                                          const DealingOptions& options) {
-  Batcher batcher(StepsPerEpoch(stream.num_examples, options.num_shards, options.batch_size),
-                  StreamBatches(stream, options));
+  Batcher batcher(StreamBatches(stream, options));
   std::vector<std::vector<int64_t>> epochs(options.epochs);
   while (auto batch = batcher.Next()) {
     EXPECT_EQ(batch->size, options.batch_size);
@@ -136,7 +135,7 @@ TEST(StreamBatcherTest, AFileThatChangesOrGoesAwayEndsTheBatchesWithAnError) {
   const std::string path = WriteNumbered("shrinks.txt", 60);
   const ExampleStream stream = Stream(*fs, path, 5);
   WriteNumbered("shrinks.txt", 20);
-  Batcher shrunk(StepsPerEpoch(60, 1, 10), StreamBatches(stream, DealingOptions{0, 1, 10, 1, 1}));
+  Batcher shrunk(StreamBatches(stream, DealingOptions{0, 1, 10, 1, 1}));
   int batches = 0;
   while (shrunk.Next()) ++batches;
   EXPECT_EQ(batches, 2);  // 20 examples: two batches of 10, then none
@@ -144,7 +143,7 @@ TEST(StreamBatcherTest, AFileThatChangesOrGoesAwayEndsTheBatchesWithAnError) {
   EXPECT_THAT(shrunk.status().message(), HasSubstr("changed while the job ran"));
 
   ASSERT_EQ(std::remove(path.c_str()), 0);
-  Batcher gone(StepsPerEpoch(60, 1, 10), StreamBatches(stream, DealingOptions{0, 1, 10, 1, 1}));
+  Batcher gone(StreamBatches(stream, DealingOptions{0, 1, 10, 1, 1}));
   EXPECT_FALSE(gone.Next());
   EXPECT_THAT(gone.status().message(), HasSubstr(path));
 }
