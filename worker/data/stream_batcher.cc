@@ -13,6 +13,15 @@ namespace {
 // Lines read from the file at a time.
 constexpr int64_t kChunk = 4096;
 
+// Example `i` of `from` copied over example `j` of `to`.
+void CopyExample(const CtrExamples& from, int64_t i, CtrExamples& to, int64_t j) {
+  std::copy_n(from.numeric.begin() + i * CriteoReader::kNumeric, CriteoReader::kNumeric,
+              to.numeric.begin() + j * CriteoReader::kNumeric);
+  std::copy_n(from.ids.begin() + i * CriteoReader::kFields, CriteoReader::kFields,
+              to.ids.begin() + j * CriteoReader::kFields);
+  to.labels[j] = from.labels[i];
+}
+
 // A worker's batches of a streamed file, epoch by epoch.
 class StreamProducer {
  public:
@@ -24,18 +33,17 @@ class StreamProducer {
   }
 
   absl::StatusOr<std::optional<Batch>> Next() {
-    while (!epoch_ || step_ >= epoch_->steps) {
-      epoch_ = planner_.Next();
-      if (!epoch_) return std::nullopt;
-      if (absl::Status s = Begin(); !s.ok()) return s;
-    }
-    // The batches a resume has trained are read and dropped: the buffer's
-    // order depends on every example before.
     for (;;) {
+      while (!epoch_ || step_ >= epoch_->steps) {
+        epoch_ = planner_.Next();
+        if (!epoch_) return std::nullopt;
+        if (absl::Status s = Begin(); !s.ok()) return s;
+      }
       absl::StatusOr<Batch> batch = Fill();
       if (!batch.ok()) return batch.status();
+      // The batches a resume has trained are read and dropped: the
+      // buffer's order depends on every example before.
       if (step_++ >= epoch_->first_step) return *std::move(batch);
-      if (step_ >= epoch_->steps) return Next();
     }
   }
 
@@ -70,15 +78,6 @@ class StreamProducer {
     }
   }
 
-  // Copies row `from` of chunk_ into the buffer's row `to`.
-  void Hold(int64_t from, int64_t to) {
-    std::copy_n(chunk_.numeric.begin() + from * CriteoReader::kNumeric, CriteoReader::kNumeric,
-                buffer_.numeric.begin() + to * CriteoReader::kNumeric);
-    std::copy_n(chunk_.ids.begin() + from * CriteoReader::kFields, CriteoReader::kFields,
-                buffer_.ids.begin() + to * CriteoReader::kFields);
-    buffer_.labels[to] = chunk_.labels[from];
-  }
-
   // The next batch of the epoch: each example drawn at random from the
   // buffer, its place taken by the share's next one (tf.data's shuffle).
   absl::StatusOr<Batch> Fill() {
@@ -99,7 +98,7 @@ class StreamProducer {
         absl::StatusOr<std::optional<int64_t>> row = Read();
         if (!row.ok()) return row.status();
         if (!*row) break;
-        Hold(**row, held_++);
+        CopyExample(chunk_, **row, buffer_, held_++);
       }
       if (held_ == 0) {
         return absl::DataLossError(
@@ -114,12 +113,7 @@ class StreamProducer {
                   batch.ids.begin() + i * CriteoReader::kFields);
       batch.labels[i] = buffer_.labels[pick] > 0.5f ? 1 : 0;
       // The last held takes the drawn one's place (the next read refills).
-      --held_;
-      std::copy_n(buffer_.numeric.begin() + held_ * CriteoReader::kNumeric, CriteoReader::kNumeric,
-                  buffer_.numeric.begin() + pick * CriteoReader::kNumeric);
-      std::copy_n(buffer_.ids.begin() + held_ * CriteoReader::kFields, CriteoReader::kFields,
-                  buffer_.ids.begin() + pick * CriteoReader::kFields);
-      buffer_.labels[pick] = buffer_.labels[held_];
+      if (pick != --held_) CopyExample(buffer_, held_, buffer_, pick);
     }
     return batch;
   }
