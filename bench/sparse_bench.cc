@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -53,6 +54,11 @@ EmbeddingTableSpec Table(int64_t width) {
   return spec;
 }
 
+// The id of rank `rank`, hashed as feature ids are.
+int64_t IdOfRank(int64_t rank) {
+  return static_cast<int64_t>(Mix64(static_cast<uint64_t>(rank)) >> 1);
+}
+
 // Requests of `n` ids: uniform over kRanks, or Zipf (exponent 1.05) over
 // them; each rank hashed to an id, as feature ids are.
 class IdSource {
@@ -71,7 +77,7 @@ class IdSource {
       const int64_t rank =
           zipf_ ? std::lower_bound(cdf_.begin(), cdf_.end(), uniform(gen_)) - cdf_.begin()
                 : static_cast<int64_t>(gen_() % kRanks);
-      id = static_cast<int64_t>(Mix64(static_cast<uint64_t>(rank)) >> 1);
+      id = IdOfRank(rank);
     }
     return ids;
   }
@@ -150,28 +156,33 @@ int64_t ResidentBytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
+// `spec`'s table created on `server` (its one range), then filled by
+// pushes of the ids id_of(0) to id_of(count - 1), 65,536 at a time.
+void CreateAndFill(ParameterServer& server, const EmbeddingTableSpec& spec, int64_t count,
+                   absl::FunctionRef<int64_t(int64_t)> id_of) {
+  CreateShardsRequest create;
+  *create.add_tables() = spec;
+  create.add_ranges()->set_table(spec.name());
+  if (!server.CreateShards(create).ok()) std::abort();
+  PushRowsRequest push;
+  push.set_worker_id(0);
+  TableRows* rows = push.add_tables();
+  rows->set_table(spec.name());
+  for (int64_t start = 0; start < count; start += 65536) {
+    rows->clear_ids();
+    for (int64_t r = start; r < std::min(count, start + 65536); ++r) rows->add_ids(id_of(r));
+    rows->mutable_values()->Resize(rows->ids_size() * spec.width(), 1e-3f);
+    if (!server.PushRows(push).ok()) std::abort();
+  }
+}
+
 // A million rows of width 16 with Adagrad's slot in one server's table.
 void MeasureMemory() {
   constexpr int64_t kRows = 1000000, kWidth = 16;
   PsServerConfig config = BenchServerConfig();
   const int64_t before = ResidentBytes();
   ParameterServer server(config);
-  CreateShardsRequest create;
-  *create.add_tables() = Table(kWidth);
-  create.add_ranges()->set_table(create.tables(0).name());
-  if (!server.CreateShards(create).ok()) std::abort();
-  PushRowsRequest push;
-  push.set_worker_id(0);
-  TableRows* rows = push.add_tables();
-  rows->set_table(create.tables(0).name());
-  for (int64_t start = 0; start < kRows; start += 65536) {
-    rows->clear_ids();
-    rows->clear_values();
-    for (int64_t id = start; id < std::min(kRows, start + 65536); ++id) rows->add_ids(id);
-    rows->mutable_values()->Resize(rows->ids_size() * kWidth, 1e-3f);
-    if (!server.PushRows(push).ok()) std::abort();
-  }
-  push.Clear();
+  CreateAndFill(server, Table(kWidth), kRows, [](int64_t id) { return id; });
   const int64_t resident = ResidentBytes() - before;
   const TableInfo info = server.Describe().tables(0);
   const double raw = static_cast<double>(kWidth * 2 * sizeof(float));  // values and one slot
@@ -196,32 +207,22 @@ void MeasureMemory() {
 void TableCurvePoint(int64_t max_rows, int rounds) {
   constexpr int64_t kIds = 16384, kWidth = 4;
   ParameterServer server(BenchServerConfig());
-  CreateShardsRequest create;
   EmbeddingTableSpec spec = Table(kWidth);
   spec.set_max_rows(max_rows);
-  *create.add_tables() = spec;
-  create.add_ranges()->set_table(spec.name());
-  if (!server.CreateShards(create).ok()) std::abort();
+  // Filled by pushing every id of the space once: the second half evicts
+  // the first.
+  CreateAndFill(server, spec, 2 * max_rows, IdOfRank);
   PushRowsRequest push;
   push.set_worker_id(0);
   TableRows* rows = push.add_tables();
   rows->set_table(spec.name());
-  const auto id_of = [](uint64_t rank) { return static_cast<int64_t>(Mix64(rank) >> 1); };
-  // Filled by pushing every id of the space once: the second half evicts
-  // the first.
-  for (int64_t start = 0; start < 2 * max_rows; start += 65536) {
-    rows->clear_ids();
-    for (int64_t r = start; r < std::min(2 * max_rows, start + 65536); ++r) rows->add_ids(id_of(r));
-    rows->mutable_values()->Resize(rows->ids_size() * kWidth, 1e-3f);
-    if (!server.PushRows(push).ok()) std::abort();
-  }
   std::mt19937_64 gen(11);
   const auto draw = [&] {
     std::vector<int64_t> ids(kIds);
     absl::flat_hash_set<int64_t> seen;
     for (int64_t& id : ids) {
       do {
-        id = id_of(gen() % static_cast<uint64_t>(2 * max_rows));
+        id = IdOfRank(static_cast<int64_t>(gen() % static_cast<uint64_t>(2 * max_rows)));
       } while (!seen.insert(id).second);
     }
     return ids;
