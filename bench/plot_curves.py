@@ -7,8 +7,8 @@ RESULTS holds the run's name=value lines. Four panels, each on log-log
 axes (a straight line of slope 1 is cost growing in proportion):
   - updates/s against async workers, with simulated compute
     (async_updates_per_sec_nN, bench:scaling_bench), beside perfect scaling;
-  - push+pull time against the model's size (curve_pushpull_SIZE_ms,
-    bench:dataplane_bench);
+  - push+pull time against the model's size (curve_pushpull_NMiB_ms,
+    bench:dataplane_bench, which names 1 GiB 1024MiB);
   - rows/s pushed and pulled against a server table's rows, eviction on
     (table_curve_N_rows_{push,pull}_rows_per_sec, bench:sparse_bench);
   - a worker's peak memory against its data set's size, in memory and
@@ -36,13 +36,13 @@ def read(path):
     return figures
 
 
-def series(figures, pattern, scale=1.0):
+def series(figures, pattern):
     """(x, y) of every figure whose name matches `pattern` (x its group 1)."""
     points = []
     for name, value in figures.items():
         match = re.fullmatch(pattern, name)
         if match and value is not None:
-            points.append((float(match.group(1)) * scale, value))
+            points.append((float(match.group(1)), value))
     return sorted(points)
 
 
@@ -129,16 +129,6 @@ def main():
     updates = series(f, r"async_updates_per_sec_n(\d+)")
     one = dict(updates).get(1.0)
     ideal = [(n, one * n) for n, _ in updates] if one else []
-    mib = 1.0 / (1 << 20)
-    sizes = [
-        (m * (1 << 30 if unit == "GiB" else 1 << 20 if unit == "MiB" else 1 << 10) * mib, v)
-        for m, unit, v in (
-            (float(g.group(1)), g.group(2), val)
-            for name, val in f.items()
-            for g in [re.fullmatch(r"curve_pushpull_(\d+)(KiB|MiB|GiB)_ms", name)]
-            if g
-        )
-    ]
     panels = [
         (
             "Async workers (simulated compute)",
@@ -146,7 +136,12 @@ def main():
             "updates/s",
             [("measured", updates), ("perfect scaling", ideal)],
         ),
-        ("Push+pull against model size", "MiB", "ms", [("1 server", sorted(sizes))]),
+        (
+            "Push+pull against model size",
+            "MiB",
+            "ms",
+            [("1 server", series(f, r"curve_pushpull_(\d+)MiB_ms"))],
+        ),
         (
             "A table's rows against its size",
             "rows held (eviction on)",

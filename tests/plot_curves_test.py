@@ -24,7 +24,7 @@ def main():
         f.write("bench: noise=FAILED (its stderr: x)\nnot a figure\n")
         for n, rate in ((1, 50), (2, 98), (4, 190), (8, 340)):
             f.write(f"async_updates_per_sec_n{n}={rate}\n")
-        for size, ms in (("1MiB", 1), ("16MiB", 16), ("256MiB", 256), ("1GiB", 1024)):
+        for size, ms in (("1MiB", 1), ("16MiB", 16), ("256MiB", 256), ("1024MiB", 1024)):
             f.write(f"curve_pushpull_{size}_ms={ms}\n")
         for times, memory, stream in ((1, 55, 66), (4, 90, 68), (16, 245, 69)):
             f.write(f"worker_memory_{times}x_peak_rss_MiB={memory}\n")
