@@ -148,3 +148,24 @@ def test_a_criteo_file_streams_dealt_as_in_memory_within_its_buffer(servers, tmp
         f.write("1\t2\t3\n")
     with pytest.raises(fulcrum.InvalidArgument, match="train.txt:104"):
         fulcrum.data.Stream(fulcrum.connect(s.hosts, worker_id=0, num_replicas=3), tmp_path, 8)
+
+
+def test_a_restarted_worker_resumes_a_stream_at_the_servers_step(servers, tmp_path):
+    write_numbered_criteo(tmp_path / "train.txt", 100)
+    s = servers(mode="sync", num_ps=1, workers=1)
+    client = fulcrum.connect(s.hosts, mode="sync")
+    client.create_variables([counter_spec()])
+    out = client.pull()
+    for _ in range(5):
+        client.push_pull({"v": np.ones(2, np.float32)}, out)
+    restarted = fulcrum.connect(s.hosts, mode="sync")
+    restarted.create_variables([counter_spec()])
+    restarted.pull()
+    stream = fulcrum.data.Stream(restarted, tmp_path, batch_size=10, epochs=2, seed=1)
+    assert stream.resumed == 5
+    batches = list(stream)
+    assert (batches[0].epoch, batches[0].step_in_epoch) == (0, 5)
+    assert len(batches) == 20 - 5
+    # The batches the first run would have trained from the 6th on.
+    fresh = list(fulcrum.data.Stream(restarted, tmp_path, 10, 2, 1, resume=False))[5:]
+    assert all(np.array_equal(a.features, b.features) for a, b in zip(fresh, batches, strict=True))
