@@ -184,6 +184,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   double window_loss = 0;
   int64_t window_correct = 0, window_examples = 0, steps_done = std::min(resume, total_steps);
   int consecutive_skips = 0;
+  int64_t saved_step = -1;  // the step of the last checkpoint this run wrote
   const int64_t first_step = steps_done;
   absl::Time window_start = absl::Now();
   while (std::optional<Batch> batch = batcher->Next()) {
@@ -224,7 +225,17 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     // Applied, it would be refused (or poison every replica); skipped,
     // the strategy goes on without this worker's batch.
     lap(StepParts::kRowsPush);
-    const StepPlace place{batch->epoch, batch->step_in_epoch + 1 == batch->steps_in_epoch};
+    // A checkpoint is planned before the step (a strategy whose state is
+    // spread over the workers gathers it during the step): when one is
+    // due, after the job's last batch, and before stopping as asked.
+    const bool stopping = options_.stop != nullptr && options_.stop->load();
+    const bool last_batch =
+        batch->epoch + 1 == options_.epochs && batch->step_in_epoch + 1 == batch->steps_in_epoch;
+    StepPlace place{batch->epoch, batch->step_in_epoch + 1 == batch->steps_in_epoch};
+    place.checkpoint =
+        options_.checkpointer != nullptr &&
+        (options_.checkpointer->Due(strategy_->step() + 1) || last_batch || stopping);
+    const int64_t step_before = strategy_->step();
     auto stale = strategy_->Step(nonfinite.empty() ? &grads : nullptr, place, &weights);
     if (!stale.ok()) return stale.status();
     lap(StepParts::kExchange);
@@ -260,7 +271,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       options_.on_step(
           {batch->size, absl::Now() - step_start, strategy_->step(), !nonfinite.empty(), parts});
     }
-    if (options_.checkpointer != nullptr) options_.checkpointer->MaybeSave(strategy_->step());
+    if (place.checkpoint && strategy_->step() > step_before) {
+      options_.checkpointer->Save(strategy_->step()).IgnoreError();  // logged; training goes on
+      saved_step = strategy_->step();
+    }
     summary.examples += batch->size;
 
     const bool epoch_end = batch->step_in_epoch + 1 == batch->steps_in_epoch;
@@ -313,7 +327,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       if (options_.status != nullptr) options_.status->Evaluated(record);
       summary.epochs.push_back(*result);
     }
-    if (options_.stop != nullptr && options_.stop->load()) {
+    if (stopping) {
       LOG_INFO("stopping after step {} as asked", steps_done);
       summary.stopped = true;
       break;
@@ -327,8 +341,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       batches ? static_cast<double>(*batches * options_.batch_size)
               : static_cast<double>(summary.examples) * options_.num_workers;
   summary.examples_per_sec = cluster_examples / std::max(summary.wall_seconds, 1e-9);
-  if (options_.checkpointer != nullptr)
+  if (options_.checkpointer != nullptr && saved_step != strategy_->step()) {
     options_.checkpointer->Save(strategy_->step()).IgnoreError();
+  }
   if (summary.stopped) return summary;  // the job goes on: a restarted worker resumes it
   if (absl::Status s = strategy_->Finish(); !s.ok()) return s;
   if (options_.is_chief) {

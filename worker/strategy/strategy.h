@@ -25,6 +25,9 @@ namespace fulcrum {
 struct StepPlace {
   int64_t epoch = 0;
   bool ends_epoch = false;  // the epoch's last batch
+  // The chief checkpoints after this step: a strategy whose state is
+  // spread over the workers gathers it.
+  bool checkpoint = false;
 };
 
 class Strategy {
