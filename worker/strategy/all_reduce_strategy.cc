@@ -23,9 +23,10 @@ int64_t Rows(const VariableSpec& spec) {
 // fingerprint of its model and the size of the state that follows.
 constexpr int kHeaderFloats = 8;
 
-// After the gradients in the fused buffer: the contributors, then the
-// batch's place (summed epoch, summed ends-the-epoch, members telling).
-constexpr int kTailFloats = 4;
+// After each part's gradients in the fused buffer: the contributors, the
+// batch's place (summed epoch, summed ends-the-epoch, members telling),
+// and the chief's checkpoint.
+constexpr int kTailFloats = 5;
 
 }  // namespace
 
@@ -36,14 +37,26 @@ AllReduceStrategy::AllReduceStrategy(PeerLinks* links, const std::vector<Variabl
   for (int r = 0; r < links->size(); ++r) everyone[r] = r;
   group_ = std::make_unique<SubgroupLinks>(links, everyone);
   generations_.push_back({0, everyone});
-  int64_t offset = 0;
   for (const VariableSpec& spec : specs) {
     Variable& variable = variables_.emplace_back();
     variable.spec = CanonicalSpec(spec);
-    variable.offset = offset;
-    offset += NumElements(spec.shape());
+    variable.offset = model_floats_;
+    model_floats_ += NumElements(spec.shape());
   }
-  fused_.resize(offset + kTailFloats);
+}
+
+int64_t AllReduceStrategy::Layout::stride() const { return part + kTailFloats; }
+
+int64_t AllReduceStrategy::Layout::Position(int64_t model_float) const {
+  return model_float / part * stride() + model_float % part;
+}
+
+int64_t AllReduceStrategy::slot_floats() const {
+  int64_t floats = 0;
+  for (const Variable& v : variables_) {
+    for (const std::vector<float>& slot : v.slots) floats += static_cast<int64_t>(slot.size());
+  }
+  return floats;
 }
 
 absl::Status AllReduceStrategy::Restore() {
@@ -74,7 +87,7 @@ absl::Status AllReduceStrategy::Restore() {
           return s;
         }
         v.values = std::move(contents.values);
-        v.slots = std::move(contents.slots);
+        v.slots = std::move(contents.slots);  // the chief holds them all until they are dealt
       }
       step_ = std::max(step_, loaded->step);
       LOG_INFO("restored {} variable(s) at step {} from {} ({} file(s))", variables_.size(), step_,
@@ -110,7 +123,7 @@ absl::Status AllReduceStrategy::BroadcastState(int root, const AllReduceOptions&
   int64_t state_floats = 0;
   for (const Variable& v : variables_) {
     fingerprint = Crc32(v.spec.SerializeAsString(), fingerprint);
-    state_floats += static_cast<int64_t>(v.values.size() * (1 + v.slots.size()));
+    state_floats += static_cast<int64_t>(v.values.size());
   }
   float header[kHeaderFloats] = {};
   PutBits(static_cast<uint64_t>(step_), header);
@@ -128,41 +141,101 @@ absl::Status AllReduceStrategy::BroadcastState(int root, const AllReduceOptions&
   }
   step_ = static_cast<int64_t>(GetBits(header));
   completed_ = static_cast<int64_t>(GetBits(header + 2));
-  // Every variable's values, then its slots, in spec order: the root's
-  // go out, and the others take them.
-  auto each_tensor = [this](const auto& visit) {
-    for (Variable& v : variables_) {
-      visit(v.values);
-      for (std::vector<float>& slot : v.slots) visit(slot);
-    }
-  };
+  // Every variable's values, in spec order: the root's go out, and the
+  // others take them.
   std::vector<float> state(state_floats);
-  auto next = state.begin();
   const bool sending = group_->rank() == root;
   if (sending) {
-    each_tensor(
-        [&](std::vector<float>& tensor) { next = std::copy(tensor.begin(), tensor.end(), next); });
+    for (const Variable& v : variables_) {
+      std::copy(v.values.begin(), v.values.end(), state.begin() + v.offset);
+    }
   }
   if (absl::Status s = Broadcast(*group_, root, absl::MakeSpan(state), options); !s.ok()) {
     return s;
   }
   if (!sending) {
-    next = state.begin();
-    each_tensor([&](std::vector<float>& tensor) {
-      const auto end = next + static_cast<int64_t>(tensor.size());
-      std::copy(next, end, tensor.begin());
-      next = end;
-    });
+    for (Variable& v : variables_) {
+      std::copy_n(state.begin() + v.offset, v.values.size(), v.values.begin());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceStrategy::DealSlots(int root, bool all_give,
+                                          const AllReduceOptions& options) {
+  // Every variable's slots in spec order, then one float per model float:
+  // how many members gave it.
+  std::vector<int64_t> slot_offsets;
+  int64_t slot_total = 0;
+  for (const Variable& v : variables_) {
+    slot_offsets.push_back(slot_total);
+    slot_total += static_cast<int64_t>(v.values.size()) * NumSlots(v.spec.optimizer());
+  }
+  std::vector<float> dealt(slot_total + model_floats_, 0.0f);
+  if (all_give || group_->rank() == root) {
+    for (size_t i = 0; i < variables_.size(); ++i) {
+      const Variable& v = variables_[i];
+      const int64_t size = static_cast<int64_t>(v.values.size());
+      for (size_t j = 0; j < v.slots.size(); ++j) {
+        std::copy(v.slots[j].begin(), v.slots[j].end(),
+                  dealt.begin() + slot_offsets[i] + j * size + v.own_begin);
+      }
+      std::fill(dealt.begin() + slot_total + v.offset + v.own_begin,
+                dealt.begin() + slot_total + v.offset + v.own_end, 1.0f);
+    }
+  }
+  if (absl::Status s = all_give ? AllReduce(*group_, absl::MakeSpan(dealt), options)
+                                : Broadcast(*group_, root, absl::MakeSpan(dealt), options);
+      !s.ok()) {
+    return s;
+  }
+
+  const int n = options_.shard_optimizer ? group_->size() : 1;
+  layout_.parts = n;
+  layout_.part = std::max<int64_t>(1, (model_floats_ + n - 1) / n);
+  const int64_t length = n * layout_.stride();
+  layout_.own = static_cast<int>(RingPartOf(length, n, group_->rank()).begin / layout_.stride());
+  fused_.assign(length, 0.0f);
+  const int64_t own_first = layout_.own * layout_.part;
+  const int64_t own_last = std::min(model_floats_, own_first + layout_.part);
+  int64_t lost = 0;
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    Variable& v = variables_[i];
+    const int64_t size = static_cast<int64_t>(v.values.size());
+    v.own_begin = std::clamp(own_first - v.offset, int64_t{0}, size);
+    v.own_end = std::clamp(own_last - v.offset, v.own_begin, size);
+    v.slots = MakeSlots(v.spec.optimizer(), v.own_end - v.own_begin);
+    v.pending.clear();
+    for (size_t j = 0; j < v.slots.size(); ++j) {
+      for (int64_t e = v.own_begin; e < v.own_end; ++e) {
+        const float givers = dealt[slot_total + v.offset + e];
+        if (givers > 0) {
+          v.slots[j][e - v.own_begin] = dealt[slot_offsets[i] + j * size + e] / givers;
+        } else if (j == 0) {
+          ++lost;
+        }
+      }
+    }
+  }
+  if (lost > 0) {
+    LOG_WARN(
+        "the optimizer's slots of {} of the {} floats this worker updates were held by the "
+        "worker(s) lost; they start again from their initial values (--shard_optimizer=false "
+        "keeps every slot on every worker)",
+        lost, own_last - own_first);
   }
   return absl::OkStatus();
 }
 
 absl::Status AllReduceStrategy::Start(TensorMap* weights) {
+  const bool chief = links_->rank() == 0;
   for (Variable& v : variables_) {
     v.values.assign(NumElements(v.spec.shape()), 0.0f);
-    v.slots = MakeSlots(v.spec.optimizer(), static_cast<int64_t>(v.values.size()));
+    // The chief's slots are the group's until they are dealt.
+    v.own_begin = 0;
+    v.own_end = chief ? static_cast<int64_t>(v.values.size()) : 0;
+    v.slots = MakeSlots(v.spec.optimizer(), v.own_end);
   }
-  const bool chief = links_->rank() == 0;
   if (chief) {
     if (absl::Status s = Restore(); !s.ok()) return s;
   }
@@ -192,6 +265,7 @@ absl::Status AllReduceStrategy::Start(TensorMap* weights) {
     AllReduceOptions startup = options_.collective;
     startup.timeout = options_.startup_timeout;
     if (absl::Status s = BroadcastState(0, startup); !s.ok()) return s;
+    if (absl::Status s = DealSlots(0, /*all_give=*/false, startup); !s.ok()) return s;
     completed_ = step_;
   }
   restored_step_ = step_;
@@ -231,45 +305,165 @@ absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, const St
   return 0;
 }
 
-absl::StatusOr<bool> AllReduceStrategy::Reduce(const TensorMap* gradients, const StepPlace* place) {
-  const size_t tail = fused_.size() - kTailFloats;
-  for (;;) {
-    std::fill(fused_.begin(), fused_.end(), 0.0f);
-    if (gradients != nullptr) {
-      for (const Variable& v : variables_) {
-        const std::vector<float>& grad = gradients->at(v.spec.name()).values;
-        std::copy(grad.begin(), grad.end(), fused_.begin() + v.offset);
+void AllReduceStrategy::Fill(const TensorMap* gradients, const StepPlace* place) {
+  std::fill(fused_.begin(), fused_.end(), 0.0f);
+  if (gradients != nullptr) {
+    for (const Variable& v : variables_) {
+      const std::vector<float>& grad = gradients->at(v.spec.name()).values;
+      // In pieces that end where a part does.
+      for (int64_t e = 0; e < static_cast<int64_t>(grad.size());) {
+        const int64_t at = v.offset + e;
+        const int64_t count =
+            std::min(static_cast<int64_t>(grad.size()) - e, layout_.part - at % layout_.part);
+        std::copy_n(grad.begin() + e, count, fused_.begin() + layout_.Position(at));
+        e += count;
       }
-      fused_[tail] = 1.0f;
     }
-    if (place != nullptr) {
-      fused_[tail + 1] = static_cast<float>(place->epoch);
-      fused_[tail + 2] = place->ends_epoch ? 1.0f : 0.0f;
-      fused_[tail + 3] = 1.0f;
+  }
+  float tail[kTailFloats] = {};
+  tail[0] = gradients != nullptr ? 1.0f : 0.0f;
+  if (place != nullptr) {
+    tail[1] = static_cast<float>(place->epoch);
+    tail[2] = place->ends_epoch ? 1.0f : 0.0f;
+    tail[3] = 1.0f;
+    tail[4] = place->checkpoint ? 1.0f : 0.0f;
+  }
+  for (int p = 0; p < layout_.parts; ++p) {
+    std::copy_n(tail, kTailFloats, fused_.begin() + p * layout_.stride() + layout_.part);
+  }
+}
+
+const float* AllReduceStrategy::Tail() const {
+  return fused_.data() + layout_.own * layout_.stride() + layout_.part;
+}
+
+void AllReduceStrategy::ApplyOwnPart(int64_t iteration, int averaged) {
+  const float scale = 1.0f / static_cast<float>(averaged);
+  for (Variable& v : variables_) {
+    const int64_t count = v.own_end - v.own_begin;
+    if (count == 0) continue;
+    const absl::Span<float> part =
+        absl::MakeSpan(fused_).subspan(layout_.Position(v.offset + v.own_begin), count);
+    const absl::Span<float> values = absl::MakeSpan(v.values).subspan(v.own_begin, count);
+    for (float& g : part) g *= scale;
+    if (!options_.shard_optimizer) {
+      const FloatBytes grad[] = {AsFloatBytes(part)};
+      ApplyGradient(v.spec.optimizer(), iteration, averaged, grad, values, v.slots);
+      continue;
     }
+    // The gradient moves aside; the new values take its place, to be
+    // gathered, and the new slots go into `pending`.
+    scratch_.assign(part.begin(), part.end());
+    std::copy(values.begin(), values.end(), part.begin());
+    v.pending = v.slots;
+    const FloatBytes grad[] = {AsFloatBytes(absl::MakeConstSpan(scratch_))};
+    ApplyGradient(v.spec.optimizer(), iteration, averaged, grad, part, v.pending);
+  }
+}
+
+absl::Status AllReduceStrategy::UpdateOwnPart() {
+  const float* tail = Tail();
+  const int averaged = static_cast<int>(tail[0]);
+  if (averaged == 0) return absl::OkStatus();  // every batch skipped: nothing moves
+  ApplyOwnPart(step_ + 1, averaged);
+  pending_completed_ = completed_ + 1;
+  if (absl::Status s = RingAllGather(*group_, absl::MakeSpan(fused_), options_.collective);
+      !s.ok()) {
+    return s;
+  }
+  return tail[4] > 0 ? GatherSlots() : absl::OkStatus();
+}
+
+absl::Status AllReduceStrategy::GatherSlots() {
+  // Part p holds, for each variable in p in spec order, each of its slots'
+  // floats in p.
+  int max_slots = 0;
+  for (const Variable& v : variables_)
+    max_slots = std::max(max_slots, NumSlots(v.spec.optimizer()));
+  const int64_t stride = layout_.part * max_slots;
+  std::vector<float> gathered(layout_.parts * stride);
+  // Calls visit(variable, slot, [begin, end) of its elements, position).
+  auto each_piece = [&](int p, const auto& visit) {
+    int64_t at = p * stride;
+    for (Variable& v : variables_) {
+      const int64_t size = static_cast<int64_t>(v.values.size());
+      const int64_t begin = std::clamp(p * layout_.part - v.offset, int64_t{0}, size);
+      const int64_t end = std::clamp((p + 1) * layout_.part - v.offset, begin, size);
+      for (int j = 0; j < NumSlots(v.spec.optimizer()) && begin < end; ++j) {
+        visit(v, j, begin, end, at);
+        at += end - begin;
+      }
+    }
+  };
+  each_piece(layout_.own, [&](Variable& v, int j, int64_t begin, int64_t end, int64_t at) {
+    std::copy(v.pending[j].begin() + (begin - v.own_begin),
+              v.pending[j].begin() + (end - v.own_begin), gathered.begin() + at);
+  });
+  if (absl::Status s = RingAllGather(*group_, absl::MakeSpan(gathered), options_.collective);
+      !s.ok()) {
+    return s;
+  }
+  if (group_->rank() != 0 || options_.checkpoint_dir.empty()) return absl::OkStatus();
+  checkpoint_slots_.clear();
+  for (const Variable& v : variables_) {
+    checkpoint_slots_.push_back(
+        OptimizerSlots(NumSlots(v.spec.optimizer()), std::vector<float>(v.values.size())));
+  }
+  for (int p = 0; p < layout_.parts; ++p) {
+    each_piece(p, [&](Variable& v, int j, int64_t begin, int64_t end, int64_t at) {
+      std::copy_n(gathered.begin() + at, end - begin,
+                  checkpoint_slots_[&v - variables_.data()][j].begin() + begin);
+    });
+  }
+  checkpoint_step_ = step_ + 1;
+  return absl::OkStatus();
+}
+
+void AllReduceStrategy::Commit() {
+  for (Variable& v : variables_) {
+    for (int64_t e = 0; e < static_cast<int64_t>(v.values.size());) {
+      const int64_t at = v.offset + e;
+      const int64_t count =
+          std::min(static_cast<int64_t>(v.values.size()) - e, layout_.part - at % layout_.part);
+      std::copy_n(fused_.begin() + layout_.Position(at), count, v.values.begin() + e);
+      e += count;
+    }
+    if (v.own_end > v.own_begin) v.slots.swap(v.pending);
+    v.pending.clear();
+  }
+  pending_completed_ = 0;
+}
+
+absl::StatusOr<bool> AllReduceStrategy::Reduce(const TensorMap* gradients, const StepPlace* place) {
+  for (;;) {
+    Fill(gradients, place);
     // Ranks that reconnected ask to join; the leader admits them.
     std::vector<int> joiners = links_->TakeReconnected();
     if (group_->rank() != 0) joiners.clear();
-    absl::Status reduced = joiners.empty()
-                               ? AllReduce(*group_, absl::MakeSpan(fused_), options_.collective)
-                               : absl::AbortedError(absl::StrCat(
-                                     "rank(s) ", absl::StrJoin(joiners, ", "), " asked to join"));
+    absl::Status reduced = absl::OkStatus();
+    if (!joiners.empty()) {
+      reduced = absl::AbortedError(
+          absl::StrCat("rank(s) ", absl::StrJoin(joiners, ", "), " asked to join"));
+    } else if (!options_.shard_optimizer) {
+      reduced = AllReduce(*group_, absl::MakeSpan(fused_), options_.collective);
+    } else {
+      reduced = RingReduceScatter(*group_, absl::MakeSpan(fused_), options_.collective);
+      if (reduced.ok()) reduced = UpdateOwnPart();
+    }
     if (reduced.ok()) break;
     auto done = Regroup(reduced, joiners);
     if (!done.ok()) return done.status();
     if (*done) return false;
   }
   ++completed_;
-  const int averaged = static_cast<int>(fused_[tail]);
+  const int averaged = static_cast<int>(Tail()[0]);
   batches_averaged_ += averaged;
   if (averaged == 0) return true;  // every worker's batch was skipped
   ++step_;
-  const float scale = 1.0f / static_cast<float>(averaged);
-  for (Variable& v : variables_) {
-    absl::Span<float> grad = absl::MakeSpan(fused_).subspan(v.offset, v.values.size());
-    for (float& g : grad) g *= scale;
-    const FloatBytes parts[] = {AsFloatBytes(grad)};
-    ApplyGradient(v.spec.optimizer(), step_, averaged, parts, absl::MakeSpan(v.values), v.slots);
+  if (options_.shard_optimizer) {
+    Commit();
+  } else {
+    ApplyOwnPart(step_, averaged);
   }
   return true;
 }
@@ -279,7 +473,19 @@ absl::Status AllReduceStrategy::TakeState(const Regrouping& decision) {
   const int root = static_cast<int>(
       std::find(decision.members.begin(), decision.members.end(), decision.source) -
       decision.members.begin());
-  return BroadcastState(root, options_.collective);
+  if (absl::Status s = BroadcastState(root, options_.collective); !s.ok()) return s;
+  // A member whose all-gather failed keeps the slots it updated when the
+  // group's values include that update.
+  if (pending_completed_ > 0) {
+    if (completed_ == pending_completed_) {
+      for (Variable& v : variables_) {
+        if (v.own_end > v.own_begin) v.slots.swap(v.pending);
+      }
+    }
+    for (Variable& v : variables_) v.pending.clear();
+    pending_completed_ = 0;
+  }
+  return DealSlots(root, /*all_give=*/options_.shard_optimizer, options_.collective);
 }
 
 absl::StatusOr<bool> AllReduceStrategy::Regroup(const absl::Status& failure,
@@ -334,6 +540,11 @@ absl::StatusOr<bool> AllReduceStrategy::Regroup(const absl::Status& failure,
 absl::Status AllReduceStrategy::Join(int leader, uint64_t round, absl::Time deadline) {
   LOG_WARN("the group is running (rank {} invites this worker, in round {}): joining it", leader,
            round);
+  // The group's slots are its members': this worker gives none.
+  for (Variable& v : variables_) {
+    v.own_begin = v.own_end = 0;
+    v.slots = MakeSlots(v.spec.optimizer(), 0);
+  }
   for (;;) {
     auto decision = JoinGroup(*links_, leader, round, options_.collective.timeout);
     absl::Status status = decision.ok() ? TakeState(*decision) : decision.status();
@@ -369,13 +580,13 @@ absl::Status AllReduceStrategy::Join(int leader, uint64_t round, absl::Time dead
   LOG_WARN("joined at step {}; no gradients from this worker until {}", completed_,
            until < options_.epochs ? absl::StrCat("epoch ", until + 1, ", the first dealt over it")
                                    : std::string("the job ends: it joined in the last epoch"));
-  const size_t tail = fused_.size() - kTailFloats;
   for (;;) {
     auto reduced = Reduce(nullptr, nullptr);
     if (!reduced.ok()) return reduced.status();
-    const float telling = fused_[tail + 3];
-    if (*reduced && telling > 0 && fused_[tail + 2] == telling &&
-        static_cast<int64_t>(fused_[tail + 1] / telling) + 1 >= until) {
+    const float* tail = Tail();
+    const float telling = tail[3];
+    if (*reduced && telling > 0 && tail[2] == telling &&
+        static_cast<int64_t>(tail[1] / telling) + 1 >= until) {
       return absl::OkStatus();
     }
   }
@@ -406,6 +617,13 @@ absl::StatusOr<std::vector<SaveCheckpointResponse>> AllReduceStrategy::SaveCheck
     return absl::FailedPreconditionError(
         "only the chief writes checkpoints, into its --checkpoint_dir");
   }
+  // Sharded over several, the slots are those gathered at this step.
+  const bool holds_all = !options_.shard_optimizer || layout_.parts == 1;
+  if (!holds_all && checkpoint_step_ != step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the optimizer's slots are sharded over the workers, and were not gathered at step ", step_,
+        " (a checkpoint is written at a step whose place asks for one)"));
+  }
   // The replica, as one server holding every variable in one shard.
   auto saved = SaveServerFile(
       *options_.fs, options_.checkpoint_dir, step, 0, 1, [&](CheckpointFileWriter& writer) {
@@ -418,11 +636,15 @@ absl::StatusOr<std::vector<SaveCheckpointResponse>> AllReduceStrategy::SaveCheck
           spec->set_rows(Rows(v.spec));
           meta.set_version(step_);
           meta.set_num_slots(static_cast<int>(v.slots.size()));
-          std::vector<absl::Span<const float>> slots(v.slots.begin(), v.slots.end());
+          const OptimizerSlots& held =
+              holds_all ? v.slots : checkpoint_slots_[&v - variables_.data()];
+          std::vector<absl::Span<const float>> slots(held.begin(), held.end());
           if (absl::Status s = writer.AddShard(meta, v.values, slots); !s.ok()) return s;
         }
         return absl::OkStatus();
       });
+  checkpoint_slots_.clear();
+  checkpoint_step_ = -1;
   if (!saved.ok()) return saved.status();
   return std::vector<SaveCheckpointResponse>{*std::move(saved)};
 }

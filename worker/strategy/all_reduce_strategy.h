@@ -1,38 +1,54 @@
 // The variables on every worker (TensorFlow's MultiWorkerMirroredStrategy,
 // and MirroredStrategy when the group is one worker): each worker keeps a
-// whole replica of the variables and their optimizer slots. The chief's
-// (rank 0's) initial state -- from the initializers, or restored from a
-// checkpoint of either strategy -- is broadcast; each step the workers'
-// gradients are summed by one all-reduce of a fused buffer, and every
-// worker applies the same optimizer (common/optimizer) to the same mean, so
-// the replicas stay bit-identical.
+// whole replica of the variables. The chief's (rank 0's) initial state --
+// from the initializers, or restored from a checkpoint of either strategy
+// -- is broadcast; each step the workers' gradients are summed over the
+// group, and the mean is applied by the optimizer (common/optimizer).
 //
-// The fused buffer holds every variable's gradient, in spec order, then
-// one float: 1 from a worker that contributed, 0 from one whose batch was
-// skipped (not finite). Its sum is the number of gradients averaged, as a
-// parameter server's sync step counts them. Three more floats sum the
-// batch's place: its epoch, 1 if it ends the epoch, and 1 from each
-// member that tells (all but a joiner catching up).
+// The optimizer's slots are sharded by default (ZeRO stage 1,
+// --shard_optimizer): the model's floats, in spec order, are cut into one
+// part per member; a ring reduce-scatter leaves each member the summed
+// gradient of its own part, it updates that part's variables and slots,
+// and a ring all-gather gives every member every part's new values. The
+// bytes on the wire are those of an all-reduce, while the optimizer's
+// work and its slots' memory on each member fall by the group's size;
+// every value is computed once, so the replicas are bit-identical.
+// Unsharded, the gradients are all-reduced and every member applies the
+// optimizer to the whole model, holding every slot.
 //
-// A lost member (dead, hung, cut off) fails the step's all-reduce on every
+// The fused buffer holds each part's gradients then a tail of five
+// floats, the same in every part (so the reduce-scatter sums it into each
+// member's own part): 1 from a worker that contributed, 0 from one whose
+// batch was skipped (not finite), whose sum is the number of gradients
+// averaged, as a parameter server's sync step counts them; the batch's
+// place (summed epoch, summed ends-the-epoch, and 1 from each member that
+// tells: all but a joiner catching up); and 1 from the chief when it
+// checkpoints after the step, so that every member hands over its slots.
+//
+// A lost member (dead, hung, cut off) fails the step's collective on every
 // other member within the collective timeout; the live members then
 // regroup (worker/collective/regroup.h) and go on from the furthest
-// member's replica, which it broadcasts: a member that had not completed
-// the failed step takes that state, the others redo the step with the same
-// gradients. Each epoch is dealt over the members of the group in force for
-// it (the new members from the first epoch none of them had dealt).
+// member's values, which it broadcasts: a member that had not completed
+// the failed step takes them, the others redo the step with the same
+// gradients. A sharded member updates its slots into a copy that it keeps
+// once the all-gather completes, or at the regrouping when the furthest
+// member completed the step; the slots are then dealt over the new group,
+// and a lost member's part of them starts again from the optimizer's
+// initial slots (a warning says how many values). Each epoch is dealt
+// over the members of the group in force for it (the new members from the
+// first epoch none of them had dealt).
 //
 // A worker that restarts (same command) rejoins the running group: its new
 // links tell the leader, which admits it at the next step boundary; it
-// takes the furthest member's state, then takes part in every all-reduce
-// with no gradients until the group reaches the first epoch dealt over it,
-// where its own data begins. Each step's fused buffer therefore also
-// carries where the members' batches lie (StepPlace).
+// takes the furthest member's state, then takes part in every step with no
+// gradients until the group reaches the first epoch dealt over it, where
+// its own data begins.
 //
-// Checkpoints are the servers' format: the chief writes its replica as the
+// Checkpoints are the servers' format: the chief writes the replica as the
 // file of a single server, each variable one whole shard, so that servers
 // restore it on any number of servers, and an all-reduce chief restores
-// theirs.
+// theirs. Sharded, the slots are gathered at a step whose place asks for a
+// checkpoint (StepPlace::checkpoint).
 #ifndef FULCRUM_WORKER_STRATEGY_ALL_REDUCE_STRATEGY_H_
 #define FULCRUM_WORKER_STRATEGY_ALL_REDUCE_STRATEGY_H_
 
@@ -65,6 +81,9 @@ struct AllReduceStrategyOptions {
   // one from ("" = none); `fs` is needed with it.
   std::string checkpoint_dir;
   FileSystem* fs = nullptr;
+  // ZeRO-1 (above): each member keeps and updates its part of the slots.
+  // Unsharded, a lost member loses nothing of the optimizer's state.
+  bool shard_optimizer = true;
   // The chief's: values that replace the initializers of the variables
   // they name when no checkpoint is restored (a Python program's own
   // initial variables); each must have its variable's element count.
@@ -91,7 +110,8 @@ class AllReduceStrategy final : public Strategy {
   int64_t step() const override { return step_; }
   Dealing DealEpoch(int64_t epoch) override;
   // The chief only (the one given a checkpoint directory, while it leads
-  // the group): FAILED_PRECONDITION elsewhere.
+  // the group): FAILED_PRECONDITION elsewhere, and where the slots are
+  // sharded over several members and were not gathered at this step.
   absl::StatusOr<std::vector<SaveCheckpointResponse>> SaveCheckpoint(int64_t step) override;
   absl::Status Finish() override { return absl::OkStatus(); }
   absl::Status EndJob(const std::string& reason) override { return absl::OkStatus(); }
@@ -100,12 +120,32 @@ class AllReduceStrategy final : public Strategy {
   // so a group that shrank or grew is counted as it was.
   std::optional<int64_t> ClusterBatches() const override { return batches_averaged_; }
 
+  // The optimizer's slot floats this worker holds: the model's slots, or
+  // about 1/n of them sharded over n members.
+  int64_t slot_floats() const;
+
  private:
   struct Variable {
     VariableSpec spec;   // canonical
-    int64_t offset = 0;  // of its gradient in fused_
+    int64_t offset = 0;  // of its first float in the model's
     std::vector<float> values;
+    // The slots of its elements [own_begin, own_end): those in this
+    // member's part (all of them unsharded).
+    int64_t own_begin = 0;
+    int64_t own_end = 0;
     OptimizerSlots slots;
+    OptimizerSlots pending;  // sharded: the slots after the step in flight
+  };
+
+  // How the model's floats lie in fused_: `parts` parts (the group's size
+  // sharded, else one) of `part` floats (the last padded with zeros), each
+  // followed by the tail; this member's is part `own`.
+  struct Layout {
+    int parts = 1;
+    int64_t part = 0;
+    int own = 0;
+    int64_t stride() const;
+    int64_t Position(int64_t model_float) const;  // in fused_
   };
 
   // The members an epoch is dealt over, from `first_epoch` on.
@@ -117,9 +157,31 @@ class AllReduceStrategy final : public Strategy {
   // The chief's initial state: the newest complete checkpoint that holds
   // this model, else the initializers.
   absl::Status Restore();
-  // Every variable's values, slots, the step and the completed collective
-  // steps, rank `root` of group_'s, on every member; `options` bounds it.
+  // Every variable's values, the step and the completed collective steps,
+  // rank `root` of group_'s, on every member; `options` bounds it.
   absl::Status BroadcastState(int root, const AllReduceOptions& options);
+  // Lays fused_ out for group_, and deals the slots over its members, each
+  // keeping its part: `root` broadcasts its own, which are all of them (a
+  // new group's chief, or unsharded); or (`all_give`) the members' are
+  // summed, each giving those it holds, and slots no member held start
+  // again as the optimizer's initial ones.
+  absl::Status DealSlots(int root, bool all_give, const AllReduceOptions& options);
+  // The step's gradients (none: skipped) and tail into fused_.
+  void Fill(const TensorMap* gradients, const StepPlace* place);
+  // The tail summed over the group, in this member's part.
+  const float* Tail() const;
+  // Sharded, once the reduce-scatter left this member its part's summed
+  // gradients: updates the part into `pending` and fused_, then gathers
+  // every part (and every slot, for a checkpoint).
+  absl::Status UpdateOwnPart();
+  // The mean gradient of this member's part (in fused_) applied at
+  // `iteration`: in place, or (sharded) into the pending slots and fused_.
+  void ApplyOwnPart(int64_t iteration, int averaged);
+  // Every member's pending slots to every member; the leader keeps them
+  // for the checkpoint of the step in flight.
+  absl::Status GatherSlots();
+  // Sharded: the gathered values into the replica, the pending slots kept.
+  void Commit();
   // One all-reduce of `gradients` (none: this worker's batch was skipped,
   // or it is catching up) and the update, regrouping when it fails or
   // ranks ask to join. `place` (nullptr: catching up) is told to the
@@ -143,7 +205,14 @@ class AllReduceStrategy final : public Strategy {
   const AllReduceStrategyOptions options_;
   std::unique_ptr<SubgroupLinks> group_;  // the live members
   std::vector<Variable> variables_;
-  std::vector<float> fused_;      // gradients, then the count of contributors
+  int64_t model_floats_ = 0;  // every variable's
+  Layout layout_;
+  std::vector<float> fused_;       // as layout_ says
+  std::vector<float> scratch_;     // a part's gradient while its values are updated
+  int64_t pending_completed_ = 0;  // > 0: the collective step the pending slots are of
+  // The leader's, sharded: every variable's slots at checkpoint_step_.
+  std::vector<OptimizerSlots> checkpoint_slots_;
+  int64_t checkpoint_step_ = -1;
   int64_t step_ = 0;              // updates applied
   int64_t completed_ = 0;         // all-reduces completed: one per Step
   int64_t batches_averaged_ = 0;  // by those all-reduces

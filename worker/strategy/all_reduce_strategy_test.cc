@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <random>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/checkpoint/checkpointer.h"
+#include "common/file_system.h"
 #include "common/initializer.h"
 #include "common/tensor.h"
 #include "worker/collective/in_process_links.h"
@@ -66,12 +69,27 @@ void RunRanks(int n, const std::function<void(PeerLinks&)>& body) {
   for (std::thread& t : threads) t.join();
 }
 
-// A failed rank is noticed quickly.
-AllReduceStrategyOptions Quick() {
-  AllReduceStrategyOptions options;
-  options.collective.timeout = absl::Milliseconds(300);
-  return options;
-}
+// Each behaviour holds with the optimizer's slots sharded over the
+// members (ZeRO-1, the default) and with every member holding them all.
+class AllReduceStrategyTest : public ::testing::TestWithParam<bool> {
+ protected:
+  AllReduceStrategyOptions Options() const {
+    AllReduceStrategyOptions options;
+    options.shard_optimizer = GetParam();
+    return options;
+  }
+  // A failed rank is noticed quickly.
+  AllReduceStrategyOptions Quick() const {
+    AllReduceStrategyOptions options = Options();
+    options.collective.timeout = absl::Milliseconds(300);
+    return options;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Slots, AllReduceStrategyTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Sharded" : "Whole";
+                         });
 
 // Rank `rank` skips its batch (not finite) at this step.
 bool Skips(int rank, int step) { return rank == 1 && step % 7 == 3; }
@@ -79,14 +97,14 @@ bool Skips(int rank, int step) { return rank == 1 && step % 7 == 3; }
 // After many steps -- with a rank skipping now and then -- every rank's
 // replica is bit-identical, and equal to one replica that applies the
 // mean of the gradients that were not skipped.
-TEST(AllReduceStrategyTest, ReplicasStayBitIdenticalAndFollowTheMeanGradient) {
+TEST_P(AllReduceStrategyTest, ReplicasStayBitIdenticalAndFollowTheMeanGradient) {
   constexpr int kSteps = 200;
   for (int n : {2, 3, 4}) {
     std::vector<TensorMap> weights(n);
     std::vector<int64_t> steps(n);
     RunRanks(n, [&](PeerLinks& links) {
       const int r = links.rank();
-      AllReduceStrategy strategy(&links, Specs(), {});
+      AllReduceStrategy strategy(&links, Specs(), Options());
       ASSERT_TRUE(strategy.Start(&weights[r]).ok());
       for (int s = 0; s < kSteps; ++s) {
         const TensorMap grads = Gradients(r, s);
@@ -143,7 +161,7 @@ TEST(AllReduceStrategyTest, ReplicasStayBitIdenticalAndFollowTheMeanGradient) {
 // A member that stops (dies) mid-training: the others notice within the
 // collective timeout, regroup without it, redo the failed step and go on,
 // still bit-identical; later epochs are dealt over the three left.
-TEST(AllReduceStrategyTest, ALostMemberIsLeftOutAndTheOthersGoOn) {
+TEST_P(AllReduceStrategyTest, ALostMemberIsLeftOutAndTheOthersGoOn) {
   constexpr int kSteps = 60, kLostAfter = 25;
   std::vector<TensorMap> weights(4);
   std::vector<absl::Status> results(4);
@@ -174,7 +192,7 @@ TEST(AllReduceStrategyTest, ALostMemberIsLeftOutAndTheOthersGoOn) {
 
 // Of two, the lower rank goes on alone; the higher one alone is no quorum
 // (it could be the half of a partition), and stops naming why.
-TEST(AllReduceStrategyTest, OfTwoOnlyTheLowerRankGoesOnAlone) {
+TEST_P(AllReduceStrategyTest, OfTwoOnlyTheLowerRankGoesOnAlone) {
   for (int lost : {0, 1}) {
     std::vector<absl::Status> results(2);
     RunRanks(2, [&](PeerLinks& links) {
@@ -223,7 +241,7 @@ absl::Status TrainEpochs(AllReduceStrategy& strategy, int rank, int64_t first, i
 // step boundary, it takes the state, follows with no gradients to the end
 // of the epoch in flight and trains from the next epoch, dealt over four
 // again. Every replica ends bit-identical, at the same step.
-TEST(AllReduceStrategyTest, ARestartedMemberRejoinsAndTheGroupGrowsBack) {
+TEST_P(AllReduceStrategyTest, ARestartedMemberRejoinsAndTheGroupGrowsBack) {
   constexpr int64_t kEpochs = 4, kExamples = 120;  // 30 steps an epoch over 4 ranks, 40 over 3
   Mailbox mailbox(4);
   std::vector<std::unique_ptr<InProcessLinks>> links;
@@ -287,7 +305,7 @@ TEST(AllReduceStrategyTest, ARestartedMemberRejoinsAndTheGroupGrowsBack) {
 // A worker that never starts: the chief waits for it until the start-up
 // timeout, then the group starts without it and leaves it out at the
 // first all-reduce.
-TEST(AllReduceStrategyTest, AWorkerThatNeverStartsIsLeftOut) {
+TEST_P(AllReduceStrategyTest, AWorkerThatNeverStartsIsLeftOut) {
   Mailbox mailbox(3);
   std::vector<absl::Status> results(2);
   std::vector<int64_t> steps(2);
@@ -315,10 +333,10 @@ TEST(AllReduceStrategyTest, AWorkerThatNeverStartsIsLeftOut) {
 }
 
 // Every rank starts from the chief's initial values.
-TEST(AllReduceStrategyTest, EveryRankStartsFromTheChiefsVariables) {
+TEST_P(AllReduceStrategyTest, EveryRankStartsFromTheChiefsVariables) {
   std::vector<TensorMap> weights(3);
   RunRanks(3, [&](PeerLinks& links) {
-    AllReduceStrategy strategy(&links, Specs(), {});
+    AllReduceStrategy strategy(&links, Specs(), Options());
     ASSERT_TRUE(strategy.Start(&weights[links.rank()]).ok());
     EXPECT_EQ(strategy.ResumedBatches(3, 100), 0);
   });
@@ -334,10 +352,10 @@ TEST(AllReduceStrategyTest, EveryRankStartsFromTheChiefsVariables) {
 // A program's own initial values (the chief's) replace the initializers
 // of the variables they name, on every rank; a value of the wrong size is
 // refused.
-TEST(AllReduceStrategyTest, TheChiefsInitialValuesReplaceTheInitializers) {
+TEST_P(AllReduceStrategyTest, TheChiefsInitialValuesReplaceTheInitializers) {
   std::vector<TensorMap> weights(3);
   RunRanks(3, [&](PeerLinks& links) {
-    AllReduceStrategyOptions options;
+    AllReduceStrategyOptions options = Options();
     // The others' values are not used: the chief's are broadcast.
     options.initial_values["bias"] = DenseTensor{{3}, {1.0f, 2.0f, links.rank() + 3.0f}};
     AllReduceStrategy strategy(&links, Specs(), options);
@@ -361,16 +379,98 @@ TEST(AllReduceStrategyTest, TheChiefsInitialValuesReplaceTheInitializers) {
 
 // A worker started with another model is told so, not left to corrupt
 // the others' all-reduce.
-TEST(AllReduceStrategyTest, AWorkerWithAnotherModelIsRefused) {
+TEST_P(AllReduceStrategyTest, AWorkerWithAnotherModelIsRefused) {
   std::vector<absl::Status> started(2);
   RunRanks(2, [&](PeerLinks& links) {
-    AllReduceStrategy strategy(&links, Specs(links.rank() == 0 ? 5 : 6), {});
+    AllReduceStrategy strategy(&links, Specs(links.rank() == 0 ? 5 : 6), Options());
     TensorMap weights;
     started[links.rank()] = strategy.Start(&weights);
   });
   EXPECT_TRUE(started[0].ok()) << started[0];
   EXPECT_EQ(started[1].code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(started[1].message(), HasSubstr("differs from the chief's"));
+}
+
+// Sharded, each of n members holds about 1/n of the optimizer's slots
+// (Adam: two slots of the model's 18 floats); unsharded, each holds them
+// all.
+TEST(AllReduceStrategySlotsTest, SlotsAreShardedOverTheMembers) {
+  for (bool shard : {true, false}) {
+    for (int n = 1; n <= 4; ++n) {
+      std::vector<int64_t> held(n);
+      RunRanks(n, [&](PeerLinks& links) {
+        AllReduceStrategyOptions options;
+        options.shard_optimizer = shard;
+        AllReduceStrategy strategy(&links, Specs(), options);
+        TensorMap weights;
+        ASSERT_TRUE(strategy.Start(&weights).ok());
+        const TensorMap grads = Gradients(links.rank(), 0);
+        ASSERT_TRUE(strategy.Step(&grads, {}, &weights).ok());
+        held[links.rank()] = strategy.slot_floats();
+      });
+      int64_t total = 0;
+      for (int r = 0; r < n; ++r) {
+        total += held[r];
+        // Parts of ceil(18 / n) floats, the last one shorter.
+        EXPECT_LE(held[r], shard ? 2 * ((18 + n - 1) / n) : 36) << "n " << n << " rank " << r;
+        EXPECT_GE(held[r], shard ? 2 * (18 - (n - 1) * ((18 + n - 1) / n)) : 36)
+            << "n " << n << " rank " << r;
+      }
+      EXPECT_EQ(total, shard ? 36 : 36 * n) << "n " << n;
+    }
+  }
+}
+
+// A checkpoint taken at a step whose place asks for it holds every slot:
+// a new group restored from it goes on exactly as the group that wrote it
+// would have, to the bit. Sharded, a step that did not ask gathers none,
+// and its checkpoint is refused rather than written without them.
+TEST_P(AllReduceStrategyTest, ACheckpointAtAPlannedStepResumesTheGroupToTheBit) {
+  constexpr int kRanks = 3, kSaveAt = 12, kSteps = 20;
+  const std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/planned-", GetParam());
+  // Runs steps [first, last) on every rank; rank 0 checkpoints after `save_at`.
+  auto run = [&](int first, int last, int save_at, std::vector<TensorMap>* weights) {
+    RunRanks(kRanks, [&](PeerLinks& links) {
+      const int r = links.rank();
+      AllReduceStrategyOptions options = Options();
+      if (r == 0) {
+        options.checkpoint_dir = dir;
+        options.fs = fs.get();
+      }
+      AllReduceStrategy strategy(&links, Specs(), options);
+      ASSERT_TRUE(strategy.Start(&(*weights)[r]).ok());
+      ASSERT_EQ(strategy.step(), first);
+      for (int s = first; s < last; ++s) {
+        const TensorMap grads = Gradients(r, s);
+        StepPlace place;
+        place.checkpoint = s + 1 == save_at;
+        ASSERT_TRUE(strategy.Step(&grads, place, &(*weights)[r]).ok());
+        if (r == 0 && s == 2) {
+          const auto unplanned = strategy.SaveCheckpoint(strategy.step());
+          if (GetParam()) {
+            EXPECT_EQ(unplanned.status().code(), absl::StatusCode::kFailedPrecondition);
+            EXPECT_THAT(unplanned.status().message(), HasSubstr("not gathered at step 3"));
+          } else {
+            EXPECT_TRUE(unplanned.ok()) << unplanned.status();
+          }
+        }
+        if (r == 0 && s + 1 == save_at) {
+          Checkpointer checkpointer([&](int64_t step) { return strategy.SaveCheckpoint(step); },
+                                    fs.get(), {dir, 0, 0, 5});
+          ASSERT_TRUE(checkpointer.Save(strategy.step()).ok());
+        }
+      }
+    });
+  };
+  std::vector<TensorMap> straight(kRanks), resumed(kRanks);
+  run(0, kSteps, kSaveAt, &straight);
+  run(kSaveAt, kSteps, -1, &resumed);
+  for (int r = 0; r < kRanks; ++r) {
+    for (const char* name : {"kernel", "bias"}) {
+      EXPECT_EQ(resumed[r][name].values, straight[r][name].values) << "rank " << r << " " << name;
+    }
+  }
 }
 
 // Gradients that do not fit the variables are refused before anything is

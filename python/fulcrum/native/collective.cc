@@ -106,6 +106,9 @@ class Collective {
     options_.collective.timeout = absl::Seconds(timeout_s);
     options_.startup_timeout = absl::Seconds(startup_timeout_s);
     options_.epochs = epochs;
+    // Every rank holds every slot: checkpoint() may come after any step,
+    // not only one planned before it as the C++ trainer plans its own.
+    options_.shard_optimizer = false;
     // The chief's checkpoints, as the C++ chief's (worker/worker_main.cc).
     if (rank == 0 && !checkpoints.dir.empty()) {
       ThrowIfError(CheckCheckpointOptions(checkpoints));
