@@ -126,6 +126,11 @@ ABSL_FLAG(std::string, bind_host, "0.0.0.0",
 ABSL_FLAG(int, collective_timeout_secs, 60,
           "multi_worker_mirrored: an all-reduce that has not completed in this long (a peer "
           "died, hangs or is cut off) fails, naming the peer.");
+ABSL_FLAG(bool, shard_optimizer, true,
+          "multi_worker_mirrored: each worker keeps and updates only its part of the optimizer's "
+          "slots (ZeRO stage 1): their memory and the optimizer's work per worker fall by the "
+          "group's size. A worker lost for good takes its part with it; its slots start again "
+          "from their initial values. false: every worker holds every slot.");
 ABSL_FLAG(int, startup_timeout_secs, 600,
           "multi_worker_mirrored: how long the chief waits for every worker to start (pods "
           "start minutes apart) before it starts without those missing; the others wait twice "
@@ -185,6 +190,7 @@ WorkerFlags WorkerFlagsFromCommandLine() {
   flags.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   flags.channels_per_ps = absl::GetFlag(FLAGS_channels_per_ps);
   flags.collective_port = absl::GetFlag(FLAGS_collective_port);
+  flags.shard_optimizer = absl::GetFlag(FLAGS_shard_optimizer);
   flags.bind_host = absl::GetFlag(FLAGS_bind_host);
   flags.collective_timeout_secs = absl::GetFlag(FLAGS_collective_timeout_secs);
   flags.startup_timeout_secs = absl::GetFlag(FLAGS_startup_timeout_secs);

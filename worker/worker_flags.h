@@ -62,6 +62,7 @@ struct WorkerFlags {
   int collective_port;
   std::string bind_host;
   int collective_timeout_secs;
+  bool shard_optimizer;
   int startup_timeout_secs;
   int call_timeout_secs;
 };

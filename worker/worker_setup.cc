@@ -226,6 +226,7 @@ absl::StatusOr<StrategyParts> MakeAllReduceStrategy(const WorkerFlags& flags,
   options.collective.timeout = absl::Seconds(flags.collective_timeout_secs);
   options.startup_timeout = absl::Seconds(flags.startup_timeout_secs);
   options.epochs = flags.epochs;
+  options.shard_optimizer = flags.shard_optimizer;
   if (is_chief) {
     options.checkpoint_dir = flags.checkpoint_dir;
     options.fs = fs;
