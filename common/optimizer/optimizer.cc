@@ -149,12 +149,20 @@ void ApplyGradientToRows(const OptimizerSpec& spec, int64_t iteration, int avera
 
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots) {
+  float* pointers[2] = {nullptr, nullptr};
+  for (size_t j = 0; j < slots.size() && j < 2; ++j) pointers[j] = slots[j].data();
+  ApplyGradient(spec, iteration, averaged, grad, var, absl::MakeConstSpan(pointers, slots.size()));
+}
+
+void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
+                   absl::Span<float> var, absl::Span<float* const> slots) {
   size_t grad_size = 0;
   for (FloatBytes part : grad) grad_size += part.size() / sizeof(float);
   CHECK(grad_size == var.size());
+  CHECK(slots.size() == static_cast<size_t>(NumSlots(spec)));
   const float lr = UpdateRate(spec, iteration, averaged);
-  float* slot0 = slots.size() > 0 ? slots[0].data() : nullptr;
-  float* slot1 = slots.size() > 1 ? slots[1].data() : nullptr;
+  float* slot0 = slots.size() > 0 ? slots[0] : nullptr;
+  float* slot1 = slots.size() > 1 ? slots[1] : nullptr;
   const size_t n = var.size();
   // Large shards are split over the cores: the rule is elementwise.
   static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -41,6 +41,11 @@ float ScaledLearningRate(const OptimizerSpec& spec, int averaged);
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
                    absl::Span<float> var, OptimizerSlots& slots);
 
+// The same on a range of a shard: slots[j] points at slot j's float of
+// var's first element (NumSlots(spec) of them, each as long as `var`).
+void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
+                   absl::Span<float> var, absl::Span<float* const> slots);
+
 // The same rule on embedding rows of `width`, as one update: grads[i *
 // width, (i + 1) * width) to rows[i] (skipped where null), which holds the
 // values, then each of NumSlots(spec) slots, each `width` floats (so only

@@ -63,7 +63,7 @@ INSTANTIATE_TEST_SUITE_P(
 // A shard large enough to be split over threads (and vectorised), with its
 // gradient in parts as slices bring it, at odd addresses as gRPC's buffers
 // hold them, must be updated exactly as small aligned updates of the same
-// rule would.
+// rule would, and as updates of its ranges in place (the pointer form).
 TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
   const Case& c = GetParam();
   VariableSpec spec;
@@ -83,8 +83,8 @@ TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
   // The reference: the same shard updated in pieces too small to be split,
   // each with its own slots.
   constexpr size_t kPiece = 1 << 16;
-  std::vector<float> small = big;
-  OptimizerSlots big_slots = MakeSlots(opt, n);
+  std::vector<float> small = big, ranged = big;
+  OptimizerSlots big_slots = MakeSlots(opt, n), ranged_slots = MakeSlots(opt, n);
   std::vector<OptimizerSlots> piece_slots;
   for (size_t begin = 0; begin < n; begin += kPiece) {
     piece_slots.push_back(MakeSlots(opt, std::min(kPiece, n - begin)));
@@ -107,10 +107,14 @@ TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
       const size_t len = std::min(kPiece, n - begin);
       const FloatBytes piece = AsFloatBytes(all.subspan(begin, len));
       ApplyGradient(opt, step, 1, {piece}, absl::MakeSpan(&small[begin], len), piece_slots[p]);
+      std::vector<float*> at;
+      for (std::vector<float>& slot : ranged_slots) at.push_back(slot.data() + begin);
+      ApplyGradient(opt, step, 1, {piece}, absl::MakeSpan(&ranged[begin], len), at);
     }
+    EXPECT_EQ(ranged_slots, big_slots) << c.name << " step " << step;
     size_t differ = 0, first = n;
     for (size_t i = 0; i < n; ++i) {
-      if (big[i] != small[i]) {
+      if (big[i] != small[i] || big[i] != ranged[i]) {
         ++differ;
         first = std::min(first, i);
       }
