@@ -25,7 +25,9 @@ class InProcessLinks final : public MailboxLinks {
     return SendOwned(peer, std::vector<float>(data.begin(), data.end()));
   }
   absl::Status SendOwned(int peer, std::vector<float> data) override {
+    if (dead_) return absl::UnavailableError(absl::StrCat("rank ", rank(), " died"));
     mailbox_->Put(rank(), peer, streams_[peer], tag(), std::move(data));
+    if (sends_left_ > 0 && --sends_left_ == 0) Die();
     return absl::OkStatus();
   }
 
@@ -34,8 +36,13 @@ class InProcessLinks final : public MailboxLinks {
     return absl::OkStatus();
   }
 
-  // As a process killed: its streams break, and what was sent to it is lost.
+  // Dies (as Die) once it has sent `sends` more messages: mid-collective.
+  void DieAfterSends(int sends) { sends_left_ = sends; }
+
+  // As a process killed: its streams break, and what was sent to it is
+  // lost; it sends nothing more.
   void Die() {
+    dead_ = true;
     for (int peer = 0; peer < mailbox_->size(); ++peer) {
       if (peer == rank()) continue;
       mailbox_->Break(rank(), peer, streams_[peer],
@@ -47,6 +54,8 @@ class InProcessLinks final : public MailboxLinks {
  private:
   Mailbox* const mailbox_;
   std::vector<uint64_t> streams_;  // by peer
+  int sends_left_ = 0;
+  bool dead_ = false;
 };
 
 }  // namespace fulcrum

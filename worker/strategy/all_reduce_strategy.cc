@@ -19,6 +19,17 @@ int64_t Rows(const VariableSpec& spec) {
   return NumElements(spec.shape()) / std::max<int64_t>(1, RowElements(spec.shape()));
 }
 
+// The floats of a part the optimizer updates at once, sharded: the slots
+// (or values) it updates and drops stay in cache.
+constexpr int64_t kChunkFloats = 4096;
+
+// Where each of `slots` begins.
+std::vector<float*> Pointers(OptimizerSlots& slots) {
+  std::vector<float*> pointers;
+  for (std::vector<float>& slot : slots) pointers.push_back(slot.data());
+  return pointers;
+}
+
 // What the chief sends first: its step and completed collective steps, a
 // fingerprint of its model and the size of the state that follows.
 constexpr int kHeaderFloats = 8;
@@ -205,7 +216,6 @@ absl::Status AllReduceStrategy::DealSlots(int root, bool all_give,
     v.own_begin = std::clamp(own_first - v.offset, int64_t{0}, size);
     v.own_end = std::clamp(own_last - v.offset, v.own_begin, size);
     v.slots = MakeSlots(v.spec.optimizer(), v.own_end - v.own_begin);
-    v.pending.clear();
     for (size_t j = 0; j < v.slots.size(); ++j) {
       for (int64_t e = v.own_begin; e < v.own_end; ++e) {
         const float givers = dealt[slot_total + v.offset + e];
@@ -223,6 +233,10 @@ absl::Status AllReduceStrategy::DealSlots(int root, bool all_give,
         "worker(s) lost; they start again from their initial values (--shard_optimizer=false "
         "keeps every slot on every worker)",
         lost, own_last - own_first);
+  }
+  if (options_.shard_optimizer) {
+    LOG_INFO("the optimizer updates floats [{}, {}) of the model's {} on this worker ({} of {})",
+             own_first, own_last, model_floats_, layout_.own + 1, n);
   }
   return absl::OkStatus();
 }
@@ -344,20 +358,59 @@ void AllReduceStrategy::ApplyOwnPart(int64_t iteration, int averaged) {
     if (count == 0) continue;
     const absl::Span<float> part =
         absl::MakeSpan(fused_).subspan(layout_.Position(v.offset + v.own_begin), count);
-    const absl::Span<float> values = absl::MakeSpan(v.values).subspan(v.own_begin, count);
     for (float& g : part) g *= scale;
-    if (!options_.shard_optimizer) {
-      const FloatBytes grad[] = {AsFloatBytes(part)};
-      ApplyGradient(v.spec.optimizer(), iteration, averaged, grad, values, v.slots);
-      continue;
+    const FloatBytes grad[] = {AsFloatBytes(part)};
+    ApplyGradient(v.spec.optimizer(), iteration, averaged, grad,
+                  absl::MakeSpan(v.values).subspan(v.own_begin, count), v.slots);
+  }
+}
+
+int64_t AllReduceStrategy::OwnIndex(const Variable& v) const {
+  return v.offset + v.own_begin - layout_.own * layout_.part;
+}
+
+void AllReduceStrategy::UpdateOwnValues(int64_t iteration, int averaged) {
+  pending_iteration_ = iteration;
+  pending_averaged_ = averaged;
+  scratch_.resize(layout_.part);
+  const float scale = 1.0f / static_cast<float>(averaged);
+  float chunk[2][kChunkFloats];  // the slots' floats, updated and dropped
+  for (Variable& v : variables_) {
+    const int64_t count = v.own_end - v.own_begin;
+    if (count == 0) continue;
+    // The gradient moves aside, and the values take its place, to be
+    // updated there and gathered.
+    const absl::Span<float> part =
+        absl::MakeSpan(fused_).subspan(layout_.Position(v.offset + v.own_begin), count);
+    const absl::Span<float> grad = absl::MakeSpan(scratch_).subspan(OwnIndex(v), count);
+    std::transform(part.begin(), part.end(), grad.begin(), [scale](float g) { return g * scale; });
+    std::copy_n(v.values.begin() + v.own_begin, count, part.begin());
+    float* pointers[2] = {chunk[0], chunk[1]};
+    const absl::Span<float* const> slots(pointers, v.slots.size());
+    for (int64_t c = 0; c < count; c += kChunkFloats) {
+      const int64_t n = std::min(kChunkFloats, count - c);
+      for (size_t j = 0; j < v.slots.size(); ++j) {
+        std::copy_n(v.slots[j].begin() + c, n, chunk[j]);
+      }
+      const FloatBytes piece[] = {AsFloatBytes(grad.subspan(c, n))};
+      ApplyGradient(v.spec.optimizer(), iteration, averaged, piece, part.subspan(c, n), slots);
     }
-    // The gradient moves aside; the new values take its place, to be
-    // gathered, and the new slots go into `pending`.
-    scratch_.assign(part.begin(), part.end());
-    std::copy(values.begin(), values.end(), part.begin());
-    v.pending = v.slots;
-    const FloatBytes grad[] = {AsFloatBytes(absl::MakeConstSpan(scratch_))};
-    ApplyGradient(v.spec.optimizer(), iteration, averaged, grad, part, v.pending);
+  }
+}
+
+void AllReduceStrategy::UpdateSlots(const Variable& v, absl::Span<const float> before,
+                                    absl::Span<float* const> slots) const {
+  const absl::Span<const float> grad =
+      absl::MakeConstSpan(scratch_).subspan(OwnIndex(v), before.size());
+  float values[kChunkFloats];  // updated and dropped
+  std::vector<float*> at(slots.begin(), slots.end());
+  for (int64_t c = 0; c < static_cast<int64_t>(before.size()); c += kChunkFloats) {
+    const int64_t n = std::min<int64_t>(kChunkFloats, before.size() - c);
+    std::copy_n(before.begin() + c, n, values);
+    for (size_t j = 0; j < at.size(); ++j) at[j] = slots[j] + c;
+    const FloatBytes piece[] = {AsFloatBytes(grad.subspan(c, n))};
+    ApplyGradient(v.spec.optimizer(), pending_iteration_, pending_averaged_, piece,
+                  absl::MakeSpan(values, n), at);
   }
 }
 
@@ -365,7 +418,7 @@ absl::Status AllReduceStrategy::UpdateOwnPart() {
   const float* tail = Tail();
   const int averaged = static_cast<int>(tail[0]);
   if (averaged == 0) return absl::OkStatus();  // every batch skipped: nothing moves
-  ApplyOwnPart(step_ + 1, averaged);
+  UpdateOwnValues(step_ + 1, averaged);
   pending_completed_ = completed_ + 1;
   if (absl::Status s = RingAllGather(*group_, absl::MakeSpan(fused_), options_.collective);
       !s.ok()) {
@@ -395,9 +448,16 @@ absl::Status AllReduceStrategy::GatherSlots() {
       }
     }
   };
+  // This member's slots as the step in flight leaves them.
+  std::vector<float*> updated;
   each_piece(layout_.own, [&](Variable& v, int j, int64_t begin, int64_t end, int64_t at) {
-    std::copy(v.pending[j].begin() + (begin - v.own_begin),
-              v.pending[j].begin() + (end - v.own_begin), gathered.begin() + at);
+    std::copy(v.slots[j].begin() + (begin - v.own_begin), v.slots[j].begin() + (end - v.own_begin),
+              gathered.begin() + at);
+    updated.push_back(gathered.data() + at);
+    if (updated.size() == v.slots.size()) {
+      UpdateSlots(v, absl::MakeConstSpan(v.values).subspan(begin, end - begin), updated);
+      updated.clear();
+    }
   });
   if (absl::Status s = RingAllGather(*group_, absl::MakeSpan(gathered), options_.collective);
       !s.ok()) {
@@ -421,6 +481,10 @@ absl::Status AllReduceStrategy::GatherSlots() {
 
 void AllReduceStrategy::Commit() {
   for (Variable& v : variables_) {
+    const int64_t count = v.own_end - v.own_begin;
+    if (count > 0) {
+      UpdateSlots(v, absl::MakeConstSpan(v.values).subspan(v.own_begin, count), Pointers(v.slots));
+    }
     for (int64_t e = 0; e < static_cast<int64_t>(v.values.size());) {
       const int64_t at = v.offset + e;
       const int64_t count =
@@ -428,8 +492,6 @@ void AllReduceStrategy::Commit() {
       std::copy_n(fused_.begin() + layout_.Position(at), count, v.values.begin() + e);
       e += count;
     }
-    if (v.own_end > v.own_begin) v.slots.swap(v.pending);
-    v.pending.clear();
   }
   pending_completed_ = 0;
 }
@@ -444,7 +506,7 @@ absl::StatusOr<bool> AllReduceStrategy::Reduce(const TensorMap* gradients, const
     if (!joiners.empty()) {
       reduced = absl::AbortedError(
           absl::StrCat("rank(s) ", absl::StrJoin(joiners, ", "), " asked to join"));
-    } else if (!options_.shard_optimizer) {
+    } else if (!sharded()) {
       reduced = AllReduce(*group_, absl::MakeSpan(fused_), options_.collective);
     } else {
       reduced = RingReduceScatter(*group_, absl::MakeSpan(fused_), options_.collective);
@@ -460,7 +522,7 @@ absl::StatusOr<bool> AllReduceStrategy::Reduce(const TensorMap* gradients, const
   batches_averaged_ += averaged;
   if (averaged == 0) return true;  // every worker's batch was skipped
   ++step_;
-  if (options_.shard_optimizer) {
+  if (sharded()) {
     Commit();
   } else {
     ApplyOwnPart(step_, averaged);
@@ -473,18 +535,25 @@ absl::Status AllReduceStrategy::TakeState(const Regrouping& decision) {
   const int root = static_cast<int>(
       std::find(decision.members.begin(), decision.members.end(), decision.source) -
       decision.members.begin());
-  if (absl::Status s = BroadcastState(root, options_.collective); !s.ok()) return s;
-  // A member whose all-gather failed keeps the slots it updated when the
-  // group's values include that update.
+  // A member whose all-gather failed updates its slots when the group's
+  // values include its update: from its values before the step.
+  std::vector<float> before;
   if (pending_completed_ > 0) {
-    if (completed_ == pending_completed_) {
-      for (Variable& v : variables_) {
-        if (v.own_end > v.own_begin) v.slots.swap(v.pending);
-      }
+    for (const Variable& v : variables_) {
+      before.insert(before.end(), v.values.begin() + v.own_begin, v.values.begin() + v.own_end);
     }
-    for (Variable& v : variables_) v.pending.clear();
-    pending_completed_ = 0;
   }
+  if (absl::Status s = BroadcastState(root, options_.collective); !s.ok()) return s;
+  if (pending_completed_ > 0 && completed_ == pending_completed_) {
+    int64_t at = 0;
+    for (Variable& v : variables_) {
+      const int64_t count = v.own_end - v.own_begin;
+      if (count == 0) continue;
+      UpdateSlots(v, absl::MakeConstSpan(before).subspan(at, count), Pointers(v.slots));
+      at += count;
+    }
+  }
+  pending_completed_ = 0;
   return DealSlots(root, /*all_give=*/options_.shard_optimizer, options_.collective);
 }
 
@@ -618,7 +687,7 @@ absl::StatusOr<std::vector<SaveCheckpointResponse>> AllReduceStrategy::SaveCheck
         "only the chief writes checkpoints, into its --checkpoint_dir");
   }
   // Sharded over several, the slots are those gathered at this step.
-  const bool holds_all = !options_.shard_optimizer || layout_.parts == 1;
+  const bool holds_all = !sharded();
   if (!holds_all && checkpoint_step_ != step_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the optimizer's slots are sharded over the workers, and were not gathered at step ", step_,

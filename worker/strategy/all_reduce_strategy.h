@@ -30,11 +30,11 @@
 // regroup (worker/collective/regroup.h) and go on from the furthest
 // member's values, which it broadcasts: a member that had not completed
 // the failed step takes them, the others redo the step with the same
-// gradients. A sharded member updates its slots into a copy that it keeps
-// once the all-gather completes, or at the regrouping when the furthest
-// member completed the step; the slots are then dealt over the new group,
-// and a lost member's part of them starts again from the optimizer's
-// initial slots (a warning says how many values). Each epoch is dealt
+// gradients. A sharded member updates its slots only once the all-gather
+// completes, or at the regrouping when the furthest member completed the
+// step (its part's gradient is kept until then); the slots are then dealt
+// over the new group, and a lost member's part of them starts again from
+// the optimizer's initial slots (a warning says how many). Each epoch is dealt
 // over the members of the group in force for it (the new members from the
 // first epoch none of them had dealt).
 //
@@ -133,8 +133,7 @@ class AllReduceStrategy final : public Strategy {
     // member's part (all of them unsharded).
     int64_t own_begin = 0;
     int64_t own_end = 0;
-    OptimizerSlots slots;
-    OptimizerSlots pending;  // sharded: the slots after the step in flight
+    OptimizerSlots slots;  // as of the last completed step
   };
 
   // How the model's floats lie in fused_: `parts` parts (the group's size
@@ -170,17 +169,31 @@ class AllReduceStrategy final : public Strategy {
   void Fill(const TensorMap* gradients, const StepPlace* place);
   // The tail summed over the group, in this member's part.
   const float* Tail() const;
+  // Sharded over more than one member (else the optimizer runs in place).
+  bool sharded() const { return layout_.parts > 1; }
   // Sharded, once the reduce-scatter left this member its part's summed
-  // gradients: updates the part into `pending` and fused_, then gathers
-  // every part (and every slot, for a checkpoint).
+  // gradients: updates the part's values in fused_, then gathers every
+  // part (and every slot, for a checkpoint).
   absl::Status UpdateOwnPart();
-  // The mean gradient of this member's part (in fused_) applied at
-  // `iteration`: in place, or (sharded) into the pending slots and fused_.
+  // Unsharded: the mean gradient in fused_ applied to the replica.
   void ApplyOwnPart(int64_t iteration, int averaged);
-  // Every member's pending slots to every member; the leader keeps them
-  // for the checkpoint of the step in flight.
+  // Sharded: the part's mean gradient moves to scratch_ and its new values
+  // take its place in fused_; the slots are left as they were (updated
+  // copies of them, a chunk at a time, give the values), so that a step
+  // that fails leaves them at the last completed step.
+  void UpdateOwnValues(int64_t iteration, int averaged);
+  // The pending step's update of `v`'s slots of this member's part, where
+  // slots[j] points at slot j's first float of it, from the part's values
+  // before the step (`before`) and its gradient in scratch_.
+  void UpdateSlots(const Variable& v, absl::Span<const float> before,
+                   absl::Span<float* const> slots) const;
+  // Where `v`'s floats of this member's part lie in scratch_.
+  int64_t OwnIndex(const Variable& v) const;
+  // Every member's slots as the step in flight leaves them to every
+  // member; the leader keeps them for the checkpoint after the step.
   absl::Status GatherSlots();
-  // Sharded: the gathered values into the replica, the pending slots kept.
+  // Sharded, the step done: the slots updated, the gathered values into
+  // the replica.
   void Commit();
   // One all-reduce of `gradients` (none: this worker's batch was skipped,
   // or it is catching up) and the update, regrouping when it fails or
@@ -207,9 +220,13 @@ class AllReduceStrategy final : public Strategy {
   std::vector<Variable> variables_;
   int64_t model_floats_ = 0;  // every variable's
   Layout layout_;
-  std::vector<float> fused_;       // as layout_ says
-  std::vector<float> scratch_;     // a part's gradient while its values are updated
-  int64_t pending_completed_ = 0;  // > 0: the collective step the pending slots are of
+  std::vector<float> fused_;  // as layout_ says
+  // Sharded, the step in flight: this member's part of its mean gradient,
+  // and how it is applied.
+  std::vector<float> scratch_;
+  int64_t pending_completed_ = 0;  // > 0: the collective step its values were updated for
+  int64_t pending_iteration_ = 0;
+  int pending_averaged_ = 0;
   // The leader's, sharded: every variable's slots at checkpoint_step_.
   std::vector<OptimizerSlots> checkpoint_slots_;
   int64_t checkpoint_step_ = -1;

@@ -12,6 +12,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint/checkpointer.h"
+#include "common/checkpoint/directory.h"
+#include "common/checkpoint/restored_variables.h"
 #include "common/file_system.h"
 #include "common/initializer.h"
 #include "common/tensor.h"
@@ -471,6 +473,115 @@ TEST_P(AllReduceStrategyTest, ACheckpointAtAPlannedStepResumesTheGroupToTheBit) 
       EXPECT_EQ(resumed[r][name].values, straight[r][name].values) << "rank " << r << " " << name;
     }
   }
+}
+
+// Rank 2 of three dies in the middle of a step's all-gather, having sent
+// rank 0 its part: rank 0 passes it on, so rank 1 completes the step while
+// rank 0 does not. Rank 0 then takes the step from rank 1 and only then
+// updates its part of the optimizer's slots, from the gradient it kept. A
+// checkpoint two steps later holds the slots of one replica that applied
+// every step's mean gradient, but for the dead member's part of them,
+// which started again.
+TEST(AllReduceStrategySlotsTest, AMemberThatMissedTheGatherUpdatesItsSlotsWithTheGroup) {
+  constexpr int kRanks = 3, kDiesAt = 5, kSteps = 8;
+  const std::unique_ptr<FileSystem> fs = MakeLocalFileSystem();
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/missed-gather");
+  std::vector<int64_t> steps(kRanks);
+  Mailbox mailbox(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      InProcessLinks links(&mailbox, r);
+      AllReduceStrategyOptions options;
+      options.collective.timeout = absl::Milliseconds(300);
+      if (r == 0) {
+        options.checkpoint_dir = dir;
+        options.fs = fs.get();
+      }
+      AllReduceStrategy strategy(&links, Specs(), options);
+      TensorMap weights;
+      ASSERT_TRUE(strategy.Start(&weights).ok());
+      for (int s = 0; s < (r == 2 ? kDiesAt + 1 : kSteps); ++s) {
+        // Its reduce-scatter's two messages, then its own part of the
+        // all-gather.
+        if (r == 2 && s == kDiesAt) links.DieAfterSends(3);
+        const TensorMap grads = Gradients(r, s);
+        StepPlace place;
+        place.checkpoint = s + 1 == kSteps;
+        const auto stepped = strategy.Step(&grads, place, &weights);
+        if (r == 2 && s == kDiesAt) break;
+        ASSERT_TRUE(stepped.ok()) << "rank " << r << " step " << s << ": " << stepped.status();
+      }
+      steps[r] = strategy.step();
+      if (r == 0) {
+        Checkpointer checkpointer([&](int64_t step) { return strategy.SaveCheckpoint(step); },
+                                  fs.get(), {dir, 0, 0, 5});
+        EXPECT_TRUE(checkpointer.Save(strategy.step()).ok());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(steps[0], kSteps);
+  ASSERT_EQ(steps[1], kSteps);
+
+  // The reference's slots: every rank's gradients until the step rank 2
+  // died in (rank 1 completed it with them), then ranks 0 and 1's.
+  std::vector<VariableSpec> specs;
+  for (const VariableSpec& spec : Specs()) specs.push_back(CanonicalSpec(spec));
+  std::vector<std::vector<float>> values;
+  std::vector<OptimizerSlots> slots;
+  for (const VariableSpec& spec : specs) {
+    values.emplace_back(NumElements(spec.shape()));
+    InitializeRows(spec, 0, spec.shape(0), absl::MakeSpan(values.back()));
+    slots.push_back(MakeSlots(spec.optimizer(), values.back().size()));
+  }
+  for (int s = 0; s < kSteps; ++s) {
+    const int members = s <= kDiesAt ? 3 : 2;
+    for (size_t v = 0; v < specs.size(); ++v) {
+      std::vector<float> mean(values[v].size());
+      for (int r = 0; r < members; ++r) {
+        const TensorMap grads = Gradients(r, s);
+        const std::vector<float>& g = grads.at(specs[v].name()).values;
+        for (size_t i = 0; i < mean.size(); ++i) mean[i] += g[i];
+      }
+      for (float& g : mean) g /= static_cast<float>(members);
+      const FloatBytes parts[] = {AsFloatBytes(mean)};
+      ApplyGradient(specs[v].optimizer(), s + 1, members, parts, absl::MakeSpan(values[v]),
+                    slots[v]);
+    }
+  }
+
+  std::vector<std::string> problems;
+  auto files = LoadNewestCheckpoint(
+      *fs, dir, [](const CheckpointFiles&) { return absl::OkStatus(); }, &problems);
+  ASSERT_TRUE(files.ok()) << files.status();
+  auto restored = RegroupCheckpoint(*files);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  // The model's floats (kernel, then bias) whose slots are not the
+  // reference's: those of the dead member's part, of 6 floats, alone.
+  std::vector<int> differ;
+  int64_t offset = 0;
+  for (size_t v = 0; v < specs.size(); ++v) {
+    const int64_t rows = specs[v].shape(0);
+    const int64_t size = static_cast<int64_t>(values[v].size());
+    ShardContents contents;
+    contents.values.resize(size);
+    contents.slots = MakeSlots(specs[v].optimizer(), size);
+    ASSERT_TRUE(restored->at(specs[v].name()).Read(0, rows, &contents).ok());
+    for (int64_t i = 0; i < size; ++i) {
+      for (size_t j = 0; j < slots[v].size(); ++j) {
+        if (std::abs(contents.slots[j][i] - slots[v][j][i]) > 1e-5f) {
+          differ.push_back(static_cast<int>(offset + i));
+          break;
+        }
+      }
+    }
+    offset += size;
+  }
+  ASSERT_FALSE(differ.empty()) << "the dead member's part of the slots started again";
+  EXPECT_LE(differ.size(), 6u);
+  EXPECT_EQ(differ.front() / 6, differ.back() / 6)
+      << "floats " << differ.front() << " to " << differ.back() << " are not one part";
 }
 
 // Gradients that do not fit the variables are refused before anything is
