@@ -279,6 +279,8 @@ TEST(LocalClusterTest, WorkerRefusesServersInAnotherMode) {
 // MultiWorkerMirroredStrategy: no parameter servers; the workers
 // all-reduce. The chief checkpoints in the servers' format, and a second
 // run with the same directory resumes there.
+// The first run shards the optimizer; the second restores its checkpoint
+// with every slot on every worker.
 TEST(LocalClusterTest, TrainsWithoutServersByAllReduceAndResumes) {
   const std::string summary = TempPath("mwms-summary.json");
   const std::string checkpoints = TempPath("mwms-checkpoints");
@@ -289,11 +291,13 @@ TEST(LocalClusterTest, TrainsWithoutServersByAllReduceAndResumes) {
                                           "--summary_json=" + summary,
                                           "--"};
   std::vector<std::string> first = flags;
-  first.insert(first.end(), {"--epochs=1", "--hidden=64", "--checkpoint_every_steps=100"});
+  first.insert(first.end(),
+               {"--epochs=1", "--hidden=64", "--checkpoint_every_steps=100", "--shard_optimizer"});
   ChildProcess cluster("cluster", Launcher(first));
   ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
   EXPECT_FALSE(cluster.HasLine("[ps 0]"));
   EXPECT_TRUE(cluster.HasLine("all-reduce: rank 2 of 3"));
+  EXPECT_TRUE(cluster.HasLine("on this worker (3 of 3)"));
   const std::string json = ReadWholeFile(summary);
   std::smatch match;
   ASSERT_TRUE(std::regex_search(json, match, std::regex("\"test_accuracy\": ([0-9.]+)"))) << json;
@@ -309,6 +313,7 @@ TEST(LocalClusterTest, TrainsWithoutServersByAllReduceAndResumes) {
   EXPECT_TRUE(resumed.HasLine("restored 4 variable(s) at step 312"));
   EXPECT_TRUE(resumed.HasLine("resuming at step 312 of 624 (epoch 2)"));
   EXPECT_TRUE(resumed.HasLine("after 624 global steps"));
+  EXPECT_FALSE(resumed.HasLine("the optimizer updates floats"));
 }
 
 // An all-reduce worker killed under the launcher: the launcher lets the
@@ -334,12 +339,14 @@ TEST(LocalClusterTest, AKilledAllReduceWorkerIsLeftBehind) {
 }
 
 // With --max_restarts the launcher starts a killed all-reduce worker again,
-// and it rejoins the running group.
+// and it rejoins the running group. The optimizer is sharded: the killed
+// worker's part of the slots starts again, and the rejoined one is dealt
+// its part from the others.
 TEST(LocalClusterTest, ARestartedAllReduceWorkerRejoins) {
   ChildProcess cluster(
-      "cluster",
-      Launcher({"--num_ps=0", "--num_workers=3", "--strategy=multi_worker_mirrored",
-                "--max_restarts=1", "--", "--epochs=4", "--hidden=64", "--log_every_steps=50"}));
+      "cluster", Launcher({"--num_ps=0", "--num_workers=3", "--strategy=multi_worker_mirrored",
+                           "--max_restarts=1", "--", "--epochs=4", "--hidden=64",
+                           "--log_every_steps=50", "--shard_optimizer"}));
   const std::optional<std::string> started =
       cluster.WaitForLine("[launcher] started worker 1 (pid ", absl::Seconds(60));
   ASSERT_TRUE(started.has_value());
@@ -351,6 +358,7 @@ TEST(LocalClusterTest, ARestartedAllReduceWorkerRejoins) {
   EXPECT_TRUE(cluster.HasLine("[launcher] restarting worker 1 (restart 1 of 1)"));
   EXPECT_TRUE(cluster.HasLine("the group is now ranks 0, 2 (leader 0)"));
   EXPECT_TRUE(cluster.HasLine("the group is now ranks 0, 1, 2 (leader 0)"));
+  EXPECT_TRUE(cluster.HasLine("were held by the worker(s) lost"));
   EXPECT_TRUE(cluster.HasLine("[launcher] worker 1 exited with status 0"));
 }
 

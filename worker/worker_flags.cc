@@ -126,11 +126,12 @@ ABSL_FLAG(std::string, bind_host, "0.0.0.0",
 ABSL_FLAG(int, collective_timeout_secs, 60,
           "multi_worker_mirrored: an all-reduce that has not completed in this long (a peer "
           "died, hangs or is cut off) fails, naming the peer.");
-ABSL_FLAG(bool, shard_optimizer, true,
+ABSL_FLAG(bool, shard_optimizer, false,
           "multi_worker_mirrored: each worker keeps and updates only its part of the optimizer's "
-          "slots (ZeRO stage 1): their memory and the optimizer's work per worker fall by the "
-          "group's size. A worker lost for good takes its part with it; its slots start again "
-          "from their initial values. false: every worker holds every slot.");
+          "slots (ZeRO stage 1): their memory per worker falls by the group's size, for a model "
+          "whose slots do not fit on every worker. A worker lost for good then takes its part "
+          "with it; its slots start again from their initial values. Off by default: every "
+          "worker holds every slot, and a step costs no more (see docs/strategies.md).");
 ABSL_FLAG(int, startup_timeout_secs, 600,
           "multi_worker_mirrored: how long the chief waits for every worker to start (pods "
           "start minutes apart) before it starts without those missing; the others wait twice "

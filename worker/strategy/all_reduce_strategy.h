@@ -5,14 +5,15 @@
 // -- is broadcast; each step the workers' gradients are summed over the
 // group, and the mean is applied by the optimizer (common/optimizer).
 //
-// The optimizer's slots are sharded by default (ZeRO stage 1,
+// The optimizer's slots may be sharded (ZeRO stage 1,
 // --shard_optimizer): the model's floats, in spec order, are cut into one
 // part per member; a ring reduce-scatter leaves each member the summed
 // gradient of its own part, it updates that part's variables and slots,
 // and a ring all-gather gives every member every part's new values. The
-// bytes on the wire are those of an all-reduce, while the optimizer's
-// work and its slots' memory on each member fall by the group's size;
-// every value is computed once, so the replicas are bit-identical.
+// bytes on the wire are those of an all-reduce, while the slots' memory
+// on each member falls by the group's size (its optimizer work by half
+// that: two passes, below); every value is computed once, so the
+// replicas are bit-identical.
 // Unsharded, the gradients are all-reduced and every member applies the
 // optimizer to the whole model, holding every slot.
 //
@@ -83,7 +84,7 @@ struct AllReduceStrategyOptions {
   FileSystem* fs = nullptr;
   // ZeRO-1 (above): each member keeps and updates its part of the slots.
   // Unsharded, a lost member loses nothing of the optimizer's state.
-  bool shard_optimizer = true;
+  bool shard_optimizer = false;
   // The chief's: values that replace the initializers of the variables
   // they name when no checkpoint is restored (a Python program's own
   // initial variables); each must have its variable's element count.

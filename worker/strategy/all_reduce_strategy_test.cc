@@ -493,6 +493,7 @@ TEST(AllReduceStrategySlotsTest, AMemberThatMissedTheGatherUpdatesItsSlotsWithTh
     threads.emplace_back([&, r] {
       InProcessLinks links(&mailbox, r);
       AllReduceStrategyOptions options;
+      options.shard_optimizer = true;
       options.collective.timeout = absl::Milliseconds(300);
       if (r == 0) {
         options.checkpoint_dir = dir;
