@@ -39,14 +39,15 @@ namespace {
 constexpr size_t kParallelElements = size_t{1} << 20;
 
 // The update rule on elements [0, n) of the shard's arrays; the gradient's
-// floats may lie at any address (LoadFloat). The arrays never overlap; `__restrict` lets the
+// floats may lie at any address (LoadFloat), and each is multiplied by
+// `scale` as it is read. The arrays never overlap; `__restrict` lets the
 // compiler vectorise (with -fno-math-errno for sqrt, set in BUILD), in AVX2 where the CPU has it
 // (chosen as the program loads). Without FMA (-ffp-contract=off) every path rounds each operation
 // alike, so replicas on different CPUs stay bit-identical.
 __attribute__((target_clones("avx2", "default"))) void ApplyRange(
-    const OptimizerSpec& spec, float lr, size_t n, const char* __restrict grad_bytes,
+    const OptimizerSpec& spec, float lr, float scale, size_t n, const char* __restrict grad_bytes,
     float* __restrict var, float* __restrict slot0, float* __restrict slot1) {
-  const auto grad = [grad_bytes](size_t i) { return LoadFloat(grad_bytes, i); };
+  const auto grad = [grad_bytes, scale](size_t i) { return LoadFloat(grad_bytes, i) * scale; };
   switch (spec.kind()) {
     case OptimizerSpec::SGD:
       for (size_t i = 0; i < n; ++i) var[i] -= lr * grad(i);
@@ -142,20 +143,21 @@ void ApplyGradientToRows(const OptimizerSpec& spec, int64_t iteration, int avera
   for (size_t i = 0; i < rows.size(); ++i) {
     float* row = rows[i];
     if (row == nullptr) continue;
-    ApplyRange(spec, lr, width, grad_bytes + i * width * sizeof(float), row,
+    ApplyRange(spec, lr, 1.0f, width, grad_bytes + i * width * sizeof(float), row,
                slots > 0 ? row + width : nullptr, slots > 1 ? row + 2 * width : nullptr);
   }
 }
 
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
-                   absl::Span<float> var, OptimizerSlots& slots) {
+                   absl::Span<float> var, OptimizerSlots& slots, float scale) {
   float* pointers[2] = {nullptr, nullptr};
   for (size_t j = 0; j < slots.size() && j < 2; ++j) pointers[j] = slots[j].data();
-  ApplyGradient(spec, iteration, averaged, grad, var, absl::MakeConstSpan(pointers, slots.size()));
+  ApplyGradient(spec, iteration, averaged, grad, var, absl::MakeConstSpan(pointers, slots.size()),
+                scale);
 }
 
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
-                   absl::Span<float> var, absl::Span<float* const> slots) {
+                   absl::Span<float> var, absl::Span<float* const> slots, float scale) {
   size_t grad_size = 0;
   for (FloatBytes part : grad) grad_size += part.size() / sizeof(float);
   CHECK(grad_size == var.size());
@@ -180,7 +182,7 @@ void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, G
       const size_t lo = std::max(begin, part_begin);
       const size_t hi = std::min(end, part_begin + size);
       if (lo < hi) {
-        ApplyRange(spec, lr, hi - lo, part.data() + (lo - part_begin) * sizeof(float),
+        ApplyRange(spec, lr, scale, hi - lo, part.data() + (lo - part_begin) * sizeof(float),
                    var.data() + lo, slot0 == nullptr ? nullptr : slot0 + lo,
                    slot1 == nullptr ? nullptr : slot1 + lo);
       }

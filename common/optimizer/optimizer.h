@@ -36,15 +36,17 @@ using GradientParts = absl::Span<const FloatBytes>;
 // spec.learning_rate scaled as spec.learning_rate_scaling says.
 float ScaledLearningRate(const OptimizerSpec& spec, int averaged);
 
-// Applies `grad`, the mean of `averaged` gradients, to `var`. `iteration`
-// is 1 for the first update of the shard (Adam's bias correction uses it).
+// Applies `grad` times `scale`, the mean of `averaged` gradients, to `var`
+// (a caller holding their sum passes 1 / averaged: the product is the
+// float a scaled copy would hold). `iteration` is 1 for the first update of
+// the shard (Adam's bias correction uses it).
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
-                   absl::Span<float> var, OptimizerSlots& slots);
+                   absl::Span<float> var, OptimizerSlots& slots, float scale = 1.0f);
 
 // The same on a range of a shard: slots[j] points at slot j's float of
 // var's first element (NumSlots(spec) of them, each as long as `var`).
 void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, GradientParts grad,
-                   absl::Span<float> var, absl::Span<float* const> slots);
+                   absl::Span<float> var, absl::Span<float* const> slots, float scale = 1.0f);
 
 // The same rule on embedding rows of `width`, as one update: grads[i *
 // width, (i + 1) * width) to rows[i] (skipped where null), which holds the

@@ -123,6 +123,36 @@ TEST_P(OptimizerTest, LargeShardMatchesSmallUpdates) {
   }
 }
 
+// A sum of gradients applied with scale 1 / averaged is their mean applied,
+// to the bit: the all-reduce strategy hands the optimizer the group's sum.
+TEST_P(OptimizerTest, AScaledSumIsTheMeanToTheBit) {
+  const Case& c = GetParam();
+  VariableSpec spec;
+  spec.set_name("w");
+  spec.add_shape(1);
+  spec.mutable_optimizer()->set_kind(c.kind);
+  spec.mutable_optimizer()->set_nesterov(c.nesterov);
+  const OptimizerSpec opt = CanonicalSpec(spec).optimizer();
+  const size_t n = 1000;
+  const int averaged = 3;
+  std::vector<float> scaled(n), meaned(n), sum(n), mean(n);
+  for (size_t i = 0; i < n; ++i) scaled[i] = meaned[i] = std::sin(0.01f * i);
+  OptimizerSlots scaled_slots = MakeSlots(opt, n), meaned_slots = MakeSlots(opt, n);
+  const float scale = 1.0f / averaged;
+  for (int step = 1; step <= 3; ++step) {
+    for (size_t i = 0; i < n; ++i) {
+      sum[i] = std::cos(0.003f * i * step) + 0.5f * std::sin(0.007f * i) + 0.25f * step;
+      mean[i] = sum[i] * scale;
+    }
+    const FloatBytes sum_bytes = AsFloatBytes(sum), mean_bytes = AsFloatBytes(mean);
+    ApplyGradient(opt, step, averaged, {sum_bytes}, absl::MakeSpan(scaled), scaled_slots, scale);
+    ApplyGradient(opt, step, averaged, {mean_bytes}, absl::MakeSpan(meaned), meaned_slots);
+    EXPECT_EQ(scaled, meaned) << c.name << " step " << step;
+    EXPECT_EQ(scaled_slots, meaned_slots) << c.name << " step " << step;
+  }
+  EXPECT_NE(scaled[10], std::sin(0.1f)) << c.name << ": the values moved";
+}
+
 TEST(OptimizerTest, LearningRateScalesWithTheGradientsAveraged) {
   OptimizerSpec spec;
   spec.set_learning_rate(1e-3f);

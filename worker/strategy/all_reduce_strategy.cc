@@ -320,8 +320,15 @@ absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, const St
 }
 
 void AllReduceStrategy::Fill(const TensorMap* gradients, const StepPlace* place) {
-  std::fill(fused_.begin(), fused_.end(), 0.0f);
-  if (gradients != nullptr) {
+  if (gradients == nullptr) {
+    std::fill(fused_.begin(), fused_.end(), 0.0f);
+  } else {
+    // Every float of the model is written; those of the parts past its
+    // end (the padding) are zeroed.
+    for (int p = 0; p < layout_.parts; ++p) {
+      const int64_t used = std::clamp(model_floats_ - p * layout_.part, int64_t{0}, layout_.part);
+      std::fill_n(fused_.begin() + p * layout_.stride() + used, layout_.part - used, 0.0f);
+    }
     for (const Variable& v : variables_) {
       const std::vector<float>& grad = gradients->at(v.spec.name()).values;
       // In pieces that end where a part does.
@@ -356,12 +363,11 @@ void AllReduceStrategy::ApplyOwnPart(int64_t iteration, int averaged) {
   for (Variable& v : variables_) {
     const int64_t count = v.own_end - v.own_begin;
     if (count == 0) continue;
-    const absl::Span<float> part =
-        absl::MakeSpan(fused_).subspan(layout_.Position(v.offset + v.own_begin), count);
-    for (float& g : part) g *= scale;
+    const absl::Span<const float> part =
+        absl::MakeConstSpan(fused_).subspan(layout_.Position(v.offset + v.own_begin), count);
     const FloatBytes grad[] = {AsFloatBytes(part)};
     ApplyGradient(v.spec.optimizer(), iteration, averaged, grad,
-                  absl::MakeSpan(v.values).subspan(v.own_begin, count), v.slots);
+                  absl::MakeSpan(v.values).subspan(v.own_begin, count), v.slots, scale);
   }
 }
 

@@ -176,7 +176,8 @@ class AllReduceStrategy final : public Strategy {
   // gradients: updates the part's values in fused_, then gathers every
   // part (and every slot, for a checkpoint).
   absl::Status UpdateOwnPart();
-  // Unsharded: the mean gradient in fused_ applied to the replica.
+  // Unsharded: the mean of the summed gradients in fused_ applied to the
+  // replica.
   void ApplyOwnPart(int64_t iteration, int averaged);
   // Sharded: the part's mean gradient moves to scratch_ and its new values
   // take its place in fused_; the slots are left as they were (updated
