@@ -40,7 +40,8 @@ class CpuDevice final : public Device {
   }
 
   std::string name() const override {
-    return absl::StrCat("cpu (OpenBLAS, ", threads_, " thread", threads_ == 1 ? "" : "s", ")");
+    return absl::StrCat("cpu (OpenBLAS ", openblas_get_corename(), ", ", threads_, " thread",
+                        threads_ == 1 ? "" : "s", ")");
   }
 
   void* AllocateBytes(size_t bytes) override { return std::calloc(std::max<size_t>(bytes, 1), 1); }
