@@ -65,6 +65,13 @@ source bench/steps.sh
 quick=""
 [ "${1:-}" = "--quick" ] && quick="--quick"
 echo "bench: each step's stderr goes to $BENCH_LOGS" >&2
+# Users' workers get OpenBLAS's own choice of kernels for their CPU; a
+# machine-wide pin (this project's machines set OPENBLAS_CORETYPE=Haswell on
+# AVX-512 CPUs) is lifted for the run, and said so.
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+  echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE unset for this run: OpenBLAS picks its kernels" >&2
+  unset OPENBLAS_CORETYPE
+fi
 # Every figure is kept too, for the curves drawn at the end.
 exec > >(tee "$BENCH_LOGS/results.txt")
 
