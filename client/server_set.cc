@@ -230,6 +230,11 @@ void ServerSet::RefreshPlacement(absl::Time deadline, int skip) {
   }
 }
 
+void ServerSet::FindTable() {
+  RefreshPlacement(absl::Now() + kPlacementProbe);
+  if (placement().epoch() > 0) FollowPlacement();
+}
+
 bool ServerSet::HasLeft(int ps, absl::Time deadline) {
   if (!following_) return false;
   if (!Left(ps)) RefreshPlacement(deadline, ps);
@@ -268,11 +273,7 @@ absl::Status ServerSet::ForEachServerRecovering(const std::vector<bool>& involve
 
 absl::StatusOr<Placement> ServerSet::PlaceCopies(const std::vector<PlacementUnitSpec>& units) {
   if (size() == 1) return Placement();
-  // A client that starts after a server was lost (a restarted worker)
-  // finds the cluster's table first, so as to leave the lost server out of
-  // what follows.
-  RefreshPlacement(absl::Now() + kPlacementProbe);
-  if (placement().epoch() > 0) FollowPlacement();
+  FindTable();
   // The servers' --replication, which they must agree on.
   absl::StatusOr<std::vector<DescribeResponse>> described = Describe();
   if (!described.ok()) return described.status();
@@ -580,6 +581,7 @@ void ServerSet::StartHeartbeats(absl::Duration interval) {
 }
 
 absl::StatusOr<std::vector<DescribeResponse>> ServerSet::Describe() {
+  if (!following_ && size() > 1) FindTable();
   const std::vector<bool> involved = NotLeft();
   std::vector<DescribeResponse> responses(involved.size());
   absl::Status status = ForEachServer(involved, "describe", [&](int ps, absl::Time deadline) {

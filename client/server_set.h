@@ -132,6 +132,11 @@ class ServerSet {
   // Asks the servers that have not left, but `skip`, for their table (the
   // first to answer), and keeps it when it is newer.
   void RefreshPlacement(absl::Time deadline, int skip = -1) ABSL_LOCKS_EXCLUDED(placement_mu_);
+  // A client that starts after a server was lost for good (a restarted or
+  // late worker) finds the cluster's table first, asking each server for a
+  // moment at most, and follows it when there is one: the lost server is
+  // left out of what follows instead of being waited for.
+  void FindTable();
   // Server `ps` is not in the newest table.
   bool Left(int ps) const ABSL_LOCKS_EXCLUDED(placement_mu_);
   // The index of the server at `address`; -1: not one of this client's.

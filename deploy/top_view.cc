@@ -43,7 +43,14 @@ std::string RenderTop(const std::vector<std::string>& hosts, const TopSample& no
   }
   int live = 0;
   for (const auto& [id, w] : workers) live += w.info.live() && !w.info.finished();
-  const DescribeResponse first = now.servers.empty() ? DescribeResponse() : now.servers[0];
+  // The first server asked (one lost for good is not: its entry is empty).
+  DescribeResponse first;
+  for (const DescribeResponse& d : now.servers) {
+    if (d.incarnation() != 0) {
+      first = d;
+      break;
+    }
+  }
   std::string out =
       absl::StrFormat("fulcrumctl top: %d server(s), mode %s, %d of %d worker(s) live%s, at %s\n\n",
                       now.servers.size(), ConsistencyModeName(first.mode()), live, workers.size(),
@@ -56,6 +63,11 @@ std::string RenderTop(const std::vector<std::string>& hosts, const TopSample& no
   std::map<std::string, double> evictions, evictions_before;
   for (size_t i = 0; i < now.servers.size(); ++i) {
     const DescribeResponse& d = now.servers[i];
+    if (d.incarnation() == 0) {
+      absl::StrAppendFormat(&out, "%-22s left the cluster (lost for good)\n",
+                            i < hosts.size() ? hosts[i] : "?");
+      continue;
+    }
     const DescribeResponse* b = rates ? &before->servers[i] : nullptr;
     int primaries = 0, backups = 0;
     auto count = [&](const auto& unit) { ++(unit.primary().empty() ? primaries : backups); };

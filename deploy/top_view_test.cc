@@ -11,6 +11,7 @@ using ::testing::Not;
 
 DescribeResponse Server(int64_t updates, int64_t evictions, bool worker1_live) {
   DescribeResponse d;
+  d.set_incarnation(0x5eed);  // a running server's: never 0
   d.set_mode(ASYNC);
   d.set_updates_applied(updates);
   d.set_memory_bytes(int64_t{2} << 20);
@@ -58,6 +59,16 @@ TEST(TopViewTest, TheFirstSampleHasNoRates) {
   EXPECT_THAT(screen, Not(HasSubstr("JOB DONE")));
   const TopSample empty{absl::FromUnixSeconds(1000), {DescribeResponse()}};
   EXPECT_THAT(RenderTop({"127.0.0.1:1"}, empty, nullptr), HasSubstr("(no worker has called yet)"));
+}
+
+// A server lost for good is not asked (its entry is empty): it is named as
+// gone, and the others' mode is shown.
+TEST(TopViewTest, AServerLostForGoodIsNamed) {
+  const TopSample now{absl::FromUnixSeconds(1000), {DescribeResponse(), Server(300, 50, true)}};
+  const std::string screen = RenderTop({"127.0.0.1:1", "127.0.0.1:2"}, now, nullptr);
+  EXPECT_THAT(screen, HasSubstr("2 server(s), mode async"));
+  EXPECT_THAT(screen, HasSubstr("127.0.0.1:1            left the cluster (lost for good)"));
+  EXPECT_THAT(screen, HasSubstr("127.0.0.1:2                  2       1"));
 }
 
 }  // namespace

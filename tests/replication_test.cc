@@ -362,11 +362,19 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   ASSERT_EQ(on_first.size(), Pushers::kElements * sizeof(float));
   EXPECT_EQ(on_first, ReadAt(addresses[2], {0, 1, 2, 3, 4, 5}));
   // A worker started after the failover (a restarted one) finds the table
-  // and leaves the lost server out.
+  // and leaves the lost server out: its first Describe (a worker checks
+  // the servers' mode with it) does not wait for the lost one, whose entry
+  // is empty.
   PsClientOptions options = Client("worker");
   options.worker_id = 1;
   options.mode = mode;
   std::unique_ptr<PsClient> late = NewGrpcPsClient(addresses, options);
+  const absl::StatusOr<std::vector<DescribeResponse>> described = late->Describe();
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 3u);
+  EXPECT_EQ((*described)[1].incarnation(), 0u);
+  EXPECT_NE((*described)[0].incarnation(), 0u);
+  EXPECT_NE((*described)[2].incarnation(), 0u);
   const absl::Status created = late->CreateVariables({Ones(6)});
   ASSERT_TRUE(created.ok()) << created;
   TensorMap again;

@@ -242,7 +242,9 @@ class PsClient {
   // the lease holds through long computations.
   virtual void StartHeartbeats(absl::Duration interval) = 0;
 
-  // Every server's state, in task order.
+  // Every server's state, in task order. A server lost for good (no longer
+  // in the cluster's placement table, with replicated shards) is not asked:
+  // its entry is empty, incarnation 0, which no running server has.
   virtual absl::StatusOr<std::vector<DescribeResponse>> Describe() = 0;
 
   // Phase one of checkpoint `step`: every server writes its file; their

@@ -73,7 +73,10 @@ Dealing DealOverWorkersLeft(const std::vector<DescribeResponse>& servers, int wo
   std::vector<int> left;
   for (int w = 0; w < num_workers; ++w) {
     bool is_gone = w != worker;
+    int asked = 0;
     for (const DescribeResponse& server : servers) {
+      if (server.incarnation() == 0) continue;  // a server lost for good: not asked
+      ++asked;
       if (w >= server.workers_size()) {
         is_gone = false;
         break;
@@ -81,6 +84,7 @@ Dealing DealOverWorkersLeft(const std::vector<DescribeResponse>& servers, int wo
       const WorkerInfo& info = server.workers(w);
       is_gone = is_gone && !info.live() && !info.finished() && !info.awaited();
     }
+    is_gone = is_gone && asked > 0;
     (is_gone ? *gone : left).push_back(w);
   }
   if (gone->empty()) return Dealing{worker, num_workers};

@@ -30,14 +30,22 @@ TEST(DealingTest, SharesAreDisjointWholeBatchesReshuffledEachEpoch) {
 // share goes to workers 0 and 2, which become ranks 0 and 1 of 2.
 TEST(DealingTest, AWorkerGoneForGoodOnEveryServerIsDealtAround) {
   std::vector<DescribeResponse> servers(2);
-  for (DescribeResponse& server : servers) {
-    for (int w = 0; w < 3; ++w) server.add_workers()->set_live(w != 1);
+  for (size_t i = 0; i < servers.size(); ++i) {
+    servers[i].set_incarnation(7 + i);  // running servers: never 0
+    for (int w = 0; w < 3; ++w) servers[i].add_workers()->set_live(w != 1);
   }
+  // A third server, lost for good, was not asked: its empty answer tells
+  // nothing either way.
+  servers.emplace_back();
   std::vector<int> gone;
   Dealing dealing = DealOverWorkersLeft(servers, 2, 3, &gone);
   EXPECT_EQ(gone, std::vector<int>{1});
   EXPECT_EQ(dealing.shard_index, 1);
   EXPECT_EQ(dealing.num_shards, 2);
+  // No server asked: nobody can be told gone.
+  const std::vector<DescribeResponse> none(2);
+  EXPECT_EQ(DealOverWorkersLeft(none, 2, 3, &gone).num_shards, 3);
+  EXPECT_TRUE(gone.empty());
   // One server still counts it (finished there): nobody is gone.
   servers[1].mutable_workers(1)->set_finished(true);
   dealing = DealOverWorkersLeft(servers, 2, 3, &gone);
