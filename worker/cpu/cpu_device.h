@@ -1,5 +1,5 @@
-// The CPU backend: OpenBLAS SGEMM (multithreaded) and plain loops for the
-// elementwise math. Thread-compatible.
+// The CPU backend: OpenBLAS SGEMM (multithreaded) and vectorised loops for
+// the elementwise math. Thread-compatible.
 #ifndef FULCRUM_WORKER_CPU_CPU_DEVICE_H_
 #define FULCRUM_WORKER_CPU_CPU_DEVICE_H_
 
