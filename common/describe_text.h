@@ -1,5 +1,5 @@
 // What a server's Describe says, in words, for fulcrumctl status and the
-// status page alike.
+// status page alike; and whether a client's Describe asked it at all.
 #ifndef FULCRUM_COMMON_DESCRIBE_TEXT_H_
 #define FULCRUM_COMMON_DESCRIBE_TEXT_H_
 
@@ -10,6 +10,11 @@
 #include "proto/ps_service.pb.h"
 
 namespace fulcrum {
+
+// Whether this entry of a client's Describe is a server's answer: a server
+// lost for good (out of the cluster's placement table) is not asked, and
+// its entry stays empty; a running server's incarnation is never 0.
+inline bool WasAsked(const DescribeResponse& d) { return d.incarnation() != 0; }
 
 // Which copy of a shard or a table's range a server holds (ShardInfo,
 // TableInfo): "" when it is the only one, else "backup of A", "primary,

@@ -168,7 +168,7 @@ int Status(const std::vector<std::string>& hosts) {
   }
   for (size_t i = 0; i < hosts.size(); ++i) {
     const DescribeResponse& d = (*described)[i];
-    if (d.incarnation() == 0) {  // not asked
+    if (!WasAsked(d)) {
       std::cout << absl::StrFormat(
           "ps %d %s  left the cluster's placement table (lost for good): its shards are on the "
           "others; fulcrumctl add-server brings it back once it runs again\n",

@@ -46,7 +46,7 @@ std::string RenderTop(const std::vector<std::string>& hosts, const TopSample& no
   // The first server asked (one lost for good is not: its entry is empty).
   DescribeResponse first;
   for (const DescribeResponse& d : now.servers) {
-    if (d.incarnation() != 0) {
+    if (WasAsked(d)) {
       first = d;
       break;
     }
@@ -63,7 +63,7 @@ std::string RenderTop(const std::vector<std::string>& hosts, const TopSample& no
   std::map<std::string, double> evictions, evictions_before;
   for (size_t i = 0; i < now.servers.size(); ++i) {
     const DescribeResponse& d = now.servers[i];
-    if (d.incarnation() == 0) {
+    if (!WasAsked(d)) {
       absl::StrAppendFormat(&out, "%-22s left the cluster (lost for good)\n",
                             i < hosts.size() ? hosts[i] : "?");
       continue;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "client/consistency/policy.h"
 #include "common/consistency_mode.h"
+#include "common/describe_text.h"
 #include "common/embedding.h"
 #include "common/logging.h"
 #include "common/optimizer/spec.h"
@@ -116,7 +117,7 @@ absl::StatusOr<ServerState> CheckServers(const WorkerFlags& flags, PsClient& cli
   const ModeBounds expected{flags.replicas_to_aggregate, flags.staleness};
   for (size_t i = 0; i < described->size(); ++i) {
     const DescribeResponse& d = (*described)[i];
-    if (d.incarnation() == 0) continue;  // lost for good: its shards are on the others
+    if (!WasAsked(d)) continue;  // lost for good: its shards are on the others
     const std::string where = absl::StrCat("ps ", i, " (", ps[i], ")");
     if (d.mode() != policy.mode()) {
       return absl::FailedPreconditionError(

@@ -244,7 +244,7 @@ class PsClient {
 
   // Every server's state, in task order. A server lost for good (no longer
   // in the cluster's placement table, with replicated shards) is not asked:
-  // its entry is empty, incarnation 0, which no running server has.
+  // its entry is empty (WasAsked, common/describe_text.h, tells).
   virtual absl::StatusOr<std::vector<DescribeResponse>> Describe() = 0;
 
   // Phase one of checkpoint `step`: every server writes its file; their

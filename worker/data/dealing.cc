@@ -4,6 +4,8 @@
 #include <random>
 #include <utility>
 
+#include "common/describe_text.h"
+
 namespace fulcrum {
 
 std::mt19937_64 EpochShuffle(uint64_t seed, int64_t epoch, const Dealing& dealing) {
@@ -75,7 +77,7 @@ Dealing DealOverWorkersLeft(const std::vector<DescribeResponse>& servers, int wo
     bool is_gone = w != worker;
     int asked = 0;
     for (const DescribeResponse& server : servers) {
-      if (server.incarnation() == 0) continue;  // a server lost for good: not asked
+      if (!WasAsked(server)) continue;  // a server lost for good
       ++asked;
       if (w >= server.workers_size()) {
         is_gone = false;

@@ -120,7 +120,7 @@ class BatchDealer {
 // servers' answers to Describe tell: a worker the servers all hold neither
 // live, finished nor awaited is gone for good (its id in *gone), and the
 // others share its examples. Its own share when none is gone. A server's
-// empty answer (incarnation 0: lost for good, not asked) tells nothing.
+// empty entry (not WasAsked: lost for good) tells nothing.
 Dealing DealOverWorkersLeft(const std::vector<DescribeResponse>& servers, int worker,
                             int num_workers, std::vector<int>* gone);
 
