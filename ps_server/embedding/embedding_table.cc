@@ -1,7 +1,6 @@
 #include "ps_server/embedding/embedding_table.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -114,17 +113,16 @@ absl::Status EmbeddingTable::CheckPush(absl::Span<const int64_t> ids,
   const int64_t width = spec_.width();
   absl::flat_hash_set<int64_t> seen;
   seen.reserve(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!seen.insert(ids[i]).second) {
+  for (int64_t id : ids) {
+    if (!seen.insert(id).second) {
       return absl::InvalidArgumentError(absl::StrCat("embedding table '", spec_.name(), "': id ",
-                                                     ids[i],
-                                                     " twice in one push (sum its gradients)"));
+                                                     id, " twice in one push (sum its gradients)"));
     }
-    const auto row = grads.subspan(i * width, width);
-    if (!std::all_of(row.begin(), row.end(), [](float g) { return std::isfinite(g); })) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "embedding table '", spec_.name(), "': the gradient of id ", ids[i], " is not finite"));
-    }
+  }
+  if (const int64_t bad = FirstNonFinite(grads); bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding table '", spec_.name(),
+                                                   "': the gradient of id ", ids[bad / width],
+                                                   " is not finite"));
   }
   return absl::OkStatus();
 }
@@ -231,9 +229,11 @@ absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, uint64_t 
 void EmbeddingTable::CountPushedLocked(absl::Span<const int64_t> ids) {
   if (ids.empty()) return;
   // Every stride-th id from a start that moves on with each push, so that
-  // no place in a push goes uncounted; the sketch's updates, a hash map
-  // write per level of its heap, would otherwise cost more than the push.
-  const size_t stride = (ids.size() + kHotSampled - 1) / kHotSampled;
+  // no place in a push goes uncounted: each counted id stands for the
+  // stride it was picked from.
+  const size_t stride = std::max<size_t>((ids.size() + kHotSampled - 1) / kHotSampled,
+                                         std::min(kHotMaxStride, 1 + hot_seen_ / kHotExact));
+  hot_seen_ += ids.size();
   for (size_t i = hot_offset_++ % stride; i < ids.size(); i += stride) {
     hot_.Add(ids[i], static_cast<int64_t>(stride));
   }

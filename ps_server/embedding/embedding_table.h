@@ -130,6 +130,12 @@ class EmbeddingTable : public ReplicatedUnit {
   // The most ids of one push the sketch counts: a larger push's are
   // sampled evenly, each standing for as many as it was picked from.
   static constexpr size_t kHotSampled = 512;
+  // The sketch counts every id of the first kHotExact ids pushed; after
+  // that one in stride, the stride growing by one every kHotExact ids to
+  // kHotMaxStride: in a long job it costs that much less (its updates
+  // miss the caches), and the ids pushed most are still found.
+  static constexpr uint64_t kHotExact = 1 << 14;
+  static constexpr uint64_t kHotMaxStride = 16;
   // Cheap: the servers ask on every push, for the memory budget.
   Stats stats() const;
   // The ids workers pushed most here, most first (kHottestShown at most;
@@ -145,7 +151,7 @@ class EmbeddingTable : public ReplicatedUnit {
   void ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads, int averaged,
                    absl::Span<const Taken> pushes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAccumulatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts a push's ids in hot_ (at most kHotSampled of them).
+  // Counts a push's ids in hot_ (a sample: kHotSampled, kHotExact).
   void CountPushedLocked(absl::Span<const int64_t> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardPushResult ResultLocked(ShardPushResult::Outcome outcome, int64_t staleness) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -184,6 +190,7 @@ class EmbeddingTable : public ReplicatedUnit {
   // The ids workers push most here (not replicated: a backup counts none).
   HeavyHitters hot_ ABSL_GUARDED_BY(mu_){kHotCapacity};
   size_t hot_offset_ ABSL_GUARDED_BY(mu_) = 0;  // where the next sample starts
+  uint64_t hot_seen_ ABSL_GUARDED_BY(mu_) = 0;  // ids pushed so far
 };
 
 }  // namespace fulcrum

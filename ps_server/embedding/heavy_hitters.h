@@ -33,13 +33,29 @@ class HeavyHitters {
   std::vector<Hitter> Top(int n) const;
 
  private:
-  // A min-heap by count of the ids held; position_ maps an id to its
-  // place in it. SiftDown moves the hitter at i to its place below.
+  // A min-heap by count of the held ids' slots; each slot's id, error and
+  // place in the heap stay put while the heap moves, so that a move costs
+  // array writes and the id's map entry is written only when it comes or
+  // goes. SiftDown moves the entry at i to its place below.
+  struct Entry {
+    int64_t count;
+    uint32_t slot;
+  };
+  struct Slot {
+    int64_t id;
+    int64_t error;
+    uint32_t place;  // in heap_
+  };
   void SiftDown(size_t i);
+  void Put(size_t i, const Entry& entry) {
+    heap_[i] = entry;
+    slots_[entry.slot].place = static_cast<uint32_t>(i);
+  }
 
   const size_t capacity_;
-  std::vector<Hitter> heap_;
-  absl::flat_hash_map<int64_t, size_t> position_;
+  std::vector<Entry> heap_;
+  std::vector<Slot> slots_;
+  absl::flat_hash_map<int64_t, uint32_t> slot_of_;
 };
 
 }  // namespace fulcrum
