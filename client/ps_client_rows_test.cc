@@ -156,6 +156,37 @@ TEST(PsClientRowsTest, RoutesDeduplicatesAndSumsPerId) {
   }
 }
 
+// A step pushes the gradients of the rows it pulled, whose routing the
+// client keeps from the pull; a push of other ids, or of the same ids to
+// another table, is routed as itself.
+TEST(PsClientRowsTest, APushRoutesItsOwnIdsAfterAPullOfOthers) {
+  Cluster cluster(ASYNC, 1);
+  PsClient& client = cluster.client(0);
+  ASSERT_TRUE(client.CreateTables({Table("a"), Table("b")}).ok());
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(client.PullRows({{"a", {7, 8, 7}}}, &rows).ok());
+  ASSERT_TRUE(client.PushRows({{"a", {7, 8, 7}}}, {{1, 1, 1, 10, 10, 10, 2, 2, 2}}).ok());
+  ASSERT_TRUE(client.PushRows({{"a", {8, 9}}}, {{1, 1, 1, 4, 4, 4}}).ok());
+  ASSERT_TRUE(client.PushRows({{"b", {8, 9}}}, {{5, 5, 5, 6, 6, 6}}).ok());
+  ASSERT_TRUE(client.PullRows({{"a", {7, 8, 9}}, {"b", {8, 9}}}, &rows).ok());
+  const std::map<int64_t, float> a_moved = {{7, 3.0f}, {8, 11.0f}, {9, 4.0f}};
+  const std::map<int64_t, float> b_moved = {{8, 5.0f}, {9, 6.0f}};
+  int k = 0;
+  for (const auto& [id, moved] : a_moved) {
+    for (int j = 0; j < kWidth; ++j) {
+      EXPECT_FLOAT_EQ(rows[0][k * kWidth + j], Initial("a", id)[j] - moved) << "a " << id;
+    }
+    ++k;
+  }
+  k = 0;
+  for (const auto& [id, moved] : b_moved) {
+    for (int j = 0; j < kWidth; ++j) {
+      EXPECT_FLOAT_EQ(rows[1][k * kWidth + j], Initial("b", id)[j] - moved) << "b " << id;
+    }
+    ++k;
+  }
+}
+
 TEST(PsClientRowsTest, MistakesAreRefusedBeforeSending) {
   Cluster cluster(ASYNC, 1);
   PsClient& client = cluster.client(0);

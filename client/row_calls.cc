@@ -132,15 +132,14 @@ absl::StatusOr<const EmbeddingTableSpec*> RowCalls::Table(const std::string& tab
   return &it->second;
 }
 
-absl::StatusOr<std::vector<RoutedIds>> RowCalls::RouteLookups(const std::vector<TableIds>& lookups,
-                                                              const std::vector<size_t>& row_floats,
-                                                              const std::string& what) const {
+absl::StatusOr<const std::vector<RoutedIds>*> RowCalls::RouteLookups(
+    const std::vector<TableIds>& lookups, const std::vector<size_t>& row_floats,
+    const std::string& what) {
   if (row_floats.size() != lookups.size()) {
     return absl::InvalidArgumentError(absl::StrCat("rows of embedding tables: ", lookups.size(),
                                                    " lookups with ", row_floats.size(), " ", what,
                                                    " buffers"));
   }
-  std::vector<RoutedIds> routed;
   for (size_t i = 0; i < lookups.size(); ++i) {
     absl::StatusOr<const EmbeddingTableSpec*> spec = Table(lookups[i].table);
     if (!spec.ok()) return spec.status();
@@ -150,9 +149,19 @@ absl::StatusOr<std::vector<RoutedIds>> RowCalls::RouteLookups(const std::vector<
           absl::StrCat("embedding table '", lookups[i].table, "': ", row_floats[i], " ", what,
                        " floats for ", lookups[i].ids.size(), " ids of width ", width));
     }
-    routed.push_back(RouteIds(lookups[i].ids, (*spec)->partitions()));
   }
-  return routed;
+  const auto same = [](const TableIds& a, const TableIds& b) {
+    return a.table == b.table && a.ids == b.ids;
+  };
+  if (!std::equal(lookups.begin(), lookups.end(), routed_lookups_.begin(), routed_lookups_.end(),
+                  same)) {
+    routed_.clear();
+    for (const TableIds& lookup : lookups) {
+      routed_.push_back(RouteIds(lookup.ids, tables_.at(lookup.table).partitions()));
+    }
+    routed_lookups_ = lookups;
+  }
+  return &routed_;
 }
 
 absl::Status RowCalls::PullRows(const std::vector<TableIds>& lookups,
@@ -174,8 +183,9 @@ absl::Status RowCalls::PullRowsInto(const std::vector<TableIds>& lookups,
   for (absl::Span<float> rows : out) row_floats.push_back(rows.size());
   auto routed = RouteLookups(lookups, row_floats, "output");
   if (!routed.ok()) return routed.status();
+  const std::vector<RoutedIds>& routing = **routed;
   for (;;) {
-    absl::Status pulled = PullOnce(lookups, *routed, out);
+    absl::Status pulled = PullOnce(lookups, routing, out);
     if (pulled.ok() || !Reroute(pulled)) return pulled;
     LOG_WARN("pull of rows: {}; made again with the placement table of epoch {}", pulled.message(),
              routed_epoch_);
@@ -282,15 +292,16 @@ absl::StatusOr<PushStats> RowCalls::PushRows(const std::vector<TableIds>& lookup
   for (absl::Span<const float> rows : grads) row_floats.push_back(rows.size());
   auto routed = RouteLookups(lookups, row_floats, "gradient");
   if (!routed.ok()) return routed.status();
+  const std::vector<RoutedIds>& routing = **routed;
   std::vector<std::vector<float>> sums;
   for (size_t i = 0; i < lookups.size(); ++i) {
-    sums.push_back(SumRowsPerId((*routed)[i], grads[i], tables_.at(lookups[i].table).width()));
+    sums.push_back(SumRowsPerId(routing[i], grads[i], tables_.at(lookups[i].table).width()));
   }
   // The same id on every attempt: a range an attempt applied answers the
   // next DUPLICATE.
   const uint64_t push_id = servers_.NewPushId();
   for (;;) {
-    absl::StatusOr<PushStats> pushed = PushOnce(lookups, *routed, sums, push_id);
+    absl::StatusOr<PushStats> pushed = PushOnce(lookups, routing, sums, push_id);
     if (pushed.ok() || !Reroute(pushed.status())) return pushed;
     LOG_WARN("push of rows: {}; made again with the placement table of epoch {}",
              pushed.status().message(), routed_epoch_);

@@ -75,16 +75,20 @@ class RowCalls {
                                      const std::vector<std::vector<float>>& sums, uint64_t push_id);
   // Routes each lookup's ids (RouteIds); checks the tables and that
   // rows[i] holds a row per id of lookups[i] (`what` names them: "gradient",
-  // "output").
-  absl::StatusOr<std::vector<RoutedIds>> RouteLookups(const std::vector<TableIds>& lookups,
-                                                      const std::vector<size_t>& row_floats,
-                                                      const std::string& what) const;
+  // "output"). Valid until the next call.
+  absl::StatusOr<const std::vector<RoutedIds>*> RouteLookups(const std::vector<TableIds>& lookups,
+                                                             const std::vector<size_t>& row_floats,
+                                                             const std::string& what);
 
   ServerSet& servers_;
   std::map<std::string, EmbeddingTableSpec> tables_;       // created by this client, partitions set
   std::map<std::string, std::vector<int>> range_servers_;  // each range's primary, by table
   int64_t routed_epoch_ = 0;  // of the placement table range_servers_ follows
   std::map<std::pair<std::string, int>, ShardVersions> table_state_;  // (table, partition)
+  // The lookups routed last, and their routing: a step pushes the
+  // gradients of the rows it pulled, whose ids are routed once.
+  std::vector<TableIds> routed_lookups_;
+  std::vector<RoutedIds> routed_;
 };
 
 }  // namespace fulcrum
