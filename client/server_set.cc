@@ -582,13 +582,21 @@ void ServerSet::StartHeartbeats(absl::Duration interval) {
 
 absl::StatusOr<std::vector<DescribeResponse>> ServerSet::Describe() {
   if (!following_ && size() > 1) FindTable();
-  const std::vector<bool> involved = NotLeft();
-  std::vector<DescribeResponse> responses(involved.size());
-  absl::Status status = ForEachServer(involved, "describe", [&](int ps, absl::Time deadline) {
-    return Keep(server(ps).Describe(deadline), &responses[ps]);
-  });
-  if (!status.ok()) return status;
-  return responses;
+  // A server lost for good while it was being asked (its calls failed
+  // until the table dropped it) is left out as one lost before: the
+  // others are asked again, a few times at most (the table may change
+  // again meanwhile).
+  constexpr int kTries = 5;
+  for (int attempt = 1;; ++attempt) {
+    const std::vector<bool> involved = NotLeft();
+    std::vector<DescribeResponse> responses(involved.size());
+    absl::Status status = ForEachServer(involved, "describe", [&](int ps, absl::Time deadline) {
+      return Keep(server(ps).Describe(deadline), &responses[ps]);
+    });
+    if (status.ok()) return responses;
+    if (NotLeft() == involved || attempt == kTries) return status;
+    LOG_WARN("describe: {}; asked again without it", status.message());
+  }
 }
 
 absl::StatusOr<std::vector<SaveCheckpointResponse>> ServerSet::SaveCheckpoint(int64_t step) {

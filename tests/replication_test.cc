@@ -336,7 +336,16 @@ void ReplicationClusterTest::KillOneForGood(ConsistencyMode mode) {
   ASSERT_FALSE(HasFailure());
   Pushers pushers(&workers, mode, kSteps);
   ASSERT_TRUE(pushers.AwaitEach(20, absl::Seconds(120)));
+  std::unique_ptr<PsClient> observer = NewGrpcPsClient(addresses, Client("worker"));
+  ASSERT_TRUE(observer->Describe().ok());
   servers[1]->Signal(SIGKILL);
+  // A client asking every server's state as it goes (a worker's re-dealing
+  // at an epoch's end) is answered once the table drops it, its entry
+  // empty as a server lost before.
+  const absl::StatusOr<std::vector<DescribeResponse>> during = observer->Describe();
+  ASSERT_TRUE(during.ok()) << during.status();
+  EXPECT_EQ((*during)[1].incarnation(), 0u);
+  EXPECT_NE((*during)[0].incarnation(), 0u);
   // The survivors see its lease go, and take it out of the table.
   EXPECT_TRUE(servers[0]->WaitForLine("lost its lease in etcd", absl::Seconds(30)));
   pushers.Join();
