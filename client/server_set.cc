@@ -175,8 +175,24 @@ absl::Status ServerSet::ForEachServer(const std::vector<bool>& involved, const s
   return absl::OkStatus();
 }
 
-absl::Status ServerSet::ForEveryServer(const std::string& what, const ServerCall& call) {
-  return ForEachServer(NotLeft(), what, call);
+absl::Status ServerSet::ForEveryServer(const std::string& what, const ServerCall& call,
+                                       const std::function<void(size_t servers)>& sized) {
+  constexpr int kTries = 5;
+  std::vector<uint8_t> answered;  // by server, across the rounds
+  for (int attempt = 1;; ++attempt) {
+    const std::vector<bool> live = NotLeft();
+    answered.resize(live.size());
+    if (sized) sized(live.size());
+    std::vector<bool> involved(live.size());
+    for (size_t ps = 0; ps < live.size(); ++ps) involved[ps] = live[ps] && !answered[ps];
+    absl::Status status = ForEachServer(involved, what, [&](int ps, absl::Time deadline) {
+      absl::Status called = call(ps, deadline);
+      if (called.ok()) answered[ps] = 1;
+      return called;
+    });
+    if (status.ok() || NotLeft() == live || attempt == kTries) return status;
+    LOG_WARN("{}; called again on the servers left", status.message());
+  }
 }
 
 std::vector<bool> ServerSet::NotLeft() const {
@@ -553,12 +569,14 @@ absl::StatusOr<std::vector<HeartbeatResponse>> ServerSet::SendHeartbeat(bool fin
   HeartbeatRequest request;
   request.set_worker_id(options_.worker_id);
   request.set_finished(finished);
-  // Sized once: the training thread may add a server meanwhile.
-  const std::vector<bool> involved = NotLeft();
-  std::vector<HeartbeatResponse> answers(involved.size());
-  absl::Status status = ForEachServer(involved, "heartbeat", [&](int ps, absl::Time deadline) {
-    return Keep(server(ps).Heartbeat(request, deadline), &answers[ps]);
-  });
+  // Sized each round: the training thread may add a server meanwhile.
+  std::vector<HeartbeatResponse> answers;
+  absl::Status status = ForEveryServer(
+      "heartbeat",
+      [&](int ps, absl::Time deadline) {
+        return Keep(server(ps).Heartbeat(request, deadline), &answers[ps]);
+      },
+      [&](size_t servers) { answers.resize(servers); });
   if (!status.ok()) return status;
   return answers;
 }
@@ -582,21 +600,15 @@ void ServerSet::StartHeartbeats(absl::Duration interval) {
 
 absl::StatusOr<std::vector<DescribeResponse>> ServerSet::Describe() {
   if (!following_ && size() > 1) FindTable();
-  // A server lost for good while it was being asked (its calls failed
-  // until the table dropped it) is left out as one lost before: the
-  // others are asked again, a few times at most (the table may change
-  // again meanwhile).
-  constexpr int kTries = 5;
-  for (int attempt = 1;; ++attempt) {
-    const std::vector<bool> involved = NotLeft();
-    std::vector<DescribeResponse> responses(involved.size());
-    absl::Status status = ForEachServer(involved, "describe", [&](int ps, absl::Time deadline) {
-      return Keep(server(ps).Describe(deadline), &responses[ps]);
-    });
-    if (status.ok()) return responses;
-    if (NotLeft() == involved || attempt == kTries) return status;
-    LOG_WARN("describe: {}; asked again without it", status.message());
-  }
+  std::vector<DescribeResponse> responses;
+  absl::Status status = ForEveryServer(
+      "describe",
+      [&](int ps, absl::Time deadline) {
+        return Keep(server(ps).Describe(deadline), &responses[ps]);
+      },
+      [&](size_t servers) { responses.resize(servers); });
+  if (!status.ok()) return status;
+  return responses;
 }
 
 absl::StatusOr<std::vector<SaveCheckpointResponse>> ServerSet::SaveCheckpoint(int64_t step) {

@@ -148,8 +148,14 @@ class ServerSet {
   // first error, named by server and `what`.
   absl::Status ForEachServer(const std::vector<bool>& involved, const std::string& what,
                              const ServerCall& call);
-  // ForEachServer on every server that has not left.
-  absl::Status ForEveryServer(const std::string& what, const ServerCall& call);
+  // ForEachServer on every server that has not left. One lost for good
+  // while it was being called (its calls failed until the table dropped
+  // it) is left out, and the servers that did not answer are called again,
+  // a few times at most; those that answered are not. `sized`, when given,
+  // is told the number of servers before each round (for answers kept by
+  // server: a server lost for good leaves its entry as it was).
+  absl::Status ForEveryServer(const std::string& what, const ServerCall& call,
+                              const std::function<void(size_t servers)>& sized = nullptr);
   // One flag per server: whether it has not left.
   std::vector<bool> NotLeft() const;
 
