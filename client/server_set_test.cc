@@ -5,9 +5,11 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/client_test_util.h"
 #include "client/transport/forwarding_ps_transport.h"
 #include "client/transport/in_process_ps_transport.h"
@@ -178,6 +180,64 @@ TEST_F(ServerSetTest, ClosingGivesUpTheHeartbeatsRetries) {
   absl::MutexLock lock(&counts.mu);
   EXPECT_GE(counts.calls, 3);
   EXPECT_LE(counts.after_closing, 1);  // at most the attempt in flight
+}
+
+// One of servers "ps0" to "ps2" whose Describe carries a placement table:
+// all three, or once `lost` is set, the table without ps2, which then
+// answers nothing.
+class TabledServer final : public ForwardingPsTransport {
+ public:
+  TabledServer(ParameterServer* server, int ps, const std::atomic<bool>* lost)
+      : ForwardingPsTransport(std::make_unique<InProcessPsTransport>(server)),
+        ps_(ps),
+        lost_(*lost) {}
+  std::string address() const override { return absl::StrCat("ps", ps_); }
+  absl::StatusOr<DescribeResponse> Describe(absl::Time deadline) override {
+    if (lost_ && ps_ == 2) return absl::UnavailableError("gone");
+    absl::StatusOr<DescribeResponse> described = ForwardingPsTransport::Describe(deadline);
+    if (!described.ok()) return described;
+    Placement* table = described->mutable_placement();
+    table->set_epoch(lost_ ? 2 : 1);
+    for (int ps = 0; ps < (lost_ ? 2 : 3); ++ps) {
+      table->add_servers()->set_address(absl::StrCat("ps", ps));
+    }
+    return described;
+  }
+
+ private:
+  const int ps_;
+  const std::atomic<bool>& lost_;
+};
+
+// A server lost for good while a call to every server was made (its call
+// failed until the table dropped it) is left out, and the servers that
+// had answered are not called again: the call succeeds.
+TEST_F(ServerSetTest, AServerLostForGoodDuringACallToEveryServerIsLeftOut) {
+  std::atomic<bool> lost{false};
+  std::vector<std::unique_ptr<ParameterServer>> servers;
+  std::vector<std::unique_ptr<PsTransport>> transports;
+  for (int ps = 0; ps < 3; ++ps) {
+    servers.push_back(std::make_unique<ParameterServer>(TestServerConfig(ASYNC, 1)));
+    transports.push_back(std::make_unique<TabledServer>(servers.back().get(), ps, &lost));
+  }
+  ServerSet set(std::move(transports), options_, *policy_);
+  ASSERT_TRUE(set.Describe().ok());  // finds the table, and follows it
+  std::vector<std::atomic<int>> calls(3);
+  const absl::Status called = set.ForEveryServer("a test call", [&](int ps, absl::Time) {
+    ++calls[ps];
+    if (ps != 2) return absl::OkStatus();
+    lost = true;
+    return absl::UnavailableError("gone");
+  });
+  EXPECT_TRUE(called.ok()) << called;
+  EXPECT_EQ(calls[0], 1);
+  EXPECT_EQ(calls[1], 1);
+  EXPECT_GE(calls[2], 1);
+  const auto described = set.Describe();
+  ASSERT_TRUE(described.ok()) << described.status();
+  ASSERT_EQ(described->size(), 3u);
+  EXPECT_EQ((*described)[2].incarnation(), 0u);
+  EXPECT_NE((*described)[0].incarnation(), 0u);
 }
 
 }  // namespace
