@@ -131,6 +131,7 @@ absl::StatusOr<ServerState> CheckServers(const WorkerFlags& flags, PsClient& cli
   }
   ServerState state;
   for (const DescribeResponse& d : *described) {
+    if (!WasAsked(d)) continue;  // its empty entry tells nothing (restored step 0)
     const bool seen = replica < d.workers_size() && d.workers(replica).seen();
     state.resume = state.resume || seen || d.restored_step() >= 0;
   }

@@ -300,7 +300,9 @@ class Client:
 
     # -- Membership and the servers ------------------------------------------
     def describe(self):
-        """Every server's state (DescribeResponse as a dict), in task order."""
+        """Every server's state (DescribeResponse as a dict), in task order. A
+        server lost for good (out of the cluster's placement table, with
+        replicated shards) is not asked: its entry is empty (incarnation 0)."""
         return [json.loads(s) for s in self._native.describe()]
 
     def heartbeat(self):
@@ -549,8 +551,9 @@ def connect(
         )
 
     native = native_client(mode or "async")
-    if mode is None and check_mode:  # the servers' own, as the first of them says
-        runs = json.loads(native.describe()[0]).get("mode", "").lower()
+    if mode is None and check_mode:  # the servers' own, as the first asked says
+        asked = [s for s in map(json.loads, native.describe()) if was_asked(s)]
+        runs = asked[0].get("mode", "").lower() if asked else ""
         if runs and runs != native.mode:
             native = native_client(runs)
     client = Client(
@@ -563,11 +566,27 @@ def connect(
         job_done_on_exit=job_done_on_exit,
     )
     if check_mode:
-        for i, server in enumerate(client.describe()):
-            runs = server.get("mode", "").lower()
-            if runs != client.mode:
-                raise _fulcrum.FailedPrecondition(
-                    "client mode %s but ps %d (%s) runs %s; use the servers' --mode"
-                    % (client.mode, i, addresses[i], runs)
-                )
+        _check_modes(client.describe(), client.mode, addresses)
     return client
+
+
+def was_asked(server):
+    """Whether a describe() entry is a server's answer: one lost for good is
+    not asked, and its entry is empty (a running server's incarnation is
+    never 0), as WasAsked in common/describe_text.h says."""
+    return int(server.get("incarnation", 0)) != 0
+
+
+def _check_modes(servers, mode, addresses):
+    """FailedPrecondition naming the first server (of describe()'s entries)
+    whose consistency mode is not `mode`; a server lost for good is
+    skipped."""
+    for i, server in enumerate(servers):
+        if not was_asked(server):
+            continue
+        runs = server.get("mode", "").lower()
+        if runs != mode:
+            raise _fulcrum.FailedPrecondition(
+                "client mode %s but ps %d (%s) runs %s; use the servers' --mode"
+                % (mode, i, addresses[i], runs)
+            )

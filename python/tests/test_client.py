@@ -98,6 +98,23 @@ def test_mode_must_match_the_servers(servers):
         fulcrum.connect(s.hosts, mode="sync")
 
 
+def test_the_mode_check_skips_a_server_lost_for_good(servers):
+    """A server lost for good is not asked (its describe() entry is empty):
+    a worker that connects afterwards checks the others' mode only, as the
+    C++ worker does, and a mode that differs is still refused."""
+    from fulcrum.client import _check_modes
+
+    s = servers(mode="async", num_ps=1)
+    answered = fulcrum.connect(s.hosts, worker_id=-1).describe()[0]
+    lost = {"incarnation": "0", "mode": "MODE_UNSPECIFIED", "workers": []}
+    hosts = ["127.0.0.1:1", s.addresses[0]]
+    _check_modes([lost, answered], "async", hosts)
+    with pytest.raises(
+        fulcrum.FailedPrecondition, match=r"client mode sync but ps 1 .* runs async"
+    ):
+        _check_modes([lost, answered], "sync", hosts)
+
+
 def test_pull_writes_numpy_and_torch_buffers_in_place(servers):
     client = fulcrum.connect(servers().hosts)
     client.create_variables(linear_specs())

@@ -38,7 +38,8 @@ class ParameterServerStrategy(_strategy.Strategy):
         super().__init__(partitioner)
         self._client = client or _client.connect(mode=mode, cluster_spec=cluster_spec, **connect)
         # The job is under way already when the servers know this worker
-        # (it restarted) or restored a checkpoint, as the C++ worker judges.
+        # (it restarted) or restored a checkpoint, as the C++ worker judges;
+        # a server lost for good is not asked (its entry is empty).
         worker = self._client.worker_id
         self._resuming = worker >= 0 and any(
             int(server.get("restored_step", -1)) >= 0
@@ -46,6 +47,7 @@ class ParameterServerStrategy(_strategy.Strategy):
                 w.get("worker_id") == worker and w.get("seen") for w in server.get("workers", [])
             )
             for server in self._client.describe()
+            if _client.was_asked(server)
         )
         self._resume_batches = 0
         self._client.start_heartbeats()
