@@ -26,7 +26,7 @@
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
 #include "bench/echo.grpc.pb.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "ps_server/grpc/ps_grpc_server.h"
@@ -372,7 +372,7 @@ int Run() {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
-  fulcrum::KeepFreedMemoryForReuse();
+  fulcrum::TuneProcess();
   absl::ParseCommandLine(argc, argv);
   return fulcrum::Run();
 }

@@ -13,7 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 #include "ps_server/grpc/ps_grpc_server.h"
@@ -141,7 +141,7 @@ int Main() {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
-  fulcrum::KeepFreedMemoryForReuse();
+  fulcrum::TuneProcess();
   absl::ParseCommandLine(argc, argv);
   return fulcrum::Main();
 }

@@ -25,7 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "common/hash.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "fulcrum/grpc_ps_client.h"
 #include "fulcrum/ps_client.h"
 
@@ -322,7 +322,7 @@ void Run(bool quick, const std::string& only) {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
-  fulcrum::KeepFreedMemoryForReuse();
+  fulcrum::TuneProcess();
   absl::ParseCommandLine(argc, argv);
   fulcrum::Run(absl::GetFlag(FLAGS_quick), absl::GetFlag(FLAGS_only));
   return 0;

@@ -22,9 +22,9 @@
 #include "common/etcd/etcd_client.h"
 #include "common/file_system.h"
 #include "common/logging.h"
-#include "common/malloc_tuning.h"
 #include "common/memory_size.h"
 #include "common/metrics_server.h"
+#include "common/process_tuning.h"
 #include "common/rpc/authorization.h"
 #include "common/rpc/security_flags.h"
 #include "common/trace.h"
@@ -367,7 +367,7 @@ int Run() {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
-  fulcrum::KeepFreedMemoryForReuse();
+  fulcrum::TuneProcess();
   // A peer that goes away mid-write is an error on that connection, never
   // a signal that ends the process.
   signal(SIGPIPE, SIG_IGN);

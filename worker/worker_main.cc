@@ -18,8 +18,8 @@
 #include "common/cluster_flags.h"
 #include "common/file_system.h"
 #include "common/logging.h"
-#include "common/malloc_tuning.h"
 #include "common/metrics_server.h"
+#include "common/process_tuning.h"
 #include "common/rpc/security_flags.h"
 #include "worker/job_page.h"
 #include "worker/trainer.h"
@@ -200,7 +200,7 @@ absl::Status Run(const WorkerFlags& flags, bool* configured) {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
-  fulcrum::KeepFreedMemoryForReuse();
+  fulcrum::TuneProcess();
   // A peer that goes away mid-write is an error on that connection, never
   // a signal that ends the process.
   signal(SIGPIPE, SIG_IGN);
