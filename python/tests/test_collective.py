@@ -94,6 +94,29 @@ def a_group_of_one(**options):
     )
 
 
+def test_a_step_writes_into_the_callers_buffers_and_refuses_ones_that_do_not_fit():
+    """A step reads the gradients and writes the new values where the
+    caller's arrays lie; arrays that do not fit the variables are refused,
+    naming the variable, before anything is applied."""
+    group = a_group_of_one()
+    out = {"w": np.zeros((2, 3), np.float32)}
+    group.start({"w": np.ones((2, 3), np.float32)}, out)
+    grads = {"w": np.full((2, 3), 0.5, np.float32)}
+    group.step(grads, out)
+    assert group.step_count == 1
+    first = out["w"].copy()
+    assert np.all(first < 1.0)  # Adam's first step moves each value down by about 0.1
+    np.testing.assert_allclose(first, 0.9, rtol=1e-4)
+    with pytest.raises(fulcrum.InvalidArgument, match="output for 'w': 4 elements where 6"):
+        group.step(grads, {"w": np.zeros(4, np.float32)})
+    with pytest.raises(fulcrum.NotFound, match="variable 'v' is not in the group"):
+        group.step(grads, {"v": np.zeros((2, 3), np.float32)})
+    with pytest.raises(fulcrum.InvalidArgument, match="gradient of 'w': 5 elements where 6"):
+        group.step({"w": np.zeros(5, np.float32)}, out)
+    assert group.step_count == 1
+    np.testing.assert_array_equal(out["w"], first)
+
+
 def test_the_chief_checkpoints_its_replica_and_a_new_group_resumes_from_it(tmp_path):
     grads = [np.full((2, 3), g, np.float32) for g in (1.0, -2.0, 0.5, 3.0)]
     out = {"w": np.zeros((2, 3), np.float32)}

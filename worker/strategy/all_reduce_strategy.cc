@@ -293,33 +293,73 @@ int64_t AllReduceStrategy::ResumedBatches(int num_workers, int64_t steps_per_epo
 }
 
 void AllReduceStrategy::CopyValues(TensorMap* weights) const {
+  TensorViews views;
   for (const Variable& v : variables_) {
     DenseTensor& tensor = (*weights)[v.spec.name()];
     tensor.shape.assign(v.spec.shape().begin(), v.spec.shape().end());
-    tensor.values = v.values;
+    tensor.values.resize(v.values.size());
+    views[v.spec.name()] = TensorView{tensor.shape, tensor.values.data()};
+  }
+  WriteValues(views);
+}
+
+void AllReduceStrategy::WriteValues(const TensorViews& values) const {
+  for (const Variable& v : variables_) {
+    auto it = values.find(v.spec.name());
+    if (it != values.end()) std::copy(v.values.begin(), v.values.end(), it->second.data);
   }
 }
 
 absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, const StepPlace& place,
                                             TensorMap* weights) {
+  // Seen as flat buffers of the floats they hold, so that a tensor whose
+  // shape does not match its values is refused by the floats it has.
+  ConstTensorViews views;
   if (gradients != nullptr) {
-    for (const Variable& v : variables_) {
-      auto it = gradients->find(v.spec.name());
-      if (it == gradients->end() || it->second.values.size() != v.values.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "gradient of '", v.spec.name(), "': ",
-            it == gradients->end() ? std::string("missing")
-                                   : absl::StrCat(it->second.values.size(), " elements where ",
-                                                  v.values.size(), " were expected")));
-      }
+    for (const auto& [name, tensor] : *gradients) {
+      views[name] =
+          ConstTensorView{{static_cast<int64_t>(tensor.values.size())}, tensor.values.data()};
     }
   }
-  if (auto reduced = Reduce(gradients, &place); !reduced.ok()) return reduced.status();
+  if (absl::Status s = StepInPlace(gradients != nullptr ? &views : nullptr, place, {}); !s.ok()) {
+    return s;
+  }
   CopyValues(weights);
   return 0;
 }
 
-void AllReduceStrategy::Fill(const TensorMap* gradients, const StepPlace* place) {
+absl::Status AllReduceStrategy::StepInPlace(const ConstTensorViews* gradients,
+                                            const StepPlace& place, const TensorViews& values) {
+  const auto size = [](const Variable& v) { return static_cast<int64_t>(v.values.size()); };
+  for (const Variable& v : variables_) {
+    if (gradients == nullptr) break;
+    auto it = gradients->find(v.spec.name());
+    if (it == gradients->end() || NumElements(it->second.shape) != size(v)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient of '", v.spec.name(), "': ",
+          it == gradients->end() ? std::string("missing")
+                                 : absl::StrCat(NumElements(it->second.shape), " elements where ",
+                                                size(v), " were expected")));
+    }
+  }
+  for (const auto& [name, view] : values) {
+    auto v = std::find_if(variables_.begin(), variables_.end(),
+                          [&name = name](const Variable& v) { return v.spec.name() == name; });
+    if (v == variables_.end()) {
+      return absl::NotFoundError(absl::StrCat("variable '", name, "' is not in the group"));
+    }
+    if (NumElements(view.shape) != size(*v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output for '", name, "': ", NumElements(view.shape), " elements where ",
+                       size(*v), " were expected"));
+    }
+  }
+  if (auto reduced = Reduce(gradients, &place); !reduced.ok()) return reduced.status();
+  WriteValues(values);
+  return absl::OkStatus();
+}
+
+void AllReduceStrategy::Fill(const ConstTensorViews* gradients, const StepPlace* place) {
   if (gradients == nullptr) {
     std::fill(fused_.begin(), fused_.end(), 0.0f);
   } else {
@@ -330,13 +370,13 @@ void AllReduceStrategy::Fill(const TensorMap* gradients, const StepPlace* place)
       std::fill_n(fused_.begin() + p * layout_.stride() + used, layout_.part - used, 0.0f);
     }
     for (const Variable& v : variables_) {
-      const std::vector<float>& grad = gradients->at(v.spec.name()).values;
+      const float* grad = gradients->at(v.spec.name()).data;
+      const int64_t size = static_cast<int64_t>(v.values.size());
       // In pieces that end where a part does.
-      for (int64_t e = 0; e < static_cast<int64_t>(grad.size());) {
+      for (int64_t e = 0; e < size;) {
         const int64_t at = v.offset + e;
-        const int64_t count =
-            std::min(static_cast<int64_t>(grad.size()) - e, layout_.part - at % layout_.part);
-        std::copy_n(grad.begin() + e, count, fused_.begin() + layout_.Position(at));
+        const int64_t count = std::min(size - e, layout_.part - at % layout_.part);
+        std::copy_n(grad + e, count, fused_.begin() + layout_.Position(at));
         e += count;
       }
     }
@@ -502,7 +542,8 @@ void AllReduceStrategy::Commit() {
   pending_completed_ = 0;
 }
 
-absl::StatusOr<bool> AllReduceStrategy::Reduce(const TensorMap* gradients, const StepPlace* place) {
+absl::StatusOr<bool> AllReduceStrategy::Reduce(const ConstTensorViews* gradients,
+                                               const StepPlace* place) {
   for (;;) {
     Fill(gradients, place);
     // Ranks that reconnected ask to join; the leader admits them.

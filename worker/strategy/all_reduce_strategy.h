@@ -108,6 +108,14 @@ class AllReduceStrategy final : public Strategy {
   int64_t ResumedBatches(int num_workers, int64_t steps_per_epoch) const override;
   absl::StatusOr<int> Step(const TensorMap* gradients, const StepPlace& place,
                            TensorMap* weights) override;
+  // Step on the caller's own buffers (a Python program's), with no copy
+  // of them in between: `gradients` (every variable's, of its element
+  // count; nullptr: this worker's batch was skipped) are read where they
+  // lie, and the values after the step are written into `values` (those it
+  // names, each of its variable's element count). Both are checked before
+  // the step: INVALID_ARGUMENT or NOT_FOUND naming the variable.
+  absl::Status StepInPlace(const ConstTensorViews* gradients, const StepPlace& place,
+                           const TensorViews& values);
   int64_t step() const override { return step_; }
   Dealing DealEpoch(int64_t epoch) override;
   // The chief only (the one given a checkpoint directory, while it leads
@@ -167,7 +175,7 @@ class AllReduceStrategy final : public Strategy {
   // again as the optimizer's initial ones.
   absl::Status DealSlots(int root, bool all_give, const AllReduceOptions& options);
   // The step's gradients (none: skipped) and tail into fused_.
-  void Fill(const TensorMap* gradients, const StepPlace* place);
+  void Fill(const ConstTensorViews* gradients, const StepPlace* place);
   // The tail summed over the group, in this member's part.
   const float* Tail() const;
   // Sharded over more than one member (else the optimizer runs in place).
@@ -202,7 +210,7 @@ class AllReduceStrategy final : public Strategy {
   // ranks ask to join. `place` (nullptr: catching up) is told to the
   // others. False when the group had completed the step without this
   // member, whose state it then took.
-  absl::StatusOr<bool> Reduce(const TensorMap* gradients, const StepPlace* place);
+  absl::StatusOr<bool> Reduce(const ConstTensorViews* gradients, const StepPlace* place);
   // After a failed all-reduce, or when ranks asked to join (`joiners`, the
   // leader's only): the live members re-form the group and take the
   // furthest member's state. Whether this member's step is done (it had
@@ -214,7 +222,10 @@ class AllReduceStrategy final : public Strategy {
   // A running group sent this worker a notice of `round` from `leader`:
   // joins it by `deadline`, asking again when left out, then catches up.
   absl::Status Join(int leader, uint64_t round, absl::Time deadline);
+  // Every variable's values into `weights`, each entry shaped as its spec.
   void CopyValues(TensorMap* weights) const;
+  // The values of the variables `values` names into its buffers.
+  void WriteValues(const TensorViews& values) const;
 
   PeerLinks* const links_;
   const AllReduceStrategyOptions options_;

@@ -602,5 +602,54 @@ TEST(AllReduceStrategyTest, GradientsOfTheWrongShapeAreRefused) {
   EXPECT_EQ(strategy.step(), 0);
 }
 
+// StepInPlace, on a caller's buffers, steps as Step does: two replicas,
+// one stepped each way with the same gradients, hold the same values,
+// written into the buffers it names. Buffers that do not fit are refused
+// before the step.
+TEST(AllReduceStrategyTest, StepsInPlaceAsOnTensorMaps) {
+  SoloLinks solo_a, solo_b;
+  AllReduceStrategy on_maps(&solo_a, Specs(), {});
+  AllReduceStrategy in_place(&solo_b, Specs(), {});
+  TensorMap weights, started;
+  ASSERT_TRUE(on_maps.Start(&weights).ok());
+  ASSERT_TRUE(in_place.Start(&started).ok());
+  std::vector<float> kernel(15, -1.0f);
+  std::vector<float> bias(3, -1.0f);
+  const TensorViews out = {{"kernel", TensorView{{5, 3}, kernel.data()}},
+                           {"bias", TensorView{{3}, bias.data()}}};
+  for (int step = 0; step < 3; ++step) {
+    const TensorMap grads = Gradients(0, step);
+    ConstTensorViews views;
+    for (const auto& [name, tensor] : grads) {
+      views[name] = ConstTensorView{tensor.shape, tensor.values.data()};
+    }
+    ASSERT_TRUE(on_maps.Step(&grads, {}, &weights).ok());
+    const absl::Status stepped = in_place.StepInPlace(&views, {}, out);
+    ASSERT_TRUE(stepped.ok()) << stepped;
+    EXPECT_EQ(kernel, weights["kernel"].values) << "step " << step;
+    EXPECT_EQ(bias, weights["bias"].values) << "step " << step;
+  }
+  // A skipped batch moves nothing; an output it does not name is not
+  // written.
+  const std::vector<float> before = kernel;
+  ASSERT_TRUE(in_place.StepInPlace(nullptr, {}, {{"kernel", out.at("kernel")}}).ok());
+  EXPECT_EQ(kernel, before);
+
+  std::vector<float> short_bias(2);
+  const absl::Status misfit =
+      in_place.StepInPlace(nullptr, {}, {{"bias", TensorView{{2}, short_bias.data()}}});
+  EXPECT_EQ(misfit.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(misfit.message(), HasSubstr("output for 'bias': 2 elements where 3"));
+  const absl::Status unknown =
+      in_place.StepInPlace(nullptr, {}, {{"gamma", TensorView{{3}, bias.data()}}});
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.message(), HasSubstr("'gamma' is not in the group"));
+  const ConstTensorViews wrong = {{"kernel", ConstTensorView{{5, 3}, kernel.data()}},
+                                  {"bias", ConstTensorView{{4}, bias.data()}}};
+  EXPECT_THAT(in_place.StepInPlace(&wrong, {}, out).message(),
+              HasSubstr("gradient of 'bias': 4 elements where 3"));
+  EXPECT_EQ(in_place.step(), 3);
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -127,13 +127,14 @@ class Collective {
     if (strategy_ != nullptr) Throw(absl::FailedPreconditionError("the group has started"));
     options_.initial_values = CopyIn(initial, "initial value of");
     strategy_ = std::make_unique<AllReduceStrategy>(links_.get(), specs_, options_);
+    TensorMap weights;
     absl::Status started;
     {
       py::gil_scoped_release release;
-      started = strategy_->Start(&weights_);
+      started = strategy_->Start(&weights);
     }
     ThrowIfError(started);
-    CopyOut(weights_, out);
+    CopyOut(weights, out);
   }
 
   // One step: this rank's `gradients` ({name: buffer}, or None when its
@@ -141,18 +142,17 @@ class Collective {
   // the variables after the step into `out`.
   void Step(const py::object& gradients, int64_t epoch, bool ends_epoch, const py::dict& out) {
     Started();
-    TensorMap grads;
-    if (!gradients.is_none()) grads = CopyIn(gradients.cast<py::dict>(), "gradient of");
+    // Both are read and written where they lie, copied by no one.
+    HeldTensors grads, values;
+    if (!gradients.is_none()) Hold(gradients.cast<py::dict>(), "gradient of", false, &grads);
+    Hold(out, "output", true, &values);
     absl::Status stepped;
     {
       py::gil_scoped_release release;
-      stepped = strategy_
-                    ->Step(gradients.is_none() ? nullptr : &grads, StepPlace{epoch, ends_epoch},
-                           &weights_)
-                    .status();
+      stepped = strategy_->StepInPlace(gradients.is_none() ? nullptr : &grads.in,
+                                       StepPlace{epoch, ends_epoch}, values.out);
     }
     ThrowIfError(stepped);
-    CopyOut(weights_, out);
     if (checkpointer_) {
       py::gil_scoped_release release;
       checkpointer_->MaybeSave(strategy_->step());  // a failure is logged; training goes on
@@ -205,7 +205,6 @@ class Collective {
   AllReduceStrategyOptions options_;
   std::unique_ptr<AllReduceStrategy> strategy_;
   std::optional<Checkpointer> checkpointer_;  // the chief's, given a directory
-  TensorMap weights_;
 };
 
 }  // namespace
