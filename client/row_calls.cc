@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/embedding.h"
 #include "common/logging.h"
@@ -140,9 +141,11 @@ absl::StatusOr<const std::vector<RoutedIds>*> RowCalls::RouteLookups(
                                                    " lookups with ", row_floats.size(), " ", what,
                                                    " buffers"));
   }
+  absl::InlinedVector<const EmbeddingTableSpec*, 32> specs;
   for (size_t i = 0; i < lookups.size(); ++i) {
     absl::StatusOr<const EmbeddingTableSpec*> spec = Table(lookups[i].table);
     if (!spec.ok()) return spec.status();
+    specs.push_back(*spec);
     const int64_t width = (*spec)->width();
     if (row_floats[i] != lookups[i].ids.size() * width) {
       return absl::InvalidArgumentError(
@@ -156,8 +159,8 @@ absl::StatusOr<const std::vector<RoutedIds>*> RowCalls::RouteLookups(
   if (!std::equal(lookups.begin(), lookups.end(), routed_lookups_.begin(), routed_lookups_.end(),
                   same)) {
     routed_.clear();
-    for (const TableIds& lookup : lookups) {
-      routed_.push_back(RouteIds(lookup.ids, tables_.at(lookup.table).partitions()));
+    for (size_t i = 0; i < lookups.size(); ++i) {
+      routed_.push_back(RouteIds(lookups[i].ids, specs[i]->partitions()));
     }
     routed_lookups_ = lookups;
   }
