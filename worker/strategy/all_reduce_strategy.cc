@@ -293,14 +293,27 @@ int64_t AllReduceStrategy::ResumedBatches(int num_workers, int64_t steps_per_epo
 }
 
 void AllReduceStrategy::CopyValues(TensorMap* weights) const {
-  TensorViews views;
   for (const Variable& v : variables_) {
     DenseTensor& tensor = (*weights)[v.spec.name()];
     tensor.shape.assign(v.spec.shape().begin(), v.spec.shape().end());
-    tensor.values.resize(v.values.size());
-    views[v.spec.name()] = TensorView{tensor.shape, tensor.values.data()};
+    tensor.values = v.values;
   }
-  WriteValues(views);
+}
+
+absl::Status AllReduceStrategy::CheckOutputs(const TensorViews& values) const {
+  for (const auto& [name, view] : values) {
+    auto v = std::find_if(variables_.begin(), variables_.end(),
+                          [&name = name](const Variable& v) { return v.spec.name() == name; });
+    if (v == variables_.end()) {
+      return absl::NotFoundError(absl::StrCat("variable '", name, "' is not in the group"));
+    }
+    if (NumElements(view.shape) != static_cast<int64_t>(v->values.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output for '", name, "': ", NumElements(view.shape), " elements where ",
+                       v->values.size(), " were expected"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void AllReduceStrategy::WriteValues(const TensorViews& values) const {
@@ -308,6 +321,12 @@ void AllReduceStrategy::WriteValues(const TensorViews& values) const {
     auto it = values.find(v.spec.name());
     if (it != values.end()) std::copy(v.values.begin(), v.values.end(), it->second.data);
   }
+}
+
+absl::Status AllReduceStrategy::ReadValues(const TensorViews& values) const {
+  if (absl::Status s = CheckOutputs(values); !s.ok()) return s;
+  WriteValues(values);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, const StepPlace& place,
@@ -330,30 +349,20 @@ absl::StatusOr<int> AllReduceStrategy::Step(const TensorMap* gradients, const St
 
 absl::Status AllReduceStrategy::StepInPlace(const ConstTensorViews* gradients,
                                             const StepPlace& place, const TensorViews& values) {
-  const auto size = [](const Variable& v) { return static_cast<int64_t>(v.values.size()); };
-  for (const Variable& v : variables_) {
-    if (gradients == nullptr) break;
-    auto it = gradients->find(v.spec.name());
-    if (it == gradients->end() || NumElements(it->second.shape) != size(v)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient of '", v.spec.name(), "': ",
-          it == gradients->end() ? std::string("missing")
-                                 : absl::StrCat(NumElements(it->second.shape), " elements where ",
-                                                size(v), " were expected")));
+  if (gradients != nullptr) {
+    for (const Variable& v : variables_) {
+      const int64_t size = static_cast<int64_t>(v.values.size());
+      auto it = gradients->find(v.spec.name());
+      if (it == gradients->end() || NumElements(it->second.shape) != size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gradient of '", v.spec.name(), "': ",
+            it == gradients->end() ? std::string("missing")
+                                   : absl::StrCat(NumElements(it->second.shape), " elements where ",
+                                                  size, " were expected")));
+      }
     }
   }
-  for (const auto& [name, view] : values) {
-    auto v = std::find_if(variables_.begin(), variables_.end(),
-                          [&name = name](const Variable& v) { return v.spec.name() == name; });
-    if (v == variables_.end()) {
-      return absl::NotFoundError(absl::StrCat("variable '", name, "' is not in the group"));
-    }
-    if (NumElements(view.shape) != size(*v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output for '", name, "': ", NumElements(view.shape), " elements where ",
-                       size(*v), " were expected"));
-    }
-  }
+  if (absl::Status s = CheckOutputs(values); !s.ok()) return s;
   if (auto reduced = Reduce(gradients, &place); !reduced.ok()) return reduced.status();
   WriteValues(values);
   return absl::OkStatus();

@@ -116,6 +116,10 @@ class AllReduceStrategy final : public Strategy {
   // the step: INVALID_ARGUMENT or NOT_FOUND naming the variable.
   absl::Status StepInPlace(const ConstTensorViews* gradients, const StepPlace& place,
                            const TensorViews& values);
+  // The current values of the variables `values` names into its buffers,
+  // checked first as StepInPlace checks them (after Start: a Python
+  // program's first values).
+  absl::Status ReadValues(const TensorViews& values) const;
   int64_t step() const override { return step_; }
   Dealing DealEpoch(int64_t epoch) override;
   // The chief only (the one given a checkpoint directory, while it leads
@@ -224,6 +228,9 @@ class AllReduceStrategy final : public Strategy {
   absl::Status Join(int leader, uint64_t round, absl::Time deadline);
   // Every variable's values into `weights`, each entry shaped as its spec.
   void CopyValues(TensorMap* weights) const;
+  // NOT_FOUND or INVALID_ARGUMENT, naming the variable, when `values`
+  // names one that is not in the group or a buffer not of its size.
+  absl::Status CheckOutputs(const TensorViews& values) const;
   // The values of the variables `values` names into its buffers.
   void WriteValues(const TensorViews& values) const;
 

@@ -11,7 +11,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,26 +48,6 @@ TensorMap CopyIn(const py::dict& tensors, const char* role) {
     out[name] = DenseTensor{view.shape, std::vector<float>(view.data, view.data + n)};
   }
   return out;
-}
-
-// `values` into the buffers of `out` ({name: buffer}), each of its size.
-void CopyOut(const TensorMap& values, const py::dict& out) {
-  HeldTensors held;
-  Hold(out, "output", true, &held);
-  for (const auto& [name, view] : held.out) {
-    auto it = values.find(name);
-    if (it == values.end()) {
-      Throw(absl::NotFoundError(absl::StrCat("variable '", name, "' is not in the group")));
-    }
-    int64_t n = 1;
-    for (int64_t d : view.shape) n *= d;
-    if (static_cast<size_t>(n) != it->second.values.size()) {
-      Throw(absl::InvalidArgumentError(absl::StrCat("output for '", name, "': ", n,
-                                                    " elements where ", it->second.values.size(),
-                                                    " were expected")));
-    }
-    std::memcpy(view.data, it->second.values.data(), n * sizeof(float));
-  }
 }
 
 // One rank of the group. Not thread-safe: one Python thread calls it.
@@ -134,7 +113,9 @@ class Collective {
       started = strategy_->Start(&weights);
     }
     ThrowIfError(started);
-    CopyOut(weights, out);
+    HeldTensors values;
+    Hold(out, "output", true, &values);
+    ThrowIfError(strategy_->ReadValues(values.out));
   }
 
   // One step: this rank's `gradients` ({name: buffer}, or None when its
