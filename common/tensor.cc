@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/optimizer/spec.h"
+#include "common/vector_clones.h"
 
 namespace fulcrum {
 
@@ -113,11 +114,9 @@ uint16_t ToBfloat16(float value) {
   return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
-// Over a tensor: in AVX2 where the CPU has it (chosen as the program
-// loads), which makes it 8 floats a step; SSE2's lacks the unsigned
-// compare and packing that the loop needs, and runs a float at a time.
-__attribute__((target_clones("avx2", "default"))) void ToBfloat16(const float* in, uint16_t* out,
-                                                                  size_t n) {
+// Over a tensor, vectorised: SSE2 lacks the unsigned compare and packing
+// that the loop needs, and runs a float at a time.
+FULCRUM_VECTOR_CLONES void ToBfloat16(const float* in, uint16_t* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = ToBfloat16(in[i]);
 }
 

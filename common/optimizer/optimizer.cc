@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "common/thread_pool.h"
+#include "common/vector_clones.h"
 
 namespace fulcrum {
 
@@ -41,12 +42,11 @@ constexpr size_t kParallelElements = size_t{1} << 20;
 // The update rule on elements [0, n) of the shard's arrays; the gradient's
 // floats may lie at any address (LoadFloat), and each is multiplied by
 // `scale` as it is read. The arrays never overlap; `__restrict` lets the
-// compiler vectorise (with -fno-math-errno for sqrt, set in BUILD), in AVX2 where the CPU has it
-// (chosen as the program loads). Without FMA (-ffp-contract=off) every path rounds each operation
-// alike, so replicas on different CPUs stay bit-identical.
-__attribute__((target_clones("avx2", "default"))) void ApplyRange(
-    const OptimizerSpec& spec, float lr, float scale, size_t n, const char* __restrict grad_bytes,
-    float* __restrict var, float* __restrict slot0, float* __restrict slot1) {
+// compiler vectorise (FULCRUM_VECTOR_CLONES, with -fno-math-errno for sqrt
+// set in BUILD).
+FULCRUM_VECTOR_CLONES void ApplyRange(const OptimizerSpec& spec, float lr, float scale, size_t n,
+                                      const char* __restrict grad_bytes, float* __restrict var,
+                                      float* __restrict slot0, float* __restrict slot1) {
   const auto grad = [grad_bytes, scale](size_t i) { return LoadFloat(grad_bytes, i) * scale; };
   switch (spec.kind()) {
     case OptimizerSpec::SGD:

@@ -153,6 +153,56 @@ TEST_P(OptimizerTest, AScaledSumIsTheMeanToTheBit) {
   EXPECT_NE(scaled[10], std::sin(0.1f)) << c.name << ": the values moved";
 }
 
+// The vectorised rule (AVX-512, AVX2 or SSE2, whichever this CPU runs)
+// rounds every element as the rule written one float at a time does, to
+// the bit: replicas on CPUs with different vector units stay identical.
+// Adam and Adagrad, whose square roots and divisions a fused or
+// approximate instruction would round otherwise; lengths that leave an
+// epilogue after every vector width.
+TEST(OptimizerTest, VectorisedRulesRoundAsTheScalarRule) {
+  constexpr float kRate = 0.01f, kBeta1 = 0.9f, kBeta2 = 0.999f, kEpsilon = 1e-7f;
+  for (OptimizerSpec::Kind kind : {OptimizerSpec::ADAM, OptimizerSpec::ADAGRAD}) {
+    for (size_t n : {size_t{1}, size_t{15}, size_t{1000} + 3}) {
+      OptimizerSpec spec;
+      spec.set_kind(kind);
+      spec.set_learning_rate(kRate);
+      spec.set_beta1(kBeta1);
+      spec.set_beta2(kBeta2);
+      spec.set_epsilon(kEpsilon);
+      spec.set_initial_accumulator_value(0.1f);
+      std::vector<float> var(n), expected(n), grad(n);
+      for (size_t i = 0; i < n; ++i) var[i] = expected[i] = std::sin(0.37f * i);
+      OptimizerSlots slots = MakeSlots(spec, n), expected_slots = MakeSlots(spec, n);
+      for (int step = 1; step <= 3; ++step) {
+        for (size_t i = 0; i < n; ++i) grad[i] = std::cos(0.011f * i * step) - 0.3f;
+        ApplyGradient(spec, step, 1, {AsFloatBytes(grad)}, absl::MakeSpan(var), slots);
+        // Adam's bias-corrected rate, in double as the optimizer computes it.
+        const float lr =
+            kind == OptimizerSpec::ADAM
+                ? static_cast<float>(kRate * std::sqrt(1.0 - std::pow(double{kBeta2}, step)) /
+                                     (1.0 - std::pow(double{kBeta1}, step)))
+                : kRate;
+        for (size_t i = 0; i < n; ++i) {
+          volatile float g = grad[i];  // one float at a time, never vectorised
+          float& m = expected_slots[0][i];
+          if (kind == OptimizerSpec::ADAM) {
+            float& v = expected_slots[1][i];
+            m = kBeta1 * m + (1.0f - kBeta1) * g;
+            v = kBeta2 * v + (1.0f - kBeta2) * g * g;
+            expected[i] -= lr * m / (std::sqrt(v) + kEpsilon);
+          } else {
+            m += g * g;
+            expected[i] -= lr * g / (std::sqrt(m) + kEpsilon);
+          }
+        }
+        EXPECT_EQ(var, expected) << OptimizerSpec::Kind_Name(kind) << " n " << n << " step "
+                                 << step;
+        EXPECT_EQ(slots, expected_slots) << OptimizerSpec::Kind_Name(kind) << " n " << n;
+      }
+    }
+  }
+}
+
 TEST(OptimizerTest, LearningRateScalesWithTheGradientsAveraged) {
   OptimizerSpec spec;
   spec.set_learning_rate(1e-3f);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/vector_clones.h"
 
 namespace fulcrum {
 namespace {
@@ -17,6 +18,12 @@ struct Range {
 Range Segment(int64_t length, int n, int s) { return {length * s / n, length * (s + 1) / n}; }
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// to[i] = to[i] + from[i], vectorised: each sum rounds as the scalar one
+// does, and b + a == a + b, so ranks that add in either order agree.
+FULCRUM_VECTOR_CLONES void AddInto(float* __restrict to, const float* __restrict from, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) to[i] += from[i];
+}
 
 // The next message from `peer`, which must hold `count` floats (INTERNAL
 // naming both counts otherwise).
@@ -101,9 +108,7 @@ class Ring {
         if (!message.ok()) return message.status();
         float* incoming = message->data();
         float* own = buffer_.data() + in.begin + offset;
-        if (add) {
-          for (int64_t i = 0; i < count; ++i) incoming[i] += own[i];  // b + a == a + b
-        }
+        if (add) AddInto(incoming, own, count);
         if (store) std::copy(incoming, incoming + count, own);
         if (keep) received.push_back(*std::move(message));
       }
@@ -165,7 +170,7 @@ absl::Status RecursiveDoublingAllReduce(PeerLinks& links, absl::Span<float> buff
   auto add_from = [&](int peer) -> absl::Status {
     auto message = RecvExactly(links, peer, buffer.size(), deadline);
     if (!message.ok()) return message.status();
-    for (size_t i = 0; i < buffer.size(); ++i) buffer[i] += (*message)[i];
+    AddInto(buffer.data(), message->data(), static_cast<int64_t>(buffer.size()));
     return absl::OkStatus();
   };
   if (rank >= p) {

@@ -8,28 +8,26 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/vector_clones.h"
 
 namespace fulcrum {
 namespace {
 
-// The elementwise kernels, each in AVX2 where the CPU has it (chosen as the
-// program loads) and vectorised (-O3, set in BUILD): the model calls them in
-// place, so each takes the array it writes as its only non-const one.
+// The elementwise kernels, vectorised (FULCRUM_VECTOR_CLONES; -O3, set in
+// BUILD): the model calls them in place, so each takes the array it writes
+// as its only non-const one.
 
-__attribute__((target_clones("avx2", "default"))) void ReluInPlace(int64_t n, float* __restrict y) {
+FULCRUM_VECTOR_CLONES void ReluInPlace(int64_t n, float* __restrict y) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0 ? y[i] : 0.0f;
 }
 
 // dx[i] is kept where y[i] > 0, else zeroed.
-__attribute__((target_clones("avx2", "default"))) void MaskByPositive(int64_t n,
-                                                                      const float* __restrict y,
-                                                                      float* __restrict dx) {
+FULCRUM_VECTOR_CLONES void MaskByPositive(int64_t n, const float* __restrict y,
+                                          float* __restrict dx) {
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0 ? dx[i] : 0.0f;
 }
 
-__attribute__((target_clones("avx2", "default"))) void AddRow(int64_t cols,
-                                                              const float* __restrict row,
-                                                              float* __restrict to) {
+FULCRUM_VECTOR_CLONES void AddRow(int64_t cols, const float* __restrict row, float* __restrict to) {
   for (int64_t c = 0; c < cols; ++c) to[c] += row[c];
 }
 
