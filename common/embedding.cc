@@ -9,6 +9,7 @@
 #include "common/initializer.h"
 #include "common/logging.h"
 #include "common/tensor.h"
+#include "common/vector_clones.h"
 
 namespace fulcrum {
 namespace {
@@ -31,6 +32,20 @@ VariableSpec AsVariable(const EmbeddingTableSpec& spec) {
   for (unsigned char c : spec.name()) name_hash = (name_hash ^ c) * 0x100000001B3ull;
   variable.mutable_initializer()->set_seed(spec.initializer().seed() ^ Mix64(name_hash));
   return variable;
+}
+
+// out[i] = lo + span * the (i + 1)-th uniform in [0, 1) after `row`, in
+// double, then rounded to float: vectorised, each value exactly as one at a
+// time (the 53-bit integers convert exactly; no fused multiply-add).
+FULCRUM_VECTOR_CLONES void UniformRow(uint64_t row, float lo, float span, float* __restrict out,
+                                      int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const auto bits =
+        static_cast<int64_t>(Mix64(row + static_cast<uint64_t>(i + 1) * kGoldenGamma) >> 11);
+    out[i] =
+        static_cast<float>(static_cast<double>(lo) +
+                           static_cast<double>(span) * (static_cast<double>(bits) * 0x1.0p-53));
+  }
 }
 
 }  // namespace
@@ -98,9 +113,8 @@ void EmbeddingRowInitializer::Row(int64_t id, absl::Span<float> out) const {
       std::fill(out.begin(), out.end(), init_.value());
       break;
     case InitializerSpec::RANDOM_UNIFORM:
-      for (float& x : out) {
-        x = static_cast<float>(init_.minval() + (init_.maxval() - init_.minval()) * uniform());
-      }
+      UniformRow(row, init_.minval(), init_.maxval() - init_.minval(), out.data(),
+                 static_cast<int64_t>(out.size()));
       break;
     case InitializerSpec::RANDOM_NORMAL:
     case InitializerSpec::TRUNCATED_NORMAL: {

@@ -115,5 +115,23 @@ TEST(EmbeddingTest, BadSpecsAreNamed) {
   EXPECT_THAT(ValidateEmbeddingTableSpec(Table("")).message(), HasSubstr("needs a name"));
 }
 
+// A row's k-th value depends on the table, the id and k only, whatever the
+// row's width: the vectorised rows (widths of whole vectors, and the floats
+// past them) give each value as the shortest rows, one float at a time, do.
+TEST(EmbeddingTest, UniformRowsAreTheSameAtEveryWidth) {
+  const EmbeddingRowInitializer init(Table("user"));
+  constexpr int64_t kWidest = 67;
+  for (int64_t id : {int64_t{0}, int64_t{42}, int64_t{-7}, int64_t{1} << 40}) {
+    std::vector<float> widest(kWidest);
+    init.Row(id, absl::MakeSpan(widest));
+    for (int64_t width = 1; width < kWidest; ++width) {
+      std::vector<float> row(width);
+      init.Row(id, absl::MakeSpan(row));
+      EXPECT_TRUE(std::equal(row.begin(), row.end(), widest.begin()))
+          << "id " << id << ", width " << width;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fulcrum
