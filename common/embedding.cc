@@ -9,7 +9,7 @@
 #include "common/initializer.h"
 #include "common/logging.h"
 #include "common/tensor.h"
-#include "common/vector_clones.h"
+#include "common/vector_loops.h"
 
 namespace fulcrum {
 namespace {
@@ -34,17 +34,20 @@ VariableSpec AsVariable(const EmbeddingTableSpec& spec) {
   return variable;
 }
 
-// out[i] = lo + span * the (i + 1)-th uniform in [0, 1) after `row`, in
-// double, then rounded to float: vectorised, each value exactly as one at a
-// time (the 53-bit integers convert exactly; no fused multiply-add).
+// The k-th uniform (k >= 1) of the row seeded `row`, in [0, 1): 53 bits
+// of a hash, which convert to double exactly.
+double UniformAt(uint64_t row, uint64_t k) {
+  return static_cast<double>(static_cast<int64_t>(Mix64(row + k * kGoldenGamma) >> 11)) * 0x1.0p-53;
+}
+
+// out[i] = lo + span * the row's (i + 1)-th uniform, in double, then
+// rounded to float: vectorised, each value exactly as one at a time (no
+// fused multiply-add).
 FULCRUM_VECTOR_CLONES void UniformRow(uint64_t row, float lo, float span, float* __restrict out,
                                       int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    const auto bits =
-        static_cast<int64_t>(Mix64(row + static_cast<uint64_t>(i + 1) * kGoldenGamma) >> 11);
-    out[i] =
-        static_cast<float>(static_cast<double>(lo) +
-                           static_cast<double>(span) * (static_cast<double>(bits) * 0x1.0p-53));
+    out[i] = static_cast<float>(static_cast<double>(lo) +
+                                static_cast<double>(span) * UniformAt(row, i + 1));
   }
 }
 
@@ -105,9 +108,7 @@ void EmbeddingRowInitializer::Row(int64_t id, absl::Span<float> out) const {
   // The k-th uniform of the row, in [0, 1), and (0, 1] for logarithms.
   const uint64_t row = Mix64(seed_ ^ Mix64(static_cast<uint64_t>(id) + kGoldenGamma));
   uint64_t k = 0;
-  const auto uniform = [&] {
-    return static_cast<double>(Mix64(row + ++k * kGoldenGamma) >> 11) * 0x1.0p-53;
-  };
+  const auto uniform = [&] { return UniformAt(row, ++k); };
   switch (init_.kind()) {
     case InitializerSpec::CONSTANT:
       std::fill(out.begin(), out.end(), init_.value());

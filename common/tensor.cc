@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/optimizer/spec.h"
-#include "common/vector_clones.h"
+#include "common/vector_loops.h"
 
 namespace fulcrum {
 

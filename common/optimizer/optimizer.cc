@@ -6,7 +6,7 @@
 
 #include "common/logging.h"
 #include "common/thread_pool.h"
-#include "common/vector_clones.h"
+#include "common/vector_loops.h"
 
 namespace fulcrum {
 

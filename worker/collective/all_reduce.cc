@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/vector_clones.h"
+#include "common/vector_loops.h"
 
 namespace fulcrum {
 namespace {
@@ -18,12 +18,6 @@ struct Range {
 Range Segment(int64_t length, int n, int s) { return {length * s / n, length * (s + 1) / n}; }
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
-
-// to[i] = to[i] + from[i], vectorised: each sum rounds as the scalar one
-// does, and b + a == a + b, so ranks that add in either order agree.
-FULCRUM_VECTOR_CLONES void AddInto(float* __restrict to, const float* __restrict from, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) to[i] += from[i];
-}
 
 // The next message from `peer`, which must hold `count` floats (INTERNAL
 // naming both counts otherwise).

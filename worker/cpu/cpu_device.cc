@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/vector_clones.h"
+#include "common/vector_loops.h"
 
 namespace fulcrum {
 namespace {
@@ -25,10 +25,6 @@ FULCRUM_VECTOR_CLONES void ReluInPlace(int64_t n, float* __restrict y) {
 FULCRUM_VECTOR_CLONES void MaskByPositive(int64_t n, const float* __restrict y,
                                           float* __restrict dx) {
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0 ? dx[i] : 0.0f;
-}
-
-FULCRUM_VECTOR_CLONES void AddRow(int64_t cols, const float* __restrict row, float* __restrict to) {
-  for (int64_t c = 0; c < cols; ++c) to[c] += row[c];
 }
 
 class CpuDevice final : public Device {
@@ -60,12 +56,12 @@ class CpuDevice final : public Device {
   }
 
   void AddBias(int64_t rows, int64_t cols, const float* bias, float* x) override {
-    for (int64_t r = 0; r < rows; ++r) AddRow(cols, bias, x + r * cols);
+    for (int64_t r = 0; r < rows; ++r) AddInto(x + r * cols, bias, cols);
   }
 
   void ColumnSums(int64_t rows, int64_t cols, const float* x, float* out) override {
     std::fill(out, out + cols, 0.0f);
-    for (int64_t r = 0; r < rows; ++r) AddRow(cols, x + r * cols, out);
+    for (int64_t r = 0; r < rows; ++r) AddInto(out, x + r * cols, cols);
   }
 
   void Relu(int64_t n, const float* x, float* y) override {
