@@ -37,15 +37,13 @@ class ConsistencyPolicy {
   // What one shard's gradient does: apply now, accumulate, or drop.
   virtual absl::StatusOr<ShardPushResult> PushShard(Shard& shard, const ShardGradient& grad) = 0;
 
-  // What one table's row gradients (checked: EmbeddingTable::CheckPush)
-  // of `worker`'s push `push_id`, computed at `computed_at`, do. Async and
-  // SSP apply them at once (SSP's clock moves with the dense push of the
-  // step).
+  // What one table's row gradients (`rows`, checked by it) of `worker`'s
+  // push `push_id`, computed at `computed_at`, do. Async and SSP apply
+  // them at once (SSP's clock moves with the dense push of the step).
   virtual absl::StatusOr<ShardPushResult> PushRows(EmbeddingTable& table, int worker,
                                                    uint64_t push_id, int64_t computed_at,
-                                                   absl::Span<const int64_t> ids,
-                                                   absl::Span<const float> grads) {
-    return table.Push(worker, push_id, ids, grads);
+                                                   const EmbeddingTable::CheckedRows& rows) {
+    return table.Push(worker, push_id, rows);
   }
 
   // After every shard of an accepted push was handled.

@@ -24,9 +24,9 @@ class SyncPolicy final : public ConsistencyPolicy {
   }
 
   absl::StatusOr<ShardPushResult> PushRows(EmbeddingTable& table, int worker, uint64_t push_id,
-                                           int64_t computed_at, absl::Span<const int64_t> ids,
-                                           absl::Span<const float> grads) override {
-    return table.Accumulate(worker, push_id, computed_at, ids, grads, RequiredReplicas());
+                                           int64_t computed_at,
+                                           const EmbeddingTable::CheckedRows& rows) override {
+    return table.Accumulate(worker, push_id, computed_at, rows, RequiredReplicas());
   }
 
   void OnWorkersChanged() override {

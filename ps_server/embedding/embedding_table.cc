@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/embedding.h"
+#include "common/logging.h"
 #include "common/optimizer/optimizer.h"
 #include "common/tensor.h"
 
@@ -107,8 +108,8 @@ void EmbeddingTable::Read(int64_t start, int64_t max_rows, bool slots,
   out->set_next(start + count);
 }
 
-absl::Status EmbeddingTable::CheckPush(absl::Span<const int64_t> ids,
-                                       absl::Span<const float> grads) const {
+absl::StatusOr<EmbeddingTable::CheckedRows> EmbeddingTable::CheckPush(
+    absl::Span<const int64_t> ids, absl::Span<const float> grads) const {
   if (absl::Status s = CheckIds(ids, grads.size(), "push", kMaxIdsPerPush); !s.ok()) return s;
   const int64_t width = spec_.width();
   absl::flat_hash_set<int64_t> seen;
@@ -124,7 +125,7 @@ absl::Status EmbeddingTable::CheckPush(absl::Span<const int64_t> ids,
                                                    "': the gradient of id ", ids[bad / width],
                                                    " is not finite"));
   }
-  return absl::OkStatus();
+  return CheckedRows(this, ids, grads);
 }
 
 ShardPushResult EmbeddingTable::ResultLocked(ShardPushResult::Outcome outcome,
@@ -171,24 +172,24 @@ void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const
 }
 
 absl::StatusOr<ShardPushResult> EmbeddingTable::Push(int worker, uint64_t push_id,
-                                                     absl::Span<const int64_t> ids,
-                                                     absl::Span<const float> grads) {
-  if (absl::Status s = CheckPush(ids, grads); !s.ok()) return s;
+                                                     const CheckedRows& rows) {
+  CHECK(rows.table_ == this);
+  const absl::Span<const int64_t> ids = rows.ids();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;
   if (last_push_ids_.Seen(worker, push_id)) return ResultLocked(ShardPushResult::DUPLICATE, 0);
   CountPushedLocked(ids);
   const Taken taken{worker, push_id};
-  ApplyLocked(ids, grads, 1, absl::MakeConstSpan(&taken, 1));
+  ApplyLocked(ids, rows.grads(), 1, absl::MakeConstSpan(&taken, 1));
   return ResultLocked(ShardPushResult::APPLIED, 0);
 }
 
 absl::StatusOr<ShardPushResult> EmbeddingTable::Accumulate(int worker, uint64_t push_id,
                                                            int64_t computed_at,
-                                                           absl::Span<const int64_t> ids,
-                                                           absl::Span<const float> grads,
-                                                           int required) {
-  if (absl::Status s = CheckPush(ids, grads); !s.ok()) return s;
+                                                           const CheckedRows& rows, int required) {
+  CHECK(rows.table_ == this);
+  const absl::Span<const int64_t> ids = rows.ids();
+  const absl::Span<const float> grads = rows.grads();
   const int64_t width = spec_.width();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckPrimaryLocked(); !s.ok()) return s;

@@ -64,31 +64,48 @@ class EmbeddingTable : public ReplicatedUnit {
   void Read(int64_t start, int64_t max_rows, bool slots, ReadRowsResponse* out) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Checks a push of `grads` (ids.size() x width floats, one row gradient
-  // per id) for `ids`: INVALID_ARGUMENT for a size that does not fit, a
-  // repeated id or a gradient that is not finite, naming it;
-  // RESOURCE_EXHAUSTED past kMaxIdsPerPush. Push and Accumulate check
-  // the same, and on an error change nothing.
-  absl::Status CheckPush(absl::Span<const int64_t> ids, absl::Span<const float> grads) const;
+  // A push's rows that CheckPush accepted for this table: only CheckPush
+  // makes one, so that Push and Accumulate apply it without checking it
+  // again (a request's tables are all checked before any applies).
+  class CheckedRows {
+   public:
+    absl::Span<const int64_t> ids() const { return ids_; }
+    absl::Span<const float> grads() const { return grads_; }
 
-  // Applies `grads` to the rows of `ids` now as one step of the table
+   private:
+    friend class EmbeddingTable;
+    CheckedRows(const EmbeddingTable* table, absl::Span<const int64_t> ids,
+                absl::Span<const float> grads)
+        : table_(table), ids_(ids), grads_(grads) {}
+    const EmbeddingTable* table_;
+    absl::Span<const int64_t> ids_;
+    absl::Span<const float> grads_;
+  };
+
+  // Checks a push of `grads` (ids.size() x width floats, one row gradient
+  // per id) for `ids`, which it lends: INVALID_ARGUMENT for a size that
+  // does not fit, a repeated id or a gradient that is not finite, naming
+  // it; RESOURCE_EXHAUSTED past kMaxIdsPerPush.
+  absl::StatusOr<CheckedRows> CheckPush(absl::Span<const int64_t> ids,
+                                        absl::Span<const float> grads) const;
+
+  // Applies `rows` (checked by this table) now as one step of the table
   // (lazy Adam's t, the version), creating rows as admitted; an id not
   // admitted yet has its gradient dropped. APPLIED, with the new version;
   // DUPLICATE, changing nothing, when `push_id` (not 0) is `worker`'s last
   // push here (a retry).
-  absl::StatusOr<ShardPushResult> Push(int worker, uint64_t push_id, absl::Span<const int64_t> ids,
-                                       absl::Span<const float> grads) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ShardPushResult> Push(int worker, uint64_t push_id, const CheckedRows& rows)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Sync: adds `worker`'s gradients, computed at version `computed_at`, to
-  // the step being accumulated. An older step's are STALE; a second push
-  // of one worker in a step is DUPLICATE; the `required`-th worker's push
-  // applies the step (APPLIED): each id's gradients averaged over the
-  // workers that pushed it, the learning rate scaled for the step's
-  // workers. Earlier pushes are ACCUMULATED. A retry is DUPLICATE, as for
-  // Push.
+  // Sync: adds `worker`'s `rows` (checked by this table), computed at
+  // version `computed_at`, to the step being accumulated. An older step's
+  // are STALE; a second push of one worker in a step is DUPLICATE; the
+  // `required`-th worker's push applies the step (APPLIED): each id's
+  // gradients averaged over the workers that pushed it, the learning rate
+  // scaled for the step's workers. Earlier pushes are ACCUMULATED. A retry
+  // is DUPLICATE, as for Push.
   absl::StatusOr<ShardPushResult> Accumulate(int worker, uint64_t push_id, int64_t computed_at,
-                                             absl::Span<const int64_t> ids,
-                                             absl::Span<const float> grads, int required)
+                                             const CheckedRows& rows, int required)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Applies the step being accumulated when at least `required` workers
   // pushed to it (the live workers shrank). True when it applied.

@@ -22,6 +22,22 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kWidth = 4;
 
+// A push checked, then applied, as a server's TableCalls does.
+absl::StatusOr<ShardPushResult> Push(EmbeddingTable& table, int worker, uint64_t push_id,
+                                     absl::Span<const int64_t> ids, absl::Span<const float> grads) {
+  absl::StatusOr<EmbeddingTable::CheckedRows> rows = table.CheckPush(ids, grads);
+  if (!rows.ok()) return rows.status();
+  return table.Push(worker, push_id, *rows);
+}
+
+absl::StatusOr<ShardPushResult> Accumulate(EmbeddingTable& table, int worker, uint64_t push_id,
+                                           int64_t computed_at, absl::Span<const int64_t> ids,
+                                           absl::Span<const float> grads, int required) {
+  absl::StatusOr<EmbeddingTable::CheckedRows> rows = table.CheckPush(ids, grads);
+  if (!rows.ok()) return rows.status();
+  return table.Accumulate(worker, push_id, computed_at, *rows, required);
+}
+
 EmbeddingTableSpec Spec(OptimizerSpec::Kind kind) {
   EmbeddingTableSpec spec;
   spec.set_name("ads");
@@ -96,21 +112,20 @@ TEST_P(SparseOptimizerTest, TouchedRowsFollowTheDenseRule) {
   Reference one(spec, 1), two(spec, 2);
   const std::vector<float> g1 = {0.5f, -1.0f, 0.25f, 2.0f}, g2 = {-0.3f, 0.1f, 0.0f, 1.5f};
   // Step 1 touches both, steps 2 and 3 only id 1, step 4 only id 2.
-  ASSERT_TRUE(table
-                  ->Push(0, 0, {1, 2},
-                         [&] {
-                           std::vector<float> both = g1;
-                           both.insert(both.end(), g2.begin(), g2.end());
-                           return both;
-                         }())
+  ASSERT_TRUE(Push(*table, 0, 0, {1, 2},
+                   [&] {
+                     std::vector<float> both = g1;
+                     both.insert(both.end(), g2.begin(), g2.end());
+                     return both;
+                   }())
                   .ok());
   one.Apply(1, g1);
   two.Apply(1, g2);
   for (int64_t step : {2, 3}) {
-    ASSERT_TRUE(table->Push(0, 0, {1}, g1).ok());
+    ASSERT_TRUE(Push(*table, 0, 0, {1}, g1).ok());
     one.Apply(step, g1);
   }
-  ASSERT_TRUE(table->Push(0, 0, {2}, g2).ok());
+  ASSERT_TRUE(Push(*table, 0, 0, {2}, g2).ok());
   two.Apply(4, g2);
   const std::vector<float> rows = Pull(*table, {1, 2});
   for (int i = 0; i < kWidth; ++i) {
@@ -129,18 +144,18 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, SparseOptimizerTest,
 // and the table is as it was.
 TEST(EmbeddingTableTest, BadRequestsChangeNothing) {
   auto table = Make(Spec(OptimizerSpec::ADAGRAD));
-  ASSERT_TRUE(table->Push(0, 0, {7}, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(*table, 0, 0, {7}, {1, 1, 1, 1}).ok());
   const std::vector<float> before = Pull(*table, {7, 8});
 
   std::vector<float> out(3);
   EXPECT_THAT(table->Pull({7}, absl::MakeSpan(out)).message(), HasSubstr("not 1 rows of width 4"));
-  EXPECT_THAT(table->Push(0, 0, {7, 8}, {1, 1, 1, 1}).status().message(),
+  EXPECT_THAT(Push(*table, 0, 0, {7, 8}, {1, 1, 1, 1}).status().message(),
               HasSubstr("2 ids with 4 floats"));
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  absl::Status s = table->Push(0, 0, {8, 7}, {0, 0, 0, 0, 1, nan, 1, 1}).status();
+  absl::Status s = Push(*table, 0, 0, {8, 7}, {0, 0, 0, 0, 1, nan, 1, 1}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("gradient of id 7 is not finite"));
-  EXPECT_THAT(table->Push(0, 0, {8, 8}, std::vector<float>(8, 1.0f)).status().message(),
+  EXPECT_THAT(Push(*table, 0, 0, {8, 8}, std::vector<float>(8, 1.0f)).status().message(),
               HasSubstr("id 8 twice"));
   std::vector<int64_t> many(EmbeddingTable::kMaxIdsPerRequest + 1);
   std::vector<float> many_rows(many.size() * kWidth);
@@ -163,21 +178,21 @@ TEST(EmbeddingTableTest, SyncStepsAverageEachIdOverItsPushers) {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->outcome() : ShardPushResult::STALE;
   };
-  EXPECT_EQ(outcome(table->Accumulate(0, 0, 0, {1, 2}, {1, 1, 1, 1, 4, 4, 4, 4}, 2)),
+  EXPECT_EQ(outcome(Accumulate(*table, 0, 0, 0, {1, 2}, {1, 1, 1, 1, 4, 4, 4, 4}, 2)),
             ShardPushResult::ACCUMULATED);
-  EXPECT_EQ(outcome(table->Accumulate(0, 0, 0, {1}, {9, 9, 9, 9}, 2)), ShardPushResult::DUPLICATE);
+  EXPECT_EQ(outcome(Accumulate(*table, 0, 0, 0, {1}, {9, 9, 9, 9}, 2)), ShardPushResult::DUPLICATE);
   EXPECT_EQ(Pull(*table, {1, 2}), initial);
   EXPECT_EQ(table->version(), 0);
-  EXPECT_EQ(outcome(table->Accumulate(1, 0, 0, {1}, {3, 3, 3, 3}, 2)), ShardPushResult::APPLIED);
+  EXPECT_EQ(outcome(Accumulate(*table, 1, 0, 0, {1}, {3, 3, 3, 3}, 2)), ShardPushResult::APPLIED);
   EXPECT_EQ(table->version(), 1);
   const std::vector<float> after = Pull(*table, {1, 2});
   EXPECT_FLOAT_EQ(after[0], initial[0] - 0.1f * 2.0f);            // id 1: (1 + 3) / 2
   EXPECT_FLOAT_EQ(after[kWidth], initial[kWidth] - 0.1f * 4.0f);  // id 2: 4 / 1
-  EXPECT_EQ(outcome(table->Accumulate(1, 0, 0, {1}, {1, 1, 1, 1}, 2)), ShardPushResult::STALE);
-  EXPECT_EQ(table->Accumulate(1, 0, 5, {1}, {1, 1, 1, 1}, 2).status().code(),
+  EXPECT_EQ(outcome(Accumulate(*table, 1, 0, 0, {1}, {1, 1, 1, 1}, 2)), ShardPushResult::STALE);
+  EXPECT_EQ(Accumulate(*table, 1, 0, 5, {1}, {1, 1, 1, 1}, 2).status().code(),
             absl::StatusCode::kInvalidArgument);
   // One worker left: its push alone completes the step.
-  EXPECT_EQ(outcome(table->Accumulate(0, 0, 1, {2}, {1, 1, 1, 1}, 2)),
+  EXPECT_EQ(outcome(Accumulate(*table, 0, 0, 1, {2}, {1, 1, 1, 1}, 2)),
             ShardPushResult::ACCUMULATED);
   EXPECT_TRUE(table->CompleteIfReady(1));
   EXPECT_EQ(table->version(), 2);
@@ -188,14 +203,15 @@ TEST(EmbeddingTableTest, SyncStepsAverageEachIdOverItsPushers) {
 TEST(EmbeddingTableTest, ARetriedPushAppliesOnce) {
   auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);  // SGD, rate 0.1
   const std::vector<float> initial = Pull(*table, {1});
-  ASSERT_EQ(table->Push(3, 77, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::APPLIED);
-  EXPECT_EQ(table->Push(3, 77, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::DUPLICATE);
+  ASSERT_EQ(Push(*table, 3, 77, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::APPLIED);
+  EXPECT_EQ(Push(*table, 3, 77, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::DUPLICATE);
   EXPECT_FLOAT_EQ(Pull(*table, {1})[0], initial[0] - 0.1f);
-  ASSERT_EQ(table->Push(3, 78, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::APPLIED);
+  ASSERT_EQ(Push(*table, 3, 78, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::APPLIED);
   EXPECT_FLOAT_EQ(Pull(*table, {1})[0], initial[0] - 0.2f);
   // Sync: a retry of a push that completed its step is DUPLICATE too.
-  ASSERT_EQ(table->Accumulate(3, 79, 2, {1}, {1, 1, 1, 1}, 1)->outcome(), ShardPushResult::APPLIED);
-  EXPECT_EQ(table->Accumulate(3, 79, 3, {1}, {1, 1, 1, 1}, 1)->outcome(),
+  ASSERT_EQ(Accumulate(*table, 3, 79, 2, {1}, {1, 1, 1, 1}, 1)->outcome(),
+            ShardPushResult::APPLIED);
+  EXPECT_EQ(Accumulate(*table, 3, 79, 3, {1}, {1, 1, 1, 1}, 1)->outcome(),
             ShardPushResult::DUPLICATE);
   EXPECT_EQ(table->version(), 3);
 }
@@ -206,10 +222,10 @@ TEST(EmbeddingTableTest, CountsTheMostPushedIds) {
   auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);
   const std::vector<float> two(2 * kWidth, 1.0f);
   uint64_t push = 0;
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(table->Push(0, ++push, {7, 3}, two).ok());
-  ASSERT_TRUE(table->Push(0, push, {7, 3}, two).ok());  // DUPLICATE: not counted
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(table->Push(0, ++push, {3, 9}, two).ok());
-  ASSERT_EQ(table->Accumulate(1, 1, table->version(), {3, 5}, two, 1)->outcome(),
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Push(*table, 0, ++push, {7, 3}, two).ok());
+  ASSERT_TRUE(Push(*table, 0, push, {7, 3}, two).ok());  // DUPLICATE: not counted
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Push(*table, 0, ++push, {3, 9}, two).ok());
+  ASSERT_EQ(Accumulate(*table, 1, 1, table->version(), {3, 5}, two, 1)->outcome(),
             ShardPushResult::APPLIED);
   const std::vector<HeavyHitters::Hitter> hottest = table->hottest();
   ASSERT_EQ(hottest.size(), 4u);
@@ -230,7 +246,7 @@ TEST(EmbeddingTableTest, APushOfMoreIdsThanTheTableHoldsUpdatesEachRowOnce) {
   const std::vector<float> initial = Pull(*table, ids);  // nothing stored: the initial rows
   std::vector<float> grads;
   for (int64_t id : ids) grads.insert(grads.end(), kWidth, static_cast<float>(id));
-  ASSERT_TRUE(table->Push(0, 1, ids, grads).ok());
+  ASSERT_TRUE(Push(*table, 0, 1, ids, grads).ok());
   EXPECT_EQ(table->stats().rows, 3);
   const std::vector<float> last = Pull(*table, {5, 6, 7});
   for (int i = 0; i < 3; ++i) {
@@ -248,7 +264,7 @@ TEST(EmbeddingTableTest, CountsALargePushBySample) {
   const int64_t n = 4 * static_cast<int64_t>(EmbeddingTable::kHotSampled);  // a stride of 4
   std::vector<int64_t> ids(n);
   std::iota(ids.begin(), ids.end(), 1000);
-  ASSERT_TRUE(table->Push(0, 1, ids, std::vector<float>(n * kWidth, 1.0f)).ok());
+  ASSERT_TRUE(Push(*table, 0, 1, ids, std::vector<float>(n * kWidth, 1.0f)).ok());
   const std::vector<HeavyHitters::Hitter> sampled = table->hottest();
   ASSERT_FALSE(sampled.empty());
   // 512 samples of weight 4 in a sketch of 256: each held id counts 4, or
@@ -259,7 +275,7 @@ TEST(EmbeddingTableTest, CountsALargePushBySample) {
   // Then one id pushed alone, 9 times: it comes first, its count over the
   // truth by no more than its error.
   for (uint64_t push = 2; push < 11; ++push) {
-    ASSERT_TRUE(table->Push(0, push, {5}, std::vector<float>(kWidth, 1.0f)).ok());
+    ASSERT_TRUE(Push(*table, 0, push, {5}, std::vector<float>(kWidth, 1.0f)).ok());
   }
   const HeavyHitters::Hitter first = table->hottest()[0];
   EXPECT_EQ(first.id, 5);
@@ -276,10 +292,10 @@ TEST(EmbeddingTableTest, SamplesOnceItHasCountedItsFirstIds) {
   for (int64_t start = 0; start < static_cast<int64_t>(EmbeddingTable::kHotExact); start += kPush) {
     std::vector<int64_t> ids(kPush);
     std::iota(ids.begin(), ids.end(), 1000 + start);
-    ASSERT_TRUE(table->Push(0, ++push, ids, std::vector<float>(kPush * kWidth, 1.0f)).ok());
+    ASSERT_TRUE(Push(*table, 0, ++push, ids, std::vector<float>(kPush * kWidth, 1.0f)).ok());
   }
   for (int i = 0; i < 41; ++i) {
-    ASSERT_TRUE(table->Push(0, ++push, {5}, std::vector<float>(kWidth, 1.0f)).ok());
+    ASSERT_TRUE(Push(*table, 0, ++push, {5}, std::vector<float>(kWidth, 1.0f)).ok());
   }
   const HeavyHitters::Hitter first = table->hottest()[0];
   EXPECT_EQ(first.id, 5);
@@ -291,7 +307,7 @@ TEST(EmbeddingTableTest, AwaitVersionWaitsForAStepOrTheDeadline) {
   auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);
   EXPECT_EQ(table->AwaitVersion(1, absl::Now() + absl::Milliseconds(20)).code(),
             absl::StatusCode::kDeadlineExceeded);
-  std::thread pusher([&] { ASSERT_TRUE(table->Push(0, 0, {1}, {1, 1, 1, 1}).ok()); });
+  std::thread pusher([&] { ASSERT_TRUE(Push(*table, 0, 0, {1}, {1, 1, 1, 1}).ok()); });
   EXPECT_TRUE(table->AwaitVersion(1, absl::InfiniteFuture()).ok());
   pusher.join();
   table->Cancel();
@@ -303,10 +319,10 @@ TEST(EmbeddingTableTest, AwaitVersionWaitsForAStepOrTheDeadline) {
 TEST(EmbeddingTableTest, RowsAreAdmittedAfterTheirFthPush) {
   auto table = Bounded(/*max_rows=*/0, /*admit_after=*/2);
   const std::vector<float> initial = Pull(*table, {3});
-  ASSERT_TRUE(table->Push(0, 0, {3}, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(*table, 0, 0, {3}, {1, 1, 1, 1}).ok());
   EXPECT_EQ(Pull(*table, {3}), initial);
   EXPECT_EQ(table->stats().candidates, 1);
-  ASSERT_TRUE(table->Push(0, 0, {3}, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(*table, 0, 0, {3}, {1, 1, 1, 1}).ok());
   const std::vector<float> after = Pull(*table, {3});
   EXPECT_FLOAT_EQ(after[0], initial[0] - 0.1f);  // one SGD step, not two
   EXPECT_EQ(table->stats().admissions, 1);
@@ -317,9 +333,9 @@ TEST(EmbeddingTableTest, RowsAreAdmittedAfterTheirFthPush) {
 TEST(EmbeddingTableTest, PastMaxRowsTheLeastRecentlyUsedRowGoes) {
   auto table = Bounded(/*max_rows=*/2, /*admit_after=*/0);
   const std::vector<float> initial = Pull(*table, {1});
-  for (int64_t id : {1, 2}) ASSERT_TRUE(table->Push(0, 0, {id}, {1, 1, 1, 1}).ok());
+  for (int64_t id : {1, 2}) ASSERT_TRUE(Push(*table, 0, 0, {id}, {1, 1, 1, 1}).ok());
   Pull(*table, {1});  // 2 is now the least recently used
-  ASSERT_TRUE(table->Push(0, 0, {3}, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(*table, 0, 0, {3}, {1, 1, 1, 1}).ok());
   EXPECT_EQ(table->stats().evictions, 1);
   EXPECT_NE(Pull(*table, {1}), initial);
   std::vector<float> two(kWidth);
@@ -376,8 +392,8 @@ class TableCopiesTest : public ::testing::Test {
         }
         const uint64_t push_id = ++push_ids_;
         absl::StatusOr<ShardPushResult> pushed =
-            sync ? primary_->Accumulate(w, push_id, primary_->version(), ids, grads, workers)
-                 : primary_->Push(w, push_id, ids, grads);
+            sync ? Accumulate(*primary_, w, push_id, primary_->version(), ids, grads, workers)
+                 : Push(*primary_, w, push_id, ids, grads);
         ASSERT_TRUE(pushed.ok()) << pushed.status();
       }
       std::vector<int64_t> held;
@@ -426,7 +442,7 @@ TEST_F(TableCopiesTest, ABackupApplyingEachStepStaysBitIdentical) {
   // A worker's call at a backup is refused, naming its primary.
   std::vector<float> out(kWidth);
   EXPECT_THAT(backup_->Pull({1}, absl::MakeSpan(out)).message(), HasSubstr("primary:1"));
-  EXPECT_EQ(backup_->Push(0, 1000, {1}, {1, 1, 1, 1}).status().code(),
+  EXPECT_EQ(Push(*backup_, 0, 1000, {1}, {1, 1, 1, 1}).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -451,7 +467,7 @@ TEST_F(TableCopiesTest, ANewCopyFilledFromTheSnapshotTakesTheStepsAfterIt) {
   EXPECT_EQ(Rows(*backup_), Rows(*primary_));
   EXPECT_EQ(backup_->stats().candidates, primary_->stats().candidates);
   backup_->Promote();
-  EXPECT_EQ(backup_->Push(0, push_ids_, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::DUPLICATE);
+  EXPECT_EQ(Push(*backup_, 0, push_ids_, {1}, {1, 1, 1, 1})->outcome(), ShardPushResult::DUPLICATE);
 }
 
 TEST_F(TableCopiesTest, UpdatesThatDoNotFitAreRefusedAndChangeNothing) {

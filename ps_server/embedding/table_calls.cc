@@ -75,6 +75,7 @@ absl::StatusOr<PushRowsResponse> TableCalls::Push(const PushRowsRequest& request
                                                   absl::Time commit_deadline) {
   // Check the whole request before touching any table.
   std::vector<EmbeddingTable*> tables;
+  std::vector<EmbeddingTable::CheckedRows> checked;
   std::vector<std::pair<const EmbeddingTable*, int64_t>> growth;
   int64_t ids = 0;
   for (const TableRows& rows : request.tables()) {
@@ -84,16 +85,18 @@ absl::StatusOr<PushRowsResponse> TableCalls::Push(const PushRowsRequest& request
       return absl::InvalidArgumentError(
           absl::StrCat("embedding table '", rows.table(), "' twice in one push"));
     }
-    if (absl::Status s = (*table)->CheckPush(rows.ids(), rows.values()); !s.ok()) return s;
+    absl::StatusOr<EmbeddingTable::CheckedRows> rows_checked =
+        (*table)->CheckPush(rows.ids(), rows.values());
+    if (!rows_checked.ok()) return rows_checked.status();
+    checked.push_back(*rows_checked);
     tables.push_back(*table);
     growth.emplace_back(*table, rows.ids_size());
   }
   if (absl::Status s = store_.AdmitRows(growth); !s.ok()) return s;
   PushRowsResponse response;
   for (size_t i = 0; i < tables.size(); ++i) {
-    const TableRows& rows = request.tables(i);
     absl::StatusOr<ShardPushResult> result = policy_.PushRows(
-        *tables[i], worker, request.push_id(), rows.version(), rows.ids(), rows.values());
+        *tables[i], worker, request.push_id(), request.tables(i).version(), checked[i]);
     if (!result.ok()) return result.status();
     result->set_shard(config_.cluster().task().index());
     *response.add_results() = *std::move(result);
