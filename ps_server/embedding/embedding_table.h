@@ -151,8 +151,8 @@ class EmbeddingTable : public ReplicatedUnit {
   // that one in stride, the stride growing by one every kHotExact ids to
   // kHotMaxStride: in a long job it costs that much less (its updates
   // miss the caches), and the ids pushed most are still found.
-  static constexpr uint64_t kHotExact = 1 << 14;
-  static constexpr uint64_t kHotMaxStride = 16;
+  static constexpr uint64_t kHotExact = 1 << 12;
+  static constexpr uint64_t kHotMaxStride = 64;
   // Cheap: the servers ask on every push, for the memory budget.
   Stats stats() const;
   // The ids workers pushed most here, most first (kHottestShown at most;

@@ -303,6 +303,30 @@ TEST(EmbeddingTableTest, SamplesOnceItHasCountedItsFirstIds) {
   EXPECT_TRUE(counted == 40 || counted == 42) << counted;
 }
 
+// Long after the stride reached kHotMaxStride, an id in every push (1 in
+// 128 ids, past the sketch's 1/256) still comes first among ids pushed
+// once each, its estimate near its true count: each sampled id stands for
+// the stride it was picked from.
+TEST(EmbeddingTableTest, FindsTheHottestIdAtTheLargestStride) {
+  auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);
+  constexpr int64_t kPush = 128;
+  const int64_t pushes =
+      2 * static_cast<int64_t>(EmbeddingTable::kHotExact * EmbeddingTable::kHotMaxStride) / kPush;
+  std::mt19937_64 random(3);
+  int64_t next_cold = 1000;
+  std::vector<int64_t> ids(kPush);
+  const std::vector<float> grads(kPush * kWidth, 1.0f);
+  for (int64_t push = 1; push <= pushes; ++push) {
+    for (int64_t& id : ids) id = next_cold++;
+    ids[random() % kPush] = 5;
+    ASSERT_TRUE(Push(*table, 0, static_cast<uint64_t>(push), ids, grads).ok());
+  }
+  const HeavyHitters::Hitter first = table->hottest()[0];
+  EXPECT_EQ(first.id, 5);
+  EXPECT_NEAR(static_cast<double>(first.count - first.error), static_cast<double>(pushes),
+              0.25 * static_cast<double>(pushes));
+}
+
 TEST(EmbeddingTableTest, AwaitVersionWaitsForAStepOrTheDeadline) {
   auto table = Bounded(/*max_rows=*/0, /*admit_after=*/0);
   EXPECT_EQ(table->AwaitVersion(1, absl::Now() + absl::Milliseconds(20)).code(),
