@@ -66,9 +66,9 @@ void ChildProcess::AwaitMore(absl::Time deadline) const {
 }
 
 std::optional<std::string> ChildProcess::WaitForLine(const std::string& text,
-                                                     absl::Duration timeout) {
+                                                     absl::Duration timeout, size_t from) {
   const absl::Time deadline = absl::Now() + timeout;
-  size_t checked = 0;
+  size_t checked = from;
   while (true) {
     const bool ended = Take();
     for (; checked < lines_.size(); ++checked) {

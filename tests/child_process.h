@@ -30,9 +30,12 @@ class ChildProcess {
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
-  // Reads output until a line contains `text`; returns that line, or nothing
-  // when the output ends or `timeout` passes first.
-  std::optional<std::string> WaitForLine(const std::string& text, absl::Duration timeout);
+  // Reads output until a line contains `text`, of the lines from the
+  // `from`th on (lines().size() at some point: only the lines after it);
+  // returns that line, or nothing when the output ends or `timeout` passes
+  // first.
+  std::optional<std::string> WaitForLine(const std::string& text, absl::Duration timeout,
+                                         size_t from = 0);
 
   // Waits for the process to exit (reading its output meanwhile); its exit
   // code, 128 + signal if killed, or nothing on timeout.

@@ -11,7 +11,10 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/child_process.h"
 
 namespace fulcrum {
@@ -341,19 +344,35 @@ TEST(LocalClusterTest, AKilledAllReduceWorkerIsLeftBehind) {
 // With --max_restarts the launcher starts a killed all-reduce worker again,
 // and it rejoins the running group. The optimizer is sharded: the killed
 // worker's part of the slots starts again, and the rejoined one is dealt
-// its part from the others.
+// its part from the others. The two left are held (SIGSTOP) from their
+// regroup until the restarted worker is up: on a fast machine they would
+// otherwise finish the job before it has loaded its data.
 TEST(LocalClusterTest, ARestartedAllReduceWorkerRejoins) {
   ChildProcess cluster(
       "cluster", Launcher({"--num_ps=0", "--num_workers=3", "--strategy=multi_worker_mirrored",
                            "--max_restarts=1", "--", "--epochs=4", "--hidden=64",
                            "--log_every_steps=50", "--shard_optimizer"}));
-  const std::optional<std::string> started =
-      cluster.WaitForLine("[launcher] started worker 1 (pid ", absl::Seconds(60));
-  ASSERT_TRUE(started.has_value());
-  const pid_t pid = std::stoi(started->substr(started->rfind("pid ") + 4));
+  std::vector<pid_t> pids;
+  for (int w = 0; w < 3; ++w) {
+    const std::optional<std::string> started = cluster.WaitForLine(
+        absl::StrCat("[launcher] started worker ", w, " (pid "), absl::Seconds(60));
+    ASSERT_TRUE(started.has_value());
+    pids.push_back(std::stoi(started->substr(started->rfind("pid ") + 4)));
+  }
   ASSERT_TRUE(cluster.WaitForLine("[worker 1] ", absl::Seconds(60)).has_value());
   ASSERT_TRUE(cluster.WaitForLine("step 100/", absl::Seconds(120)).has_value());
-  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+  ASSERT_TRUE(cluster.WaitForLine("the group is now ranks 0, 2 (leader 0)", absl::Seconds(120))
+                  .has_value());
+  const size_t regrouped = cluster.lines().size();
+  ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
+  ASSERT_EQ(kill(pids[2], SIGSTOP), 0);
+  // Only the restarted worker starts serving now.
+  const bool restarted =
+      cluster.WaitForLine("serving peers on", absl::Seconds(120), regrouped).has_value();
+  ASSERT_EQ(kill(pids[0], SIGCONT), 0);
+  ASSERT_EQ(kill(pids[2], SIGCONT), 0);
+  ASSERT_TRUE(restarted);
   ASSERT_EQ(cluster.Wait(absl::Seconds(240)), 0);
   EXPECT_TRUE(cluster.HasLine("[launcher] restarting worker 1 (restart 1 of 1)"));
   EXPECT_TRUE(cluster.HasLine("the group is now ranks 0, 2 (leader 0)"));
