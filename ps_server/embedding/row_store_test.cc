@@ -108,7 +108,9 @@ TEST(RowStoreTest, BatchesTouchAndFindAsSingleCallsDo) {
                                    : single.Touch(ids[i], ById);
       const float* got = find ? found[i] : touched[i];
       ASSERT_EQ(got == nullptr, expected == nullptr) << "round " << round << " id " << ids[i];
-      if (got != nullptr) EXPECT_EQ(got[0], expected[0]);
+      if (got != nullptr) {
+        EXPECT_EQ(got[0], expected[0]);
+      }
     }
   }
   EXPECT_GT(batched.evictions(), 0);
