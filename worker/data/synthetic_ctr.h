@@ -11,8 +11,10 @@
 // numeric feature, and products of the ids' factors for a few pairs of
 // fields; every weight is a hash of the seed, never a stored table, and
 // shrinks past signal_ranks.
-// Seeded and reproducible: each worker generates its own shard of the
-// training split; the test split is the same everywhere.
+// Seeded and reproducible, the same from build to build: every worker
+// draws the same training split (shard 0) and takes its share of it, so
+// that a lost worker's share can be dealt to the others; the test split
+// (shard -1) is drawn apart.
 #ifndef FULCRUM_WORKER_DATA_SYNTHETIC_CTR_H_
 #define FULCRUM_WORKER_DATA_SYNTHETIC_CTR_H_
 
