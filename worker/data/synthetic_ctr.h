@@ -9,8 +9,9 @@
 // (field, rank), so the tables are large and sparse and a few ids are
 // frequent. The true model: a bias, a weight per (field, id) and per
 // numeric feature, and products of the ids' factors for a few pairs of
-// fields; every weight is a hash of the seed, never a stored table, and
-// shrinks past signal_ranks.
+// fields; every weight is a hash of the seed, never a stored table (the
+// most frequent ranks' hashes are kept, computed once), and shrinks past
+// signal_ranks.
 // Seeded and reproducible, the same from build to build: every worker
 // draws the same training split (shard 0) and takes its share of it, so
 // that a lost worker's share can be dealt to the others; the test split
