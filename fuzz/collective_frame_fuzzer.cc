@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/types/span.h"
 #include "fuzz/fuzz_input.h"
 #include "proto/collective.pb.h"
 #include "worker/collective/grpc/collective_frame.h"
@@ -16,7 +17,7 @@ namespace {
 
 constexpr int kGroup = 8;  // the receiver's group size
 
-bool SameFloats(const std::vector<float>& a, const std::string& bytes) {
+bool SameFloats(absl::Span<const float> a, const std::string& bytes) {
   return a.size() * sizeof(float) == bytes.size() &&
          (a.empty() || std::memcmp(a.data(), bytes.data(), bytes.size()) == 0);
 }

@@ -21,8 +21,8 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 // The next message from `peer`, which must hold `count` floats (INTERNAL
 // naming both counts otherwise).
-absl::StatusOr<std::vector<float>> RecvExactly(PeerLinks& links, int peer, size_t count,
-                                               absl::Time deadline) {
+absl::StatusOr<MessageFloats> RecvExactly(PeerLinks& links, int peer, size_t count,
+                                          absl::Time deadline) {
   auto message = links.Recv(peer, deadline);
   if (message.ok() && message->size() != count) {
     return absl::InternalError(absl::StrCat("rank ", links.rank(), ": rank ", peer, " sent ",
@@ -85,7 +85,7 @@ class Ring {
     const int left = Mod(rank_ - 1, n_);
     const Range out = Segment(length_, n_, send);
     const Range in = Segment(length_, n_, receive);
-    std::vector<std::vector<float>> received;
+    std::vector<MessageFloats> received;
     size_t forwarded = 0;
     for (int64_t offset = 0; offset < std::max(out.end - out.begin, in.end - in.begin);
          offset += chunk_) {
@@ -122,7 +122,7 @@ class Ring {
   // step before (in the reduce-scatter, with this rank's part added):
   // forwarded as they are, not copied. None at first: the first segment
   // goes from the buffer.
-  std::vector<std::vector<float>> forward_;
+  std::vector<MessageFloats> forward_;
 };
 
 }  // namespace

@@ -22,9 +22,9 @@ class InProcessLinks final : public MailboxLinks {
   }
 
   absl::Status Send(int peer, absl::Span<const float> data) override {
-    return SendOwned(peer, std::vector<float>(data.begin(), data.end()));
+    return SendOwned(peer, MessageFloats(data.begin(), data.end()));
   }
-  absl::Status SendOwned(int peer, std::vector<float> data) override {
+  absl::Status SendOwned(int peer, MessageFloats data) override {
     if (dead_) return absl::UnavailableError(absl::StrCat("rank ", rank(), " died"));
     mailbox_->Put(rank(), peer, streams_[peer], tag(), std::move(data));
     if (sends_left_ > 0 && --sends_left_ == 0) Die();

@@ -22,7 +22,7 @@ uint64_t Mailbox::Open(int from, int to, StreamOrder order) {
   return queue.streams;
 }
 
-void Mailbox::Put(int from, int to, uint64_t stream, uint64_t tag, std::vector<float> message) {
+void Mailbox::Put(int from, int to, uint64_t stream, uint64_t tag, MessageFloats message) {
   absl::MutexLock lock(&mu_);
   Queue& queue = queues_[{from, to}];
   if (queue.streams != stream) return;
@@ -42,8 +42,7 @@ void Mailbox::Break(int from, int to, uint64_t stream, absl::Status why) {
   if (queue.streams == stream && queue.broken.ok()) queue.broken = std::move(why);
 }
 
-absl::StatusOr<std::vector<float>> Mailbox::Take(int from, int to, uint64_t tag,
-                                                 absl::Time deadline) {
+absl::StatusOr<MessageFloats> Mailbox::Take(int from, int to, uint64_t tag, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   Queue& queue = queues_[{from, to}];
   // Ready: a message of this round, one of a later round, or a broken link.
@@ -69,7 +68,7 @@ absl::StatusOr<std::vector<float>> Mailbox::Take(int from, int to, uint64_t tag,
     return absl::AbortedError(absl::StrCat("rank ", to, ": rank ", from, " moved on to round ",
                                            queue.messages.front().tag, " from round ", tag));
   }
-  std::vector<float> message = std::move(queue.messages.front().data);
+  MessageFloats message = std::move(queue.messages.front().data);
   queue.messages.pop_front();
   return message;
 }

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "worker/collective/message.h"
 
 namespace fulcrum {
 
@@ -45,7 +46,7 @@ class Mailbox {
   // A message sent in round `tag` (PeerLinks::tag) on stream `stream`
   // (Open's number). Dropped when a newer stream has opened since: its
   // sender replaced that stream, and what it still carried with it.
-  void Put(int from, int to, uint64_t stream, uint64_t tag, std::vector<float> message)
+  void Put(int from, int to, uint64_t stream, uint64_t tag, MessageFloats message)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stream `stream` from `from` to `to` is gone: once its queue is empty,
@@ -57,7 +58,7 @@ class Mailbox {
   // this round). ABORTED naming `from` when its next message is of a
   // later round (it has moved on); DEADLINE_EXCEEDED naming it when none
   // comes by `deadline`; Break's status once broken.
-  absl::StatusOr<std::vector<float>> Take(int from, int to, uint64_t tag, absl::Time deadline)
+  absl::StatusOr<MessageFloats> Take(int from, int to, uint64_t tag, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The latest round of any message put here to `to`.
@@ -81,7 +82,7 @@ class Mailbox {
  private:
   struct Message {
     uint64_t tag;
-    std::vector<float> data;
+    MessageFloats data;
   };
   struct Queue {
     std::deque<Message> messages;

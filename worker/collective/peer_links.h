@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/collective/mailbox.h"
+#include "worker/collective/message.h"
 
 namespace fulcrum {
 
@@ -40,13 +41,13 @@ class PeerLinks {
 
   // As Send, taking the message's floats rather than a copy of them (what
   // a collective forwards as it arrived, or summed into).
-  virtual absl::Status SendOwned(int peer, std::vector<float> data) = 0;
+  virtual absl::Status SendOwned(int peer, MessageFloats data) = 0;
 
   // The next message of the current round from `peer`, as sent; those of
   // earlier rounds are dropped. ABORTED naming the peer when it has moved on
   // to a later round; DEADLINE_EXCEEDED naming it when none comes by
   // `deadline`; UNAVAILABLE when the link is broken.
-  virtual absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) = 0;
+  virtual absl::StatusOr<MessageFloats> Recv(int peer, absl::Time deadline) = 0;
 
   // The round this rank sends and receives in (0 at first), and the latest
   // round of any message it received.
@@ -90,7 +91,7 @@ class MailboxLinks : public PeerLinks {
 
   int rank() const override { return rank_; }
   int size() const override { return inbox_->size(); }
-  absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) override {
+  absl::StatusOr<MessageFloats> Recv(int peer, absl::Time deadline) override {
     return inbox_->Take(peer, rank_, tag(), deadline);
   }
   uint64_t tag() const override { return tag_.load(); }
@@ -114,8 +115,8 @@ class SoloLinks final : public PeerLinks {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   absl::Status Send(int peer, absl::Span<const float>) override { return NoPeer(peer); }
-  absl::Status SendOwned(int peer, std::vector<float>) override { return NoPeer(peer); }
-  absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time) override { return NoPeer(peer); }
+  absl::Status SendOwned(int peer, MessageFloats) override { return NoPeer(peer); }
+  absl::StatusOr<MessageFloats> Recv(int peer, absl::Time) override { return NoPeer(peer); }
   uint64_t tag() const override { return 0; }
   void SetTag(uint64_t) override {}
   uint64_t NewestTag() const override { return 0; }
@@ -144,10 +145,10 @@ class SubgroupLinks final : public PeerLinks {
   absl::Status Send(int peer, absl::Span<const float> data) override {
     return base_->Send(members_[peer], data);
   }
-  absl::Status SendOwned(int peer, std::vector<float> data) override {
+  absl::Status SendOwned(int peer, MessageFloats data) override {
     return base_->SendOwned(members_[peer], std::move(data));
   }
-  absl::StatusOr<std::vector<float>> Recv(int peer, absl::Time deadline) override {
+  absl::StatusOr<MessageFloats> Recv(int peer, absl::Time deadline) override {
     return base_->Recv(members_[peer], deadline);
   }
   uint64_t tag() const override { return base_->tag(); }

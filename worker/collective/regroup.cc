@@ -88,7 +88,7 @@ absl::StatusOr<Regrouping> Lead(PeerLinks& links, const std::vector<int>& heard,
 // have been invited by a rank that leads nothing: a member's notice can
 // reach it on a stream opened to its previous process, which the new one
 // took over.)
-absl::StatusOr<std::vector<float>> AwaitLeader(PeerLinks& links, int leader, absl::Time deadline) {
+absl::StatusOr<MessageFloats> AwaitLeader(PeerLinks& links, int leader, absl::Time deadline) {
   for (;;) {
     const absl::Time until = std::min(deadline, absl::Now() + absl::Milliseconds(50));
     auto message = links.Recv(leader, until);

@@ -74,19 +74,19 @@ StreamOrder ParseStreamOrder(absl::string_view value) {
   return order;
 }
 
-grpc::ByteBuffer EncodeFrame(int from, uint64_t round, std::vector<float> data) {
+grpc::ByteBuffer EncodeFrame(int from, uint64_t round, MessageFloats data) {
   if (data.empty()) {
     grpc::Slice header = Header(from, round, -1);
     return grpc::ByteBuffer(&header, 1);
   }
-  auto* owned = new std::vector<float>(std::move(data));
+  auto* owned = new MessageFloats(std::move(data));
   const size_t bytes = owned->size() * sizeof(float);
   const grpc::Slice slices[] = {
       Header(from, round, static_cast<int64_t>(bytes)),
       grpc::Slice(
           grpc_slice_new_with_user_data(
               owned->data(), bytes,
-              [](void* user_data) { delete static_cast<std::vector<float>*>(user_data); }, owned),
+              [](void* user_data) { delete static_cast<MessageFloats*>(user_data); }, owned),
           grpc::Slice::STEAL_REF)};
   return grpc::ByteBuffer(slices, 2);
 }

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "worker/collective/mailbox.h"
+#include "worker/collective/message.h"
 
 namespace fulcrum {
 
@@ -29,12 +30,12 @@ std::string FormatStreamOrder(const StreamOrder& order);
 StreamOrder ParseStreamOrder(absl::string_view value);
 
 // The frame from rank `from`, of round `round`, carrying `data`.
-grpc::ByteBuffer EncodeFrame(int from, uint64_t round, std::vector<float> data);
+grpc::ByteBuffer EncodeFrame(int from, uint64_t round, MessageFloats data);
 
 struct DecodedFrame {
   int from = -1;
   uint64_t round = 0;
-  std::vector<float> data;
+  MessageFloats data;
 };
 
 // The frame in `buffer`. INVALID_ARGUMENT naming the fault when it does not

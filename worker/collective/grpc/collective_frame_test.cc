@@ -50,7 +50,7 @@ TEST(CollectiveFrameTest, IsTheProtoFramesEncodingBothWays) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->from, 0);
   EXPECT_EQ(decoded->round, 9u);
-  EXPECT_EQ(decoded->data, floats);
+  EXPECT_EQ(decoded->data, MessageFloats(floats.begin(), floats.end()));
 
   grpc::ByteBuffer notice = EncodeFrame(1, 2, {});
   auto empty = DecodeFrame(notice, 2);

@@ -159,7 +159,7 @@ class Outgoing {
     abandoned_ = true;
   }
 
-  absl::Status Send(std::vector<float> data, uint64_t tag) {
+  absl::Status Send(MessageFloats data, uint64_t tag) {
     grpc::ByteBuffer message = EncodeFrame(rank_, tag, std::move(data));
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
@@ -338,10 +338,10 @@ absl::Status GrpcPeerLinks::Reconnect(int peer) {
 }
 
 absl::Status GrpcPeerLinks::Send(int peer, absl::Span<const float> data) {
-  return SendOwned(peer, std::vector<float>(data.begin(), data.end()));
+  return SendOwned(peer, MessageFloats(data.begin(), data.end()));
 }
 
-absl::Status GrpcPeerLinks::SendOwned(int peer, std::vector<float> data) {
+absl::Status GrpcPeerLinks::SendOwned(int peer, MessageFloats data) {
   if (peer < 0 || peer >= static_cast<int>(impl_->outgoing.size()) ||
       impl_->outgoing[peer] == nullptr) {
     return absl::FailedPreconditionError(

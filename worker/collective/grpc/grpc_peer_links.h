@@ -42,7 +42,7 @@ class GrpcPeerLinks final : public MailboxLinks {
   void Connect(const std::vector<std::string>& addresses);
 
   absl::Status Send(int peer, absl::Span<const float> data) override;
-  absl::Status SendOwned(int peer, std::vector<float> data) override;
+  absl::Status SendOwned(int peer, MessageFloats data) override;
   absl::Status Reconnect(int peer) override;
 
   class Impl;
