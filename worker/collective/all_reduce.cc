@@ -32,12 +32,13 @@ absl::StatusOr<MessageFloats> RecvExactly(PeerLinks& links, int peer, size_t cou
   return message;
 }
 
-}  // namespace
-
-namespace {
-
 // The ring's steps over one buffer: the reduce-scatter, the all-gather, or
-// both in turn, within one deadline.
+// both in turn, within one deadline, as one pipeline. Every chunk a step
+// sends is one the step before received (with this rank's part added, in
+// the reduce-scatter), so it is passed on the moment it arrives: a rank's
+// link to its right always has the next chunk queued, rather than waiting
+// for each chunk of a step to come from the left before sending the next
+// (which left the links idle for a hand-off per chunk).
 class Ring {
  public:
   Ring(PeerLinks& links, absl::Span<float> buffer, const AllReduceOptions& options)
@@ -49,68 +50,54 @@ class Ring {
         chunk_(std::max<int64_t>(1, options.chunk_elements)),
         deadline_(absl::Now() + options.timeout) {}
 
-  // Reduce-scatter: after step k, rank r holds the sum of k + 2 ranks in
-  // segment r - k - 1; at the end, the whole sum of segment r + 1, which
-  // it stores. `keep`: its last chunks are kept to start the all-gather.
-  absl::Status ReduceScatter(bool keep) {
-    for (int step = 0; step < n_ - 1; ++step) {
-      if (absl::Status s = Exchange(Mod(rank_ - step, n_), Mod(rank_ - step - 1, n_), /*add=*/true,
-                                    /*store=*/step == n_ - 2, /*keep=*/keep || step < n_ - 2);
-          !s.ok()) {
-        return s;
-      }
+  // Reduce-scatter (`reduce`): after step k, rank r holds the sum of k + 2
+  // ranks in segment r - k - 1; at the end, the whole sum of segment
+  // r + 1, which it stores. All-gather (`gather`): those whole sums go
+  // round, each rank storing each.
+  absl::Status Run(bool reduce, bool gather) {
+    struct Step {
+      int send;     // the segment this step sends
+      int receive;  // and receives
+      bool add;     // this rank's part is added to what arrives
+    };
+    std::vector<Step> steps;
+    for (int k = 0; reduce && k < n_ - 1; ++k) {
+      steps.push_back({Mod(rank_ - k, n_), Mod(rank_ - k - 1, n_), true});
     }
-    return absl::OkStatus();
-  }
-
-  // All-gather: each rank's segment r + 1 goes round.
-  absl::Status AllGather() {
-    for (int step = 0; step < n_ - 1; ++step) {
-      if (absl::Status s = Exchange(Mod(rank_ + 1 - step, n_), Mod(rank_ - step, n_),
-                                    /*add=*/false, /*store=*/true, /*keep=*/step < n_ - 2);
-          !s.ok()) {
-        return s;
+    for (int k = 0; gather && k < n_ - 1; ++k) {
+      steps.push_back({Mod(rank_ + 1 - k, n_), Mod(rank_ - k, n_), false});
+    }
+    const int right = Mod(rank_ + 1, n_);
+    const int left = Mod(rank_ - 1, n_);
+    // The first step sends from the buffer, all of it at once.
+    const Range first = Segment(length_, n_, steps.front().send);
+    for (int64_t offset = first.begin; offset < first.end; offset += chunk_) {
+      const int64_t count = std::min(chunk_, first.end - offset);
+      if (absl::Status s = links_.Send(right, buffer_.subspan(offset, count)); !s.ok()) return s;
+    }
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const bool last = k + 1 == steps.size();
+      // What arrives is whole once no later step adds to it.
+      const bool store = last || !steps[k + 1].add;
+      const Range in = Segment(length_, n_, steps[k].receive);
+      for (int64_t offset = in.begin; offset < in.end; offset += chunk_) {
+        const int64_t count = std::min(chunk_, in.end - offset);
+        auto message = RecvExactly(links_, left, count, deadline_);
+        if (!message.ok()) return message.status();
+        float* incoming = message->data();
+        float* own = buffer_.data() + offset;
+        if (steps[k].add) AddInto(incoming, own, count);
+        if (store) std::copy(incoming, incoming + count, own);
+        // The next step's chunk: passed on as it is, not copied.
+        if (!last) {
+          if (absl::Status s = links_.SendOwned(right, *std::move(message)); !s.ok()) return s;
+        }
       }
     }
     return absl::OkStatus();
   }
 
  private:
-  // Sends segment `send` to the right and receives segment `receive` from
-  // the left, chunk by chunk. `add`: this rank's part is added to what
-  // arrives (reduce-scatter); `store`: what arrives (with it) goes into
-  // the buffer; `keep`: it is forwarded in the next step.
-  absl::Status Exchange(int send, int receive, bool add, bool store, bool keep) {
-    const int right = Mod(rank_ + 1, n_);
-    const int left = Mod(rank_ - 1, n_);
-    const Range out = Segment(length_, n_, send);
-    const Range in = Segment(length_, n_, receive);
-    std::vector<MessageFloats> received;
-    size_t forwarded = 0;
-    for (int64_t offset = 0; offset < std::max(out.end - out.begin, in.end - in.begin);
-         offset += chunk_) {
-      if (out.begin + offset < out.end) {
-        const int64_t count = std::min(chunk_, out.end - out.begin - offset);
-        absl::Status sent = forwarded < forward_.size()
-                                ? links_.SendOwned(right, std::move(forward_[forwarded++]))
-                                : links_.Send(right, buffer_.subspan(out.begin + offset, count));
-        if (!sent.ok()) return sent;
-      }
-      if (in.begin + offset < in.end) {
-        const int64_t count = std::min(chunk_, in.end - in.begin - offset);
-        auto message = RecvExactly(links_, left, count, deadline_);
-        if (!message.ok()) return message.status();
-        float* incoming = message->data();
-        float* own = buffer_.data() + in.begin + offset;
-        if (add) AddInto(incoming, own, count);
-        if (store) std::copy(incoming, incoming + count, own);
-        if (keep) received.push_back(*std::move(message));
-      }
-    }
-    forward_ = std::move(received);
-    return absl::OkStatus();
-  }
-
   PeerLinks& links_;
   const absl::Span<float> buffer_;
   const int n_;
@@ -118,11 +105,6 @@ class Ring {
   const int64_t length_;
   const int64_t chunk_;
   const absl::Time deadline_;
-  // The chunks of the segment this rank sends next, as they arrived in the
-  // step before (in the reduce-scatter, with this rank's part added):
-  // forwarded as they are, not copied. None at first: the first segment
-  // goes from the buffer.
-  std::vector<MessageFloats> forward_;
 };
 
 }  // namespace
@@ -135,21 +117,19 @@ RingPart RingPartOf(int64_t length, int n, int rank) {
 absl::Status RingAllReduce(PeerLinks& links, absl::Span<float> buffer,
                            const AllReduceOptions& options) {
   if (links.size() <= 1 || buffer.empty()) return absl::OkStatus();
-  Ring ring(links, buffer, options);
-  if (absl::Status s = ring.ReduceScatter(/*keep=*/true); !s.ok()) return s;
-  return ring.AllGather();
+  return Ring(links, buffer, options).Run(/*reduce=*/true, /*gather=*/true);
 }
 
 absl::Status RingReduceScatter(PeerLinks& links, absl::Span<float> buffer,
                                const AllReduceOptions& options) {
   if (links.size() <= 1 || buffer.empty()) return absl::OkStatus();
-  return Ring(links, buffer, options).ReduceScatter(/*keep=*/false);
+  return Ring(links, buffer, options).Run(/*reduce=*/true, /*gather=*/false);
 }
 
 absl::Status RingAllGather(PeerLinks& links, absl::Span<float> buffer,
                            const AllReduceOptions& options) {
   if (links.size() <= 1 || buffer.empty()) return absl::OkStatus();
-  return Ring(links, buffer, options).AllGather();
+  return Ring(links, buffer, options).Run(/*reduce=*/false, /*gather=*/true);
 }
 
 absl::Status RecursiveDoublingAllReduce(PeerLinks& links, absl::Span<float> buffer,

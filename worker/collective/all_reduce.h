@@ -8,8 +8,10 @@
 //   its left, so that it ends holding the whole sum of one segment; in n - 1
 //   all-gather steps those sums go round. Each rank sends and receives
 //   2 (n - 1) / n of the buffer, whatever n is. Segments travel in chunks,
-//   so a rank adds one chunk while the next is on the wire; a chunk is
-//   forwarded as it arrived (PeerLinks::SendOwned), not copied again.
+//   and each chunk is passed on the moment it arrives (summed, in the
+//   reduce-scatter), as it arrived (PeerLinks::SendOwned), not copied
+//   again: the steps run as one pipeline, a rank adding one chunk while
+//   the next are on the wire.
 // - Recursive doubling, latency-optimal for small buffers: in log2(p)
 //   steps (p the largest power of two <= n) each rank swaps its whole
 //   buffer with the rank whose number differs in one bit and adds; the
