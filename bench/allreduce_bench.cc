@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/barrier.h"
 #include "absl/time/clock.h"
+#include "common/process_tuning.h"
 #include "worker/collective/all_reduce.h"
 #include "worker/collective/grpc/grpc_peer_links.h"
 #include "worker/strategy/all_reduce_strategy.h"
@@ -187,5 +188,6 @@ int Main(bool quick) {
 }  // namespace fulcrum
 
 int main(int argc, char** argv) {
+  fulcrum::TuneProcess();  // as the workers whose collective this measures
   return fulcrum::Main(argc > 1 && std::strcmp(argv[1], "--quick") == 0);
 }
