@@ -192,7 +192,9 @@ absl::Status Broadcast(PeerLinks& links, int root, absl::Span<float> buffer,
 
 absl::Status AllReduce(PeerLinks& links, absl::Span<float> buffer,
                        const AllReduceOptions& options) {
-  if (static_cast<int64_t>(buffer.size() * sizeof(float)) <= options.small_bytes) {
+  const int64_t length = static_cast<int64_t>(buffer.size());
+  if (length * static_cast<int64_t>(sizeof(float)) <= options.small_bytes ||
+      (links.size() == 2 && length <= 2 * options.chunk_elements)) {
     return RecursiveDoublingAllReduce(links, buffer, options);
   }
   return RingAllReduce(links, buffer, options);

@@ -71,7 +71,9 @@ TEST_P(AllReduceTest, EveryRankHoldsTheSum) {
   }
   AllReduceOptions options;
   options.chunk_elements = chunk;
-  options.small_bytes = 4096;  // AllReduce: doubling up to 1024 floats, the ring above
+  // AllReduce: doubling up to 1024 floats (2 ranks: also up to 2 chunks),
+  // the ring above.
+  options.small_bytes = 4096;
   const Algorithm run = Find(algorithm);
   for (const absl::Status& s :
        RunRanks(n, buffers, [&](PeerLinks&links, int, absl::Span<float> buffer) {
@@ -93,7 +95,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ring", 4, 4099, 100}, Case{"ring", 5, 12345, 1000}, Case{"ring", 5, 2, 8},
         Case{"ring", 5, 100003, 1 << 18}, Case{"doubling", 1, 5, 0}, Case{"doubling", 2, 1, 0},
         Case{"doubling", 3, 1000, 0}, Case{"doubling", 4, 17, 0}, Case{"doubling", 5, 1024, 0},
-        Case{"doubling", 7, 333, 0}, Case{"auto", 5, 1000, 64}, Case{"auto", 5, 5000, 64}),
+        Case{"doubling", 7, 333, 0}, Case{"auto", 5, 1000, 64}, Case{"auto", 5, 5000, 64},
+        Case{"auto", 2, 2000, 1000}, Case{"auto", 2, 5000, 64}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return std::string(info.param.algorithm) + "_n" + std::to_string(info.param.ranks) + "_len" +
              std::to_string(info.param.length) + "_chunk" + std::to_string(info.param.chunk);
