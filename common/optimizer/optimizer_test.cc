@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <limits>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -201,6 +203,40 @@ TEST(OptimizerTest, VectorisedRulesRoundAsTheScalarRule) {
       }
     }
   }
+}
+
+// Slots that decay below the smallest normal float are flushed to zero,
+// as TensorFlow's kernels flush them (on x86; elsewhere they are kept), in
+// both the dense and the rows' update; the caller's own arithmetic keeps
+// its denormals.
+TEST(OptimizerTest, DecayedSlotsFlushToZeroAndTheCallerKeepsDenormals) {
+  constexpr float kNearLeastNormal = 1.2e-38f;  // times 0.9: under FLT_MIN
+  OptimizerSpec spec;
+  spec.set_kind(OptimizerSpec::ADAM);
+  spec.set_learning_rate(0.01f);
+  spec.set_beta1(0.9f);
+  spec.set_beta2(0.999f);
+  spec.set_epsilon(1e-7f);
+  std::vector<float> var(3, 1.0f), grad(3, 0.0f);
+  OptimizerSlots slots = MakeSlots(spec, 3);
+  slots[0].assign(3, kNearLeastNormal);
+  slots[1].assign(3, 1.0f);
+  ApplyGradient(spec, 5, 1, {AsFloatBytes(grad)}, absl::MakeSpan(var), slots);
+  std::vector<float> row = {1.0f, kNearLeastNormal, 1.0f};  // value, m, v
+  float* rows[] = {row.data()};
+  const float row_grad[] = {0.0f};
+  ApplyGradientToRows(spec, 5, 1, 1, row_grad, rows);
+  volatile float decayed = kNearLeastNormal;
+  decayed = decayed * 0.9f;  // this thread's own arithmetic, after both
+  EXPECT_GT(decayed, 0.0f);
+  EXPECT_LT(decayed, std::numeric_limits<float>::min());
+#if defined(__x86_64__) || defined(__i386__)
+  EXPECT_EQ(slots[0], std::vector<float>(3, 0.0f));
+  EXPECT_EQ(row[1], 0.0f);
+#else
+  EXPECT_EQ(slots[0], std::vector<float>(3, decayed));
+  EXPECT_EQ(row[1], decayed);
+#endif
 }
 
 TEST(OptimizerTest, LearningRateScalesWithTheGradientsAveraged) {
