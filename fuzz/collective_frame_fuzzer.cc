@@ -1,13 +1,13 @@
 // Fuzz target: the collective stream's frame parser (DecodeFrame), on
 // bytes as gRPC hands them over, in uneven slices. Whatever it accepts,
-// protobuf must parse as the same CollectiveFrame, and the frame encoded
-// again must decode to the same sender, round and floats.
+// protobuf must parse as the same CollectiveFrame, and the message,
+// forwarded from the slices it borrows once the buffer is gone, must
+// decode to the same sender, round and floats.
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
+#include <memory>
 #include <string>
 
-#include "absl/types/span.h"
 #include "fuzz/fuzz_input.h"
 #include "proto/collective.pb.h"
 #include "worker/collective/grpc/collective_frame.h"
@@ -17,31 +17,34 @@ namespace {
 
 constexpr int kGroup = 8;  // the receiver's group size
 
-bool SameFloats(absl::Span<const float> a, const std::string& bytes) {
-  return a.size() * sizeof(float) == bytes.size() &&
-         (a.empty() || std::memcmp(a.data(), bytes.data(), bytes.size()) == 0);
+// A message's floats as bytes (compared as bytes: a NaN is not == itself).
+std::string Bytes(const Message& message) {
+  std::string bytes(message.size() * sizeof(float), '\0');
+  if (!message.empty()) message.CopyTo(reinterpret_cast<float*>(bytes.data()));
+  return bytes;
 }
 
 void Frame(const uint8_t* data, size_t size) {
   const absl::string_view bytes(reinterpret_cast<const char*>(data), size);
-  grpc::ByteBuffer buffer = AsReceived(bytes);
-  auto decoded = DecodeFrame(buffer, kGroup);
+  auto buffer = std::make_unique<grpc::ByteBuffer>(AsReceived(bytes));
+  auto decoded = DecodeFrame(*buffer, kGroup);
   if (!decoded.ok()) return;
+  buffer.reset();  // the message holds what it borrows
   Check(decoded->from >= 0 && decoded->from < kGroup, "a sender outside the group");
   CollectiveFrame parsed;
   Check(parsed.ParseFromArray(data, static_cast<int>(size)), "a frame protobuf rejects");
   Check(parsed.has_from() && parsed.from() == decoded->from, "another sender than protobuf's");
   Check(parsed.round() == decoded->round, "another round than protobuf's");
-  Check(SameFloats(decoded->data, parsed.data()), "other floats than protobuf's");
-  grpc::ByteBuffer again = EncodeFrame(decoded->from, decoded->round, decoded->data);
+  const std::string floats = Bytes(decoded->data);
+  Check(floats == parsed.data(), "other floats than protobuf's");
+  // Forwarded from where it was received, as the ring passes a chunk on.
+  grpc::ByteBuffer again =
+      EncodeForwardedFrame(decoded->from, decoded->round, std::move(decoded->data));
   auto round_trip = DecodeFrame(again, kGroup);
-  Check(round_trip.ok(), "an encoded frame does not decode");
-  // The floats compared as bytes: a NaN is not == itself.
-  const std::string bytes_again(reinterpret_cast<const char*>(round_trip->data.data()),
-                                round_trip->data.size() * sizeof(float));
+  Check(round_trip.ok(), "a forwarded frame does not decode");
   Check(round_trip->from == decoded->from && round_trip->round == decoded->round &&
-            SameFloats(decoded->data, bytes_again),
-        "an encoded frame decodes to another");
+            Bytes(round_trip->data) == floats,
+        "a forwarded frame decodes to another");
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/vector_loops.h"
 
 namespace fulcrum {
 namespace {
@@ -21,8 +20,7 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 // The next message from `peer`, which must hold `count` floats (INTERNAL
 // naming both counts otherwise).
-absl::StatusOr<MessageFloats> RecvExactly(PeerLinks& links, int peer, size_t count,
-                                          absl::Time deadline) {
+absl::StatusOr<Message> RecvExactly(PeerLinks& links, int peer, size_t count, absl::Time deadline) {
   auto message = links.Recv(peer, deadline);
   if (message.ok() && message->size() != count) {
     return absl::InternalError(absl::StrCat("rank ", links.rank(), ": rank ", peer, " sent ",
@@ -84,14 +82,20 @@ class Ring {
         const int64_t count = std::min(chunk_, in.end - offset);
         auto message = RecvExactly(links_, left, count, deadline_);
         if (!message.ok()) return message.status();
-        float* incoming = message->data();
         float* own = buffer_.data() + offset;
-        if (steps[k].add) AddInto(incoming, own, count);
-        if (store) std::copy(incoming, incoming + count, own);
-        // The next step's chunk: passed on as it is, not copied.
-        if (!last) {
-          if (absl::Status s = links_.SendOwned(right, *std::move(message)); !s.ok()) return s;
+        absl::Status sent = absl::OkStatus();
+        if (steps[k].add) {
+          // Summed straight out of the received bytes.
+          MessageFloats sum(count);
+          message->SumTo(own, sum.data());
+          if (store) std::copy(sum.begin(), sum.end(), own);
+          if (!last) sent = links_.SendOwned(right, std::move(sum));
+        } else {
+          message->CopyTo(own);
+          // The next step's chunk: passed on as it arrived, not copied.
+          if (!last) sent = links_.Forward(right, *std::move(message));
         }
+        if (!sent.ok()) return sent;
       }
     }
     return absl::OkStatus();
@@ -144,14 +148,14 @@ absl::Status RecursiveDoublingAllReduce(PeerLinks& links, absl::Span<float> buff
   auto add_from = [&](int peer) -> absl::Status {
     auto message = RecvExactly(links, peer, buffer.size(), deadline);
     if (!message.ok()) return message.status();
-    AddInto(buffer.data(), message->data(), static_cast<int64_t>(buffer.size()));
+    message->AddTo(buffer.data());
     return absl::OkStatus();
   };
   if (rank >= p) {
     if (absl::Status s = links.Send(rank - p, buffer); !s.ok()) return s;
     auto sum = RecvExactly(links, rank - p, buffer.size(), deadline);  // the whole sum
     if (!sum.ok()) return sum.status();
-    std::copy(sum->begin(), sum->end(), buffer.begin());
+    sum->CopyTo(buffer.data());
     return absl::OkStatus();
   }
   if (rank + p < n) {
@@ -179,7 +183,7 @@ absl::Status Broadcast(PeerLinks& links, int root, absl::Span<float> buffer,
     if (links.rank() != root) {
       auto message = RecvExactly(links, root, count, deadline);
       if (!message.ok()) return message.status();
-      std::copy(message->begin(), message->end(), buffer.begin() + offset);
+      message->CopyTo(buffer.data() + offset);
       continue;
     }
     for (int peer = 0; peer < n; ++peer) {

@@ -187,13 +187,13 @@ TEST(PeerLinksTest, RoundsDropTheOldAndShowAPeerThatMovedOn) {
   ASSERT_TRUE(zero.Send(1, std::vector<float>{2.0f}).ok());
   const absl::Time soon = absl::Now() + absl::Seconds(5);
   // Still in round 0, rank 1 takes the old message, then sees rank 0 moved on.
-  EXPECT_EQ(*one.Recv(0, soon), MessageFloats{1.0f});
+  EXPECT_EQ((*one.Recv(0, soon)).Take(), MessageFloats{1.0f});
   const auto moved = one.Recv(0, soon);
   EXPECT_EQ(moved.status().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(moved.status().message(), HasSubstr("rank 0 moved on to round 1"));
   EXPECT_EQ(one.NewestTag(), 1u);
   one.SetTag(1);
-  EXPECT_EQ(*one.Recv(0, soon), MessageFloats{2.0f});  // past the notice
+  EXPECT_EQ((*one.Recv(0, soon)).Take(), MessageFloats{2.0f});  // past the notice
   // In round 2, rank 1 drops whatever round 1 still held.
   ASSERT_TRUE(zero.Send(1, std::vector<float>{3.0f}).ok());
   one.SetTag(2);
@@ -208,12 +208,12 @@ TEST(PeerLinksTest, WhatAReplacedStreamStillCarriesIsDropped) {
   Mailbox mailbox(2);
   const uint64_t old_stream = mailbox.Open(0, 1);
   const uint64_t new_stream = mailbox.Open(0, 1);
-  mailbox.Put(0, 1, old_stream, 0, {1.0f});
+  mailbox.Put(0, 1, old_stream, 0, Message(MessageFloats{1.0f}));
   mailbox.Break(0, 1, old_stream, absl::UnavailableError("the old stream ended"));
-  mailbox.Put(0, 1, new_stream, 0, {2.0f});
+  mailbox.Put(0, 1, new_stream, 0, Message(MessageFloats{2.0f}));
   auto taken = mailbox.Take(0, 1, 0, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(taken.ok()) << taken.status();
-  EXPECT_EQ(*taken, MessageFloats{2.0f});
+  EXPECT_EQ(std::move(*taken).Take(), MessageFloats{2.0f});
 }
 
 // A rank that never takes part fails the others within the timeout, naming

@@ -25,8 +25,11 @@ class InProcessLinks final : public MailboxLinks {
     return SendOwned(peer, MessageFloats(data.begin(), data.end()));
   }
   absl::Status SendOwned(int peer, MessageFloats data) override {
+    return Forward(peer, Message(std::move(data)));
+  }
+  absl::Status Forward(int peer, Message message) override {
     if (dead_) return absl::UnavailableError(absl::StrCat("rank ", rank(), " died"));
-    mailbox_->Put(rank(), peer, streams_[peer], tag(), std::move(data));
+    mailbox_->Put(rank(), peer, streams_[peer], tag(), std::move(message));
     if (sends_left_ > 0 && --sends_left_ == 0) Die();
     return absl::OkStatus();
   }

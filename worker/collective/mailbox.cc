@@ -22,7 +22,7 @@ uint64_t Mailbox::Open(int from, int to, StreamOrder order) {
   return queue.streams;
 }
 
-void Mailbox::Put(int from, int to, uint64_t stream, uint64_t tag, MessageFloats message) {
+void Mailbox::Put(int from, int to, uint64_t stream, uint64_t tag, Message message) {
   absl::MutexLock lock(&mu_);
   Queue& queue = queues_[{from, to}];
   if (queue.streams != stream) return;
@@ -42,14 +42,14 @@ void Mailbox::Break(int from, int to, uint64_t stream, absl::Status why) {
   if (queue.streams == stream && queue.broken.ok()) queue.broken = std::move(why);
 }
 
-absl::StatusOr<MessageFloats> Mailbox::Take(int from, int to, uint64_t tag, absl::Time deadline) {
+absl::StatusOr<Message> Mailbox::Take(int from, int to, uint64_t tag, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   Queue& queue = queues_[{from, to}];
   // Ready: a message of this round, one of a later round, or a broken link.
   // Messages of earlier rounds, and notices (empty) of this one, are
   // dropped on the way.
   auto ready = [&queue, tag]() {
-    for (const Message& message : queue.messages) {
+    for (const Queued& message : queue.messages) {
       if (message.tag > tag || (message.tag == tag && !message.data.empty())) return true;
     }
     return !queue.broken.ok();
@@ -68,7 +68,7 @@ absl::StatusOr<MessageFloats> Mailbox::Take(int from, int to, uint64_t tag, absl
     return absl::AbortedError(absl::StrCat("rank ", to, ": rank ", from, " moved on to round ",
                                            queue.messages.front().tag, " from round ", tag));
   }
-  MessageFloats message = std::move(queue.messages.front().data);
+  Message message = std::move(queue.messages.front().data);
   queue.messages.pop_front();
   return message;
 }
@@ -83,7 +83,7 @@ absl::StatusOr<std::pair<int, uint64_t>> Mailbox::AwaitRound(int to, int root, u
     for (const auto& [link, queue] : queues_) {
       if (link.second != to) continue;
       if (queue.streams > 0) ++connected;
-      for (const Message& message : queue.messages) {
+      for (const Queued& message : queue.messages) {
         if (message.tag > tag ||
             (link.first == root && message.tag == tag && !message.data.empty())) {
           if (found.first < 0 || message.tag > found.second) found = {link.first, message.tag};

@@ -46,7 +46,7 @@ class Mailbox {
   // A message sent in round `tag` (PeerLinks::tag) on stream `stream`
   // (Open's number). Dropped when a newer stream has opened since: its
   // sender replaced that stream, and what it still carried with it.
-  void Put(int from, int to, uint64_t stream, uint64_t tag, MessageFloats message)
+  void Put(int from, int to, uint64_t stream, uint64_t tag, Message message)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stream `stream` from `from` to `to` is gone: once its queue is empty,
@@ -58,7 +58,7 @@ class Mailbox {
   // this round). ABORTED naming `from` when its next message is of a
   // later round (it has moved on); DEADLINE_EXCEEDED naming it when none
   // comes by `deadline`; Break's status once broken.
-  absl::StatusOr<MessageFloats> Take(int from, int to, uint64_t tag, absl::Time deadline)
+  absl::StatusOr<Message> Take(int from, int to, uint64_t tag, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The latest round of any message put here to `to`.
@@ -80,12 +80,12 @@ class Mailbox {
   void Forget(int to) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct Message {
+  struct Queued {
     uint64_t tag;
-    MessageFloats data;
+    Message data;
   };
   struct Queue {
-    std::deque<Message> messages;
+    std::deque<Queued> messages;
     absl::Status broken;
     uint64_t streams = 0;  // opened so far; the newest is the live one
     StreamOrder order;     // the live one's

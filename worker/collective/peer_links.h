@@ -40,14 +40,21 @@ class PeerLinks {
   virtual absl::Status Send(int peer, absl::Span<const float> data) = 0;
 
   // As Send, taking the message's floats rather than a copy of them (what
-  // a collective forwards as it arrived, or summed into).
+  // a collective summed into).
   virtual absl::Status SendOwned(int peer, MessageFloats data) = 0;
+
+  // As Send, for a message as it was received (what a collective passes
+  // on): a transport that can sends its bytes from where they were
+  // received, without a copy; by default, as SendOwned.
+  virtual absl::Status Forward(int peer, Message message) {
+    return SendOwned(peer, std::move(message).Take());
+  }
 
   // The next message of the current round from `peer`, as sent; those of
   // earlier rounds are dropped. ABORTED naming the peer when it has moved on
   // to a later round; DEADLINE_EXCEEDED naming it when none comes by
   // `deadline`; UNAVAILABLE when the link is broken.
-  virtual absl::StatusOr<MessageFloats> Recv(int peer, absl::Time deadline) = 0;
+  virtual absl::StatusOr<Message> Recv(int peer, absl::Time deadline) = 0;
 
   // The round this rank sends and receives in (0 at first), and the latest
   // round of any message it received.
@@ -91,7 +98,7 @@ class MailboxLinks : public PeerLinks {
 
   int rank() const override { return rank_; }
   int size() const override { return inbox_->size(); }
-  absl::StatusOr<MessageFloats> Recv(int peer, absl::Time deadline) override {
+  absl::StatusOr<Message> Recv(int peer, absl::Time deadline) override {
     return inbox_->Take(peer, rank_, tag(), deadline);
   }
   uint64_t tag() const override { return tag_.load(); }
@@ -116,7 +123,7 @@ class SoloLinks final : public PeerLinks {
   int size() const override { return 1; }
   absl::Status Send(int peer, absl::Span<const float>) override { return NoPeer(peer); }
   absl::Status SendOwned(int peer, MessageFloats) override { return NoPeer(peer); }
-  absl::StatusOr<MessageFloats> Recv(int peer, absl::Time) override { return NoPeer(peer); }
+  absl::StatusOr<Message> Recv(int peer, absl::Time) override { return NoPeer(peer); }
   uint64_t tag() const override { return 0; }
   void SetTag(uint64_t) override {}
   uint64_t NewestTag() const override { return 0; }
@@ -148,7 +155,10 @@ class SubgroupLinks final : public PeerLinks {
   absl::Status SendOwned(int peer, MessageFloats data) override {
     return base_->SendOwned(members_[peer], std::move(data));
   }
-  absl::StatusOr<MessageFloats> Recv(int peer, absl::Time deadline) override {
+  absl::Status Forward(int peer, Message message) override {
+    return base_->Forward(members_[peer], std::move(message));
+  }
+  absl::StatusOr<Message> Recv(int peer, absl::Time deadline) override {
     return base_->Recv(members_[peer], deadline);
   }
   uint64_t tag() const override { return base_->tag(); }

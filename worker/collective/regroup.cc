@@ -31,23 +31,24 @@ absl::StatusOr<Regrouping> Lead(PeerLinks& links, const std::vector<int>& heard,
   std::vector<std::pair<int, int64_t>> completed = {{links.rank(), mine.completed}};
   for (int peer : heard) {
     if (peer == links.rank()) continue;
-    auto report = links.Recv(peer, deadline);
-    if (!report.ok()) {
-      if (report.status().code() == absl::StatusCode::kAborted) return report.status();
-      LOG_WARN("regroup: leaving rank {} out: {}", peer, report.status().message());
+    auto received = links.Recv(peer, deadline);
+    if (!received.ok()) {
+      if (received.status().code() == absl::StatusCode::kAborted) return received.status();
+      LOG_WARN("regroup: leaving rank {} out: {}", peer, received.status().message());
       continue;
     }
-    if (report->size() != kReportFloats) {
+    const MessageFloats report = std::move(*received).Take();
+    if (report.size() != kReportFloats) {
       return absl::InternalError(
-          absl::StrCat("regroup: rank ", peer, " sent ", report->size(), " floats, not a state"));
+          absl::StrCat("regroup: rank ", peer, " sent ", report.size(), " floats, not a state"));
     }
-    if ((*report)[4] != 0.0f) {
+    if (report[4] != 0.0f) {
       decision.joiners.push_back(peer);
       continue;
     }
     old_members.push_back(peer);
-    completed.emplace_back(peer, static_cast<int64_t>(GetBits(report->data())));
-    dealt = std::max(dealt, static_cast<int64_t>(GetBits(report->data() + 2)));
+    completed.emplace_back(peer, static_cast<int64_t>(GetBits(report.data())));
+    dealt = std::max(dealt, static_cast<int64_t>(GetBits(report.data() + 2)));
   }
   std::sort(old_members.begin(), old_members.end());
   if (!IsQuorum(old_members, current)) {
@@ -92,8 +93,9 @@ absl::StatusOr<MessageFloats> AwaitLeader(PeerLinks& links, int leader, absl::Ti
   for (;;) {
     const absl::Time until = std::min(deadline, absl::Now() + absl::Milliseconds(50));
     auto message = links.Recv(leader, until);
+    if (message.ok()) return std::move(*message).Take();
     if (message.status().code() != absl::StatusCode::kDeadlineExceeded || until == deadline) {
-      return message;
+      return message.status();
     }
     if (links.NewestTag() > links.tag()) {
       return absl::AbortedError(absl::StrCat("rank ", links.rank(), ": a rank moved on to round ",

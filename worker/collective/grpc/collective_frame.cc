@@ -4,9 +4,12 @@
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -47,6 +50,15 @@ grpc::Slice Header(int from, uint64_t round, int64_t bytes) {
 
 absl::Status Malformed(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("a collective frame ", what));
+}
+
+// A slice of `piece`'s bytes that holds `owner` until gRPC lets it go.
+grpc::Slice BorrowedSlice(Message::Piece piece, const std::shared_ptr<const void>& owner) {
+  return grpc::Slice(grpc_slice_new_with_user_data(
+                         const_cast<char*>(piece.data()), piece.size(),
+                         [](void* held) { delete static_cast<std::shared_ptr<const void>*>(held); },
+                         new std::shared_ptr<const void>(owner)),
+                     grpc::Slice::STEAL_REF);
 }
 
 }  // namespace
@@ -91,12 +103,24 @@ grpc::ByteBuffer EncodeFrame(int from, uint64_t round, MessageFloats data) {
   return grpc::ByteBuffer(slices, 2);
 }
 
+grpc::ByteBuffer EncodeForwardedFrame(int from, uint64_t round, Message data) {
+  if (data.owner() == nullptr) return EncodeFrame(from, round, std::move(data).Take());
+  std::vector<grpc::Slice> slices = {
+      Header(from, round, static_cast<int64_t>(data.size() * sizeof(float)))};
+  for (Message::Piece piece : data.pieces()) {
+    if (!piece.empty()) slices.push_back(BorrowedSlice(piece, data.owner()));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 absl::StatusOr<DecodedFrame> DecodeFrame(grpc::ByteBuffer& buffer, int size) {
   grpc::ProtoBufferReader reader(&buffer);
   CodedInputStream in(&reader);
   DecodedFrame frame;
   bool has_from = false;
   bool has_data = false;
+  int64_t data_at = 0;  // where the data's bytes start in the frame
+  int64_t data_bytes = 0;
   int32_t from = -1;
   for (;;) {
     // A tag of more than 5 bytes, which ReadTag would cut to 32 bits, is
@@ -123,8 +147,9 @@ absl::StatusOr<DecodedFrame> DecodeFrame(grpc::ByteBuffer& buffer, int size) {
         return Malformed(
             absl::StrCat("claims ", bytes, " bytes of data in a message of ", buffer.Length()));
       }
-      frame.data.resize(bytes / sizeof(float));
-      if (!in.ReadRaw(frame.data.data(), static_cast<int>(bytes))) {
+      data_at = in.CurrentPosition();
+      data_bytes = bytes;
+      if (!in.Skip(static_cast<int>(bytes))) {
         return Malformed(absl::StrCat("ends inside its ", bytes, " bytes of data"));
       }
       has_data = true;
@@ -143,6 +168,25 @@ absl::StatusOr<DecodedFrame> DecodeFrame(grpc::ByteBuffer& buffer, int size) {
     return Malformed(absl::StrCat("from rank ", from, ": not a rank of ", size));
   }
   frame.from = from;
+  if (data_bytes > 0) {
+    // The data's bytes where gRPC received them: the slices, held by the
+    // message, cut to [data_at, data_at + data_bytes).
+    auto slices = std::make_shared<std::vector<grpc::Slice>>();
+    if (!buffer.Dump(slices.get()).ok()) return Malformed("cannot be read");
+    std::vector<Message::Piece> pieces;
+    int64_t at = 0;  // the frame's byte where this slice starts
+    for (const grpc::Slice& slice : *slices) {
+      const int64_t size = static_cast<int64_t>(slice.size());
+      const int64_t begin = std::max(at, data_at);
+      const int64_t end = std::min(at + size, data_at + data_bytes);
+      if (begin < end) {
+        pieces.emplace_back(reinterpret_cast<const char*>(slice.begin()) + (begin - at),
+                            static_cast<size_t>(end - begin));
+      }
+      at += size;
+    }
+    frame.data = Message(std::move(pieces), std::move(slices));
+  }
   return frame;
 }
 

@@ -1,8 +1,9 @@
 // The frames of the collective stream (proto/collective.proto's
 // CollectiveFrame), written and read without protobuf's serialiser: the
 // floats go out from the sender's vector, which the message's slices then
-// own, and come in with one copy, out of the slices received. The bytes are
-// the message's protobuf encoding. Thread-compatible free functions.
+// own, or from where a forwarded message was received; and come in without
+// a copy, the decoded message borrowing gRPC's slices. The bytes are the
+// message's protobuf encoding. Thread-compatible free functions.
 #ifndef FULCRUM_WORKER_COLLECTIVE_GRPC_COLLECTIVE_FRAME_H_
 #define FULCRUM_WORKER_COLLECTIVE_GRPC_COLLECTIVE_FRAME_H_
 
@@ -31,11 +32,15 @@ StreamOrder ParseStreamOrder(absl::string_view value);
 
 // The frame from rank `from`, of round `round`, carrying `data`.
 grpc::ByteBuffer EncodeFrame(int from, uint64_t round, MessageFloats data);
+// The same for a message as it was received (or its own floats): borrowed
+// bytes are sent from where they lie, kept alive until gRPC has written
+// them.
+grpc::ByteBuffer EncodeForwardedFrame(int from, uint64_t round, Message data);
 
 struct DecodedFrame {
   int from = -1;
   uint64_t round = 0;
-  MessageFloats data;
+  Message data;  // borrowing `buffer`'s slices
 };
 
 // The frame in `buffer`. INVALID_ARGUMENT naming the fault when it does not

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,12 +52,42 @@ TEST(CollectiveFrameTest, IsTheProtoFramesEncodingBothWays) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->from, 0);
   EXPECT_EQ(decoded->round, 9u);
-  EXPECT_EQ(decoded->data, MessageFloats(floats.begin(), floats.end()));
+  EXPECT_EQ(std::move(decoded->data).Take(), MessageFloats(floats.begin(), floats.end()));
 
   grpc::ByteBuffer notice = EncodeFrame(1, 2, {});
   auto empty = DecodeFrame(notice, 2);
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_TRUE(empty->data.empty());
+}
+
+// A frame that arrives in uneven slices (most floats split between two)
+// decodes to a message borrowing them, which outlives the buffer and is
+// forwarded as the same bytes, as the frame's sender would encode it.
+TEST(CollectiveFrameTest, AReceivedFrameIsForwardedFromItsSlices) {
+  MessageFloats floats(1001);
+  for (size_t i = 0; i < floats.size(); ++i) floats[i] = 0.5f * static_cast<float>(i) - 7.0f;
+  grpc::ByteBuffer encoded = EncodeFrame(2, 7, floats);
+  const std::string bytes = Bytes(encoded);
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0, cut = 1; at < bytes.size(); cut = cut % 13 + 1) {
+    const size_t take = std::min(cut, bytes.size() - at);
+    slices.emplace_back(bytes.data() + at, take);
+    at += take;
+  }
+  auto buffer = std::make_unique<grpc::ByteBuffer>(slices.data(), slices.size());
+  slices.clear();
+  auto decoded = DecodeFrame(*buffer, 4);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  buffer.reset();  // the message holds the slices it borrows
+  EXPECT_NE(decoded->data.owner(), nullptr);
+  ASSERT_EQ(decoded->data.size(), floats.size());
+  MessageFloats copied(floats.size());
+  decoded->data.CopyTo(copied.data());
+  EXPECT_EQ(copied, floats);
+  grpc::ByteBuffer forwarded = EncodeForwardedFrame(2, 7, std::move(decoded->data));
+  EXPECT_EQ(Bytes(forwarded), bytes);
+  grpc::ByteBuffer owned = EncodeForwardedFrame(2, 7, Message(MessageFloats(floats)));
+  EXPECT_EQ(Bytes(owned), bytes);
 }
 
 TEST(CollectiveFrameTest, RefusesWhatIsNotAFrameOfTheGroup) {

@@ -159,8 +159,8 @@ class Outgoing {
     abandoned_ = true;
   }
 
-  absl::Status Send(MessageFloats data, uint64_t tag) {
-    grpc::ByteBuffer message = EncodeFrame(rank_, tag, std::move(data));
+  absl::Status Send(Message data, uint64_t tag) {
+    grpc::ByteBuffer message = EncodeForwardedFrame(rank_, tag, std::move(data));
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
     queue_.push_back(std::move(message));
@@ -334,7 +334,7 @@ absl::Status GrpcPeerLinks::Reconnect(int peer) {
   // A notice opens the stream now, so that a peer that dies breaks this
   // rank's link to it even if they never exchanged data, and the peer
   // learns of a reconnection at once; the old stream is closed after it.
-  return impl_->outgoing[peer]->Send({}, tag());
+  return impl_->outgoing[peer]->Send(Message(), tag());
 }
 
 absl::Status GrpcPeerLinks::Send(int peer, absl::Span<const float> data) {
@@ -342,6 +342,10 @@ absl::Status GrpcPeerLinks::Send(int peer, absl::Span<const float> data) {
 }
 
 absl::Status GrpcPeerLinks::SendOwned(int peer, MessageFloats data) {
+  return Forward(peer, Message(std::move(data)));
+}
+
+absl::Status GrpcPeerLinks::Forward(int peer, Message data) {
   if (peer < 0 || peer >= static_cast<int>(impl_->outgoing.size()) ||
       impl_->outgoing[peer] == nullptr) {
     return absl::FailedPreconditionError(

@@ -43,6 +43,7 @@ class GrpcPeerLinks final : public MailboxLinks {
 
   absl::Status Send(int peer, absl::Span<const float> data) override;
   absl::Status SendOwned(int peer, MessageFloats data) override;
+  absl::Status Forward(int peer, Message data) override;
   absl::Status Reconnect(int peer) override;
 
   class Impl;

@@ -100,11 +100,12 @@ TEST(GrpcPeerLinksTest, WhatWasSentArrivesThoughTheSenderCloses) {
   links[1].reset();
   auto received = links[0]->Recv(1, absl::Now() + absl::Seconds(30));
   ASSERT_TRUE(received.ok()) << received.status();
-  EXPECT_EQ(received->size(), big.size());
-  EXPECT_EQ(received->back(), 2.0f);
+  const MessageFloats floats = std::move(*received).Take();
+  EXPECT_EQ(floats.size(), big.size());
+  EXPECT_EQ(floats.back(), 2.0f);
   received = links[0]->Recv(1, absl::Now() + absl::Seconds(30));
   ASSERT_TRUE(received.ok()) << received.status();
-  EXPECT_EQ(*received, MessageFloats{7.0f});
+  EXPECT_EQ(std::move(*received).Take(), MessageFloats{7.0f});
 }
 
 // With a cluster token, a rank's streams carry it and a peer takes only
@@ -118,7 +119,7 @@ TEST(GrpcPeerLinksTest, WithATokenOnlyPeersHoldingItDeliver) {
   ASSERT_TRUE(links[1]->Send(0, data).ok());
   auto received = links[0]->Recv(1, absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(received.ok()) << received.status();
-  EXPECT_EQ(*received, MessageFloats(data, data + 2));
+  EXPECT_EQ(std::move(*received).Take(), MessageFloats(data, data + 2));
 
   // Rank 2's stream (opened by Connect) is refused: what it sends is never
   // read, and once the refusal is back its sends fail. The refusal may be
@@ -164,7 +165,7 @@ TEST(GrpcPeerLinksTest, ARestartedRankReconnects) {
   links[0]->SetTag(5);
   auto received = links[0]->Recv(1, absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(received.ok()) << received.status();
-  EXPECT_EQ(*received, MessageFloats{3.0f});
+  EXPECT_EQ(std::move(*received).Take(), MessageFloats{3.0f});
 
   // Its old stream to rank 1 is gone; a new one reaches the new process.
   ASSERT_TRUE(links[0]->Reconnect(1).ok());
@@ -172,7 +173,7 @@ TEST(GrpcPeerLinksTest, ARestartedRankReconnects) {
   ASSERT_TRUE(links[0]->Send(1, welcome).ok());
   received = links[1]->Recv(0, absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(received.ok()) << received.status();
-  EXPECT_EQ(*received, (MessageFloats{4.0f, 5.0f, 6.0f}));
+  EXPECT_EQ(std::move(*received).Take(), (MessageFloats{4.0f, 5.0f, 6.0f}));
 }
 
 // A rank that reconnects to a live peer (a leader admitting a rank it
@@ -187,7 +188,7 @@ TEST(GrpcPeerLinksTest, AReconnectionToALivePeerNeverBreaksItsLink) {
     ASSERT_TRUE(links[0]->Send(1, message).ok());
     auto received = links[1]->Recv(0, absl::Now() + absl::Seconds(10));
     ASSERT_TRUE(received.ok()) << "reconnection " << i << ": " << received.status();
-    EXPECT_EQ(*received, MessageFloats{static_cast<float>(i)});
+    EXPECT_EQ(std::move(*received).Take(), MessageFloats{static_cast<float>(i)});
   }
 }
 
@@ -265,7 +266,7 @@ TEST(GrpcPeerLinksTest, AReplacedStreamThatComesLateIsEndedUnread) {
   ASSERT_TRUE(newer.Write(EncodeFrame(1, 0, {3.0f, 4.0f})));
   auto received = rank0->Recv(1, absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(received.ok()) << received.status();
-  EXPECT_EQ(*received, (MessageFloats{3.0f, 4.0f}));
+  EXPECT_EQ(std::move(*received).Take(), (MessageFloats{3.0f, 4.0f}));
   EXPECT_TRUE(rank0->TakeReconnected().empty());
 }
 
@@ -303,7 +304,7 @@ TEST(GrpcPeerLinksTest, MalformedMessagesAreRefusedAndTheRankGoesOn) {
   ASSERT_TRUE(links[1]->Send(0, data).ok());
   auto received = links[0]->Recv(1, absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(received.ok()) << received.status();
-  EXPECT_EQ(*received, (MessageFloats{1.0f, 2.0f}));
+  EXPECT_EQ(std::move(*received).Take(), (MessageFloats{1.0f, 2.0f}));
 }
 
 }  // namespace
