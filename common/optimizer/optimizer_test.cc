@@ -6,7 +6,6 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
-#include <limits>
 #include <string>
 #include <vector>
 
