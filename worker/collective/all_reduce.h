@@ -8,10 +8,11 @@
 //   its left, so that it ends holding the whole sum of one segment; in n - 1
 //   all-gather steps those sums go round. Each rank sends and receives
 //   2 (n - 1) / n of the buffer, whatever n is. Segments travel in chunks,
-//   and each chunk is passed on the moment it arrives (summed, in the
-//   reduce-scatter), as it arrived (PeerLinks::SendOwned), not copied
-//   again: the steps run as one pipeline, a rank adding one chunk while
-//   the next are on the wire.
+//   and each chunk is passed on the moment it arrives: in the
+//   reduce-scatter, summed with this rank's part straight out of the
+//   bytes received; in the all-gather, stored and forwarded as it was
+//   received (PeerLinks::Forward), not copied. The steps run as one
+//   pipeline, a rank adding one chunk while the next are on the wire.
 // - Recursive doubling, latency-optimal for small buffers: in log2(p)
 //   steps (p the largest power of two <= n) each rank swaps its whole
 //   buffer with the rank whose number differs in one bit and adds; the
