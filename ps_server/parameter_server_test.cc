@@ -271,7 +271,9 @@ TEST(IncomingPushTest, EachShardAppliesWhenItsSlicesAreAllIn) {
     EXPECT_EQ(ValuesOfW(ps), std::vector<float>(kRows, -1.0f));
     EXPECT_EQ(ValuesOf(ps, "b"), std::vector<float>(2, -2.0f));
     EXPECT_EQ(push.bytes(), 24);
-    if (mode == SSP) EXPECT_EQ(ps.Describe().workers(0).clock(), 0) << "moved before the end";
+    if (mode == SSP) {
+      EXPECT_EQ(ps.Describe().workers(0).clock(), 0) << "moved before the end";
+    }
     auto done = push.Finish();
     ASSERT_TRUE(done.ok()) << done.status();
     ASSERT_EQ(done->results_size(), 2);
@@ -279,7 +281,9 @@ TEST(IncomingPushTest, EachShardAppliesWhenItsSlicesAreAllIn) {
       EXPECT_EQ(result.outcome(), ShardPushResult::APPLIED);
     }
     EXPECT_EQ(ps.Describe().updates_applied(), 2);
-    if (mode == SSP) EXPECT_EQ(ps.Describe().workers(0).clock(), 1);
+    if (mode == SSP) {
+      EXPECT_EQ(ps.Describe().workers(0).clock(), 1);
+    }
   }
 }
 

@@ -118,7 +118,9 @@ void TrainThroughAServerLostForGood(const std::string& mode,
   ASSERT_EQ(kill(ps1, SIGKILL), 0);
   ASSERT_EQ(cluster.Wait(absl::Seconds(300)), 0);
   EXPECT_TRUE(cluster.HasLine("[launcher] etcd on 127.0.0.1:"));
-  if (security == "--tls") EXPECT_TRUE(cluster.HasLine("(mutual TLS) coordinates"));
+  if (security == "--tls") {
+    EXPECT_TRUE(cluster.HasLine("(mutual TLS) coordinates"));
+  }
   EXPECT_TRUE(cluster.HasLine(", a backup of 127.0.0.1:"));
   EXPECT_TRUE(cluster.HasLine(", backed up on 127.0.0.1:"));
   EXPECT_TRUE(cluster.HasLine("[launcher] ps 1 exited with status 137"));

@@ -82,7 +82,9 @@ class CheckpointTest : public ::testing::Test {
       file.set_bytes(written->bytes);
       file.set_crc32(written->crc32);
     }
-    if (complete) ASSERT_TRUE(WriteManifest(fs_, root_, step, num_ps, files).ok());
+    if (complete) {
+      ASSERT_TRUE(WriteManifest(fs_, root_, step, num_ps, files).ok());
+    }
   }
 
   std::string PsPath(int64_t step, int ps, int num_ps) {
