@@ -93,7 +93,7 @@ class Ring {
         } else {
           message->CopyTo(own);
           // The next step's chunk: passed on as it arrived, not copied.
-          if (!last) sent = links_.Forward(right, *std::move(message));
+          if (!last) sent = links_.SendMessage(right, *std::move(message));
         }
         if (!sent.ok()) return sent;
       }

@@ -11,7 +11,7 @@
 //   and each chunk is passed on the moment it arrives: in the
 //   reduce-scatter, summed with this rank's part straight out of the
 //   bytes received; in the all-gather, stored and forwarded as it was
-//   received (PeerLinks::Forward), not copied. The steps run as one
+//   received (PeerLinks::SendMessage), not copied. The steps run as one
 //   pipeline, a rank adding one chunk while the next are on the wire.
 // - Recursive doubling, latency-optimal for small buffers: in log2(p)
 //   steps (p the largest power of two <= n) each rank swaps its whole

@@ -21,13 +21,7 @@ class InProcessLinks final : public MailboxLinks {
     for (int peer = 0; peer < mailbox->size(); ++peer) Reconnect(peer).IgnoreError();
   }
 
-  absl::Status Send(int peer, absl::Span<const float> data) override {
-    return SendOwned(peer, MessageFloats(data.begin(), data.end()));
-  }
-  absl::Status SendOwned(int peer, MessageFloats data) override {
-    return Forward(peer, Message(std::move(data)));
-  }
-  absl::Status Forward(int peer, Message message) override {
+  absl::Status SendMessage(int peer, Message message) override {
     if (dead_) return absl::UnavailableError(absl::StrCat("rank ", rank(), " died"));
     mailbox_->Put(rank(), peer, streams_[peer], tag(), std::move(message));
     if (sends_left_ > 0 && --sends_left_ == 0) Die();

@@ -32,22 +32,23 @@ class PeerLinks {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // Queues a copy of `data`, in the current round, for `peer` and returns
-  // without waiting for the peer to receive it. Messages from one rank to
-  // another arrive in the order sent. An empty message is a notice, never
-  // received: the peer learns this rank is in this round. UNAVAILABLE
-  // naming the peer when the link is broken.
-  virtual absl::Status Send(int peer, absl::Span<const float> data) = 0;
+  // Queues `message`, in the current round, for `peer` and returns
+  // without waiting for the peer to receive it: floats it owns, or ones as
+  // they were received (what a collective passes on), which a transport
+  // that can sends from where they were received, without a copy.
+  // Messages from one rank to another arrive in the order sent. An empty
+  // message is a notice, never received: the peer learns this rank is in
+  // this round. UNAVAILABLE naming the peer when the link is broken.
+  virtual absl::Status SendMessage(int peer, Message message) = 0;
 
-  // As Send, taking the message's floats rather than a copy of them (what
-  // a collective summed into).
-  virtual absl::Status SendOwned(int peer, MessageFloats data) = 0;
-
-  // As Send, for a message as it was received (what a collective passes
-  // on): a transport that can sends its bytes from where they were
-  // received, without a copy; by default, as SendOwned.
-  virtual absl::Status Forward(int peer, Message message) {
-    return SendOwned(peer, std::move(message).Take());
+  // SendMessage of a copy of `data`.
+  absl::Status Send(int peer, absl::Span<const float> data) {
+    return SendOwned(peer, MessageFloats(data.begin(), data.end()));
+  }
+  // SendMessage of floats the caller gives up (what a collective summed
+  // into), not a copy of them.
+  absl::Status SendOwned(int peer, MessageFloats data) {
+    return SendMessage(peer, Message(std::move(data)));
   }
 
   // The next message of the current round from `peer`, as sent; those of
@@ -121,8 +122,7 @@ class SoloLinks final : public PeerLinks {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  absl::Status Send(int peer, absl::Span<const float>) override { return NoPeer(peer); }
-  absl::Status SendOwned(int peer, MessageFloats) override { return NoPeer(peer); }
+  absl::Status SendMessage(int peer, Message) override { return NoPeer(peer); }
   absl::StatusOr<Message> Recv(int peer, absl::Time) override { return NoPeer(peer); }
   uint64_t tag() const override { return 0; }
   void SetTag(uint64_t) override {}
@@ -149,14 +149,8 @@ class SubgroupLinks final : public PeerLinks {
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
-  absl::Status Send(int peer, absl::Span<const float> data) override {
-    return base_->Send(members_[peer], data);
-  }
-  absl::Status SendOwned(int peer, MessageFloats data) override {
-    return base_->SendOwned(members_[peer], std::move(data));
-  }
-  absl::Status Forward(int peer, Message message) override {
-    return base_->Forward(members_[peer], std::move(message));
+  absl::Status SendMessage(int peer, Message message) override {
+    return base_->SendMessage(members_[peer], std::move(message));
   }
   absl::StatusOr<Message> Recv(int peer, absl::Time deadline) override {
     return base_->Recv(members_[peer], deadline);

@@ -337,21 +337,13 @@ absl::Status GrpcPeerLinks::Reconnect(int peer) {
   return impl_->outgoing[peer]->Send(Message(), tag());
 }
 
-absl::Status GrpcPeerLinks::Send(int peer, absl::Span<const float> data) {
-  return SendOwned(peer, MessageFloats(data.begin(), data.end()));
-}
-
-absl::Status GrpcPeerLinks::SendOwned(int peer, MessageFloats data) {
-  return Forward(peer, Message(std::move(data)));
-}
-
-absl::Status GrpcPeerLinks::Forward(int peer, Message data) {
+absl::Status GrpcPeerLinks::SendMessage(int peer, Message message) {
   if (peer < 0 || peer >= static_cast<int>(impl_->outgoing.size()) ||
       impl_->outgoing[peer] == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", impl_->rank, ": no link to rank ", peer, " (Connect first)"));
   }
-  return impl_->outgoing[peer]->Send(std::move(data), tag());
+  return impl_->outgoing[peer]->Send(std::move(message), tag());
 }
 
 }  // namespace fulcrum

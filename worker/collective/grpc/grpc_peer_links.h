@@ -41,9 +41,7 @@ class GrpcPeerLinks final : public MailboxLinks {
   // a peer that is not listening yet.
   void Connect(const std::vector<std::string>& addresses);
 
-  absl::Status Send(int peer, absl::Span<const float> data) override;
-  absl::Status SendOwned(int peer, MessageFloats data) override;
-  absl::Status Forward(int peer, Message data) override;
+  absl::Status SendMessage(int peer, Message message) override;
   absl::Status Reconnect(int peer) override;
 
   class Impl;
