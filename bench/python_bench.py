@@ -194,7 +194,8 @@ def main():
         print("%s_pull_4KiB_us_p50=%.1f" % (side, best[side]["small_us"]))
         print("%s_rss_growth_%dMiB_push_pull_MiB=%.1f" % (side, rss_mib, best[side]["rss_mib"]))
     print("python_64MiB_vs_cpp=%.3f" % (best["cpp"]["large_ms"] / best["python"]["large_ms"]))
-    overheads = [p["small_us"] - c["small_us"] for c, p in zip(runs["cpp"], runs["python"])]
+    pairs = zip(runs["cpp"], runs["python"], strict=True)
+    overheads = [p["small_us"] - c["small_us"] for c, p in pairs]
     print("python_4KiB_p50_overhead_us=%.1f" % statistics.median(overheads))
     print("python_rss_growth_vs_cpp=%.3f" % (best["python"]["rss_mib"] / best["cpp"]["rss_mib"]))
     print("python_rss_growth_vs_tensor=%.3f" % (best["python"]["rss_mib"] / rss_mib))
