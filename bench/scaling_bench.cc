@@ -11,6 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/process_tuning.h"
@@ -142,6 +143,9 @@ int Main() {
 
 int main(int argc, char** argv) {
   fulcrum::TuneProcess();
+  absl::SetProgramUsageMessage(
+      "Async updates/s of 1 to 8 workers and sync step times (backup worker, straggler) with "
+      "simulated compute, 2 servers on loopback; name=value lines for bench/run.sh.");
   absl::ParseCommandLine(argc, argv);
   return fulcrum::Main();
 }

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -323,6 +324,9 @@ void Run(bool quick, const std::string& only) {
 
 int main(int argc, char** argv) {
   fulcrum::TuneProcess();
+  absl::SetProgramUsageMessage(
+      "Embedding rows pulled and pushed per second against dense bytes/s, a table's memory per "
+      "row, and its cost against its size; name=value lines for bench/run.sh.");
   absl::ParseCommandLine(argc, argv);
   fulcrum::Run(absl::GetFlag(FLAGS_quick), absl::GetFlag(FLAGS_only));
   return 0;
